@@ -1,0 +1,1 @@
+"""Iris: actors and jobs on preemptible accelerator fleets, over ZeroMQ."""

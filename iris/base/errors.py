@@ -1,0 +1,135 @@
+"""Every exception Iris raises, in one tree.
+
+    IrisError
+    ├── ConfigError                 bad configuration (names the key and the problem)
+    ├── InvalidRequestError         bad user input: names the field; nothing was changed
+    │   └── UnschedulableError      a resource request no scale group can ever satisfy
+    ├── NotFoundError               an unknown job, task, worker or name
+    ├── ConflictError               an id or name already in use in an incompatible way
+    ├── StaleAttemptError           a message about an attempt that is no longer current
+    ├── ProviderError               a cloud provider refused or failed
+    │   └── CapacityError           stock-out or quota: try another zone or later
+    ├── StorageError                the log or state store failed
+    ├── ProtocolError               a malformed or unsupported message on the wire
+    ├── SecurityError               keys missing or invalid; an insecure bind was refused
+    └── ActorCallError              a call to an actor did not return a value
+        ├── ActorNotFoundError      no actor of that name at that address, or not registered
+        ├── MethodNotFoundError     the actor has no public method of that name
+        ├── BadArgumentsError       the arguments do not fit the method's signature
+        ├── DeadlineExceededError   no reply before the call's deadline (also a TimeoutError)
+        ├── PeerUnavailableError    the peer died, its connection was lost, or the node stopped
+        │   └── ActorDiedError      the actor stopped while the call was queued or running
+        └── RemoteError             the method raised an exception whose type could not be
+                                    rebuilt here; carries its type name and traceback
+
+An exception raised inside an actor method reaches the caller as itself (same type) when it
+can be rebuilt, with the remote traceback text in `remote_traceback` and in a note; else as
+RemoteError. Messages name the actor, the method and the address.
+"""
+
+from __future__ import annotations
+
+
+class IrisError(Exception):
+    """Root of every error Iris raises on purpose."""
+
+
+class ConfigError(IrisError):
+    pass
+
+
+class InvalidRequestError(IrisError):
+    """Bad input. `field` names what was wrong so a CLI or API can point at it."""
+
+    def __init__(self, message: str, field: str | None = None):
+        super().__init__(message)
+        self.field = field
+
+
+class UnschedulableError(InvalidRequestError):
+    pass
+
+
+class NotFoundError(IrisError):
+    pass
+
+
+class ConflictError(IrisError):
+    pass
+
+
+class StaleAttemptError(IrisError):
+    pass
+
+
+class ProviderError(IrisError):
+    pass
+
+
+class CapacityError(ProviderError):
+    pass
+
+
+class StorageError(IrisError):
+    pass
+
+
+class ProtocolError(IrisError):
+    pass
+
+
+class SecurityError(IrisError):
+    pass
+
+
+class ActorCallError(IrisError):
+    """A call did not return a value. `actor`, `method` and `address` say which call."""
+
+    def __init__(self, message: str, *, actor: str = "", method: str = "", address: str = ""):
+        super().__init__(message)
+        self.actor = actor
+        self.method = method
+        self.address = address
+
+
+class ActorNotFoundError(ActorCallError):
+    pass
+
+
+class MethodNotFoundError(ActorCallError):
+    pass
+
+
+class BadArgumentsError(ActorCallError, TypeError):
+    pass
+
+
+class DeadlineExceededError(ActorCallError, TimeoutError):
+    pass
+
+
+class PeerUnavailableError(ActorCallError):
+    pass
+
+
+class ActorDiedError(PeerUnavailableError):
+    pass
+
+
+class RemoteError(ActorCallError):
+    """An exception from an actor whose type could not be rebuilt at the caller."""
+
+    def __init__(self, message: str, *, remote_type: str = "", remote_traceback: str = "", **kw):
+        super().__init__(message, **kw)
+        self.remote_type = remote_type
+        self.remote_traceback = remote_traceback
+
+    def __str__(self) -> str:
+        text = super().__str__()
+        if self.remote_traceback:
+            text += "\n\nRemote traceback:\n" + self.remote_traceback
+        return text
+
+
+__all__ = [name for name, obj in dict(globals()).items() if isinstance(obj, type)
+           and issubclass(obj, IrisError)]

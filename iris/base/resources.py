@@ -1,0 +1,161 @@
+"""What a task asks for: cpu, memory, disk and accelerators, validated at construction.
+
+Pure data, no I/O. Sizes follow Kubernetes: "16G"/"16GB" are 16 * 10**9 bytes, "16Gi"/"16GiB"
+are 16 * 2**30; a bare int is bytes. A malformed value raises InvalidRequestError naming
+the field, so `iris.submit` can refuse it before anything is stored.
+
+TPU slice shapes: `v5litepod-16` is 16 chips on 4 hosts. The catalog below knows the
+families Iris schedules; an unknown type is refused rather than guessed at.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from iris.base.errors import InvalidRequestError
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGTP]?)(i?)(B?)\s*$", re.IGNORECASE)
+_POWERS = {"": 0, "K": 1, "M": 2, "G": 3, "T": 4, "P": 5}
+
+
+def parse_size(value: int | float | str | None, field_name: str) -> int:
+    """Bytes from 123, "512Mi", "16GB"... ; None means 0."""
+    if value is None:
+        return 0
+    if isinstance(value, bool):
+        raise InvalidRequestError(f"{field_name}: expected a size, got {value!r}", field_name)
+    if isinstance(value, int | float):
+        if value < 0:
+            raise InvalidRequestError(f"{field_name}: size must be >= 0, got {value}", field_name)
+        return int(value)
+    if isinstance(value, str):
+        m = _SIZE.match(value)
+        if m:
+            number, unit, binary, _ = m.groups()
+            base = 1024 if binary else 1000
+            return int(float(number) * base ** _POWERS[unit.upper()])
+    raise InvalidRequestError(
+        f"{field_name}: cannot read size {value!r} (examples: 512Mi, 16GB, 2Ti, 1048576)",
+        field_name,
+    )
+
+
+@dataclass(frozen=True)
+class TpuShape:
+    """A TPU slice type: `hosts` machines with `chips_per_host` chips each."""
+
+    name: str
+    family: str
+    chips: int
+    hosts: int
+
+    @property
+    def chips_per_host(self) -> int:
+        return self.chips // self.hosts
+
+
+# family -> (how the number in the name maps to chips, chips per host in multi-host slices,
+#            largest single-host chip count). v4/v5p name TensorCores (2 per chip);
+#            v5e/v6e name chips.
+_TPU_FAMILIES = {
+    "v4": (2, 4, 4),
+    "v5p": (2, 4, 4),
+    "v5litepod": (1, 4, 8),
+    "v6e": (1, 4, 8),
+}
+_TPU_NAME = re.compile(r"^(v4|v5p|v5litepod|v6e)-(\d+)$")
+KNOWN_GPUS = ("H100", "H200", "A100", "L4", "B200")
+
+
+def tpu_shape(name: str) -> TpuShape:
+    m = _TPU_NAME.match(name or "")
+    if not m:
+        raise InvalidRequestError(
+            f"tpu: unknown accelerator type {name!r} (known families: "
+            f"{', '.join(f'{f}-N' for f in _TPU_FAMILIES)})",
+            "tpu",
+        )
+    family, number = m.group(1), int(m.group(2))
+    per_name, per_host, single_host_max = _TPU_FAMILIES[family]
+    if number <= 0 or number % per_name:
+        raise InvalidRequestError(f"tpu: {name!r} is not a valid slice size", "tpu")
+    chips = number // per_name
+    if chips <= single_host_max:
+        hosts = 1
+    elif chips % per_host:
+        raise InvalidRequestError(f"tpu: {name!r} does not divide into hosts", "tpu")
+    else:
+        hosts = chips // per_host
+    return TpuShape(name=name, family=family, chips=chips, hosts=hosts)
+
+
+@dataclass(frozen=True)
+class Resources:
+    """Per-task resources. `count` is GPUs per task, or TPU slices for a TPU job (default 1).
+
+    A TPU job asks for whole slices: each slice host runs one task, so a `v5litepod-16`
+    job is a gang of 4 tasks.
+    """
+
+    cpu: float = 1.0
+    memory: int | str = 0
+    disk: int | str = 0
+    tpu: str | None = None
+    gpu: str | None = None
+    count: int = 1
+    _memory_bytes: int = field(init=False, repr=False, compare=False)
+    _disk_bytes: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.cpu, bool) or not isinstance(self.cpu, int | float) or self.cpu < 0:
+            raise InvalidRequestError(f"cpu: expected a number >= 0, got {self.cpu!r}", "cpu")
+        object.__setattr__(self, "_memory_bytes", parse_size(self.memory, "memory"))
+        object.__setattr__(self, "_disk_bytes", parse_size(self.disk, "disk"))
+        if self.tpu and self.gpu:
+            raise InvalidRequestError("tpu and gpu: ask for one kind of accelerator", "tpu")
+        if self.tpu is not None:
+            tpu_shape(self.tpu)
+        if self.gpu is not None and self.gpu not in KNOWN_GPUS:
+            raise InvalidRequestError(
+                f"gpu: unknown accelerator {self.gpu!r} (known: {', '.join(KNOWN_GPUS)})", "gpu"
+            )
+        if isinstance(self.count, bool) or not isinstance(self.count, int) or self.count < 1:
+            raise InvalidRequestError(f"count: expected an int >= 1, got {self.count!r}", "count")
+
+    @property
+    def memory_bytes(self) -> int:
+        return self._memory_bytes
+
+    @property
+    def disk_bytes(self) -> int:
+        return self._disk_bytes
+
+    @property
+    def accelerator(self) -> str | None:
+        return self.tpu or self.gpu
+
+    @property
+    def tpu_slice(self) -> TpuShape | None:
+        return tpu_shape(self.tpu) if self.tpu else None
+
+    @property
+    def gang_size(self) -> int:
+        """How many tasks must start together: all hosts of all slices, else 1."""
+        shape = self.tpu_slice
+        return shape.hosts * self.count if shape else 1
+
+    def to_dict(self) -> dict:
+        return {
+            "cpu": self.cpu,
+            "memory": self.memory_bytes,
+            "disk": self.disk_bytes,
+            "tpu": self.tpu,
+            "gpu": self.gpu,
+            "count": self.count,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Resources:
+        return cls(**{k: data[k] for k in ("cpu", "memory", "disk", "tpu", "gpu", "count")
+                      if k in data})

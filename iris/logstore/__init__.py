@@ -1,0 +1,1 @@
+"""logstore layer."""
