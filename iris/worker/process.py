@@ -1,0 +1,288 @@
+"""One task attempt as an isolated process tree: spawn, capture, stop, reap. No scheduling.
+
+Each attempt leads its own session and process group (so one signal reaches all of it),
+runs in its own working directory, and sits in its own memory cgroup where the host has
+cgroups (so a process that even left the session is still found and killed). Stop is
+SIGTERM to the group, a grace period in which the task may checkpoint (see
+`iris.worker.task_runtime.on_preempt`), then SIGKILL to everything of the attempt. When the
+leading process exits, whatever it left behind is killed too: nothing of an attempt
+outlives it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import select
+import signal
+import subprocess
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from iris.base.clock import SYSTEM_CLOCK, Clock
+from iris.base.errors import IrisError
+from iris.base.ids import new_id
+from iris.worker.cgroups import AttemptCgroup, CgroupHost, join_then_exec_argv
+from iris.worker.outcome import Outcome, classify_exit, unknown_outcome
+from iris.worker.output import OnOutput, StreamReader, make_fifo, open_reader
+from iris.worker.records import (
+    AttemptRecord,
+    proc_start_ticks,
+    remove_record,
+    session_members,
+)
+
+_log = logging.getLogger(__name__)
+DEFAULT_GRACE_S = 10.0  # the issue's default: long enough to write a small checkpoint
+_DRAIN_TIMEOUT_S = 10.0  # output still unread this long after the kill comes from an escapee
+
+
+class AttemptStartError(IrisError):
+    """The attempt's process could not be started (bad program, cwd, or cgroup)."""
+
+
+@dataclass(frozen=True)
+class AttemptSpec:
+    """What to run an attempt in. `env` is the complete environment (nothing inherited)."""
+
+    task_id: str
+    attempt: int
+    attempt_dir: Path  # holds the record and the output FIFOs; created if missing
+    cwd: Path  # the task's working directory
+    env: Mapping[str, str] = field(default_factory=dict)
+    memory_limit_bytes: int = 0  # 0: no limit
+
+    def runtime_env(self) -> dict[str, str]:
+        env = dict(self.env)
+        env.update(IRIS_TASK_ID=self.task_id, IRIS_ATTEMPT=str(self.attempt),
+                   IRIS_ATTEMPT_DIR=str(self.attempt_dir))
+        return env
+
+
+class Leader(Protocol):
+    """The attempt's leading process, however it was started."""
+
+    pid: int
+
+    def wait_returncode(self) -> int | None:
+        """Block until it exits; Popen-style returncode, or None if it cannot be known."""
+
+
+class _PopenLeader:
+    def __init__(self, popen: subprocess.Popen):
+        self._popen = popen
+        self.pid = popen.pid
+
+    def wait_returncode(self) -> int | None:
+        return self._popen.wait()
+
+
+class PidfdLeader:
+    """A process that is not our child (adopted): we can see it end, not its status."""
+
+    def __init__(self, pid: int):
+        self.pid = pid
+
+    def wait_returncode(self) -> int | None:
+        try:
+            fd = os.pidfd_open(self.pid)
+        except ProcessLookupError:
+            return None
+        try:
+            select.select([fd], [], [])
+        finally:
+            os.close(fd)
+        return None
+
+
+Spawner = Callable[[AttemptSpec, int, int, AttemptCgroup | None], Leader]
+"""spawn(spec, stdout_fd, stderr_fd, cgroup) -> the started leader (in its own session,
+already in `cgroup` before user code runs)."""
+
+
+def popen_spawner(argv: list[str]) -> Spawner:
+    """Spawn `argv` as a subprocess (the command path, and callables without a zygote)."""
+    if not argv:
+        raise AttemptStartError("empty command")
+
+    def spawn(spec: AttemptSpec, out_fd: int, err_fd: int, cg: AttemptCgroup | None) -> Leader:
+        full = join_then_exec_argv(cg.procs_file, argv) if cg else list(argv)
+        try:
+            popen = subprocess.Popen(
+                full, cwd=spec.cwd, env=spec.runtime_env(), stdin=subprocess.DEVNULL,
+                stdout=out_fd, stderr=err_fd, start_new_session=True, close_fds=True,
+            )
+        except OSError as exc:
+            raise AttemptStartError(f"cannot start {argv[0]!r}: {exc}") from exc
+        return _PopenLeader(popen)
+
+    return spawn
+
+
+class AttemptProcess:
+    """A running attempt. Thread-safe: `stop` and `wait` may be called from any thread."""
+
+    def __init__(self, spec: AttemptSpec, leader: Leader, record: AttemptRecord,
+                 cgroup: AttemptCgroup | None, readers: list[StreamReader], clock: Clock,
+                 on_exit: Callable[[AttemptProcess, Outcome], None] | None, adopted: bool):
+        self.spec = spec
+        self.record = record
+        self.adopted = adopted
+        self._leader = leader
+        self._cgroup = cgroup
+        self._readers = readers
+        self._clock = clock
+        self._on_exit = on_exit
+        self._stop_requested = False
+        self._done = threading.Event()
+        self._outcome: Outcome | None = None
+        self._watcher = threading.Thread(target=self._watch, daemon=True,
+                                         name=f"iris-attempt-{spec.task_id}-{spec.attempt}")
+        self._watcher.start()
+
+    @property
+    def pid(self) -> int:
+        return self._leader.pid
+
+    @property
+    def pgid(self) -> int:
+        return self._leader.pid  # start_new_session: the leader's pid is its group's id
+
+    @property
+    def memory_limit_enforced(self) -> bool:
+        return self._cgroup is not None and self._cgroup.memory_limit_bytes > 0
+
+    @classmethod
+    def start(cls, spec: AttemptSpec, argv: list[str], on_output: OnOutput | None = None, *,
+              cgroups: CgroupHost | None = None, clock: Clock = SYSTEM_CLOCK,
+              on_exit: Callable[[AttemptProcess, Outcome], None] | None = None,
+              ) -> AttemptProcess:
+        """Start `argv` for `spec`; output lines go to `on_output` as they come."""
+        return cls.launch(spec, popen_spawner(argv), on_output, cgroups=cgroups, clock=clock,
+                          on_exit=on_exit)
+
+    @classmethod
+    def launch(cls, spec: AttemptSpec, spawn: Spawner, on_output: OnOutput | None = None, *,
+               cgroups: CgroupHost | None = None, clock: Clock = SYSTEM_CLOCK,
+               on_exit: Callable[[AttemptProcess, Outcome], None] | None = None,
+               ) -> AttemptProcess:
+        """Start an attempt with any spawner (subprocess or zygote)."""
+        if not spec.cwd.is_dir():
+            raise AttemptStartError(f"working directory {spec.cwd} does not exist")
+        spec.attempt_dir.mkdir(parents=True, exist_ok=True)
+        cgroup = cls._make_cgroup(spec, cgroups)
+        fifos = [spec.attempt_dir / f"{name}.fifo" for name in ("stdout", "stderr")]
+        child_fds: list[int] = []
+        reader_fds: list[int] = []
+        try:
+            for fifo in fifos:
+                fifo.unlink(missing_ok=True)
+                child_fds.append(make_fifo(fifo))
+                reader_fds.append(open_reader(fifo))
+            leader = spawn(spec, child_fds[0], child_fds[1], cgroup)
+        except BaseException:
+            for fd in reader_fds:
+                os.close(fd)
+            if cgroup is not None:
+                cgroup.remove()
+            raise
+        finally:
+            for fd in child_fds:
+                os.close(fd)  # the child holds its own copies; ours would block EOF
+        record = AttemptRecord(
+            task_id=spec.task_id, attempt=spec.attempt, pid=leader.pid,
+            start_ticks=proc_start_ticks(leader.pid) or 0,
+            cgroup=str(cgroup.path) if cgroup else None,
+            cgroup_version=cgroup.version.value if cgroup else None,
+            memory_limit_bytes=spec.memory_limit_bytes, stdout_fifo=str(fifos[0]),
+            stderr_fifo=str(fifos[1]), started_wall=clock.wall(),
+        )
+        record.write(spec.attempt_dir)
+        readers = [StreamReader(name, fd, on_output, clock).start()
+                   for name, fd in zip(("stdout", "stderr"), reader_fds, strict=True)]
+        return cls(spec, leader, record, cgroup, readers, clock, on_exit, adopted=False)
+
+    @staticmethod
+    def _make_cgroup(spec: AttemptSpec, cgroups: CgroupHost | None) -> AttemptCgroup | None:
+        if cgroups is None:
+            if spec.memory_limit_bytes:
+                _log.warning("task %s attempt %s: memory limit of %d bytes NOT enforced "
+                             "(no cgroups on this host)", spec.task_id, spec.attempt,
+                             spec.memory_limit_bytes)
+            return None
+        try:
+            return cgroups.create(f"iris-{new_id()}", spec.memory_limit_bytes)
+        except IrisError as exc:
+            raise AttemptStartError(str(exc)) from exc
+
+    def stop(self, grace_s: float = DEFAULT_GRACE_S) -> Outcome:
+        """SIGTERM the group, wait up to `grace_s`, then SIGKILL everything; the outcome."""
+        if grace_s < 0:
+            raise ValueError(f"grace_s must be >= 0, got {grace_s}")
+        if not self._done.is_set():
+            self._stop_requested = True
+            self._signal_group(signal.SIGTERM)
+            if not self._done.wait(grace_s):
+                self._kill_everything()
+        self._done.wait()
+        assert self._outcome is not None
+        return self._outcome
+
+    def wait(self, timeout: float | None = None) -> Outcome | None:
+        """The outcome once the attempt is over; None if `timeout` seconds pass first."""
+        if not self._done.wait(timeout):
+            return None
+        return self._outcome
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def _signal_group(self, signum: int) -> None:
+        try:
+            os.killpg(self.pgid, signum)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def _kill_everything(self) -> None:
+        if self._cgroup is not None:
+            self._cgroup.kill_all()
+        self._signal_group(signal.SIGKILL)
+        for pid in session_members(self.pid, self.record.start_ticks):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def _watch(self) -> None:
+        returncode = self._leader.wait_returncode()
+        self._kill_everything()  # leftovers of a leader that exited (or was killed)
+        for reader in self._readers:
+            if not reader.join(_DRAIN_TIMEOUT_S):
+                _log.warning("attempt %s/%s: %s still open after the kill (a process "
+                             "escaped); giving up on it", self.spec.task_id,
+                             self.spec.attempt, reader.name)
+        oom_kills = self._cgroup.oom_kills() if self._cgroup else 0
+        if self._cgroup is not None and not self._cgroup.remove():
+            _log.warning("cgroup %s could not be removed", self._cgroup.path)
+        if returncode is None:
+            outcome = unknown_outcome("adopted after a worker restart: exit status unknown")
+            if self._stop_requested:
+                outcome = unknown_outcome("stopped on request after adoption")
+        else:
+            outcome = classify_exit(returncode, stop_requested=self._stop_requested,
+                                    oom_kills=oom_kills,
+                                    memory_limit_bytes=self.spec.memory_limit_bytes)
+        for fifo in (self.record.stdout_fifo, self.record.stderr_fifo):
+            Path(fifo).unlink(missing_ok=True)
+        remove_record(self.spec.attempt_dir)
+        self._outcome = outcome
+        self._done.set()
+        if self._on_exit is not None:
+            try:
+                self._on_exit(self, outcome)
+            except Exception:
+                _log.exception("on_exit callback failed")

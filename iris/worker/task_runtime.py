@@ -1,0 +1,121 @@
+"""What runs inside an attempt process: the preemption hook, the IRIS_* facts, and the
+runner for callable tasks. No sockets: importable without pyzmq.
+
+    import iris.worker.task_runtime as rt
+    rt.on_preempt(lambda: save_checkpoint())   # runs once on SIGTERM, then the task exits
+
+The worker stops an attempt with SIGTERM, waits a grace period (10 s by default), then
+SIGKILLs the whole process group. Registered callbacks run in the main thread on the first
+SIGTERM; afterwards the process exits with code 143 (128 + SIGTERM), so the worker reads it
+as "stopped" and the controller can retry from the checkpoint.
+
+A callable task is a cloudpickled `(fn, args, kwargs)`; `python -m iris.worker.task_runtime
+PAYLOAD_FILE` runs one. Its result (or exception) is written, cloudpickled, to the file named
+by IRIS_RESULT_PATH when that is set; exit code 0 on success, 1 on an exception.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+
+PREEMPT_EXIT_CODE = 128 + signal.SIGTERM
+_callbacks: list[Callable[[], None]] = []  # per process by nature: signal handlers are too
+_lock = threading.Lock()
+_fired = False
+
+
+@dataclass(frozen=True)
+class AttemptInfo:
+    task_id: str
+    attempt: int
+    attempt_dir: str
+
+
+def current_attempt() -> AttemptInfo | None:
+    """This process's task and attempt, from the IRIS_* variables; None outside a task."""
+    task_id = os.environ.get("IRIS_TASK_ID")
+    if not task_id:
+        return None
+    return AttemptInfo(task_id=task_id, attempt=int(os.environ.get("IRIS_ATTEMPT", "0")),
+                       attempt_dir=os.environ.get("IRIS_ATTEMPT_DIR", ""))
+
+
+def on_preempt(callback: Callable[[], None]) -> None:
+    """Run `callback` once when the worker asks this task to stop, within the grace period."""
+    if not callable(callback):
+        raise TypeError(f"on_preempt: expected a callable, got {callback!r}")
+    with _lock:
+        _callbacks.append(callback)
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, _handle_sigterm)
+        elif signal.getsignal(signal.SIGTERM) is not _handle_sigterm:
+            raise RuntimeError("on_preempt: first call must come from the main thread "
+                               "(Python installs signal handlers only there)")
+
+
+def _handle_sigterm(signum: int, frame: object) -> None:
+    global _fired
+    with _lock:
+        if _fired:
+            return
+        _fired = True
+        callbacks = list(_callbacks)
+    for callback in callbacks:
+        try:
+            callback()
+        except Exception:
+            traceback.print_exc()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    raise SystemExit(PREEMPT_EXIT_CODE)
+
+
+def run_payload(payload: bytes) -> int:
+    """Unpickle `(fn, args, kwargs)`, call it, store the result; the exit code."""
+    import cloudpickle  # here, so the zygote pre-imports it and plain imports stay cheap
+
+    result_path = os.environ.get("IRIS_RESULT_PATH")
+    try:
+        fn, args, kwargs = cloudpickle.loads(payload)
+        value, code = ("ok", fn(*args, **kwargs)), 0
+    except SystemExit:
+        raise
+    except BaseException as exc:
+        traceback.print_exc()
+        value, code = ("error", exc), 1
+    sys.stdout.flush()
+    if result_path:
+        _write_result(result_path, cloudpickle, value)
+    return code
+
+
+def _write_result(path: str, cloudpickle: object, value: tuple) -> None:
+    try:
+        data = cloudpickle.dumps(value)  # type: ignore[attr-defined]
+    except Exception as exc:  # an unpicklable result must not hide the run's outcome
+        data = cloudpickle.dumps(("error", RuntimeError(  # type: ignore[attr-defined]
+            f"result could not be pickled: {exc!r}")))
+    tmp = f"{path}.tmp"
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m iris.worker.task_runtime PAYLOAD_FILE", file=sys.stderr)
+        return 2
+    with open(args[0], "rb") as f:
+        payload = f.read()
+    return run_payload(payload)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
