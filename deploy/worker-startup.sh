@@ -1,6 +1,6 @@
 #!/bin/bash
-# Iris worker startup script for TPU VMs. GcpTpuProvider fills the {{IRIS_*}} placeholders
-# with shell-quoted values and passes the result as the node's `startup-script` metadata.
+# Iris worker startup script for TPU VMs. GcpTpuProvider fills the IRIS_* placeholders
+# (names in double braces) with shell-quoted values and passes the result as the node's `startup-script` metadata.
 # It runs as root on every host of the slice at each boot, so it must be idempotent.
 set -euo pipefail
 

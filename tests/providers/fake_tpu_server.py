@@ -80,10 +80,14 @@ class FakeTpuServer:
             self._fail_next.append(status)
 
     def preempt(self, node_id: str) -> None:
+        self.set_state(node_id, "PREEMPTED")
+
+    def set_state(self, node_id: str, state: str) -> None:
+        """Put a node in any tpu_v2 Node.State, as GCP would on its own (e.g. TERMINATED)."""
         with self._lock:
             for name, node in self._nodes.items():
                 if name.endswith(f"/nodes/{node_id}"):
-                    node["state"] = "PREEMPTED"
+                    node["state"] = state
                     return
         raise KeyError(node_id)
 
