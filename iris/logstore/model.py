@@ -1,0 +1,164 @@
+"""Log lines, the chunk encoding and the object layout: pure data, no I/O.
+
+Layout under a sink (the sink adds its own bucket/prefix or root directory):
+
+    jobs/{job path}/_tasks/{task}/attempts/{attempt}/chunks/{seq:010d}   immutable chunks
+    jobs/{job path}/_tasks/{task}/attempts/{attempt}/log                 all chunks, composed
+
+A job path like `/alice/train` becomes `jobs/alice/train/_tasks/...`. Job path components
+must start with a letter or digit (iris.base.ids), so `_tasks` can never be a job name and a
+child job's objects (`jobs/alice/train/eval/_tasks/...`) never fall under its parent's
+`_tasks/` prefix.
+
+A chunk is a msgpack stream: one header map, then record maps. Each record holds one read
+from a task pipe: a wall timestamp, the stream, and one or more lines as raw bytes (a task
+may print bytes that are not UTF-8; they are decoded only for display). Because every chunk
+starts with its own header, a chunk decodes alone and the composed `log` (the chunks
+concatenated) decodes with the same code, each record still knowing its chunk's seq.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import msgpack
+
+from iris.base.errors import InvalidRequestError
+from iris.base.ids import normalize_path
+from iris.logstore.errors import LogStorageError
+
+FORMAT_VERSION = 1
+STREAMS = ("stdout", "stderr")
+_STREAM_CODE = {name: code for code, name in enumerate(STREAMS)}
+_REL_KEY = re.compile(r"^(\d+)/attempts/(\d+)/(?:chunks/(\d{10})|(log))$")
+
+
+@dataclass(frozen=True, slots=True)
+class LogLine:
+    """One line a task printed. `ts` is wall seconds when the worker read it from the pipe."""
+
+    ts: float
+    stream: str
+    task: int
+    attempt: int
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One pipe read as stored: `data` is one or more lines (the last may lack its newline)."""
+
+    ts: float
+    stream: str
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkHeader:
+    job: str
+    task: int
+    attempt: int
+    seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectRef:
+    """What a key under a job's `_tasks/` prefix names: a chunk (seq set) or the composed log."""
+
+    task: int
+    attempt: int
+    seq: int | None
+
+
+def check_job(job: str) -> str:
+    try:
+        path = normalize_path(job)
+    except ValueError as exc:
+        raise InvalidRequestError(f"invalid job id for logs: {exc}", field="job") from exc
+    if path == "/":
+        raise InvalidRequestError("invalid job id for logs: '/' names no job", field="job")
+    return path
+
+
+def _check_index(value: int, what: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise InvalidRequestError(f"{what} must be an integer >= 0, got {value!r}", field=what)
+    return value
+
+
+def job_prefix(job: str) -> str:
+    """The prefix holding every task of `job` (and nothing of its child jobs)."""
+    return f"jobs{check_job(job)}/_tasks/"
+
+
+def attempt_prefix(job: str, task: int, attempt: int) -> str:
+    _check_index(task, "task")
+    _check_index(attempt, "attempt")
+    return f"{job_prefix(job)}{task}/attempts/{attempt}/"
+
+
+def chunk_key(job: str, task: int, attempt: int, seq: int) -> str:
+    return f"{attempt_prefix(job, task, attempt)}chunks/{_check_index(seq, 'seq'):010d}"
+
+
+def log_key(job: str, task: int, attempt: int) -> str:
+    return f"{attempt_prefix(job, task, attempt)}log"
+
+
+def parse_key(job_tasks_prefix: str, key: str) -> ObjectRef | None:
+    """Name a key listed under `job_prefix(job)`; None for anything else (e.g. compose temps)."""
+    if not key.startswith(job_tasks_prefix):
+        return None
+    match = _REL_KEY.match(key[len(job_tasks_prefix):])
+    if match is None:
+        return None
+    seq = int(match.group(3)) if match.group(3) is not None else None
+    return ObjectRef(task=int(match.group(1)), attempt=int(match.group(2)), seq=seq)
+
+
+def encode_chunk(header: ChunkHeader, records: list[Record]) -> bytes:
+    packer = msgpack.Packer(use_bin_type=True)
+    parts = [packer.pack({"v": FORMAT_VERSION, "job": header.job, "task": header.task,
+                          "attempt": header.attempt, "seq": header.seq})]
+    for rec in records:
+        parts.append(packer.pack({"t": rec.ts, "s": _STREAM_CODE[rec.stream], "b": rec.data}))
+    return b"".join(parts)
+
+
+def decode_chunks(data: bytes) -> Iterator[tuple[ChunkHeader, Record]]:
+    """Records of one chunk or of a composed log, each with the header of its chunk."""
+    unpacker = msgpack.Unpacker(raw=False, strict_map_key=True)
+    unpacker.feed(data)
+    header: ChunkHeader | None = None
+    try:
+        for obj in unpacker:
+            if not isinstance(obj, dict):
+                raise ValueError(f"expected a map, got {type(obj).__name__}")
+            if "v" in obj:
+                if obj["v"] != FORMAT_VERSION:
+                    raise ValueError(f"unsupported log format version {obj['v']!r}")
+                header = ChunkHeader(obj["job"], obj["task"], obj["attempt"], obj["seq"])
+            elif header is None:
+                raise ValueError("record before any chunk header")
+            else:
+                yield header, Record(float(obj["t"]), STREAMS[obj["s"]], bytes(obj["b"]))
+        if unpacker.tell() != len(data):
+            raise ValueError(f"truncated after {unpacker.tell()} of {len(data)} bytes")
+    except (ValueError, KeyError, IndexError, TypeError, msgpack.UnpackException) as exc:
+        raise LogStorageError(f"malformed log chunk: {exc}", transient=False) from exc
+
+
+def split_lines(header: ChunkHeader, rec: Record) -> list[LogLine]:
+    """The lines of one record, decoded for display (bad UTF-8 becomes U+FFFD)."""
+    text = rec.data.decode("utf-8", errors="replace")
+    if text.endswith("\n"):
+        text = text[:-1]
+    return [LogLine(rec.ts, rec.stream, header.task, header.attempt, line)
+            for line in text.split("\n")]
+
+
+def format_line(line: LogLine) -> str:
+    """How `iris job logs` shows a line merged from many tasks."""
+    return f"[task {line.task}/attempt {line.attempt}] {line.text}"
