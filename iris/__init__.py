@@ -1,1 +1,43 @@
-"""Iris: actors and jobs on preemptible accelerator fleets, over ZeroMQ."""
+"""Iris: actors and jobs on preemptible accelerator fleets, over ZeroMQ.
+
+    @iris.actor
+    class Trainer: ...
+
+    with iris.local_cluster() as cluster:
+        ref = Trainer.serve("trainer", 1e-3)
+        iris.resolve("trainer").get_weights().result()
+"""
+
+from iris.actors import (
+                         ActorFuture,
+                         ActorGroup,
+                         ActorRef,
+                         ClusterContext,
+                         NodeConfig,
+                         Security,
+                         actor,
+                         current,
+                         generate_keys,
+)
+from iris.base import errors
+from iris.base.errors import (
+                         ActorCallError,
+                         ActorDiedError,
+                         ActorNotFoundError,
+                         BadArgumentsError,
+                         DeadlineExceededError,
+                         IrisError,
+                         MethodNotFoundError,
+                         PeerUnavailableError,
+                         RemoteError,
+)
+from iris.base.resources import Resources
+from iris.client import connect, list_actors, local_cluster, resolve, resolve_all
+
+__all__ = [
+    "ActorCallError", "ActorDiedError", "ActorFuture", "ActorGroup", "ActorNotFoundError",
+    "ActorRef", "BadArgumentsError", "ClusterContext", "DeadlineExceededError", "IrisError",
+    "MethodNotFoundError", "NodeConfig", "PeerUnavailableError", "RemoteError", "Resources",
+    "Security", "actor", "connect", "current", "errors", "generate_keys", "list_actors",
+    "local_cluster", "resolve", "resolve_all",
+]

@@ -1,1 +1,3 @@
-"""wire layer."""
+"""Layer 2: the wire protocol (message kinds, envelope encode/decode) and the payload codec."""
+
+__all__ = ["codec", "messages", "remote_errors"]

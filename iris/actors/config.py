@@ -1,0 +1,36 @@
+"""Node configuration: one frozen dataclass; every field says its unit and why its default."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    # Where this process's ROUTER listens. Port 0 picks a free port. Loopback by default:
+    # binding anything else requires CURVE keys (see security.py).
+    bind: str = "tcp://127.0.0.1:0"
+    # Seconds a call may take when the caller gives no timeout. Long enough for a training
+    # step behind a blocking method; short enough that a lost call surfaces the same hour.
+    default_timeout_s: float = 300.0
+    # Seconds between PINGs to a peer that owes us replies and has been silent. Paranoid
+    # Pirate: any traffic counts as a sign of life, so a busy peer is never pinged.
+    heartbeat_interval_s: float = 0.5
+    # A peer silent this long while owing replies is declared dead and its calls fail.
+    # 3 s = 6 missed heartbeats: survives a GC pause or a loaded 2-core box, and keeps the
+    # promise that calls on a dead peer fail within 5 s (3 s + one sweep interval).
+    peer_dead_after_s: float = 3.0
+    # How often pending calls are checked against their deadlines and peers against
+    # liveness. 50 ms keeps deadline errors prompt at negligible cost (one heap peek).
+    sweep_interval_s: float = 0.05
+    # ZeroMQ reconnect backoff: first retry after 100 ms, doubling up to 2 s, so a restarted
+    # peer is found again quickly without hammering a dead address.
+    reconnect_initial_ms: int = 100
+    reconnect_max_ms: int = 2000
+    # Largest single frame accepted; a peer sending more is disconnected by libzmq before
+    # we allocate it. 1 GiB leaves room for big weight transfers.
+    max_frame_bytes: int = 1 << 30
+    # Messages queued per socket before sends fail fast instead of growing memory.
+    high_water_mark: int = 200_000
+    # Async methods of one actor running at once (sync methods always run one at a time).
+    default_max_concurrency: int = 1000

@@ -1,0 +1,167 @@
+"""ClusterContext: this process's membership in one cluster — its node, the registry, a namespace.
+
+Not how a cluster is started (that is iris.client). The context serves actors (host +
+register + keep the lease alive), resolves names, and is what `iris.resolve` and refs use
+through the `current_context` ContextVar. Relative names live in the context's namespace
+(the job tree, e.g. `/alice/rl`); names starting with `/` are absolute.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from iris.actors.current import current_context
+from iris.actors.future import ActorFuture
+from iris.actors.node import Node
+from iris.actors.refs import ActorGroup, ActorRef, _context
+from iris.actors.registry import LEASE_S, REGISTRY_KEY, RENEW_INTERVAL_S
+from iris.base.errors import ActorNotFoundError
+from iris.base.ids import join_path
+
+_log = logging.getLogger(__name__)
+# Registry calls made on a caller's behalf (register, resolve) fail after this long.
+_REGISTRY_TIMEOUT_S = 30.0
+
+
+def current() -> ClusterContext:
+    return _context()
+
+
+class ClusterContext:
+    def __init__(self, node: Node, registry_address: str, namespace: str = "/",
+                 owns_node: bool = False):
+        self.node = node
+        self.address = registry_address
+        self.namespace = namespace
+        self._owns_node = owns_node
+        self._served: dict[str, str] = {}  # absolute name -> key in this node
+        self._tokens: list = []
+        self._closed = False
+        node.cluster = self
+        node.call_in_loop(current_context.set, self)  # async methods see this context too
+        node.call_in_loop(self._schedule_renewal)
+
+    def _registry(self, method: str, *args: Any,
+                  timeout_s: float = _REGISTRY_TIMEOUT_S) -> ActorFuture:
+        """Call the registry through this context's node (whichever context is current)."""
+        return self.node.call(self.address, REGISTRY_KEY, method, args, timeout_s=timeout_s)
+
+    # ------------------------------------------------------------ names
+
+    def full_name(self, name: str) -> str:
+        return join_path(self.namespace, name)
+
+    def serve(self, cls: type, name: str, *args: Any, **kwargs: Any) -> ActorRef:
+        """Host an instance of `cls` in this process and register it as `name`."""
+        full = self.full_name(name)
+        self.node.host(full, cls, args, kwargs)
+        try:
+            self._registry("register", full, self.node.address, full, self.node.id).result()
+        except BaseException:
+            self.node.unhost(full)
+            raise
+        self._served[full] = full
+        return ActorRef(full, self.node.address, full)
+
+    def unserve(self, name: str) -> None:
+        full = self.full_name(name)
+        if self._served.pop(full, None) is not None:
+            self._registry("unregister", full, self.node.address, full).result()
+            self.node.unhost(full)
+
+    def resolve(self, name: str, timeout: float = 30.0) -> ActorRef:
+        """A ref to `name`, waiting up to `timeout` seconds for it to be registered."""
+        full = self.full_name(name)
+        endpoints = self._registry("resolve", full, timeout,
+                                   timeout_s=timeout + _REGISTRY_TIMEOUT_S).result()
+        if not endpoints:
+            raise ActorNotFoundError(
+                f"no actor registered as {full!r} after waiting {timeout} s "
+                f"(registry at {self.address})", actor=full, address=self.address)
+        first = endpoints[0]
+        return ActorRef(full, first["address"], first["key"])
+
+    def resolve_all(self, name: str, timeout: float = 0.0) -> ActorGroup:
+        """Every live replica of `name` (waiting up to `timeout` s for at least one)."""
+        full = self.full_name(name)
+        endpoints = self._registry("resolve", full, timeout,
+                                   timeout_s=timeout + _REGISTRY_TIMEOUT_S).result()
+        return ActorGroup(full, [ActorRef(full, e["address"], e["key"]) for e in endpoints])
+
+    def list_actors(self, prefix: str = "/") -> list[dict]:
+        return self._registry("list", prefix).result()
+
+    def resolve_then(self, ref: ActorRef, send: Callable[[], ActorFuture]) -> ActorFuture:
+        """Resolve `ref` again, then `send()`; never blocks (works on the loop thread too)."""
+        outer = ActorFuture(ref.name, "(resolve)", self.address)
+
+        def resolved(fut: ActorFuture) -> None:
+            error = fut.exception()
+            if error is None and not fut.result():
+                error = ActorNotFoundError(f"no actor registered as {ref.name!r} "
+                                           f"(registry at {self.address})", actor=ref.name)
+            if error is not None:
+                outer.set_exception(error)
+                return
+            ref._rebind(fut.result()[0]["address"], fut.result()[0]["key"])
+            inner = send()
+            inner.add_done_callback(lambda f: _forward(f, outer))
+
+        self._registry("resolve", ref.name, 0.0).add_done_callback(resolved)
+        return outer
+
+    # ------------------------------------------------------------ leases
+
+    def _schedule_renewal(self) -> None:
+        if not self._closed:
+            self.node.loop.call_later(RENEW_INTERVAL_S, self._renew)
+
+    def _renew(self) -> None:
+        if self._closed:
+            return
+        if self._served:
+            self._registry("renew", self.node.id, timeout_s=LEASE_S).add_done_callback(
+                self._renewed)
+        self._schedule_renewal()
+
+    def _renewed(self, fut: ActorFuture) -> None:
+        if fut.exception() is not None:
+            _log.warning("lease renewal failed: %s", fut.exception())
+            return
+        if fut.result() < len(self._served):  # the registry lost us (restart, or a long stall)
+            for full, key in list(self._served.items()):
+                self._registry("register", full, self.node.address, key, self.node.id)
+
+    # ------------------------------------------------------------ lifecycle
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for full in list(self._served):
+            try:
+                self._registry("unregister", full, self.node.address, full,
+                               timeout_s=2.0).result()
+            except Exception:  # the registry may already be gone; the lease covers it
+                pass
+        self._served.clear()
+        if self._owns_node:
+            self.node.stop()
+
+    def __enter__(self) -> ClusterContext:
+        self._tokens.append(current_context.set(self))
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        current_context.reset(self._tokens.pop())
+        self.close()
+
+
+def _forward(src: ActorFuture, dst: ActorFuture) -> None:
+    error = src.exception()
+    if error is not None:
+        dst.set_exception(error)
+    else:
+        dst.set_result(src.result())

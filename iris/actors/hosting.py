@@ -1,0 +1,266 @@
+"""Hosting actors: the @actor decorator and one live actor instance inside a node.
+
+Not routing or sockets (node.py). A hosted actor has its own thread: sync methods run
+there one at a time, so a blocking method never stalls the node's loop or other actors.
+`async def` methods run on the node's loop, at most `max_concurrency` at once. Hooks:
+`on_start()` after construction and `on_stop()` at shutdown, both on the actor's thread.
+Calls still queued when the actor stops are answered with ActorDiedError.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import threading
+from collections import deque
+from dataclasses import dataclass
+from queue import SimpleQueue
+from typing import TYPE_CHECKING, Any
+
+from iris.actors.current import current_context
+from iris.base.errors import ProtocolError
+from iris.wire import messages
+
+if TYPE_CHECKING:
+    from iris.actors.node import Node
+
+_log = logging.getLogger(__name__)
+_HOOKS = ("on_start", "on_stop")
+_STOP = object()
+
+
+@dataclass(frozen=True)
+class ActorSpec:
+    cls: type
+    methods: dict[str, bool]  # public method name -> is it `async def`
+    max_concurrency: int | None
+
+
+def actor(cls: type | None = None, *, max_concurrency: int | None = None):
+    """Class decorator: `@iris.actor` or `@iris.actor(max_concurrency=64)`.
+
+    Adds `Cls.serve(name, *args, **kwargs)`; the class otherwise stays an ordinary class.
+    """
+
+    def wrap(target: type) -> type:
+        if not isinstance(target, type):
+            raise TypeError(f"@iris.actor decorates a class, not {target!r}")
+        methods = {
+            name: inspect.iscoroutinefunction(member)
+            for name, member in inspect.getmembers(target, callable)
+            if not name.startswith("_") and name not in _HOOKS
+            and not isinstance(inspect.getattr_static(target, name), staticmethod | classmethod)
+        }
+        target.__iris_actor__ = ActorSpec(target, methods, max_concurrency)
+        target.serve = classmethod(_serve)
+        return target
+
+    return wrap(cls) if cls is not None else wrap
+
+
+def _serve(cls: type, name: str, *args: Any, **kwargs: Any):
+    from iris.actors.context import current
+
+    return current().serve(cls, name, *args, **kwargs)
+
+
+def spec_of(cls: type) -> ActorSpec:
+    spec = getattr(cls, "__iris_actor__", None)
+    if not isinstance(spec, ActorSpec) or spec.cls is not cls:
+        raise TypeError(f"{cls.__qualname__} is not an actor class: decorate it with @iris.actor")
+    return spec
+
+
+class HostedActor:
+    """One actor instance served by a node under `key` (its registered absolute name)."""
+
+    def __init__(self, node: Node, key: str, spec: ActorSpec, args: tuple, kwargs: dict,
+                 cluster: Any = None):
+        self.node = node
+        self.key = key
+        self.spec = spec
+        self.instance: Any = None
+        self._cluster = cluster
+        self._queue: SimpleQueue = SimpleQueue()
+        self._started = threading.Event()
+        self._start_error: BaseException | None = None
+        self._stopping = False
+        self._max_async = spec.max_concurrency or node.config.default_max_concurrency
+        self._async_running = 0
+        self._async_waiting: deque = deque()
+        self._async_tasks: set[asyncio.Task] = set()
+        self._thread = threading.Thread(target=self._main, args=(args, kwargs), daemon=True,
+                                        name=f"iris-actor-{key}")
+
+    def start(self) -> None:
+        """Construct the instance on its thread and run on_start; re-raise their errors."""
+        self._thread.start()
+        self._started.wait()
+        if self._start_error is not None:
+            self._thread.join()
+            raise self._start_error
+
+    def stop(self) -> None:
+        self._stopping = True
+        self._queue.put(_STOP)
+        if threading.current_thread() is not self._thread:
+            self._thread.join()
+
+    # ------------------------------------------------------------ loop thread
+
+    def dispatch(self, rid: bytes, call: messages.Call, deadline: float) -> None:
+        is_async = self.spec.methods.get(call.method)
+        if is_async is None:
+            known = ", ".join(sorted(self.spec.methods)) or "none"
+            self._reply_error(rid, call, messages.E_METHOD_NOT_FOUND,
+                              f"actor {self.key!r} at {self.node.address} has no method "
+                              f"{call.method!r} (public methods: {known})")
+        elif self._stopping:
+            self._reply_died(rid, call)
+        elif not is_async:
+            self._queue.put((rid, call, deadline))
+        elif self._async_running < self._max_async:
+            self._start_async(rid, call, deadline)
+        else:
+            self._async_waiting.append((rid, call, deadline))
+
+    def _start_async(self, rid: bytes, call: messages.Call, deadline: float) -> None:
+        self._async_running += 1
+        task = self.node.loop.create_task(self._run_async(rid, call, deadline))
+        self._async_tasks.add(task)
+        task.add_done_callback(self._async_done)
+
+    def _async_done(self, task: asyncio.Task) -> None:
+        self._async_tasks.discard(task)
+        self._async_running -= 1
+        if self._async_waiting and not self._stopping:
+            self._start_async(*self._async_waiting.popleft())
+
+    async def _run_async(self, rid: bytes, call: messages.Call, deadline: float) -> None:
+        if self.node.now() > deadline:
+            return self._reply_late(rid, call)
+        try:
+            args, kwargs = messages.call_arguments(call)
+            coro = getattr(self.instance, call.method)(*args, **kwargs)
+        except BaseException as exc:
+            return self._reply_exception(rid, call, exc, at_call_site=True)
+        try:
+            result = await coro
+        except asyncio.CancelledError:
+            self._reply_died(rid, call)
+            raise
+        except BaseException as exc:
+            return self._reply_exception(rid, call, exc, at_call_site=False)
+        if not call.oneway:
+            self.node.send_reply(rid, self._encode_result(call, result))
+
+    # ------------------------------------------------------------ actor thread
+
+    def _main(self, args: tuple, kwargs: dict) -> None:
+        current_context.set(self._cluster)
+        try:
+            self.instance = self.spec.cls(*args, **kwargs)
+            self._run_hook("on_start")
+        except BaseException as exc:
+            self._start_error = exc
+            self._started.set()
+            return
+        self._started.set()
+        queue = self._queue
+        while (item := queue.get()) is not _STOP:
+            self._run_sync(*item)
+        while not queue.empty():  # calls that arrived before the stop: they never ran
+            item = queue.get()
+            if item is not _STOP:
+                self._reply_died(item[0], item[1], via_post=True)
+        self._cancel_async()
+        try:
+            self._run_hook("on_stop")
+        except Exception:
+            _log.exception("on_stop of actor %s raised", self.key)
+
+    def _run_hook(self, name: str) -> None:
+        hook = getattr(self.instance, name, None)
+        if hook is None:
+            return
+        if inspect.iscoroutinefunction(hook):
+            asyncio.run_coroutine_threadsafe(hook(), self.node.loop).result()
+        else:
+            hook()
+
+    def _run_sync(self, rid: bytes, call: messages.Call, deadline: float) -> None:
+        node = self.node
+        if node.now() > deadline:
+            return self._reply_late(rid, call, via_post=True)
+        try:
+            args, kwargs = messages.call_arguments(call)
+        except ProtocolError as exc:
+            return self._reply_error(rid, call, messages.E_PROTOCOL, str(exc), via_post=True)
+        method = getattr(self.instance, call.method)
+        try:
+            result = method(*args, **kwargs)
+        except BaseException as exc:
+            return self._reply_exception(rid, call, exc, at_call_site=True, via_post=True)
+        if not call.oneway:
+            node.post_reply(rid, self._encode_result(call, result))
+
+    def _cancel_async(self) -> None:
+        def cancel_all() -> None:
+            for task in list(self._async_tasks):
+                task.cancel()
+            while self._async_waiting:
+                rid, call, _ = self._async_waiting.popleft()
+                self._reply_died(rid, call)
+
+        if not self.node.loop.is_closed():
+            self.node.call_in_loop(cancel_all)
+
+    # ------------------------------------------------------------ replies
+
+    def _encode_result(self, call: messages.Call, result: Any) -> list:
+        try:
+            return messages.encode_reply(call.call_id, result)
+        except Exception as exc:
+            return messages.encode_error(
+                call.call_id, messages.E_APP,
+                f"{self.key}.{call.method} returned a value that cannot be sent: {exc}", exc)
+
+    def _reply_exception(self, rid: bytes, call: messages.Call, exc: BaseException,
+                         at_call_site: bool, via_post: bool = False) -> None:
+        # A TypeError raised by the call itself (no frame of the method on the traceback)
+        # means the arguments did not bind: report it as such, naming the signature.
+        if (at_call_site and isinstance(exc, TypeError) and exc.__traceback__ is not None
+                and exc.__traceback__.tb_next is None):
+            method = getattr(self.instance, call.method)
+            message = (f"{self.key}.{call.method}{inspect.signature(method)} at "
+                       f"{self.node.address}: {exc}")
+            return self._reply_error(rid, call, messages.E_BAD_ARGUMENTS, message, via_post)
+        if call.oneway:
+            _log.warning("cast %s.%s raised %r", self.key, call.method, exc)
+            return None
+        frames = messages.encode_error(call.call_id, messages.E_APP, str(exc), exc)
+        self._send(rid, frames, via_post)
+
+    def _reply_late(self, rid: bytes, call: messages.Call, via_post: bool = False) -> None:
+        self._reply_error(rid, call, messages.E_DEADLINE,
+                          f"{self.key}.{call.method} at {self.node.address} waited in the "
+                          "actor's queue past its deadline and was not run", via_post)
+
+    def _reply_died(self, rid: bytes, call: messages.Call, via_post: bool = False) -> None:
+        self._reply_error(rid, call, messages.E_ACTOR_DIED,
+                          f"actor {self.key!r} at {self.node.address} stopped before "
+                          f"{call.method!r} ran", via_post)
+
+    def _reply_error(self, rid: bytes, call: messages.Call, code: str, message: str,
+                     via_post: bool = False) -> None:
+        if call.oneway:
+            _log.warning("dropped cast %s.%s: %s", self.key, call.method, message)
+            return
+        self._send(rid, messages.encode_error(call.call_id, code, message), via_post)
+
+    def _send(self, rid: bytes, frames: list, via_post: bool) -> None:
+        if via_post:
+            self.node.post_reply(rid, frames)
+        else:
+            self.node.send_reply(rid, frames)

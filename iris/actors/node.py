@@ -1,0 +1,412 @@
+"""Node: this process's endpoint — one ROUTER (its address), one DEALER per peer, one loop thread.
+
+Not actor semantics (hosting.py) nor liveness policy (peers.py). Every socket is owned by a
+uvloop event loop running in the node's own thread. Sockets are read with `add_reader` on
+the ZeroMQ FD and drained with NOBLOCK loops: on this machine that did ~100k calls/s where
+zmq.asyncio did ~25k. Other threads never touch a socket: they append work to `_outbox`
+and wake the loop at most once per batch.
+
+The ZeroMQ FD is edge-triggered: after any send, incoming messages may be waiting without a
+new wake-up, so every socket we send on is drained again before the loop sleeps.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import uvloop
+import zmq
+
+from iris.actors.config import NodeConfig
+from iris.actors.future import ActorFuture
+from iris.actors.hosting import HostedActor, spec_of
+from iris.actors.peers import DeadlineQueue, Peer
+from iris.actors.security import Security, check_bind_allowed
+from iris.actors.stats import NodeStats
+from iris.base.clock import SYSTEM_CLOCK, Clock
+from iris.base.errors import (
+    ConflictError,
+    DeadlineExceededError,
+    PeerUnavailableError,
+    ProtocolError,
+)
+from iris.base.ids import new_id
+from iris.wire import messages, remote_errors
+
+_log = logging.getLogger(__name__)
+
+
+class Node:
+    def __init__(self, config: NodeConfig | None = None, *, security: Security | None = None,
+                 clock: Clock = SYSTEM_CLOCK):
+        self.config = config or NodeConfig()
+        self.security = security
+        self.clock = clock
+        self.id = new_id("node-")
+        self.address = ""
+        self.stats = NodeStats()
+        self.cluster: Any = None  # the ClusterContext this node serves, set by it
+        self._ctx = zmq.Context()
+        self._auth: Any = None
+        self.loop = uvloop.new_event_loop()
+        self._loop_thread_id = 0
+        self._thread = threading.Thread(target=self._run, daemon=True, name=f"iris-{self.id}")
+        self._ready = threading.Event()
+        self._start_error: BaseException | None = None
+        self._router: zmq.Socket | None = None
+        self._peers: dict[str, Peer] = {}
+        self._actors: dict[str, HostedActor] = {}
+        self._deadlines = DeadlineQueue()
+        self._outbox: collections.deque = collections.deque()
+        self._wake_pending = False
+        self._dirty_peers: set[Peer] = set()
+        self._router_dirty = False
+        self._drain_scheduled = False
+        self._call_ids = itertools.count(1)
+        self._stopped = False
+
+    # ------------------------------------------------------------ lifecycle
+
+    def start(self) -> Node:
+        check_bind_allowed(self.config.bind, self.security)
+        self._thread.start()
+        self._ready.wait()
+        if self._start_error is not None:
+            self._thread.join()
+            raise self._start_error
+        return self
+
+    def stop(self) -> None:
+        """Stop hosted actors (queued calls get ActorDiedError), fail pending calls, close."""
+        if self._stopped or not self._thread.is_alive():
+            self._stopped = True
+            return
+        self._stopped = True
+        for hosted in list(self._actors.values()):
+            hosted.stop()
+        done = threading.Event()
+        self.loop.call_soon_threadsafe(self._shutdown, done)
+        done.wait()
+        self._thread.join()
+        if self._auth is not None:
+            self._auth.stop()
+        self._ctx.destroy(linger=0)
+
+    def __enter__(self) -> Node:
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    def _run(self) -> None:
+        self._loop_thread_id = threading.get_ident()
+        try:
+            self._auth = self.security.start_authenticator(self._ctx) if self.security else None
+            self._router = self._bind_router()
+        except BaseException as exc:
+            self._start_error = exc
+            self._ready.set()
+            return
+        self.loop.add_reader(self._router.getsockopt(zmq.FD), self._drain_router)
+        self.loop.call_later(self.config.sweep_interval_s, self._sweep)
+        self._ready.set()
+        try:
+            self.loop.run_forever()
+        finally:
+            self.loop.close()
+
+    def _bind_router(self) -> zmq.Socket:
+        router = self.new_socket(zmq.ROUTER)
+        router.setsockopt(zmq.ROUTER_MANDATORY, 1)  # a reply to a vanished peer raises, counted
+        router.setsockopt(zmq.MAXMSGSIZE, self.config.max_frame_bytes)
+        if self.security:
+            self.security.configure_server(router)
+        bind = self.config.bind
+        if bind.endswith(":0"):
+            port = router.bind_to_random_port(bind.rsplit(":", 1)[0])
+            self.address = f"{bind.rsplit(':', 1)[0]}:{port}"
+        else:
+            router.bind(bind)
+            self.address = router.getsockopt_string(zmq.LAST_ENDPOINT)
+        return router
+
+    def _shutdown(self, done: threading.Event) -> None:
+        try:
+            self._flush_outbox()
+            for peer in self._peers.values():
+                peer.fail_all("this node is stopping")
+                peer.close()
+            self._peers.clear()
+            if self._router is not None:
+                self.loop.remove_reader(self._router.getsockopt(zmq.FD))
+                self._router.close(linger=0)
+        finally:
+            self.loop.stop()
+            done.set()
+
+    def new_socket(self, kind: int) -> zmq.Socket:
+        sock = self._ctx.socket(kind)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.SNDHWM, self.config.high_water_mark)
+        sock.setsockopt(zmq.RCVHWM, self.config.high_water_mark)
+        sock.setsockopt(zmq.RECONNECT_IVL, self.config.reconnect_initial_ms)
+        sock.setsockopt(zmq.RECONNECT_IVL_MAX, self.config.reconnect_max_ms)
+        if kind == zmq.DEALER and self.security:
+            self.security.configure_client(sock)
+        return sock
+
+    def now(self) -> float:
+        return self.clock.monotonic()
+
+    def in_loop_thread(self) -> bool:
+        return threading.get_ident() == self._loop_thread_id
+
+    # ------------------------------------------------------------ hosting
+
+    def host(self, key: str, cls: type, args: tuple = (), kwargs: dict | None = None) -> HostedActor:
+        """Serve an instance of actor class `cls` under `key` in this node (blocking)."""
+        spec = spec_of(cls)
+        if key in self._actors:
+            raise ConflictError(f"this node already serves an actor under {key!r}")
+        hosted = HostedActor(self, key, spec, args, kwargs or {}, cluster=self.cluster)
+        hosted.start()
+        self._actors[key] = hosted
+        return hosted
+
+    def unhost(self, key: str) -> None:
+        hosted = self._actors.pop(key, None)
+        if hosted is not None:
+            hosted.stop()
+
+    def hosted(self) -> list[str]:
+        return sorted(self._actors)
+
+    # ------------------------------------------------------------ calling (any thread)
+
+    def call(self, address: str, actor: str, method: str, args: tuple = (),
+             kwargs: dict | None = None, *, timeout_s: float | None = None,
+             oneway: bool = False) -> ActorFuture:
+        """Send a call; returns at once. Thread-safe."""
+        timeout_s = self.config.default_timeout_s if timeout_s is None else timeout_s
+        call_id = next(self._call_ids)
+        fut = ActorFuture(actor, method, address, self._loop_thread_id)
+        try:
+            frames = messages.encode_call(call_id, actor, method, int(timeout_s * 1000),
+                                          args, kwargs or {}, oneway)
+        except Exception as exc:
+            fut.set_exception(TypeError(f"arguments of {actor}.{method} cannot be sent: {exc}"))
+            return fut
+        if self._stopped:
+            fut.set_exception(PeerUnavailableError(
+                f"cannot call {actor}.{method}: this node is stopped",
+                actor=actor, method=method, address=address))
+            return fut
+        if threading.get_ident() == self._loop_thread_id:
+            self._send_call(address, call_id, fut, frames, timeout_s, oneway)
+        else:
+            self._post(self._send_call, address, call_id, fut, frames, timeout_s, oneway)
+        return fut
+
+    def _post(self, fn: Callable, *args: Any) -> None:
+        self._outbox.append((fn, args))
+        if not self._wake_pending:
+            self._wake_pending = True
+            try:
+                self.loop.call_soon_threadsafe(self._flush_outbox)
+            except RuntimeError:  # loop closed: the node stopped under a racing caller
+                pass
+
+    def call_in_loop(self, fn: Callable, *args: Any) -> None:
+        """Run fn(*args) on the loop thread (soon, or now when already on it)."""
+        if threading.get_ident() == self._loop_thread_id:
+            fn(*args)
+        else:
+            self._post(fn, *args)
+
+    def post_reply(self, rid: bytes, frames: list) -> None:
+        self._post(self.send_reply, rid, frames)
+
+    # ------------------------------------------------------------ loop thread
+
+    def _flush_outbox(self) -> None:
+        self._wake_pending = False
+        outbox = self._outbox
+        while outbox:
+            fn, args = outbox.popleft()
+            try:
+                fn(*args)
+            except Exception:
+                _log.exception("node %s: posted work %s failed", self.id, fn)
+        self._drain_dirty()
+
+    def _send_call(self, address: str, call_id: int, fut: ActorFuture, frames: list,
+                   timeout_s: float, oneway: bool) -> None:
+        peer = self._peers.get(address)
+        if peer is None:
+            try:
+                peer = self._peers[address] = Peer(self, address)
+            except zmq.ZMQError as exc:
+                fut.set_exception(PeerUnavailableError(
+                    f"cannot connect to {address!r}: {exc}", actor=fut.actor,
+                    method=fut.method, address=address))
+                return
+        now = self.now()
+        if not oneway:
+            peer.track(call_id, fut, now)
+            self._deadlines.push(now + timeout_s, call_id, peer)
+        if not self.send_to_peer(peer, frames):
+            peer.pending.pop(call_id, None)
+            fut.set_exception(PeerUnavailableError(
+                f"send queue to {address} is full ({self.config.high_water_mark} messages)",
+                actor=fut.actor, method=fut.method, address=address))
+        elif oneway:
+            fut.set_result(None)
+        self.stats.calls_sent += 1
+
+    def send_to_peer(self, peer: Peer, frames: list) -> bool:
+        try:
+            peer.dealer.send_multipart(frames, zmq.NOBLOCK, copy=False)
+        except zmq.Again:
+            return False
+        finally:
+            self._dirty_peers.add(peer)
+            self._schedule_drain()
+        return True
+
+    def send_reply(self, rid: bytes, frames: list) -> None:
+        try:
+            self._router.send_multipart([rid, *frames], zmq.NOBLOCK, copy=False)
+        except (zmq.Again, zmq.ZMQError):  # caller vanished or is flooding: it will time out
+            self.stats.replies_dropped += 1
+        self._router_dirty = True
+        self._schedule_drain()
+
+    def _schedule_drain(self) -> None:
+        if not self._drain_scheduled:
+            self._drain_scheduled = True
+            self.loop.call_soon(self._drain_dirty)
+
+    def _drain_dirty(self) -> None:
+        self._drain_scheduled = False
+        if self._router_dirty:
+            self._router_dirty = False
+            self._drain_router()
+        if self._dirty_peers:
+            dirty, self._dirty_peers = self._dirty_peers, set()
+            for peer in dirty:
+                self.drain_peer(peer)
+
+    def _drain_router(self) -> None:
+        router = self._router
+        if router is None or router.closed:
+            return
+        while True:
+            try:
+                frames = router.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return
+            try:
+                self._on_request(frames)
+            except Exception:  # never let one message kill the loop
+                self.stats.malformed += 1
+                _log.exception("node %s: failed handling a request", self.id)
+
+    def _on_request(self, frames: list) -> None:
+        if len(frames) < 2:
+            self.stats.malformed += 1
+            return
+        rid = frames[0].bytes
+        try:
+            msg = messages.decode(frames[1].bytes, frames[2:])
+        except ProtocolError as exc:
+            self.stats.malformed += 1
+            _log.debug("node %s dropped a malformed message: %s", self.id, exc)
+            return
+        kind = msg[1]
+        if kind == messages.CALL or kind == messages.CAST:
+            call = messages.call_from(msg, frames[2:])
+            self.stats.calls_received += 1
+            hosted = self._actors.get(call.actor)
+            if hosted is None:
+                known = ", ".join(sorted(self._actors)) or "none"
+                if not call.oneway:
+                    self.send_reply(rid, messages.encode_error(
+                        call.call_id, messages.E_ACTOR_NOT_FOUND,
+                        f"no actor {call.actor!r} at {self.address} (serving: {known})"))
+                return
+            hosted.dispatch(rid, call, self.now() + call.timeout_ms / 1000)
+        elif kind == messages.PING:
+            self.send_reply(rid, messages.encode_pong(msg[2]))
+        else:
+            self.stats.malformed += 1  # replies belong on DEALERs, not here
+
+    def drain_peer(self, peer: Peer) -> None:
+        dealer = peer.dealer
+        if dealer.closed:
+            return
+        now = None
+        while True:
+            try:
+                frames = dealer.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return
+            if now is None:
+                now = self.now()
+                peer.heard(now)
+            try:
+                self._on_reply(peer, frames)
+            except Exception:
+                self.stats.malformed += 1
+                _log.exception("node %s: failed handling a reply from %s", self.id, peer.address)
+
+    def _on_reply(self, peer: Peer, frames: list) -> None:
+        try:
+            msg = messages.decode(frames[0].bytes, frames[1:])
+        except ProtocolError as exc:
+            self.stats.malformed += 1
+            _log.debug("node %s dropped a malformed reply from %s: %s", self.id, peer.address, exc)
+            return
+        kind = msg[1]
+        if kind == messages.PONG:
+            return
+        fut = peer.pending.pop(msg[2], None) if kind in (messages.REPLY, messages.ERROR) else None
+        if fut is None:
+            self.stats.late_replies += 1  # answered after its deadline, or a stray
+            return
+        if kind == messages.REPLY:
+            try:
+                value = messages.decode_payload(msg[3], msg[4], frames[1:])
+            except Exception as exc:
+                fut.set_exception(ProtocolError(
+                    f"reply of {fut.actor}.{fut.method} from {peer.address} cannot be "
+                    f"decoded here: {exc}"))
+                return
+            fut.set_result(value)
+        else:
+            fut.set_exception(remote_errors.error_from(
+                msg[3], msg[4], msg[5], actor=fut.actor, method=fut.method, address=peer.address))
+
+    def _sweep(self) -> None:
+        if self._stopped:
+            return
+        now = self.now()
+        for call_id, peer in self._deadlines.pop_expired(now):
+            fut = peer.pending.pop(call_id)
+            fut.set_exception(DeadlineExceededError(
+                f"{fut.actor}.{fut.method} at {peer.address}: no reply before its deadline",
+                actor=fut.actor, method=fut.method, address=peer.address))
+        cfg = self.config
+        for address, peer in list(self._peers.items()):
+            if not peer.check_liveness(now, cfg.heartbeat_interval_s, cfg.peer_dead_after_s):
+                peer.fail_all(f"no reply or heartbeat for {cfg.peer_dead_after_s} s "
+                              "(the peer is dead or unreachable)")
+                peer.close()
+                del self._peers[address]
+                self.stats.peers_declared_dead += 1
+        self._drain_dirty()
+        self.loop.call_later(cfg.sweep_interval_s, self._sweep)

@@ -1,0 +1,137 @@
+"""Outgoing connections: one DEALER per peer address, its pending calls, and its liveness.
+
+Not the loop or the ROUTER (node.py). Everything here runs on the node's loop thread.
+
+Liveness, Paranoid-Pirate style: any message from a peer refreshes it. A peer that owes us
+replies and has been silent for `heartbeat_interval_s` gets a PING; silent for
+`peer_dead_after_s` it is declared dead: its pending calls fail with PeerUnavailableError and
+its socket is closed (the next call connects afresh). A DISCONNECTED event from the socket
+monitor fails pending calls at once: libzmq drops messages queued in a torn-down pipe, so
+a call in flight at that moment may be lost, and the caller must hear about it.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+from typing import TYPE_CHECKING
+
+import zmq
+from zmq.utils.monitor import parse_monitor_message
+
+from iris.base.errors import PeerUnavailableError
+from iris.wire import messages
+
+if TYPE_CHECKING:
+    from iris.actors.future import ActorFuture
+    from iris.actors.node import Node
+
+_log = logging.getLogger(__name__)
+
+_MONITORED = (zmq.EVENT_DISCONNECTED | zmq.EVENT_HANDSHAKE_FAILED_AUTH
+              | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL)
+
+
+class Peer:
+    """One remote node we call. `pending` maps call id -> (future, actor, method)."""
+
+    __slots__ = ("address", "dealer", "monitor", "pending", "last_heard", "ping_sent",
+                 "_node")
+
+    def __init__(self, node: Node, address: str):
+        self._node = node
+        self.address = address
+        self.pending: dict[int, ActorFuture] = {}
+        self.last_heard = 0.0
+        self.ping_sent = False
+        self.dealer = node.new_socket(zmq.DEALER)
+        self.dealer.connect(address)
+        self.monitor = self.dealer.get_monitor_socket(_MONITORED)
+        loop = node.loop
+        loop.add_reader(self.dealer.getsockopt(zmq.FD), node.drain_peer, self)
+        loop.add_reader(self.monitor.getsockopt(zmq.FD), self._on_monitor)
+
+    def track(self, call_id: int, fut: ActorFuture, now: float) -> None:
+        if not self.pending:
+            self.last_heard = now  # the silence clock starts when we start waiting
+            self.ping_sent = False
+        self.pending[call_id] = fut
+
+    def heard(self, now: float) -> None:
+        self.last_heard = now
+        self.ping_sent = False
+
+    def check_liveness(self, now: float, interval_s: float, dead_after_s: float) -> bool:
+        """PING if quiet; return False when the peer must be declared dead."""
+        if not self.pending:
+            return True
+        silent = now - self.last_heard
+        if silent >= dead_after_s:
+            return False
+        if silent >= interval_s and not self.ping_sent:
+            self.ping_sent = True
+            self._node.send_to_peer(self, messages.encode_ping(0))
+        return True
+
+    def fail_all(self, reason: str) -> None:
+        pending, self.pending = self.pending, {}
+        for fut in pending.values():
+            fut.set_exception(PeerUnavailableError(
+                f"call {fut.actor}.{fut.method} to {self.address} failed: {reason}",
+                actor=fut.actor, method=fut.method, address=self.address))
+
+    def close(self) -> None:
+        loop = self._node.loop
+        for sock in (self.dealer, self.monitor):
+            try:
+                loop.remove_reader(sock.getsockopt(zmq.FD))
+            except zmq.ZMQError:
+                pass
+        self.dealer.disable_monitor()
+        self.monitor.close(linger=0)
+        self.dealer.close(linger=0)
+
+    def _on_monitor(self) -> None:
+        while True:
+            try:
+                event = parse_monitor_message(self.monitor.recv_multipart(zmq.NOBLOCK))
+            except zmq.Again:
+                return
+            except zmq.ZMQError:  # socket closed under us during shutdown
+                return
+            kind = event["event"]
+            if kind == zmq.EVENT_DISCONNECTED:
+                self.fail_all("the connection was lost (the call may or may not have run)")
+            else:
+                self.fail_all(f"the handshake failed ({zmq.Event(kind).name}): wrong or "
+                              "missing CURVE keys?")
+
+
+class DeadlineQueue:
+    """Pending calls ordered by deadline; lazy deletion (answered calls are skipped).
+
+    Answered calls stay in the heap until their deadline would have passed, which at 50k
+    calls/s and a 300 s default timeout would be millions of entries; so the heap is
+    compacted to the live calls whenever it doubles past the last compacted size.
+    """
+
+    __slots__ = ("_heap", "_compact_at")
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, Peer]] = []
+        self._compact_at = 4096
+
+    def push(self, deadline: float, call_id: int, peer: Peer) -> None:
+        heapq.heappush(self._heap, (deadline, call_id, peer))
+        if len(self._heap) > self._compact_at:
+            self._heap = [e for e in self._heap if e[1] in e[2].pending]
+            heapq.heapify(self._heap)
+            self._compact_at = max(4096, 2 * len(self._heap))
+
+    def pop_expired(self, now: float) -> list[tuple[int, Peer]]:
+        heap, expired = self._heap, []
+        while heap and heap[0][0] <= now:
+            _, call_id, peer = heapq.heappop(heap)
+            if call_id in peer.pending:
+                expired.append((call_id, peer))
+        return expired

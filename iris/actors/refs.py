@@ -1,0 +1,160 @@
+"""ActorRef and ActorGroup: how user code calls actors. Picklable; bound to the current context.
+
+Not the transport (node.py). `ref.method(*a, **kw)` returns an ActorFuture;
+`ref.method.cast(...)` is fire and forget; `ref.method.options(timeout=...)` sets a deadline.
+A ref remembers where its name resolved to; when a call fails because the actor is gone
+(not found, or its peer unreachable) the ref forgets that address and the next call
+resolves the name again through the registry.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import TYPE_CHECKING, Any
+
+from iris.actors.current import current_context
+from iris.actors.future import ActorFuture
+from iris.base.errors import ActorNotFoundError, IrisError, PeerUnavailableError
+
+if TYPE_CHECKING:
+    from iris.actors.context import ClusterContext
+
+
+def _context() -> ClusterContext:
+    ctx = current_context.get()
+    if ctx is None:
+        raise IrisError("no Iris cluster here: use `with iris.local_cluster():` or iris.connect()")
+    return ctx
+
+
+class ActorRef:
+    """A handle on one actor: its absolute name and (cached) where it lives."""
+
+    __slots__ = ("name", "_address", "_key", "_methods")
+
+    def __init__(self, name: str, address: str | None = None, key: str | None = None):
+        self.name = name
+        self._address = address
+        self._key = key or name
+        self._methods: dict[str, _Method] = {}
+
+    @property
+    def address(self) -> str | None:
+        return self._address
+
+    def __repr__(self) -> str:
+        return f"ActorRef({self.name!r} at {self._address or 'unresolved'})"
+
+    def __reduce__(self) -> tuple:
+        return (ActorRef, (self.name, self._address, self._key))
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, ActorRef) and other.name == self.name
+                and other._address == self._address and other._key == self._key)
+
+    def __hash__(self) -> int:
+        return hash((self.name, self._address, self._key))
+
+    def __getattr__(self, method: str) -> _Method:
+        if method.startswith("_"):
+            raise AttributeError(method)
+        bound = self._methods.get(method)
+        if bound is None:
+            bound = self._methods[method] = _Method(self, method, None)
+        return bound
+
+    def _call(self, method: str, args: tuple, kwargs: dict, timeout_s: float | None,
+              oneway: bool) -> ActorFuture:
+        ctx = _context()
+        if self._address is None:
+            return ctx.resolve_then(self, lambda: self._send(ctx, method, args, kwargs,
+                                                             timeout_s, oneway))
+        return self._send(ctx, method, args, kwargs, timeout_s, oneway)
+
+    def _send(self, ctx: ClusterContext, method: str, args: tuple, kwargs: dict,
+              timeout_s: float | None, oneway: bool) -> ActorFuture:
+        fut = ctx.node.call(self._address, self._key, method, args, kwargs,
+                            timeout_s=timeout_s, oneway=oneway)
+        if not oneway:
+            fut.add_done_callback(self._forget_if_gone)
+        return fut
+
+    def _forget_if_gone(self, fut: ActorFuture) -> None:
+        if isinstance(fut._value, ActorNotFoundError | PeerUnavailableError):
+            self._address = None  # resolve again on the next call
+
+    def _rebind(self, address: str, key: str) -> None:
+        self._address = address
+        self._key = key
+
+
+class _Method:
+    __slots__ = ("_ref", "_name", "_timeout")
+
+    def __init__(self, ref: ActorRef, name: str, timeout_s: float | None):
+        self._ref = ref
+        self._name = name
+        self._timeout = timeout_s
+
+    def __call__(self, *args: Any, **kwargs: Any) -> ActorFuture:
+        return self._ref._call(self._name, args, kwargs, self._timeout, False)
+
+    def cast(self, *args: Any, **kwargs: Any) -> None:
+        """Fire and forget: no reply, no error report (failures are logged by the actor)."""
+        self._ref._call(self._name, args, kwargs, self._timeout, True)
+
+    def options(self, *, timeout: float | None = None) -> _Method:
+        """The same method with a deadline of `timeout` seconds per call."""
+        return _Method(self._ref, self._name, timeout)
+
+
+class ActorGroup:
+    """Every replica registered under one name. `group.m(...)` goes round robin;
+    `group.m.broadcast(...)` calls all and returns one future per member."""
+
+    def __init__(self, name: str, refs: list[ActorRef]):
+        self.name = name
+        self.refs = list(refs)
+        self._turn = itertools.count()
+
+    def __len__(self) -> int:
+        return len(self.refs)
+
+    def __iter__(self):
+        return iter(self.refs)
+
+    def __getitem__(self, index: int) -> ActorRef:
+        return self.refs[index]
+
+    def __repr__(self) -> str:
+        return f"ActorGroup({self.name!r}, {len(self.refs)} members)"
+
+    def __reduce__(self) -> tuple:
+        return (ActorGroup, (self.name, self.refs))
+
+    def __getattr__(self, method: str) -> _GroupMethod:
+        if method.startswith("_"):
+            raise AttributeError(method)
+        return _GroupMethod(self, method)
+
+    def _next(self) -> ActorRef:
+        if not self.refs:
+            raise ActorNotFoundError(f"no actor is registered as {self.name!r}", actor=self.name)
+        return self.refs[next(self._turn) % len(self.refs)]
+
+
+class _GroupMethod:
+    __slots__ = ("_group", "_name")
+
+    def __init__(self, group: ActorGroup, name: str):
+        self._group = group
+        self._name = name
+
+    def __call__(self, *args: Any, **kwargs: Any) -> ActorFuture:
+        return getattr(self._group._next(), self._name)(*args, **kwargs)
+
+    def cast(self, *args: Any, **kwargs: Any) -> None:
+        getattr(self._group._next(), self._name).cast(*args, **kwargs)
+
+    def broadcast(self, *args: Any, **kwargs: Any) -> list[ActorFuture]:
+        return [getattr(ref, self._name)(*args, **kwargs) for ref in self._group.refs]

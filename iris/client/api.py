@@ -1,0 +1,19 @@
+"""The verbs users call on the current cluster: resolve, resolve_all, list_actors."""
+
+from __future__ import annotations
+
+from iris.actors import ActorGroup, ActorRef, current
+
+
+def resolve(name: str, timeout: float = 30.0) -> ActorRef:
+    """A ref to the actor registered as `name`, waiting up to `timeout` s for it."""
+    return current().resolve(name, timeout)
+
+
+def resolve_all(name: str, timeout: float = 0.0) -> ActorGroup:
+    """Every live replica registered as `name`."""
+    return current().resolve_all(name, timeout)
+
+
+def list_actors(prefix: str = "/") -> list[dict]:
+    return current().list_actors(prefix)
