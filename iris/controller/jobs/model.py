@@ -1,0 +1,159 @@
+"""The job records: Job -> tasks (one per replica host) -> attempts, their states, and how a job's
+state follows from its tasks. Plain data (storable as dicts), no transitions: those are in kernel.
+
+Records are mutable and owned by one KernelState; the kernel hands out copies in its effects.
+Times are wall-clock seconds (they are persisted and must mean the same after a restart).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from iris.controller.jobs.spec import JobSpec
+
+
+class TaskState(enum.StrEnum):
+    PENDING = "pending"              # waiting for a placement (first time or for a retry)
+    ASSIGNED = "assigned"            # placed on a worker; the worker has not confirmed yet
+    BUILDING = "building"            # the worker is preparing its environment
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"                # failure budget spent (or timed out with none left)
+    KILLED = "killed"                # by a user, by a parent ending, or by the job failing
+    WORKER_FAILED = "worker_failed"  # its machine was lost with no preemption budget left
+    PREEMPTED = "preempted"          # preempted with no preemption budget left
+    UNSCHEDULABLE = "unschedulable"  # waited longer than its scheduling timeout
+
+
+class JobState(enum.StrEnum):
+    PENDING = "pending"
+    BUILDING = "building"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    KILLED = "killed"
+    WORKER_FAILED = "worker_failed"
+    UNSCHEDULABLE = "unschedulable"
+
+
+ACTIVE_ATTEMPT = frozenset({TaskState.ASSIGNED, TaskState.BUILDING, TaskState.RUNNING})
+"""States in which an attempt holds a worker's resources."""
+
+TERMINAL_TASK = frozenset({TaskState.SUCCEEDED, TaskState.FAILED, TaskState.KILLED,
+                           TaskState.WORKER_FAILED, TaskState.PREEMPTED,
+                           TaskState.UNSCHEDULABLE})
+FAILED_TASK = frozenset({TaskState.FAILED, TaskState.WORKER_FAILED, TaskState.PREEMPTED})
+"""Terminal states that count against a job's max_task_failures."""
+
+TERMINAL_JOB = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.KILLED,
+                          JobState.WORKER_FAILED, JobState.UNSCHEDULABLE})
+
+
+@dataclass(slots=True)
+class Attempt:
+    """One try of one task on one worker. `attempt_id` is its fencing token."""
+
+    attempt_id: str
+    job_id: str
+    task_index: int
+    number: int                  # 0 for the first attempt of the task, then 1, 2, ...
+    worker_id: str
+    state: TaskState = TaskState.ASSIGNED
+    assigned_at: float = 0.0
+    started_at: float | None = None   # when it reached RUNNING
+    finished_at: float | None = None
+    exit_code: int | None = None
+    error: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Attempt:
+        return cls(**{**data, "state": TaskState(data["state"])})
+
+
+@dataclass(slots=True)
+class Task:
+    """One replica host of a job. `attempt_id` is the current attempt, if any."""
+
+    job_id: str
+    index: int
+    state: TaskState = TaskState.PENDING
+    attempt_id: str | None = None
+    attempts: int = 0            # how many attempts were ever made
+    failures: int = 0            # spent from max_retries_failure
+    preemptions: int = 0         # spent from max_retries_preemption (preempted or worker lost)
+    pending_since: float | None = None
+    finished_at: float | None = None
+    error: str = ""
+    has_result: bool = False
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.job_id, self.index)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Task:
+        return cls(**{**data, "state": TaskState(data["state"])})
+
+
+@dataclass(slots=True)
+class Job:
+    """A submitted job. Its `state` is kept equal to derive_job_state() by the kernel."""
+
+    spec: JobSpec
+    submitted_at: float
+    state: JobState = JobState.PENDING
+    killed: bool = False
+    finished_at: float | None = None
+    error: str = ""
+    children: set[str] = field(default_factory=set)
+
+    @property
+    def job_id(self) -> str:
+        return self.spec.name
+
+    def to_dict(self) -> dict[str, Any]:
+        """Everything but the spec and the children (stored apart / rebuilt from parents)."""
+        return {"job_id": self.job_id, "submitted_at": self.submitted_at,
+                "state": self.state.value, "killed": self.killed,
+                "finished_at": self.finished_at, "error": self.error}
+
+    @classmethod
+    def from_dict(cls, spec: JobSpec, data: dict[str, Any]) -> Job:
+        return cls(spec=spec, submitted_at=data["submitted_at"], state=JobState(data["state"]),
+                   killed=data["killed"], finished_at=data["finished_at"], error=data["error"])
+
+
+def derive_job_state(job: Job, tasks: list[Task]) -> JobState:
+    """A job's state from its tasks (and whether it was killed).
+
+    Failed tasks beyond max_task_failures fail the job (WORKER_FAILED if the last of them was
+    lost to the fleet rather than to the user's code); an unschedulable task makes the job
+    UNSCHEDULABLE; a kill makes it KILLED; when every task has ended within the failure
+    allowance it SUCCEEDED; otherwise it is RUNNING if any task runs, BUILDING if any is
+    placed, else PENDING.
+    """
+    failed = [t for t in tasks if t.state in FAILED_TASK]
+    if len(failed) > job.spec.max_task_failures:
+        last = max(failed, key=lambda t: t.finished_at or 0.0)
+        lost = last.state in (TaskState.WORKER_FAILED, TaskState.PREEMPTED)
+        return JobState.WORKER_FAILED if lost else JobState.FAILED
+    if any(t.state is TaskState.UNSCHEDULABLE for t in tasks):
+        return JobState.UNSCHEDULABLE
+    if job.killed:
+        return JobState.KILLED
+    states = {t.state for t in tasks}
+    if states <= TERMINAL_TASK:
+        return JobState.SUCCEEDED
+    if TaskState.RUNNING in states:
+        return JobState.RUNNING
+    if states & {TaskState.ASSIGNED, TaskState.BUILDING}:
+        return JobState.BUILDING
+    return JobState.PENDING

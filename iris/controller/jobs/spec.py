@@ -1,0 +1,292 @@
+"""What a submitted job asks for (JobSpec) and the validation that turns a raw request into one.
+
+Pure: no I/O, no clock, no kernel state. Everything that can be checked from the request alone
+(plus the parent's spec and a capacity catalogue handed in) is checked here; what depends on the
+current jobs (is the parent still running, is the name taken, was this request id seen) is the
+kernel's job.
+
+Task count: `replicas` counts *gangs*. A TPU job's gang is every host of its slices
+(`Resources.gang_size`, one task per host), so a `v5litepod-16` job (4 hosts) with replicas=2
+has 8 tasks: indices 0-3 form gang 0 and 4-7 gang 1. A CPU or GPU job has gang size 1, so
+tasks == replicas. Each gang is one JAX program (JAX_NUM_PROCESSES = gang size).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from iris.base.errors import InvalidRequestError, UnschedulableError
+from iris.base.ids import join_path, normalize_path, validate_component
+from iris.base.resources import Resources
+
+PRIORITIES = ("production", "interactive", "batch")
+"""Priority bands, highest first."""
+
+DEFAULT_PRIORITY = "interactive"
+"""A job submitted by hand is usually someone waiting for it; batch work opts out."""
+
+DEFAULT_MAX_RETRIES_FAILURE = 0
+"""A non-zero exit is usually a bug that would fail again: fail fast unless asked."""
+
+DEFAULT_MAX_RETRIES_PREEMPTION = 100
+"""Preemption and machine loss are not the user's fault, and on a preemptible fleet a long job
+is preempted many times (Iris uses 100 too); the budget only stops a pathological loop."""
+
+MAX_REPLICAS = 10_000
+"""More tasks than this in one job is almost certainly a typo (and would be 10k rows per job)."""
+
+Fits = Callable[[Resources], "str | None"]
+"""Capacity catalogue: returns None if some scale group can run a task of this shape, else why
+not. Passed in by the controller, which knows the configured scale groups."""
+
+_FIELDS = frozenset({
+    "name", "entrypoint", "resources", "replicas", "priority", "env", "pip", "constraints",
+    "max_retries_failure", "max_retries_preemption", "max_task_failures", "timeout_s",
+    "scheduling_timeout_s", "user", "parent", "request_id",
+})
+
+
+@dataclass(frozen=True)
+class Entrypoint:
+    """What a task runs: a cloudpickled callable (`payload`) or a command line (`argv`)."""
+
+    kind: str  # "callable" | "command"
+    payload: bytes = b""
+    argv: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """A validated submission. `name` is the absolute job path and doubles as the job id."""
+
+    name: str
+    entrypoint: Entrypoint
+    user: str
+    resources: Resources = field(default_factory=Resources)
+    replicas: int = 1
+    priority: str = DEFAULT_PRIORITY
+    env: Mapping[str, str] = field(default_factory=dict)
+    pip: tuple[str, ...] = ()
+    constraints: Mapping[str, Any] = field(default_factory=dict)
+    max_retries_failure: int = DEFAULT_MAX_RETRIES_FAILURE
+    max_retries_preemption: int = DEFAULT_MAX_RETRIES_PREEMPTION
+    max_task_failures: int = 0
+    """Tasks that may end failed (budgets spent) before the whole job fails; 0 = any fails it."""
+    timeout_s: float | None = None
+    """Seconds an attempt may run (counted from RUNNING) before it is stopped as failed."""
+    scheduling_timeout_s: float | None = None
+    """Seconds a task may wait PENDING before the job becomes UNSCHEDULABLE; None = forever."""
+    parent: str | None = None
+    request_id: str | None = None
+
+    @property
+    def gang_size(self) -> int:
+        return self.resources.gang_size
+
+    @property
+    def num_tasks(self) -> int:
+        return self.replicas * self.resources.gang_size
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data for storage; the callable payload is left out (it is stored as a blob)."""
+        return {
+            "name": self.name, "user": self.user,
+            "entrypoint": {"kind": self.entrypoint.kind, "argv": list(self.entrypoint.argv)},
+            "resources": self.resources.to_dict(), "replicas": self.replicas,
+            "priority": self.priority, "env": dict(self.env), "pip": list(self.pip),
+            "constraints": dict(self.constraints),
+            "max_retries_failure": self.max_retries_failure,
+            "max_retries_preemption": self.max_retries_preemption,
+            "max_task_failures": self.max_task_failures, "timeout_s": self.timeout_s,
+            "scheduling_timeout_s": self.scheduling_timeout_s, "parent": self.parent,
+            "request_id": self.request_id,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], payload: bytes = b"") -> JobSpec:
+        ep = data["entrypoint"]
+        entry = Entrypoint(kind=ep["kind"], payload=payload, argv=tuple(ep.get("argv", ())))
+        fields = {k: v for k, v in data.items() if k not in ("entrypoint", "resources")}
+        fields["pip"] = tuple(fields.get("pip", ()))
+        return cls(entrypoint=entry, resources=Resources.from_dict(data["resources"]), **fields)
+
+
+def validate_submit(raw: Mapping[str, Any], *, parent: JobSpec | None = None,
+                    fits: Fits | None = None) -> JobSpec:
+    """A JobSpec from a raw request, or InvalidRequestError naming the first bad field.
+
+    `parent` is the spec of the job named by raw["parent"] (None if it has none or is
+    unknown); a child inherits its parent's user, environment, pip packages and priority
+    (its own values win). `fits` is the capacity catalogue; without it only the shape is
+    checked.
+    """
+    if not isinstance(raw, Mapping):
+        raise InvalidRequestError(f"a submission must be a mapping, got {type(raw).__name__}")
+    unknown = sorted(set(raw) - _FIELDS)
+    if unknown:
+        raise InvalidRequestError(f"{unknown[0]}: unknown field", unknown[0])
+    parent_name = _parent(raw, parent)
+    user = parent.user if parent else _user(raw.get("user"))
+    resources = _resources(raw.get("resources"))
+    if fits is not None:
+        reason = fits(resources)
+        if reason:
+            raise UnschedulableError(f"resources: {reason}", "resources")
+    inherited_env = dict(parent.env) if parent else {}
+    return JobSpec(
+        name=_name(raw.get("name"), parent_name, user),
+        entrypoint=_entrypoint(raw.get("entrypoint")),
+        user=user,
+        resources=resources,
+        replicas=_int(raw, "replicas", 1, lo=1, hi=MAX_REPLICAS),
+        priority=_priority(raw.get("priority"), parent),
+        env={**inherited_env, **_env(raw.get("env"))},
+        pip=_pip(raw.get("pip"), parent.pip if parent else ()),
+        constraints=_mapping(raw.get("constraints"), "constraints"),
+        max_retries_failure=_int(raw, "max_retries_failure", DEFAULT_MAX_RETRIES_FAILURE),
+        max_retries_preemption=_int(raw, "max_retries_preemption",
+                                    DEFAULT_MAX_RETRIES_PREEMPTION),
+        max_task_failures=_int(raw, "max_task_failures", 0),
+        timeout_s=_seconds(raw.get("timeout_s"), "timeout_s"),
+        scheduling_timeout_s=_seconds(raw.get("scheduling_timeout_s"), "scheduling_timeout_s"),
+        parent=parent_name,
+        request_id=_request_id(raw.get("request_id")),
+    )
+
+
+def _parent(raw: Mapping[str, Any], parent: JobSpec | None) -> str | None:
+    name = raw.get("parent")
+    if name is None:
+        return None
+    try:
+        name = normalize_path(name)
+    except ValueError as exc:
+        raise InvalidRequestError(f"parent: {exc}", "parent") from exc
+    if parent is None or parent.name != name:
+        raise InvalidRequestError(f"parent: no job named {name!r}", "parent")
+    return name
+
+
+def _user(user: Any) -> str:
+    if user is None:
+        raise InvalidRequestError("user: a root job needs a user", "user")
+    try:
+        return validate_component(user, "user")
+    except ValueError as exc:
+        raise InvalidRequestError(f"user: {exc}", "user") from exc
+
+
+def _name(name: Any, parent_name: str | None, user: str) -> str:
+    if not isinstance(name, str) or not name:
+        raise InvalidRequestError(f"name: expected a job name, got {name!r}", "name")
+    base = parent_name or f"/{user}"
+    try:
+        path = join_path(base, name)
+    except ValueError as exc:
+        raise InvalidRequestError(f"name: {exc}", "name") from exc
+    if not path.startswith(base + "/"):
+        raise InvalidRequestError(f"name: {path!r} is not under {base!r}", "name")
+    return path
+
+
+def _entrypoint(ep: Any) -> Entrypoint:
+    if not isinstance(ep, Mapping):
+        raise InvalidRequestError("entrypoint: expected {kind, payload|argv}", "entrypoint")
+    kind = ep.get("kind")
+    if kind == "callable":
+        payload = ep.get("payload")
+        if not isinstance(payload, bytes | bytearray) or not payload:
+            raise InvalidRequestError("entrypoint: a callable needs pickled payload bytes",
+                                      "entrypoint")
+        return Entrypoint(kind="callable", payload=bytes(payload))
+    if kind == "command":
+        argv = ep.get("argv")
+        if (not isinstance(argv, list | tuple) or not argv
+                or not all(isinstance(a, str) for a in argv)):
+            raise InvalidRequestError(f"entrypoint: argv must be a non-empty list of str, "
+                                      f"got {argv!r}", "entrypoint")
+        return Entrypoint(kind="command", argv=tuple(argv))
+    raise InvalidRequestError(f"entrypoint: kind must be 'callable' or 'command', got {kind!r}",
+                              "entrypoint")
+
+
+def _resources(res: Any) -> Resources:
+    if res is None:
+        return Resources()
+    if isinstance(res, Mapping):
+        unknown = sorted(set(res) - {"cpu", "memory", "disk", "tpu", "gpu", "count"})
+        if unknown:
+            raise InvalidRequestError(f"resources.{unknown[0]}: unknown field",
+                                      f"resources.{unknown[0]}")
+        res = Resources.from_dict(res)
+    if isinstance(res, Resources):
+        # Sizes as bytes, so a spec equals itself after a round trip through storage.
+        return Resources.from_dict(res.to_dict())
+    raise InvalidRequestError(f"resources: expected Resources or a mapping, got {res!r}",
+                              "resources")
+
+
+def _int(raw: Mapping[str, Any], key: str, default: int, lo: int = 0,
+         hi: int = 1_000_000) -> int:
+    value = raw.get(key, default)
+    if value is None:
+        value = default
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise InvalidRequestError(f"{key}: expected an int in [{lo}, {hi}], got {value!r}", key)
+    return value
+
+
+def _seconds(value: Any, key: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise InvalidRequestError(f"{key}: expected seconds > 0, got {value!r}", key)
+    return float(value)
+
+
+def _priority(value: Any, parent: JobSpec | None) -> str:
+    if value is None:
+        return parent.priority if parent else DEFAULT_PRIORITY
+    if value not in PRIORITIES:
+        raise InvalidRequestError(
+            f"priority: expected one of {', '.join(PRIORITIES)}, got {value!r}", "priority")
+    return value
+
+
+def _env(env: Any) -> dict[str, str]:
+    env = _mapping(env, "env")
+    for key, value in env.items():
+        if not isinstance(key, str) or not key or "=" in key or "\0" in key:
+            raise InvalidRequestError(f"env: invalid variable name {key!r}", "env")
+        if not isinstance(value, str) or "\0" in value:
+            raise InvalidRequestError(f"env: value of {key} must be a str, got {value!r}",
+                                      "env")
+    return env
+
+
+def _pip(pip: Any, inherited: tuple[str, ...]) -> tuple[str, ...]:
+    if pip is None:
+        return inherited
+    if not isinstance(pip, list | tuple) or not all(isinstance(p, str) and p for p in pip):
+        raise InvalidRequestError(f"pip: expected a list of requirement strings, got {pip!r}",
+                                  "pip")
+    return tuple(dict.fromkeys((*inherited, *pip)))
+
+
+def _mapping(value: Any, key: str) -> dict:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise InvalidRequestError(f"{key}: expected a mapping, got {value!r}", key)
+    return dict(value)
+
+
+def _request_id(value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not 0 < len(value) <= 128:
+        raise InvalidRequestError(f"request_id: expected 1-128 chars, got {value!r}",
+                                  "request_id")
+    return value

@@ -1,0 +1,219 @@
+"""Durable job state: one SQLite file (WAL) in the controller's state directory. Not the decisions.
+
+`apply` commits the kernel's Persist effects in ONE transaction, and only then may the caller
+answer the submitter or act on the other effects, so an acknowledged submit or transition
+survives a crash. `load` rebuilds the kernel state; `prune` drops finished jobs after a
+retention period and gives the space back (Iris's controller was once wedged by a bloated
+SQLite file), so the file stays bounded by the live jobs plus one retention window.
+
+synchronous=FULL by default: in WAL mode NORMAL already survives a process crash (a commit is
+in the OS page cache), but may lose the last commits on power loss or a kernel panic — and a
+preemptible controller VM being reset is exactly that. FULL adds one fsync of the WAL per
+commit; callers that handle bursts should pass several Persist effects to one `apply`
+(group commit) rather than weaken durability.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from iris.base.errors import ConfigError, NotFoundError, StorageError
+from iris.controller.jobs.events import Persist
+from iris.controller.jobs.model import Attempt, Job, Task
+from iris.controller.jobs.spec import JobSpec
+from iris.controller.jobs.state import KernelConfig, KernelState
+
+SCHEMA_VERSION = 1
+DB_NAME = "jobs.sqlite3"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS jobs (
+    job_id TEXT PRIMARY KEY, state TEXT NOT NULL, finished_at REAL,
+    spec TEXT NOT NULL, payload BLOB NOT NULL, record TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS jobs_finished ON jobs (finished_at) WHERE finished_at IS NOT NULL;
+CREATE TABLE IF NOT EXISTS tasks (
+    job_id TEXT NOT NULL, idx INTEGER NOT NULL, record TEXT NOT NULL,
+    PRIMARY KEY (job_id, idx)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS attempts (
+    attempt_id TEXT PRIMARY KEY, job_id TEXT NOT NULL, record TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS attempts_job ON attempts (job_id);
+CREATE TABLE IF NOT EXISTS results (
+    job_id TEXT NOT NULL, idx INTEGER NOT NULL, data BLOB NOT NULL,
+    PRIMARY KEY (job_id, idx));
+CREATE TABLE IF NOT EXISTS requests (request_id TEXT PRIMARY KEY, job_id TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS requests_job ON requests (job_id);
+CREATE TABLE IF NOT EXISTS events (
+    seq INTEGER PRIMARY KEY, event_id TEXT NOT NULL, kind TEXT NOT NULL, at REAL NOT NULL);
+CREATE INDEX IF NOT EXISTS events_at ON events (at);
+"""
+
+_JOB_UPSERT = """
+INSERT INTO jobs (job_id, state, finished_at, spec, payload, record) VALUES (?, ?, ?, ?, ?, ?)
+ON CONFLICT (job_id) DO UPDATE SET
+    state = excluded.state, finished_at = excluded.finished_at, record = excluded.record"""
+
+
+@dataclass(frozen=True)
+class StoreConfig:
+    synchronous: str = "FULL"
+    """FULL: a commit survives power loss (see the module docstring); NORMAL: process crash only."""
+    busy_timeout_ms: int = 5_000
+    """How long to wait on a lock held by another connection (e.g. an operator's sqlite3 shell)."""
+
+
+class JobStore:
+    """The controller's SQLite file. One owner at a time; calls must not overlap."""
+
+    def __init__(self, state_dir: str | Path, config: StoreConfig | None = None):
+        self.config = config or StoreConfig()
+        if self.config.synchronous not in ("NORMAL", "FULL", "EXTRA"):
+            raise ConfigError(f"synchronous: expected NORMAL, FULL or EXTRA, "
+                              f"got {self.config.synchronous!r}")
+        self.path = Path(state_dir) / DB_NAME
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self._db = sqlite3.connect(self.path, isolation_level=None,
+                                       check_same_thread=False)
+            self._setup()
+        except sqlite3.Error as exc:
+            raise StorageError(f"cannot open job store {self.path}: {exc}") from exc
+
+    def _setup(self) -> None:
+        db = self._db
+        db.execute(f"PRAGMA busy_timeout = {int(self.config.busy_timeout_ms)}")
+        # auto_vacuum only takes effect on a new file, before the first table exists.
+        db.execute("PRAGMA auto_vacuum = INCREMENTAL")
+        mode = db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        if mode.lower() != "wal":
+            raise StorageError(f"{self.path}: could not switch to WAL (got {mode})")
+        db.execute(f"PRAGMA synchronous = {self.config.synchronous}")
+        db.executescript(_SCHEMA)
+        row = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        if row is None:
+            db.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+        elif int(row[0]) != SCHEMA_VERSION:
+            raise StorageError(f"{self.path}: schema version {row[0]}, "
+                               f"this controller reads {SCHEMA_VERSION}")
+
+    def close(self) -> None:
+        self._db.close()
+
+    def __enter__(self) -> JobStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def apply(self, persists: Persist | Iterable[Persist]) -> None:
+        """Commit one or more Persist effects atomically; return only once committed."""
+        batch = [persists] if isinstance(persists, Persist) else list(persists)
+        if not batch:
+            return
+        db = self._db
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                for p in batch:
+                    self._write(p)
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as exc:
+            raise StorageError(f"job store commit failed: {exc}") from exc
+
+    def _write(self, p: Persist) -> None:
+        db = self._db
+        for job_id in p.deleted_jobs:
+            self._delete_job(job_id)
+        for job in p.jobs:
+            spec = job.spec
+            db.execute(_JOB_UPSERT, (job.job_id, job.state.value, job.finished_at,
+                                     json.dumps(spec.to_dict()), spec.entrypoint.payload,
+                                     json.dumps(job.to_dict())))
+            if spec.request_id:
+                db.execute("INSERT OR IGNORE INTO requests VALUES (?, ?)",
+                           (spec.request_id, job.job_id))
+        db.executemany("INSERT OR REPLACE INTO tasks VALUES (?, ?, ?)",
+                       [(t.job_id, t.index, json.dumps(t.to_dict())) for t in p.tasks])
+        db.executemany("INSERT OR REPLACE INTO attempts VALUES (?, ?, ?)",
+                       [(a.attempt_id, a.job_id, json.dumps(a.to_dict())) for a in p.attempts])
+        db.executemany("INSERT OR REPLACE INTO results VALUES (?, ?, ?)", p.results)
+        db.execute("INSERT INTO events (event_id, kind, at) VALUES (?, ?, ?)",
+                   (p.event_id, p.kind, p.at))
+
+    def _delete_job(self, job_id: str) -> None:
+        for table in ("jobs", "tasks", "attempts", "results", "requests"):
+            self._db.execute(f"DELETE FROM {table} WHERE job_id = ?", (job_id,))
+
+    def load(self, config: KernelConfig | None = None) -> KernelState:
+        """The kernel state as last committed."""
+        db = self._db
+        jobs = [Job.from_dict(JobSpec.from_dict(json.loads(spec), payload), json.loads(rec))
+                for spec, payload, rec in db.execute("SELECT spec, payload, record FROM jobs")]
+        tasks = [Task.from_dict(json.loads(r)) for (r,) in db.execute("SELECT record FROM tasks")]
+        attempts = [Attempt.from_dict(json.loads(r))
+                    for (r,) in db.execute("SELECT record FROM attempts")]
+        return KernelState.from_records(jobs, tasks, attempts, config)
+
+    def result(self, job_id: str, index: int) -> bytes | None:
+        """A task's stored return value (pickled), None if it has none (yet)."""
+        if self._db.execute("SELECT 1 FROM tasks WHERE job_id = ? AND idx = ?",
+                            (job_id, index)).fetchone() is None:
+            raise NotFoundError(f"no task {job_id}[{index}]")
+        row = self._db.execute("SELECT data FROM results WHERE job_id = ? AND idx = ?",
+                               (job_id, index)).fetchone()
+        return row[0] if row else None
+
+    def job_for_request(self, request_id: str) -> str | None:
+        row = self._db.execute("SELECT job_id FROM requests WHERE request_id = ?",
+                               (request_id,)).fetchone()
+        return row[0] if row else None
+
+    def event_ids(self, limit: int = 1000) -> list[tuple[str, str, float]]:
+        """The latest committed events (id, kind, at), oldest first, for replay and debugging."""
+        rows = self._db.execute("SELECT event_id, kind, at FROM events ORDER BY seq DESC "
+                                "LIMIT ?", (limit,)).fetchall()
+        return rows[::-1]
+
+    def prune(self, retention_s: float, now: float) -> int:
+        """Delete jobs finished more than `retention_s` before `now` (and events older than
+        that), then return the freed pages to the file system. Returns how many jobs went.
+
+        Run it while the kernel state is not loaded, or after the kernel's own Prune event,
+        so memory and disk agree."""
+        cutoff = now - retention_s
+        db = self._db
+        old = [r[0] for r in db.execute(
+            "SELECT job_id FROM jobs WHERE finished_at IS NOT NULL AND finished_at <= ?",
+            (cutoff,))]
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            for job_id in old:
+                self._delete_job(job_id)
+            db.execute("DELETE FROM events WHERE at <= ?", (cutoff,))
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        self.compact()
+        return len(old)
+
+    def compact(self) -> None:
+        """Give free pages back and truncate the WAL, so the files shrink after deletes."""
+        self._db.execute("PRAGMA incremental_vacuum")
+        self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
+    def counts(self) -> dict[str, int]:
+        tables = ("jobs", "tasks", "attempts", "results", "requests", "events")
+        return {t: self._db.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] for t in tables}
+
+    def size_bytes(self) -> int:
+        """Database plus WAL on disk."""
+        wal = self.path.with_name(self.path.name + "-wal")
+        return self.path.stat().st_size + (wal.stat().st_size if wal.exists() else 0)

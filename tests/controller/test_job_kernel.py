@@ -1,0 +1,371 @@
+"""The pure job kernel: events in, state and effects out. No sockets, no sleeps, no disk."""
+
+from __future__ import annotations
+
+import pytest
+from test_job_support import T0, Harness, of, snapshot, spec
+
+from iris.base.errors import ConflictError, InvalidRequestError, NotFoundError
+from iris.controller.jobs import events as ev
+from iris.controller.jobs.kernel import handle
+from iris.controller.jobs.model import JobState, TaskState
+from iris.controller.jobs.state import KernelState
+
+# ------------------------------------------------------------------------- submit & results
+
+
+def test_submit_creates_pending_tasks_and_persists_first():
+    h = Harness()
+    effects = h.send(ev.Submit("e1", spec("train", replicas=3)))
+    assert isinstance(effects[0], ev.Persist) and effects[0].event_id == "e1"
+    assert of(effects, ev.Accepted) == [ev.Accepted("/alice/train", duplicate=False)]
+    assert [h.task_state("/alice/train", i) for i in range(3)] == [TaskState.PENDING] * 3
+    assert list(h.state.pending) == [("/alice/train", i) for i in range(3)]
+    assert h.job_state("/alice/train") is JobState.PENDING
+
+
+def test_submit_tpu_gang_makes_one_task_per_slice_host_per_replica():
+    h = Harness()
+    job = h.submit(spec("tpu", resources={"tpu": "v5litepod-16"}, replicas=2))
+    assert h.state.jobs[job].spec.gang_size == 4
+    assert len(h.state.job_tasks(job)) == 8
+
+
+def test_task_success_stores_result_and_finishes_job():
+    h = Harness()
+    job = h.submit(spec("f", entrypoint={"kind": "callable", "payload": b"pickled-fn"}))
+    attempt = h.run(job)
+    assert h.job_state(job) is JobState.RUNNING
+    effects = h.exit(attempt, 0, result=b"42")
+    assert effects[0].results == ((job, 0, b"42"),)
+    assert h.task(job).has_result and h.task_state(job) is TaskState.SUCCEEDED
+    assert of(effects, ev.JobFinished) == [ev.JobFinished(job, JobState.SUCCEEDED, "")]
+
+
+def test_submit_same_request_id_returns_same_job_without_change():
+    h = Harness()
+    first = h.send(ev.Submit("e1", spec("train", request_id="req-1")))
+    before = snapshot(h.state)
+    again = h.send(ev.Submit("e2", spec("train", request_id="req-1")))
+    assert of(first, ev.Accepted)[0].job_id == "/alice/train"
+    assert again == [ev.Accepted("/alice/train", duplicate=True)]
+    assert snapshot(h.state) == before
+
+
+def test_submit_request_id_reused_for_other_name_refused_unchanged():
+    h = Harness()
+    h.submit(spec("train", request_id="req-1"))
+    before = snapshot(h.state)
+    with pytest.raises(ConflictError, match="req-1"):
+        h.send(ev.Submit("e9", spec("other", request_id="req-1")))
+    assert snapshot(h.state) == before
+
+
+def test_submit_name_of_live_job_refused_unchanged():
+    h = Harness()
+    h.submit(spec("train"))
+    before = snapshot(h.state)
+    with pytest.raises(ConflictError, match="/alice/train"):
+        h.send(ev.Submit("e9", spec("train", replicas=5)))
+    assert snapshot(h.state) == before
+
+
+def test_submit_name_of_finished_job_replaces_it():
+    h = Harness()
+    job = h.submit(spec("train"))
+    h.exit(h.run(job), 0)
+    effects = h.send(ev.Submit("e9", spec("train", replicas=2)))
+    assert effects[0].deleted_jobs == (job,)
+    assert len(h.state.job_tasks(job)) == 2 and h.job_state(job) is JobState.PENDING
+    assert not h.state.job_attempts.get(job)
+
+
+def test_submit_under_finished_parent_refused_unchanged():
+    h = Harness()
+    parent = spec("p")
+    h.submit(parent)
+    h.send(ev.Kill(h.eid(), parent.name))
+    before = snapshot(h.state)
+    with pytest.raises(InvalidRequestError) as err:
+        h.send(ev.Submit("e9", spec("c", parent_spec=parent)))
+    assert err.value.field == "parent"
+    assert snapshot(h.state) == before
+
+
+def test_subjob_inherits_user_env_pip_priority_and_nests_name():
+    parent = spec("p", env={"A": "1", "B": "2"}, pip=["numpy"], priority="batch")
+    child = spec("c", parent_spec=parent, env={"B": "3"}, pip=["torch"])
+    assert child.name == "/alice/p/c" and child.user == "alice" and child.parent == "/alice/p"
+    assert dict(child.env) == {"A": "1", "B": "3"}
+    assert child.pip == ("numpy", "torch") and child.priority == "batch"
+
+
+# ---------------------------------------------------------------------------- retry budgets
+
+
+def test_failure_retried_until_failure_budget_spent_then_job_failed():
+    h = Harness()
+    job = h.submit(spec("train", max_retries_failure=2))
+    for expected_failures in (1, 2):
+        h.exit(h.run(job), 1, error="boom")
+        assert h.task_state(job) is TaskState.PENDING
+        assert h.task(job).failures == expected_failures
+    effects = h.exit(h.run(job), 1, error="boom")
+    assert h.task_state(job) is TaskState.FAILED and h.task(job).attempts == 3
+    finished = of(effects, ev.JobFinished)
+    assert finished[0].state is JobState.FAILED and "boom" in finished[0].error
+
+
+def test_preemption_uses_preemption_budget_not_failure_budget():
+    h = Harness()
+    job = h.submit(spec("train", max_retries_failure=0, max_retries_preemption=1))
+    attempt = h.run(job, worker="w1")
+    effects = h.send(ev.Preempted(h.eid(), attempt))
+    assert of(effects, ev.StopAttempt) == [ev.StopAttempt("w1", attempt, 10.0, "preempted")]
+    task = h.task(job)
+    assert (task.state, task.failures, task.preemptions) == (TaskState.PENDING, 0, 1)
+    effects = h.send(ev.Preempted(h.eid(), h.run(job)))
+    assert h.task_state(job) is TaskState.PREEMPTED
+    assert of(effects, ev.JobFinished)[0].state is JobState.WORKER_FAILED
+
+
+def test_worker_lost_retries_its_attempts_on_preemption_budget():
+    h = Harness()
+    a = h.submit(spec("a", max_retries_preemption=1))
+    b = h.submit(spec("b", max_retries_preemption=0))
+    h.run(a, worker="w1")
+    h.run(b, worker="w1")
+    keep = h.run(h.submit(spec("c")), worker="w2")
+    effects = h.send(ev.WorkerLost(h.eid(), "w1"))
+    assert of(effects, ev.StopAttempt) == []   # nobody left to tell
+    assert h.task_state(a) is TaskState.PENDING and h.task(a).preemptions == 1
+    assert h.task_state(b) is TaskState.WORKER_FAILED
+    assert h.job_state(b) is JobState.WORKER_FAILED
+    assert "w1" not in h.state.by_worker and h.state.by_worker["w2"] == {keep}
+
+
+def test_max_task_failures_tolerated_then_job_fails_and_kills_rest():
+    h = Harness()
+    job = h.submit(spec("train", replicas=3, max_task_failures=1))
+    attempts = [h.run(job, i, worker=f"w{i}") for i in range(3)]
+    h.exit(attempts[0], 1)
+    assert h.job_state(job) is JobState.RUNNING
+    effects = h.exit(attempts[1], 1)
+    assert h.job_state(job) is JobState.FAILED
+    assert h.task_state(job, 2) is TaskState.KILLED
+    assert [s.attempt_id for s in of(effects, ev.StopAttempt)] == [attempts[2]]
+
+
+def test_max_task_failures_allows_success_with_tolerated_failures():
+    h = Harness()
+    job = h.submit(spec("train", replicas=2, max_task_failures=1))
+    h.exit(h.run(job, 0), 1)
+    h.exit(h.run(job, 1), 0)
+    assert h.job_state(job) is JobState.SUCCEEDED
+
+
+def test_gang_member_preempted_restarts_whole_gang_without_charging_siblings():
+    h = Harness()
+    job = h.submit(spec("tpu", resources={"tpu": "v5litepod-16"}, replicas=2))
+    attempts = [h.run(job, i, worker=f"w{i}") for i in range(8)]
+    effects = h.send(ev.Preempted(h.eid(), attempts[1]))
+    stopped = sorted(s.attempt_id for s in of(effects, ev.StopAttempt))
+    assert stopped == sorted(attempts[0:4])
+    assert [h.task_state(job, i) for i in range(4)] == [TaskState.PENDING] * 4
+    assert [h.task(job, i).preemptions for i in range(4)] == [0, 1, 0, 0]
+    assert [h.task_state(job, i) for i in range(4, 8)] == [TaskState.RUNNING] * 4
+
+
+def test_gang_assign_is_all_or_nothing():
+    h = Harness()
+    job = h.submit(spec("tpu", resources={"tpu": "v5litepod-16"}))
+    h.assign(job, 3)
+    before = snapshot(h.state)
+    placements = tuple(ev.Placement(job, i, f"w{i}", f"g{i}") for i in range(4))
+    effects = h.send(ev.Assign("e9", placements))
+    assert of(effects, ev.Ignored) and not of(effects, ev.StartAttempt)
+    assert snapshot(h.state) == before
+
+
+def test_assign_unknown_task_refused():
+    h = Harness()
+    with pytest.raises(NotFoundError):
+        h.send(ev.Assign("e1", (ev.Placement("/alice/nope", 0, "w1", "a1"),)))
+
+
+# ------------------------------------------------------------------------------- timeouts
+
+
+def test_task_timeout_stops_attempt_and_spends_failure_budget():
+    h = Harness()
+    job = h.submit(spec("train", timeout_s=60, max_retries_failure=1))
+    attempt = h.run(job, worker="w1")
+    h.advance(59)
+    assert h.send(ev.Tick(h.eid())) == []
+    h.advance(1)
+    effects = h.send(ev.Tick(h.eid()))
+    assert [s.attempt_id for s in of(effects, ev.StopAttempt)] == [attempt]
+    assert h.task_state(job) is TaskState.PENDING and "timed out" in h.task(job).error
+    h.run(job)
+    h.advance(60)
+    h.send(ev.Tick(h.eid()))
+    assert h.job_state(job) is JobState.FAILED
+
+
+def test_timeout_after_task_finished_changes_nothing():
+    h = Harness()
+    job = h.submit(spec("train", timeout_s=60))
+    h.exit(h.run(job), 0)
+    h.advance(120)
+    before = snapshot(h.state)
+    assert h.send(ev.Tick(h.eid())) == []
+    assert snapshot(h.state) == before
+
+
+def test_scheduling_timeout_makes_job_unschedulable_and_kills_placed_tasks():
+    h = Harness()
+    job = h.submit(spec("train", replicas=2, scheduling_timeout_s=300))
+    placed = h.run(job, 0)
+    h.advance(300)
+    effects = h.send(ev.Tick(h.eid()))
+    assert h.task_state(job, 1) is TaskState.UNSCHEDULABLE
+    assert h.task_state(job, 0) is TaskState.KILLED
+    assert [s.attempt_id for s in of(effects, ev.StopAttempt)] == [placed]
+    assert of(effects, ev.JobFinished)[0].state is JobState.UNSCHEDULABLE
+
+
+def test_scheduling_timeout_restarts_when_task_requeued():
+    h = Harness()
+    job = h.submit(spec("train", scheduling_timeout_s=100, max_retries_failure=1))
+    h.advance(90)
+    attempt = h.run(job)
+    h.advance(50)
+    h.exit(attempt, 1)          # back to PENDING at T0+140: its own 100 s start now
+    h.advance(60)
+    h.send(ev.Tick(h.eid()))    # T0+200: the first deadline (T0+100) is stale
+    assert h.task_state(job) is TaskState.PENDING
+    h.advance(40)
+    h.send(ev.Tick(h.eid()))
+    assert h.task_state(job) is TaskState.UNSCHEDULABLE
+
+
+# ---------------------------------------------------------------------------- kill cascade
+
+
+def test_kill_cascades_to_subjobs_and_stops_their_attempts():
+    h = Harness()
+    parent = spec("p")
+    child = spec("c", parent_spec=parent)
+    grandchild = spec("g", parent_spec=child)
+    other = spec("other")
+    running = {}
+    for s in (parent, child, grandchild, other):
+        h.submit(s)
+        running[s.name] = h.run(s.name)
+    effects = h.send(ev.Kill(h.eid(), parent.name))
+    killed = {f.job_id for f in of(effects, ev.JobFinished)}
+    assert killed == {"/alice/p", "/alice/p/c", "/alice/p/c/g"}
+    assert {f.state for f in of(effects, ev.JobFinished)} == {JobState.KILLED}
+    assert {s.attempt_id for s in of(effects, ev.StopAttempt)} == {
+        running[n] for n in killed}
+    assert h.job_state("/alice/other") is JobState.RUNNING
+
+
+def test_parent_success_kills_live_subjobs():
+    h = Harness()
+    parent = spec("p")
+    h.submit(parent)
+    h.submit(spec("c", parent_spec=parent))
+    h.exit(h.run(parent.name), 0)
+    assert h.job_state("/alice/p") is JobState.SUCCEEDED
+    assert h.job_state("/alice/p/c") is JobState.KILLED
+    assert "/alice/p ended" in h.state.jobs["/alice/p/c"].error
+
+
+def test_kill_unknown_job_refused_and_finished_job_ignored():
+    h = Harness()
+    with pytest.raises(NotFoundError):
+        h.send(ev.Kill("e1", "/alice/nope"))
+    job = h.submit(spec("t"))
+    h.send(ev.Kill(h.eid(), job))
+    assert of(h.send(ev.Kill(h.eid(), job)), ev.Ignored)
+
+
+# ---------------------------------------------------------------------- fencing & reconcile
+
+
+def test_stale_attempt_exit_ignored_and_changes_nothing():
+    h = Harness()
+    job = h.submit(spec("train", max_retries_preemption=5))
+    old = h.run(job, worker="w1")
+    h.send(ev.Preempted(h.eid(), old))
+    h.run(job, worker="w2")
+    before = snapshot(h.state)
+    effects = h.exit(old, 0, result=b"late")
+    assert [type(e) for e in effects] == [ev.Ignored] and old in effects[0].reason
+    assert snapshot(h.state) == before
+
+
+def test_stale_attempt_reporting_running_is_stopped():
+    h = Harness()
+    job = h.submit(spec("train"))
+    old = h.run(job, worker="w1")
+    h.send(ev.Preempted(h.eid(), old))
+    before = snapshot(h.state)
+    effects = h.send(ev.AttemptRunning(h.eid(), old))
+    assert of(effects, ev.StopAttempt)[0].attempt_id == old
+    assert snapshot(h.state) == before
+
+
+def test_reconcile_keeps_wanted_kills_unknown_fails_missing_resends_assigned():
+    h = Harness()
+    kept = h.run(h.submit(spec("kept")), worker="w1")
+    missing_job = h.submit(spec("missing"))
+    missing = h.run(missing_job, worker="w1")
+    assigned = h.assign(h.submit(spec("assigned")), 0, worker="w1")
+    effects = h.send(ev.Reconcile(h.eid(), "w1", (kept, "att-unknown")))
+    assert of(effects, ev.StopAttempt) == [
+        ev.StopAttempt("w1", "att-unknown", 10.0, "not wanted by the controller")]
+    assert [s.attempt_id for s in of(effects, ev.StartAttempt)] == [assigned]
+    assert h.state.attempts[kept].state is TaskState.RUNNING
+    assert h.state.attempts[missing].state is TaskState.WORKER_FAILED
+    assert h.task_state(missing_job) is TaskState.PENDING
+    assert h.task(missing_job).preemptions == 1
+
+
+# ------------------------------------------------------------------------- prune & replay
+
+
+def test_prune_forgets_only_jobs_finished_before_retention():
+    h = Harness()
+    old = h.submit(spec("old"))
+    h.exit(h.run(old), 0)
+    h.advance(3600)
+    new = h.submit(spec("new"))
+    h.exit(h.run(new), 0)
+    live = h.submit(spec("live"))
+    h.advance(1800)
+    effects = h.send(ev.Prune(h.eid(), retention_s=3000))
+    assert effects[0].deleted_jobs == (old,)
+    assert set(h.state.jobs) == {new, live}
+    assert not any(a.job_id == old for a in h.state.attempts.values())
+
+
+def test_replaying_logged_events_rebuilds_identical_state():
+    h = Harness()
+    job = h.submit(spec("train", replicas=2, max_retries_failure=1, timeout_s=30))
+    h.exit(h.run(job, 0), 1)
+    h.run(job, 0)
+    h.run(job, 1, worker="w2")
+    h.advance(31)
+    h.send(ev.Tick(h.eid()))
+    h.send(ev.WorkerLost(h.eid(), "w2"))
+    replay = KernelState()
+    for event, now in h.log:
+        replay, _ = handle(replay, event, now)
+    assert snapshot(replay) == snapshot(h.state)
+
+
+def test_unknown_event_type_refused():
+    with pytest.raises(InvalidRequestError):
+        handle(KernelState(), object(), T0)
