@@ -84,3 +84,11 @@ def attempts(tmp_path: Path):
     yield make
     for proc in started:
         proc.stop(grace_s=0)
+
+
+@pytest.fixture(scope="session")
+def env_cache(tmp_path_factory):
+    """One venv cache per test session; uv's own package cache is shared across runs."""
+    from iris.worker.envs import EnvConfig, EnvironmentCache
+
+    return EnvironmentCache(EnvConfig(root=tmp_path_factory.mktemp("envs")))
