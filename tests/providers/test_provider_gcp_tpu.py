@@ -9,7 +9,13 @@ import pytest
 from conftest import FAST_GCP, REGION, ZONE_A, ZONE_B, cluster_config
 from google.api_core import exceptions as gexc
 
-from iris.base.errors import CapacityError, ConfigError, InvalidRequestError, ProviderError
+from iris.base.errors import (
+    CapacityError,
+    ConfigError,
+    ConflictError,
+    InvalidRequestError,
+    ProviderError,
+)
 from iris.controller.providers.base import SliceState
 from iris.controller.providers.gcp_tpu import (
     DEFAULT_STARTUP_SCRIPT,
@@ -96,6 +102,20 @@ def test_list_slices_ignores_nodes_of_another_cluster(fake_tpu, gcp_provider):
         other.close()
 
 
+def test_create_slice_id_taken_in_zone_by_other_cluster_raises_conflict_from_409(
+        fake_tpu, gcp_provider):
+    theirs = GcpTpuProvider.from_config(cluster_config("other"), REGION,
+                                        client=make_tpu_client(fake_tpu.url), **FAST_GCP)
+    try:
+        theirs.create_slice(cluster_config("other").scale_group("v4-8"), ZONE_B, "s-1")
+        with pytest.raises(ConflictError, match=f"zone {ZONE_B}") as err:
+            gcp_provider.create_slice(cluster_config().scale_group("v4-8"), ZONE_B, "s-1")
+        assert isinstance(err.value.__cause__, gexc.Conflict)
+        assert fake_tpu.node("s-1")["labels"]["iris-cluster"] == "other"
+    finally:
+        theirs.close()
+
+
 def test_delete_slice_slow_operation_waits_until_node_is_gone(fake_tpu, gcp_provider):
     gcp_provider.create_slice(cluster_config().scale_group("v4-8"), ZONE_B, "s-1")
     fake_tpu.polls_before_done = 3
@@ -154,3 +174,18 @@ def test_from_config_missing_startup_script_raises_config_error(fake_tpu, tmp_pa
 
 def test_default_startup_script_is_the_deploy_template():
     assert DEFAULT_STARTUP_SCRIPT.read_text().count("{{IRIS_CONTROLLER}}") == 1
+
+
+def test_create_slice_operation_never_done_raises_provider_error_and_deletes_node(fake_tpu):
+    fake_tpu.polls_before_done = 10**9
+    provider = GcpTpuProvider.from_config(cluster_config(), REGION,
+                                          client=make_tpu_client(fake_tpu.url),
+                                          **{**FAST_GCP, "create_timeout_s": 0.3})
+    try:
+        with pytest.raises(ProviderError, match="create s-1 failed: TimeoutError") as err:
+            provider.create_slice(cluster_config().scale_group("v4-8"), ZONE_B, "s-1")
+        assert not isinstance(err.value, CapacityError)
+        assert len(fake_tpu.requests_for("DELETE", "/nodes/s-1")) == 1
+        assert fake_tpu.node("s-1")["state"] == "DELETING"
+    finally:
+        provider.close()

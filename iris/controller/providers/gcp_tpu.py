@@ -130,10 +130,11 @@ class GcpTpuProvider:
             raise InvalidRequestError(f"group: {group.name} is a {group.accelerator_type} group; "
                                       "GcpTpuProvider makes TPU slices only", "group")
         node = self._node_spec(group, zone, slice_id)
-        # Node ids are unique per zone on GCP, but slice ids are unique per provider: look
-        # in the other zones first (the target zone answers a duplicate with 409 itself).
+        # Node ids are unique per zone on GCP but slice ids are unique per provider, so look
+        # in every zone first. Knowing the id was free also makes it safe to delete what a
+        # failed create leaves behind; a create racing us in the same zone still gets a 409.
         existing = self.slice_status(slice_id)
-        if existing.state is not SliceState.NOT_FOUND and existing.zone != zone:
+        if existing.state is not SliceState.NOT_FOUND:
             raise ConflictError(f"slice {slice_id} already exists in zone {existing.zone} "
                                 f"(group {existing.group})")
         try:
@@ -219,7 +220,7 @@ class GcpTpuProvider:
         return node
 
     def _forget_failed(self, zone: str, slice_id: str) -> None:
-        """A failed create can leave a broken node behind on GCP; remove it, best effort."""
+        """A failed or timed-out create can leave a node behind; remove it, best effort."""
         try:
             node = self._client.get_node(name=self._name(zone, slice_id))
             if node.labels.get(LABEL_CLUSTER) == self._s.cluster:
