@@ -145,6 +145,14 @@ def test_create_slice_cpu_group_refused_without_calling_gcp(fake_tpu, gcp_provid
     assert fake_tpu.requests == []
 
 
+def test_create_slice_group_of_another_region_refused_without_calling_gcp(fake_tpu, gcp_provider):
+    group = cluster_config().scale_group("v4-8")
+    elsewhere = type(group)(**{**group.__dict__, "region": "us-east5", "zones": ("us-east5-a",)})
+    with pytest.raises(InvalidRequestError, match="not in region us-central2"):
+        gcp_provider.create_slice(elsewhere, "us-east5-a", "e-1")
+    assert fake_tpu.requests == []
+
+
 def test_render_startup_script_unknown_placeholder_raises_config_error():
     values = dict.fromkeys(["IRIS_CONTROLLER", "IRIS_REGION", "IRIS_ZONE", "IRIS_SLICE_ID",
                             "IRIS_SCALE_GROUP", "IRIS_CLUSTER", "IRIS_PACKAGE",

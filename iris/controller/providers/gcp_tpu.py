@@ -129,6 +129,9 @@ class GcpTpuProvider:
         if group.accelerator_type != "tpu":
             raise InvalidRequestError(f"group: {group.name} is a {group.accelerator_type} group; "
                                       "GcpTpuProvider makes TPU slices only", "group")
+        if zone not in self._s.zones:
+            raise InvalidRequestError(f"zone: {zone} is not in region {self._s.region} "
+                                      f"({', '.join(self._s.zones)})", "zone")
         node = self._node_spec(group, zone, slice_id)
         # Node ids are unique per zone on GCP but slice ids are unique per provider, so look
         # in every zone first. Knowing the id was free also makes it safe to delete what a
