@@ -11,7 +11,14 @@ from typing import Any
 
 from iris.controller.jobs import events as ev
 from iris.controller.jobs.kernel import handle
-from iris.controller.jobs.model import TaskState
+from iris.controller.jobs.model import (
+    ACTIVE_ATTEMPT,
+    TERMINAL_JOB,
+    TERMINAL_TASK,
+    TaskState,
+    count_states,
+    derive_job_state,
+)
 from iris.controller.jobs.spec import JobSpec, validate_submit
 from iris.controller.jobs.state import KernelState
 
@@ -37,7 +44,29 @@ def snapshot(state: KernelState) -> dict:
         "requests": dict(state.requests),
         "pending": sorted(state.pending),
         "by_worker": {k: sorted(v) for k, v in state.by_worker.items()},
+        "counts": {k: {s: n for s, n in j.counts.items() if n} for k, j in state.jobs.items()},
     }
+
+
+def check_invariants(state: KernelState) -> None:
+    """What must hold after every event, whatever happened."""
+    for job_id, job in state.jobs.items():
+        tasks = state.job_tasks(job_id)
+        assert {s: n for s, n in job.counts.items() if n} == count_states(tasks), job_id
+        assert job.state is derive_job_state(job, job.counts) or job.state in TERMINAL_JOB
+        if job.state in TERMINAL_JOB:
+            assert all(t.state in TERMINAL_TASK for t in tasks), job_id
+    pending = {k for k, t in state.tasks.items() if t.state is TaskState.PENDING}
+    assert set(state.pending) == pending
+    held: dict[str, set[str]] = {}
+    for task in state.tasks.values():
+        attempt = state.attempts.get(task.attempt_id) if task.attempt_id else None
+        if attempt is not None and attempt.state in ACTIVE_ATTEMPT:
+            assert task.state is attempt.state, task
+            held.setdefault(attempt.worker_id, set()).add(attempt.attempt_id)
+        else:
+            assert task.state not in ACTIVE_ATTEMPT, task
+    assert held == state.by_worker
 
 
 class Harness:
@@ -56,6 +85,7 @@ class Harness:
     def send(self, event: ev.Event) -> list[ev.Effect]:
         self.state, effects = handle(self.state, event, self.now)
         self.log.append((event, self.now))
+        check_invariants(self.state)
         persists = [e for e in effects if isinstance(e, ev.Persist)]
         assert all(isinstance(e, ev.Persist) for e in effects[:len(persists)]), \
             "Persist must come first"

@@ -101,7 +101,7 @@ def _submit(tx: lc.Tx, ev: Submit) -> None:
     old = state.jobs.get(spec.name)
     if old is not None:
         _replace_finished(tx, old)
-    job = Job(spec=spec, submitted_at=tx.now)
+    job = Job(spec=spec, submitted_at=tx.now, counts={TaskState.PENDING: spec.num_tasks})
     state.add_job(job)
     tx.touch(job)
     for index in range(spec.num_tasks):
@@ -144,7 +144,8 @@ def _assign(tx: lc.Tx, ev: Assign) -> None:
                           assigned_at=tx.now)
         state.add_attempt(attempt)
         state.pending.pop(task.key, None)
-        task.state, task.attempt_id, task.pending_since = TaskState.ASSIGNED, p.attempt_id, None
+        state.set_task_state(task, TaskState.ASSIGNED)
+        task.attempt_id, task.pending_since = p.attempt_id, None
         task.attempts += 1
         tx.touch(task, attempt)
         tx.effects.append(StartAttempt(p.worker_id, p.attempt_id, p.job_id, p.task_index,
@@ -172,7 +173,8 @@ def _building(tx: lc.Tx, ev: AttemptBuilding) -> None:
         return _stop_if_stale(tx, ev.attempt_id)
     task, attempt = found
     if attempt.state is TaskState.ASSIGNED:
-        task.state = attempt.state = TaskState.BUILDING
+        attempt.state = TaskState.BUILDING
+        tx.state.set_task_state(task, TaskState.BUILDING)
         tx.touch(task, attempt)
         lc.update_job(tx, tx.state.jobs[task.job_id])
 
@@ -184,7 +186,8 @@ def _running(tx: lc.Tx, ev: AttemptRunning) -> None:
     task, attempt = found
     if attempt.state is TaskState.RUNNING:
         return
-    task.state = attempt.state = TaskState.RUNNING
+    attempt.state = TaskState.RUNNING
+    tx.state.set_task_state(task, TaskState.RUNNING)
     attempt.started_at = tx.now
     tx.touch(task, attempt)
     timeout = tx.state.jobs[task.job_id].spec.timeout_s

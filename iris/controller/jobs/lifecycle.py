@@ -83,7 +83,7 @@ def end_task(tx: Tx, task: Task, state: TaskState, error: str) -> None:
     if attempt is not None:
         stop(tx, attempt, TaskState.KILLED if state is TaskState.KILLED else state, error)
     tx.state.pending.pop(task.key, None)
-    task.state = state
+    tx.state.set_task_state(task, state)
     task.finished_at = tx.now
     task.error = error or task.error
     tx.touch(task)
@@ -138,7 +138,7 @@ def update_job(tx: Tx, job: Job) -> None:
     """Recompute a live job's state; if it just ended, finish it."""
     if job.state in TERMINAL_JOB:
         return
-    new = derive_job_state(job, tx.state.job_tasks(job.job_id))
+    new = derive_job_state(job, job.counts)
     if new is job.state:
         return
     job.state = new

@@ -17,6 +17,7 @@ from iris.controller.jobs.model import (
     Job,
     Task,
     TaskState,
+    count_states,
 )
 
 TaskKey = tuple[str, int]
@@ -71,8 +72,15 @@ class KernelState:
             _, _, kind, key = heapq.heappop(self.deadlines)
             yield kind, key
 
+    def set_task_state(self, task: Task, new: TaskState) -> None:
+        """The one way a task changes state, so its job's counts stay right."""
+        counts = self.jobs[task.job_id].counts
+        counts[task.state] -= 1
+        counts[new] = counts.get(new, 0) + 1
+        task.state = new
+
     def set_pending(self, task: Task, now: float) -> None:
-        task.state = TaskState.PENDING
+        self.set_task_state(task, TaskState.PENDING)
         task.pending_since = now
         self.pending[task.key] = None
         timeout = self.jobs[task.job_id].spec.scheduling_timeout_s
@@ -129,6 +137,8 @@ class KernelState:
         for attempt in sorted(attempts, key=lambda a: (a.job_id, a.task_index, a.number)):
             state.attempts[attempt.attempt_id] = attempt
             state.job_attempts.setdefault(attempt.job_id, []).append(attempt.attempt_id)
+        for job in state.jobs.values():
+            job.counts = count_states(state.job_tasks(job.job_id))
         for task in state.tasks.values():
             state._reindex_task(task)
         return state
