@@ -204,6 +204,8 @@ class LogShipper:
                            "this attempt; this shipper stops", key)
                 with self._cond:
                     self._fenced = True
+                    self._late_lines += sum(r.data.count(b"\n") for r in records)
+                    self._late_bytes += len(data)
                 return
             except Exception as exc:  # storage, network or client bug: keep the task going
                 with self._cond:

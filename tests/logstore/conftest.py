@@ -108,3 +108,20 @@ def sink(request: pytest.FixtureRequest, tmp_path: Path):
     if request.param == "local":
         return LocalDirSink(tmp_path / "logs")
     return request.getfixturevalue("gcs_sink")
+
+
+def _wait_for(predicate, timeout_s: float = 30.0, what: str = "condition"):
+    """Poll an external thing (a bucket, another process) until `predicate()` is truthy."""
+    deadline = SYSTEM_CLOCK.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if SYSTEM_CLOCK.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+        SYSTEM_CLOCK.sleep(0.05)
+
+
+@pytest.fixture
+def wait_for():
+    return _wait_for
