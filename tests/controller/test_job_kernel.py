@@ -167,7 +167,7 @@ def test_max_task_failures_allows_success_with_tolerated_failures():
 def test_gang_member_preempted_restarts_whole_gang_without_charging_siblings():
     h = Harness()
     job = h.submit(spec("tpu", resources={"tpu": "v5litepod-16"}, replicas=2))
-    attempts = [h.run(job, i, worker=f"w{i}") for i in range(8)]
+    attempts = run_gangs(h, job, 8, 4)
     effects = h.send(ev.Preempted(h.eid(), attempts[1]))
     stopped = sorted(s.attempt_id for s in of(effects, ev.StopAttempt))
     assert stopped == sorted(attempts[0:4])
@@ -178,19 +178,54 @@ def test_gang_member_preempted_restarts_whole_gang_without_charging_siblings():
 
 def test_gang_assign_is_all_or_nothing():
     h = Harness()
-    job = h.submit(spec("tpu", resources={"tpu": "v5litepod-16"}))
-    h.assign(job, 3)
+    job = h.submit(spec("tpu", resources={"tpu": "v5litepod-16"}, replicas=2))
+    first = tuple(ev.Placement(job, i, f"w{i}", f"g{i}") for i in range(4))
+    h.send(ev.Assign(h.eid(), first))
     before = snapshot(h.state)
-    placements = tuple(ev.Placement(job, i, f"w{i}", f"g{i}") for i in range(4))
-    effects = h.send(ev.Assign("e9", placements))
+    overlapping = tuple(ev.Placement(job, i, f"w{i}", f"h{i}") for i in range(4, 8)) + (
+        ev.Placement(job, 0, "w9", "h0"),)
+    with pytest.raises(InvalidRequestError, match="gang"):   # 0 without 1-3
+        h.send(ev.Assign("e9", overlapping))
+    again = tuple(ev.Placement(job, i, f"w{i}", f"h{i}") for i in range(4))
+    effects = h.send(ev.Assign("e10", again))
     assert of(effects, ev.Ignored) and not of(effects, ev.StartAttempt)
     assert snapshot(h.state) == before
+
+
+def test_gang_assign_part_of_gang_refused():
+    h = Harness()
+    job = h.submit(spec("tpu", resources={"tpu": "v5litepod-16"}))
+    with pytest.raises(InvalidRequestError) as err:
+        h.assign(job, 3)
+    assert err.value.field == "placements"
+    assert all(t.state is TaskState.PENDING for t in h.state.job_tasks(job))
 
 
 def test_assign_unknown_task_refused():
     h = Harness()
     with pytest.raises(NotFoundError):
         h.send(ev.Assign("e1", (ev.Placement("/alice/nope", 0, "w1", "a1"),)))
+
+
+def run_gangs(h: Harness, job: str, tasks: int, size: int) -> list[str]:
+    attempts = [f"g{i}" for i in range(tasks)]
+    for first in range(0, tasks, size):
+        h.send(ev.Assign(h.eid(), tuple(ev.Placement(job, i, f"w{i}", attempts[i])
+                                        for i in range(first, first + size))))
+    for attempt in attempts:
+        h.send(ev.AttemptRunning(h.eid(), attempt))
+    return attempts
+
+
+def test_gang_member_failed_for_good_kills_its_gang():
+    h = Harness()
+    job = h.submit(spec("tpu", resources={"tpu": "v5litepod-16"}, replicas=2,
+                        max_task_failures=4))
+    attempts = run_gangs(h, job, 8, 4)
+    h.exit(attempts[2], 1, error="segfault")
+    assert [h.task_state(job, i) for i in range(4)] == [
+        TaskState.KILLED, TaskState.KILLED, TaskState.FAILED, TaskState.KILLED]
+    assert h.job_state(job) is JobState.RUNNING
 
 
 # ------------------------------------------------------------------------------- timeouts

@@ -41,8 +41,10 @@ def _busy_history(h: Harness) -> None:
                  entrypoint={"kind": "callable", "payload": b"\x80\x05fn"})
     h.submit(child)
     h.exit(h.run(child.name, worker="w3"), 0, result=b"\x80\x05result")
-    gang = h.submit(spec("tpu", resources={"tpu": "v5litepod-16"}, scheduling_timeout_s=900))
-    h.assign(gang, 0, worker="w4")
+    gang = h.submit(spec("tpu", resources={"tpu": "v5litepod-16"}, replicas=2))
+    h.send(ev.Assign(h.eid(), tuple(ev.Placement(gang, i, f"w{4 + i}", f"g{i}")
+                                    for i in range(4))))
+    h.submit(spec("waiting", scheduling_timeout_s=900))
     doomed = h.submit(spec("doomed"))
     h.send(ev.Kill(h.eid(), doomed))
 
@@ -75,7 +77,7 @@ def test_store_reloaded_state_keeps_deadlines_and_idempotency(tmp_path):
         assert "timed out" in h.task("/alice/p").error
         h.advance(300)
         h.send(ev.Tick(h.eid()))
-        assert h.job_state("/alice/tpu") is JobState.UNSCHEDULABLE
+        assert h.job_state("/alice/waiting") is JobState.UNSCHEDULABLE
 
 
 def test_store_restart_reconcile_keeps_running_kills_unknown_retries_missing(tmp_path):

@@ -28,7 +28,8 @@ class Placement:
 
 @dataclass(frozen=True)
 class Assign:
-    """Place tasks on workers, all or none (a gang is assigned in one event)."""
+    """Place tasks on workers, all or none. A multi-host job's tasks are placed by whole gangs:
+    every task of a gang in the same event, never part of one."""
 
     event_id: str
     placements: tuple[Placement, ...]
@@ -74,12 +75,12 @@ class WorkerLost:
 
 @dataclass(frozen=True)
 class Kill:
-    """Kill a job; with `cascade` (the default) its sub-jobs too."""
+    """Kill a job and all its sub-jobs (a sub-job never outlives its parent, so there is no
+    non-cascading kill)."""
 
     event_id: str
     job_id: str
     reason: str = "killed by user"
-    cascade: bool = True
 
 
 @dataclass(frozen=True)

@@ -133,6 +133,9 @@ def _assign(tx: lc.Tx, ev: Assign) -> None:
         if p.attempt_id in state.attempts or task.key in seen:
             raise ConflictError(f"assign: attempt {p.attempt_id} or task {task.key} repeated")
         seen.add(task.key)
+    _check_whole_gangs(state, seen)
+    for p in ev.placements:
+        task = state.tasks[(p.job_id, p.task_index)]
         if task.state is not TaskState.PENDING:
             tx.effects.append(Ignored(ev.event_id, f"task {p.job_id}[{p.task_index}] is "
                                                    f"{task.state.value}, not pending"))
@@ -151,6 +154,16 @@ def _assign(tx: lc.Tx, ev: Assign) -> None:
         tx.effects.append(StartAttempt(p.worker_id, p.attempt_id, p.job_id, p.task_index,
                                        job.spec.num_tasks, job.spec.gang_size))
         lc.update_job(tx, job)
+
+
+def _check_whole_gangs(state: KernelState, keys: set[tuple[str, int]]) -> None:
+    for job_id, index in keys:
+        size = state.jobs[job_id].spec.gang_size
+        first = index - index % size
+        if any((job_id, i) not in keys for i in range(first, first + size)):
+            raise InvalidRequestError(
+                f"assign: {job_id} tasks {first}-{first + size - 1} form one gang and must be "
+                "placed together", "placements")
 
 
 def _current(tx: lc.Tx, event_id: str, attempt_id: str) -> tuple[Task, Attempt] | None:
