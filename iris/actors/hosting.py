@@ -142,6 +142,9 @@ class HostedActor:
             return self._reply_late(rid, call)
         try:
             args, kwargs = messages.call_arguments(call)
+        except ProtocolError as exc:
+            return self._reply_error(rid, call, messages.E_PROTOCOL, str(exc))
+        try:
             coro = getattr(self.instance, call.method)(*args, **kwargs)
         except BaseException as exc:
             return self._reply_exception(rid, call, exc, at_call_site=True)
@@ -169,7 +172,10 @@ class HostedActor:
         self._started.set()
         queue = self._queue
         while (item := queue.get()) is not _STOP:
-            self._run_sync(*item)
+            if self._stopping:  # stop requested: calls that have not started never will
+                self._reply_died(item[0], item[1], via_post=True)
+            else:
+                self._run_sync(*item)
         while not queue.empty():  # calls that arrived before the stop: they never ran
             item = queue.get()
             if item is not _STOP:

@@ -108,11 +108,14 @@ def _view(frame: Any) -> memoryview:
     return frame.buffer if hasattr(frame, "buffer") else memoryview(frame)
 
 
+def _no_frames(code: int, data: bytes) -> Any:
+    raise ProtocolError(f"buffer marker {code} but the message has no buffer frames")
+
+
 def unpackb(data: bytes, frames: list | None = None) -> Any:
     """Decode msgpack; ExtType markers are resolved against `frames` (the extra frames)."""
-    if frames:
-        return msgpack.unpackb(data, raw=False, strict_map_key=False, ext_hook=_ext_hook_for(frames))
-    return msgpack.unpackb(data, raw=False, strict_map_key=False)
+    hook = _ext_hook_for(frames) if frames else _no_frames
+    return msgpack.unpackb(data, raw=False, strict_map_key=False, ext_hook=hook)
 
 
 def unpickle_value(payload: bytes, frames: list) -> Any:

@@ -172,7 +172,13 @@ def decode_payload(fmt: int, payload: Any, buffers: list) -> Any:
 
 def call_arguments(call: Call) -> tuple[tuple, dict]:
     """(args, kwargs) of a call, validated. Raises ProtocolError on a wrong shape."""
-    value = decode_payload(call.fmt, call.payload, call.buffers)
+    try:
+        value = decode_payload(call.fmt, call.payload, call.buffers)
+    except ProtocolError:
+        raise
+    except Exception as exc:  # a corrupt pickle raises any of a dozen types
+        raise ProtocolError(f"call payload cannot be decoded: {type(exc).__name__}: {exc}") \
+            from exc
     if (type(value) not in (list, tuple) or len(value) != 2
             or type(value[0]) not in (list, tuple) or type(value[1]) is not dict):
         raise ProtocolError("call payload must be [args, kwargs]")

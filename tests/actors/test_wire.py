@@ -1,0 +1,83 @@
+"""Wire tier: the codec keeps types, lifts big buffers into frames, and refuses garbage."""
+
+from __future__ import annotations
+
+import msgpack
+import numpy as np
+import pytest
+
+from iris.base.errors import ProtocolError
+from iris.wire import codec, messages
+
+
+def roundtrip_call(args, kwargs=None):
+    frames = messages.encode_call(1, "/a", "m", 1000, args, kwargs or {})
+    msg = messages.decode(frames[0], frames[1:])
+    return frames, messages.call_arguments(messages.call_from(msg, frames[1:]))
+
+
+def test_codec_plain_arguments_travel_as_msgpack_and_keep_values():
+    frames, (args, kwargs) = roundtrip_call((1, "x", None, [1, 2], {"k": 1.5}), {"flag": True})
+    assert len(frames) == 1
+    assert args == (1, "x", None, [1, 2], {"k": 1.5}) and kwargs == {"flag": True}
+
+
+def test_codec_tuples_and_subclasses_fall_back_to_pickle_and_keep_their_type():
+    class Label(str):
+        pass
+
+    _, (args, _) = roundtrip_call(((1, 2), Label("x"), 2**80))
+    assert args[0] == (1, 2) and type(args[0]) is tuple
+    assert type(args[1]).__name__ == "Label"
+    assert args[2] == 2**80
+
+
+def test_codec_big_bytes_argument_is_an_extra_frame_not_inline():
+    payload = b"z" * (codec.OOB_MIN_BYTES * 4)
+    frames, (args, _) = roundtrip_call((payload,))
+    assert len(frames) == 2 and frames[1] is payload  # the very object: no copy on send
+    assert len(frames[0]) < 200
+    assert args[0] == payload and type(args[0]) is bytes
+
+
+def test_codec_bytearray_and_memoryview_come_back_as_themselves():
+    _, (args, _) = roundtrip_call((bytearray(b"ab"), memoryview(b"cd")))
+    assert type(args[0]) is bytearray and args[0] == bytearray(b"ab")
+    assert type(args[1]) is memoryview and bytes(args[1]) == b"cd"
+
+
+def test_codec_numpy_array_travels_out_of_band():
+    array = np.arange(100_000, dtype=np.float64)
+    frames = messages.encode_reply(3, array)
+    assert len(frames) == 2 and len(frames[0]) < 1000
+    msg = messages.decode(frames[0], frames[1:])
+    value = messages.decode_payload(msg[3], msg[4], frames[1:])
+    assert np.array_equal(value, array)
+
+
+@pytest.mark.parametrize("header, problem", [
+    (b"", "undecodable"),
+    (b"\xc1", "undecodable"),
+    (msgpack.packb({"a": 1}), "list"),
+    (msgpack.packb([2, messages.CALL, 1]), "version"),
+    (msgpack.packb([1, 99, 1]), "unknown message kind"),
+    (msgpack.packb([1, messages.CALL, 1, "/a"]), "needs 8 fields"),
+    (msgpack.packb([1, messages.CALL, "x", "/a", "m", 1, 0, [[], {}]]), "field 2"),
+    (msgpack.packb([1, messages.CALL, 1, "/a", "m", 1, 7, [[], {}]]), "payload format"),
+])
+def test_decode_malformed_header_raises_protocol_error_naming_the_problem(header, problem):
+    with pytest.raises(ProtocolError, match=problem):
+        messages.decode(header, [])
+
+
+def test_decode_ext_marker_without_its_frame_is_a_protocol_error():
+    frames = messages.encode_call(1, "/a", "m", 1000, (b"x" * codec.OOB_MIN_BYTES,), {})
+    with pytest.raises(ProtocolError, match="buffer marker"):
+        messages.decode(frames[0], [])
+
+
+def test_call_arguments_of_wrong_shape_are_refused():
+    header = msgpack.packb([1, messages.CALL, 1, "/a", "m", 1000, 0, "not-a-pair"])
+    call = messages.call_from(messages.decode(header, []), [])
+    with pytest.raises(ProtocolError, match="args, kwargs"):
+        messages.call_arguments(call)

@@ -1,0 +1,89 @@
+"""Fixtures shared by every tier: a local cluster, child Python processes, leak checks."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class Child:
+    """A Python child process that prints READY (and optional values) when set up."""
+
+    def __init__(self, code: str, env: dict[str, str] | None = None):
+        full_env = {**os.environ, "PYTHONPATH": ROOT, **(env or {})}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", textwrap.dedent(code)], stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True, env=full_env, start_new_session=True)
+        self.ready_line = ""
+
+    def wait_ready(self, timeout: float = 60.0) -> str:
+        """Block until the child prints a line starting with READY; return the rest."""
+        result: list[str] = []
+
+        def read() -> None:
+            for line in self.proc.stdout:
+                if line.startswith("READY"):
+                    result.append(line[5:].strip())
+                    return
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        reader.join(timeout)
+        if not result:
+            self.kill()
+            raise AssertionError(f"child never got ready; stderr:\n{self.proc.stderr.read()}")
+        self.ready_line = result[0]
+        return self.ready_line
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, 9)
+            except ProcessLookupError:
+                pass
+        self.proc.wait(timeout=30)
+
+
+@pytest.fixture
+def child_process() -> Iterator:
+    children: list[Child] = []
+
+    def start(code: str, env: dict[str, str] | None = None) -> Child:
+        child = Child(code, env)
+        children.append(child)
+        return child
+
+    yield start
+    for child in children:
+        child.kill()
+        for stream in (child.proc.stdout, child.proc.stderr):
+            stream.close()
+
+
+@pytest.fixture
+def cluster():
+    import iris
+
+    with iris.local_cluster() as ctx:
+        yield ctx
+
+
+@pytest.fixture(autouse=True)
+def no_leaked_iris_threads():
+    """Fail a test that leaves Iris node or actor threads running."""
+    before = {t.ident for t in threading.enumerate()}
+    yield
+    deadline_threads = [t for t in threading.enumerate()
+                        if t.ident not in before and t.name.startswith("iris-")]
+    for t in deadline_threads:
+        t.join(timeout=10)
+    leaked = [t.name for t in deadline_threads if t.is_alive()]
+    assert not leaked, f"leaked Iris threads: {leaked}"
