@@ -111,19 +111,28 @@ class LogBuffer:
         """Monotonic time the oldest pending byte becomes due, or None if nothing pends."""
         return None if self._since is None else self._since + interval_s
 
-    def take(self, now: float, interval_s: float, final: bool = False) -> list[Record]:
-        """Everything due for the next chunk: a drop marker first, then records oldest first.
+    def take(self, now: float, interval_s: float, final: bool = False,
+             max_bytes: int | None = None) -> list[Record]:
+        """The next chunk's records: a drop marker first, then records oldest first, up to
+        `max_bytes` (at least one record).
 
-        Partial lines go too if `final` or if they waited `interval_s`; others stay.
+        Partial lines go too, once every complete record is taken, if `final` or if they
+        waited `interval_s`; others stay.
         """
         out: list[Record] = []
         if self._drop_lines:
             out.append(Record(self._drop_ts, "stderr",
                               drop_marker(self._drop_lines, self._drop_bytes)))
             self._drop_lines = self._drop_bytes = 0
-        out.extend(self._records)
-        self._records.clear()
-        self._record_bytes = 0
+        size = 0
+        while self._records and (max_bytes is None or not size
+                                 or size + len(self._records[0].data) <= max_bytes):
+            rec = self._records.popleft()
+            size += len(rec.data)
+            self._record_bytes -= len(rec.data)
+            out.append(rec)
+        if self._records:
+            return out  # the rest is already due: `_since` stays as old as it was
         for stream, part in list(self._partial.items()):
             if final or now - part.since >= interval_s:
                 del self._partial[stream]

