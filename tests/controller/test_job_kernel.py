@@ -8,7 +8,7 @@ from test_job_support import T0, Harness, of, snapshot, spec
 from iris.base.errors import ConflictError, InvalidRequestError, NotFoundError
 from iris.controller.jobs import events as ev
 from iris.controller.jobs.kernel import handle
-from iris.controller.jobs.model import JobState, TaskState
+from iris.controller.jobs.model import TERMINAL_JOB, JobState, TaskState
 from iris.controller.jobs.state import KernelState
 
 # ------------------------------------------------------------------------- submit & results
@@ -142,6 +142,39 @@ def test_worker_lost_retries_its_attempts_on_preemption_budget():
     assert h.task_state(b) is TaskState.WORKER_FAILED
     assert h.job_state(b) is JobState.WORKER_FAILED
     assert "w1" not in h.state.by_worker and h.state.by_worker["w2"] == {keep}
+
+
+def _end_badly(h: Harness, path: str, attempt: str) -> None:
+    if path == "exit":
+        h.exit(attempt, 3)
+    elif path == "timeout":
+        h.advance(100)
+        h.send(ev.Tick(h.eid()))
+    elif path == "preempted":
+        h.send(ev.Preempted(h.eid(), attempt))
+    elif path == "worker_lost":
+        h.send(ev.WorkerLost(h.eid(), "w1"))
+    else:  # the worker re-registers without it
+        h.send(ev.Reconcile(h.eid(), "w1", ()))
+
+
+@pytest.mark.parametrize(("path", "budget", "final"), [
+    ("exit", "failures", TaskState.FAILED),
+    ("timeout", "failures", TaskState.FAILED),
+    ("preempted", "preemptions", TaskState.PREEMPTED),
+    ("worker_lost", "preemptions", TaskState.WORKER_FAILED),
+    ("reconcile_missing", "preemptions", TaskState.WORKER_FAILED),
+])
+def test_each_bad_end_spends_its_own_budget_then_ends_task(path, budget, final):
+    h = Harness()
+    job = h.submit(spec("t", timeout_s=100, max_retries_failure=1, max_retries_preemption=1))
+    _end_badly(h, path, h.run(job, worker="w1"))
+    other = "preemptions" if budget == "failures" else "failures"
+    task = h.task(job)
+    assert task.state is TaskState.PENDING
+    assert (getattr(task, budget), getattr(task, other)) == (1, 0)
+    _end_badly(h, path, h.run(job, worker="w1"))
+    assert h.task_state(job) is final and h.state.jobs[job].state in TERMINAL_JOB
 
 
 def test_max_task_failures_tolerated_then_job_fails_and_kills_rest():
