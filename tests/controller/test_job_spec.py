@@ -40,12 +40,22 @@ _GOOD = {"name": "train", "user": "alice",
     ({"request_id": ""}, "request_id"),
     ({"parent": "/alice/unknown"}, "parent"),
     ({"replica": 2}, "replica"),
+    ({"constraints": {"zones": {"us-a", "us-b"}}}, "constraints"),
+    ({"constraints": {"x": float("nan")}}, "constraints"),
 ])
 def test_validate_submit_bad_field_refused_naming_it(change, field):
     with pytest.raises(InvalidRequestError) as err:
         validate_submit({**_GOOD, **change})
     assert err.value.field == field
     assert field.split(".")[-1] in str(err.value)
+
+
+def test_validate_subjob_with_other_user_refused():
+    parent = validate_submit(_GOOD)
+    with pytest.raises(InvalidRequestError) as err:
+        validate_submit({**_GOOD, "name": "c", "user": "mallory", "parent": parent.name},
+                        parent=parent)
+    assert err.value.field == "user"
 
 
 def test_validate_submit_defaults_are_sane():

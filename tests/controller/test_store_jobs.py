@@ -58,6 +58,7 @@ def test_store_reload_after_close_equals_committed_state(tmp_path):
         assert snapshot(store.load()) == expected
         assert store.result("/alice/p/c", 0) == b"\x80\x05result"
         assert store.result("/alice/p", 0) is None
+        assert store.results("/alice/p/c") == {0: b"\x80\x05result"}
         assert store.job_for_request("req-p") == "/alice/p"
         with pytest.raises(NotFoundError):
             store.result("/alice/nope", 0)

@@ -13,6 +13,7 @@ tasks == replicas. Each gang is one JAX program (JAX_NUM_PROCESSES = gang size).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -128,7 +129,7 @@ def validate_submit(raw: Mapping[str, Any], *, parent: JobSpec | None = None,
     if unknown:
         raise InvalidRequestError(f"{unknown[0]}: unknown field", unknown[0])
     parent_name = _parent(raw, parent)
-    user = parent.user if parent else _user(raw.get("user"))
+    user = _user(raw.get("user"), parent)
     resources = _resources(raw.get("resources"))
     if fits is not None:
         reason = fits(resources)
@@ -144,7 +145,7 @@ def validate_submit(raw: Mapping[str, Any], *, parent: JobSpec | None = None,
         priority=_priority(raw.get("priority"), parent),
         env={**inherited_env, **_env(raw.get("env"))},
         pip=_pip(raw.get("pip"), parent.pip if parent else ()),
-        constraints=_mapping(raw.get("constraints"), "constraints"),
+        constraints=_constraints(raw.get("constraints")),
         max_retries_failure=_int(raw, "max_retries_failure", DEFAULT_MAX_RETRIES_FAILURE),
         max_retries_preemption=_int(raw, "max_retries_preemption",
                                     DEFAULT_MAX_RETRIES_PREEMPTION),
@@ -169,7 +170,12 @@ def _parent(raw: Mapping[str, Any], parent: JobSpec | None) -> str | None:
     return name
 
 
-def _user(user: Any) -> str:
+def _user(user: Any, parent: JobSpec | None) -> str:
+    if parent is not None:
+        if user not in (None, parent.user):
+            raise InvalidRequestError(f"user: a sub-job runs as its parent's user "
+                                      f"{parent.user!r}, not {user!r}", "user")
+        return parent.user
     if user is None:
         raise InvalidRequestError("user: a root job needs a user", "user")
     try:
@@ -281,6 +287,16 @@ def _mapping(value: Any, key: str) -> dict:
     if not isinstance(value, Mapping):
         raise InvalidRequestError(f"{key}: expected a mapping, got {value!r}", key)
     return dict(value)
+
+
+def _constraints(value: Any) -> dict[str, Any]:
+    """Plain JSON data (the scheduler parses it); normalized so it reads back equal."""
+    value = _mapping(value, "constraints")
+    try:
+        return json.loads(json.dumps(value, allow_nan=False))
+    except (TypeError, ValueError) as exc:
+        raise InvalidRequestError(f"constraints: must be plain JSON data ({exc})",
+                                  "constraints") from exc
 
 
 def _request_id(value: Any) -> str | None:

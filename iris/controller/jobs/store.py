@@ -6,6 +6,13 @@ survives a crash. `load` rebuilds the kernel state; `prune` drops finished jobs 
 retention period and gives the space back (Iris's controller was once wedged by a bloated
 SQLite file), so the file stays bounded by the live jobs plus one retention window.
 
+If `apply` raises (disk full, I/O error) the kernel's in-memory state is already ahead of the
+file: the controller must not answer or act, but stop and reload (crash-only), so memory never
+claims what the disk does not hold.
+
+Startup: `prune(retention_s, now)`, then `load()`, then a Reconcile per worker as it re-registers
+(and WorkerLost for those that never come back within the liveness timeout).
+
 synchronous=FULL by default: in WAL mode NORMAL already survives a process crash (a commit is
 in the OS page cache), but may lose the last commits on power loss or a kernel panic — and a
 preemptible controller VM being reset is exactly that. FULL adds one fsync of the WAL per
@@ -169,6 +176,11 @@ class JobStore:
         row = self._db.execute("SELECT data FROM results WHERE job_id = ? AND idx = ?",
                                (job_id, index)).fetchone()
         return row[0] if row else None
+
+    def results(self, job_id: str) -> dict[int, bytes]:
+        """Every stored return value of a job, by task index."""
+        rows = self._db.execute("SELECT idx, data FROM results WHERE job_id = ?", (job_id,))
+        return dict(rows.fetchall())
 
     def job_for_request(self, request_id: str) -> str | None:
         row = self._db.execute("SELECT job_id FROM requests WHERE request_id = ?",
