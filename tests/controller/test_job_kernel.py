@@ -234,6 +234,19 @@ def test_gang_assign_part_of_gang_refused():
     assert all(t.state is TaskState.PENDING for t in h.state.job_tasks(job))
 
 
+def test_assign_reused_attempt_id_refused_unchanged():
+    h = Harness()
+    job = h.submit(spec("t", replicas=2))
+    used = h.assign(job, 0)
+    before = snapshot(h.state)
+    for placements in ([(1, used)], [(1, "fresh"), (1, "fresh2")]):
+        with pytest.raises(ConflictError):
+            h.send(ev.Assign("e9", tuple(ev.Placement(job, i, "w1", a) for i, a in placements)))
+    with pytest.raises(ConflictError):
+        h.send(ev.Assign("e9", (ev.Placement(job, 1, "w1", "x"), ev.Placement(job, 1, "w2", "x"))))
+    assert snapshot(h.state) == before
+
+
 def test_assign_unknown_task_refused():
     h = Harness()
     with pytest.raises(NotFoundError):
@@ -259,6 +272,14 @@ def test_gang_member_failed_for_good_kills_its_gang():
     assert [h.task_state(job, i) for i in range(4)] == [
         TaskState.KILLED, TaskState.KILLED, TaskState.FAILED, TaskState.KILLED]
     assert h.job_state(job) is JobState.RUNNING
+
+
+def test_job_error_names_failed_gang_member_not_killed_sibling():
+    h = Harness()
+    job = h.submit(spec("tpu", resources={"tpu": "v5litepod-16"}))
+    attempts = run_gangs(h, job, 4, 4)
+    effects = h.exit(attempts[2], 1, error="segfault")
+    assert of(effects, ev.JobFinished)[0].error == "task 2: segfault (retry budget spent)"
 
 
 # ------------------------------------------------------------------------------- timeouts

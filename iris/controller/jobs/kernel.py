@@ -126,13 +126,15 @@ def _replace_finished(tx: lc.Tx, old: Job) -> None:
 def _assign(tx: lc.Tx, ev: Assign) -> None:
     state = tx.state
     seen: set[tuple[str, int]] = set()
+    new_ids: set[str] = set()
     for p in ev.placements:
         task = state.tasks.get((p.job_id, p.task_index))
         if task is None:
             raise NotFoundError(f"no task {p.job_id}[{p.task_index}]")
-        if p.attempt_id in state.attempts or task.key in seen:
+        if p.attempt_id in state.attempts or p.attempt_id in new_ids or task.key in seen:
             raise ConflictError(f"assign: attempt {p.attempt_id} or task {task.key} repeated")
         seen.add(task.key)
+        new_ids.add(p.attempt_id)
     _check_whole_gangs(state, seen)
     for p in ev.placements:
         task = state.tasks[(p.job_id, p.task_index)]

@@ -12,6 +12,7 @@ import copy
 from iris.controller.jobs.events import Effect, JobFinished, Persist, StopAttempt
 from iris.controller.jobs.model import (
     ACTIVE_ATTEMPT,
+    FAILED_TASK,
     TERMINAL_JOB,
     TERMINAL_TASK,
     Attempt,
@@ -22,6 +23,8 @@ from iris.controller.jobs.model import (
     derive_job_state,
 )
 from iris.controller.jobs.state import KernelState
+
+_CAUSES = FAILED_TASK | {TaskState.UNSCHEDULABLE, TaskState.KILLED}
 
 
 class Tx:
@@ -151,8 +154,10 @@ def _finish_job(tx: Tx, job: Job) -> None:
     """Stop what is left of the job, record why it ended, and end its live sub-jobs."""
     job.finished_at = tx.now
     if not job.error and job.state is not JobState.SUCCEEDED:
-        bad = [t for t in tx.state.job_tasks(job.job_id) if t.error and t.state in TERMINAL_TASK
-               and t.state is not TaskState.SUCCEEDED]
+        # Name the task that caused it, not a gang sibling killed because of it.
+        bad = sorted((t for t in tx.state.job_tasks(job.job_id)
+                      if t.error and t.state in _CAUSES),
+                     key=lambda t: (t.state is TaskState.KILLED, t.finished_at or 0.0))
         job.error = f"task {bad[0].index}: {bad[0].error}" if bad else job.state.value
     for task in tx.state.job_tasks(job.job_id):
         if task.state not in TERMINAL_TASK:
