@@ -1,0 +1,7 @@
+"""`python -m iris` is the `iris` command."""
+
+import sys
+
+from iris.cli import main
+
+sys.exit(main())

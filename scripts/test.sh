@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Install everything the tests need on a fresh Debian machine, then lint and run the suite.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+# System packages: iproute2 for network-namespace tests (present on most images).
+if ! command -v ip >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ]; then
+        apt-get update -q && apt-get install -y -q iproute2
+    else
+        echo "warning: iproute2 missing and not root; network-namespace tests will skip" >&2
+    fi
+fi
+bash scripts/setup.sh test
+.venv/bin/ruff check iris tests bench
+.venv/bin/lint-imports
+# Two workers: the machine has 2 cores. --timeout keeps a hung socket from eating CI's hour.
+exec .venv/bin/python -m pytest -n 2 -q --timeout 300 "$@"

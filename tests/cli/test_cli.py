@@ -1,0 +1,51 @@
+"""The `iris` command in real subprocesses: demo, keys, cluster start + actor list --json."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ENV = {**os.environ, "PYTHONPATH": ROOT}
+
+
+def iris_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "iris", *args], capture_output=True,
+                          text=True, env=ENV, timeout=timeout)
+
+
+def test_demo_runs_rollout_processes_and_summarizes_as_json():
+    done = iris_cli("demo", "--rollouts", "2", "--iterations", "2", "--json")
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert summary["steps"] == 2 and summary["exit_codes"] == [0, 0]
+    assert "[rollout 1] iteration 1: pulled weights" in done.stderr
+
+
+def test_keys_generate_then_refuse_to_overwrite(tmp_path):
+    first = iris_cli("keys", "generate", str(tmp_path / "k"))
+    assert first.returncode == 0 and (tmp_path / "k" / "authorized" / "cluster.key").exists()
+    second = iris_cli("keys", "generate", str(tmp_path / "k"))
+    assert second.returncode == 2 and "refusing to overwrite" in second.stderr
+
+
+def test_cluster_start_then_actor_list_as_json(child_process):
+    server = child_process("import sys; from iris.cli import main; "
+                           "print('READY', flush=True); sys.exit(main(['cluster', 'start', "
+                           "'--local']))")
+    server.wait_ready()
+    line = server.proc.stdout.readline()
+    address = line.split()[-1]
+    assert line.startswith("cluster running at tcp://127.0.0.1:")
+    listed = iris_cli("actor", "list", "--address", address, "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert json.loads(listed.stdout) == []
+
+
+def test_actor_list_without_an_address_names_the_variable():
+    env = {k: v for k, v in ENV.items() if k != "IRIS_ADDRESS"}
+    done = subprocess.run([sys.executable, "-m", "iris", "actor", "list"], capture_output=True,
+                          text=True, env=env, timeout=60)
+    assert done.returncode == 2 and "IRIS_ADDRESS" in done.stderr
