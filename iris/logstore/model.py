@@ -127,27 +127,41 @@ def encode_chunk(header: ChunkHeader, records: list[Record]) -> bytes:
     return b"".join(parts)
 
 
+_FEED_BYTES = 4 * 1024 * 1024
+"""Decode a composed log in slices: msgpack's Unpacker refuses a buffer over its limit
+(100 MiB by default) and a long task's log is bigger than that."""
+
+
 def decode_chunks(data: bytes) -> Iterator[tuple[ChunkHeader, Record]]:
     """Records of one chunk or of a composed log, each with the header of its chunk."""
-    unpacker = msgpack.Unpacker(raw=False, strict_map_key=True)
-    unpacker.feed(data)
+    unpacker = msgpack.Unpacker(raw=False, strict_map_key=True,
+                                max_buffer_size=4 * _FEED_BYTES)
+    view = memoryview(data)
     header: ChunkHeader | None = None
     try:
-        for obj in unpacker:
-            if not isinstance(obj, dict):
-                raise ValueError(f"expected a map, got {type(obj).__name__}")
-            if "v" in obj:
-                if obj["v"] != FORMAT_VERSION:
-                    raise ValueError(f"unsupported log format version {obj['v']!r}")
-                header = ChunkHeader(obj["job"], obj["task"], obj["attempt"], obj["seq"])
-            elif header is None:
-                raise ValueError("record before any chunk header")
-            else:
-                yield header, Record(float(obj["t"]), STREAMS[obj["s"]], bytes(obj["b"]))
+        for start in range(0, len(data), _FEED_BYTES):
+            unpacker.feed(view[start:start + _FEED_BYTES])
+            for obj in unpacker:
+                header, rec = _decode_object(obj, header)
+                if rec is not None:
+                    yield header, rec
         if unpacker.tell() != len(data):
             raise ValueError(f"truncated after {unpacker.tell()} of {len(data)} bytes")
     except (ValueError, KeyError, IndexError, TypeError, msgpack.UnpackException) as exc:
         raise LogStorageError(f"malformed log chunk: {exc}", transient=False) from exc
+
+
+def _decode_object(obj: object, header: ChunkHeader | None
+                   ) -> tuple[ChunkHeader, Record | None]:
+    if not isinstance(obj, dict):
+        raise ValueError(f"expected a map, got {type(obj).__name__}")
+    if "v" in obj:
+        if obj["v"] != FORMAT_VERSION:
+            raise ValueError(f"unsupported log format version {obj['v']!r}")
+        return ChunkHeader(obj["job"], obj["task"], obj["attempt"], obj["seq"]), None
+    if header is None:
+        raise ValueError("record before any chunk header")
+    return header, Record(float(obj["t"]), STREAMS[obj["s"]], bytes(obj["b"]))
 
 
 def split_lines(header: ChunkHeader, rec: Record) -> list[LogLine]:

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import enum
 import logging
-import os
-import signal
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,9 +21,16 @@ from iris.worker.cgroups import AttemptCgroup, CgroupVersion
 from iris.worker.outcome import Outcome
 from iris.worker.output import OnOutput, StreamReader, open_reader
 from iris.worker.process import AttemptProcess, AttemptSpec, PidfdLeader
-from iris.worker.records import AttemptRecord, is_alive, remove_record, session_members
+from iris.worker.records import (
+    AttemptRecord,
+    is_alive,
+    kill_and_wait,
+    remove_record,
+    session_members,
+)
 
 _log = logging.getLogger(__name__)
+_KILL_WAIT_S = 10.0  # SIGKILL cannot be ignored; this bounds a process stuck in the kernel
 
 
 class LeftoverAction(enum.Enum):
@@ -51,20 +56,15 @@ def _cgroup_of(record: AttemptRecord) -> AttemptCgroup | None:
 
 def _kill_leftovers(record: AttemptRecord, leader_alive: bool) -> None:
     cgroup = _cgroup_of(record)
+    pids = set(session_members(record.pid, record.start_ticks))
+    if leader_alive:
+        pids.add(record.pid)
     if cgroup is not None:
-        cgroup.kill_all()
-    if leader_alive:
-        try:
-            os.killpg(record.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    for pid in session_members(record.pid, record.start_ticks):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    if leader_alive:
-        PidfdLeader(record.pid).wait_returncode()  # SIGKILL cannot be ignored: this returns
+        pids.update(cgroup.pids())
+    survivors = kill_and_wait(pids, _KILL_WAIT_S)
+    if survivors:
+        _log.warning("leftovers of %s/%s survived SIGKILL: %s", record.task_id,
+                     record.attempt, survivors)
     if cgroup is not None and not cgroup.remove():
         _log.warning("leftover cgroup %s could not be removed", cgroup.path)
     for fifo in (record.stdout_fifo, record.stderr_fifo):

@@ -16,11 +16,11 @@ from __future__ import annotations
 import enum
 import logging
 import os
-import signal
 from dataclasses import dataclass
 from pathlib import Path
 
 from iris.base.errors import IrisError
+from iris.worker.records import kill_and_wait
 
 _log = logging.getLogger(__name__)
 _KILL_ROUNDS = 50  # a fork bomb may add processes while we kill; each round kills the newcomers
@@ -102,17 +102,13 @@ class AttemptCgroup:
         except FileNotFoundError:
             return []
 
-    def kill_all(self) -> None:
-        """SIGKILL every process in the cgroup until none is left (or rounds run out)."""
+    def kill_all(self, timeout_s: float = 10.0) -> None:
+        """SIGKILL every process in the cgroup and wait until they are gone."""
         for _ in range(_KILL_ROUNDS):
             pids = self.pids()
             if not pids:
                 return
-            for pid in pids:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+            kill_and_wait(pids, timeout_s)
 
     def oom_kills(self) -> int:
         """How many processes the OOM killer ended in this cgroup (0 if unknown)."""

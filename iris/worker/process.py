@@ -30,6 +30,7 @@ from iris.worker.outcome import Outcome, classify_exit, unknown_outcome
 from iris.worker.output import OnOutput, StreamReader, make_fifo, open_reader
 from iris.worker.records import (
     AttemptRecord,
+    kill_and_wait,
     proc_start_ticks,
     remove_record,
     session_members,
@@ -37,6 +38,7 @@ from iris.worker.records import (
 
 _log = logging.getLogger(__name__)
 DEFAULT_GRACE_S = 10.0  # the default: long enough to write a small checkpoint
+_KILL_WAIT_S = 10.0  # SIGKILL is not ignorable; only a process stuck in the kernel (D) lasts
 _DRAIN_TIMEOUT_S = 10.0  # output still unread this long after the kill comes from an escapee
 
 
@@ -248,14 +250,16 @@ class AttemptProcess:
             pass
 
     def _kill_everything(self) -> None:
-        if self._cgroup is not None:
-            self._cgroup.kill_all()
         self._signal_group(signal.SIGKILL)
-        for pid in session_members(self.pid, self.record.start_ticks):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        pids = set(session_members(self.pid, self.record.start_ticks))
+        if self._cgroup is not None:
+            pids.update(self._cgroup.pids())
+        survivors = kill_and_wait(pids, _KILL_WAIT_S)
+        if survivors:
+            _log.warning("attempt %s/%s: %s survived SIGKILL for %s s", self.spec.task_id,
+                         self.spec.attempt, survivors, _KILL_WAIT_S)
+        if self._cgroup is not None:
+            self._cgroup.kill_all()  # anything forked while we were killing
 
     def _watch(self) -> None:
         returncode = self._leader.wait_returncode()

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import json
 import os
+import select
+import signal
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -86,3 +89,35 @@ def session_members(sid: int, not_before_ticks: int = 0) -> list[int]:
         if int(fields[3]) == sid and int(fields[19]) >= not_before_ticks:
             members.append(int(entry.name))
     return members
+
+
+def kill_and_wait(pids: Iterable[int], timeout_s: float) -> list[int]:
+    """SIGKILL `pids` and wait until each has died; the pids still alive at the timeout.
+
+    Through pidfds, so a pid reused meanwhile is never signalled, and "died" means the
+    kernel finished its exit (a plain kill() returns before that: seen as a flaky test).
+    """
+    fds = []
+    for pid in set(pids):
+        try:
+            fd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            continue
+        try:
+            signal.pidfd_send_signal(fd, signal.SIGKILL)
+        except ProcessLookupError:
+            os.close(fd)
+            continue
+        fds.append((fd, pid))
+    try:
+        waiting = {fd: pid for fd, pid in fds}
+        while waiting:
+            ready, _, _ = select.select(list(waiting), [], [], timeout_s)
+            if not ready:
+                break
+            for fd in ready:
+                del waiting[fd]
+        return sorted(waiting.values())
+    finally:
+        for fd, _ in fds:
+            os.close(fd)

@@ -5,9 +5,10 @@ runner for callable tasks. No sockets: importable without pyzmq.
     rt.on_preempt(lambda: save_checkpoint())   # runs once on SIGTERM, then the task exits
 
 The worker stops an attempt with SIGTERM, waits a grace period (10 s by default), then
-SIGKILLs the whole process group. Registered callbacks run in the main thread on the first
-SIGTERM; afterwards the process exits with code 143 (128 + SIGTERM), so the worker reads it
-as "stopped" and the controller can retry from the checkpoint.
+SIGKILLs the whole process group. Registered callbacks run once, on the first
+SIGTERM, on a thread of their own while the main thread runs on; once they return the
+process exits at once with code 143 (128 + SIGTERM), so the worker reads it as "stopped"
+and the controller can retry from the checkpoint.
 
 A callable task is a cloudpickled `(fn, args, kwargs)`; `python -m iris.worker.task_runtime
 PAYLOAD_FILE` runs one. Its result (or exception) is written, cloudpickled, to the file named
@@ -60,20 +61,31 @@ def on_preempt(callback: Callable[[], None]) -> None:
 
 
 def _handle_sigterm(signum: int, frame: object) -> None:
+    # The callbacks run on their own thread, not in this handler: the signal may land while
+    # the main thread is inside print(), and printing from the handler would then raise
+    # "reentrant call" (seen in tests). The main thread runs on until they finish.
     global _fired
     with _lock:
         if _fired:
             return
         _fired = True
         callbacks = list(_callbacks)
+    threading.Thread(target=_run_callbacks_then_exit, args=(callbacks,),
+                     name="iris-preempt", daemon=True).start()
+
+
+def _run_callbacks_then_exit(callbacks: list[Callable[[], None]]) -> None:
     for callback in callbacks:
         try:
             callback()
         except Exception:
             traceback.print_exc()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    raise SystemExit(PREEMPT_EXIT_CODE)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+    os._exit(PREEMPT_EXIT_CODE)
 
 
 def run_payload(payload: bytes) -> int:

@@ -56,10 +56,8 @@ def test_fuzz_ten_thousand_bad_frames_then_node_still_serves(cluster):
     attacker.setsockopt(zmq.LINGER, 0)
     attacker.connect(node.address)
     try:
-        sent = 0
-        for frames in mutations(rng, valid):
+        for sent, frames in enumerate(mutations(rng, valid), start=1):
             attacker.send_multipart(frames)
-            sent += 1
             if sent % 500 == 0:  # keep queues shallow; drain whatever answers came back
                 while attacker.poll(0):
                     attacker.recv_multipart()

@@ -59,9 +59,8 @@ def test_unknown_key_gets_nothing_through(secure_cluster, keys, tmp_path, child_
     intruder_keys = generate_keys(tmp_path / "intruder")
     # The intruder knows the cluster's public key, but its own key is not authorized.
     intruder = Security.load(keys, client_key=intruder_keys / "cluster.key_secret")
-    with Node(security=intruder) as node:
-        with pytest.raises(iris.PeerUnavailableError):
-            node.call(vault.address, vault.name, "open", timeout_s=5).result(30)
+    with Node(security=intruder) as node, pytest.raises(iris.PeerUnavailableError):
+        node.call(vault.address, vault.name, "open", timeout_s=5).result(30)
     assert vault.times_opened().result(30) == 0  # the intruder's call was never delivered
 
 

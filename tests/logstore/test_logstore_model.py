@@ -73,3 +73,10 @@ def test_encoding_composed_chunks_decode_with_their_seq():
 def test_encoding_malformed_chunk_raises_storage_error(data):
     with pytest.raises(LogStorageError):
         list(decode_chunks(data))
+
+
+def test_encoding_log_bigger_than_msgpack_default_buffer_decodes():
+    record = Record(1.0, "stdout", b"z" * 1_000_000)
+    chunk = encode_chunk(ChunkHeader("/j", 0, 0, 0), [record] * 8)
+    data = chunk * 14  # ~112 MB, over msgpack's 100 MiB default buffer
+    assert sum(1 for _ in decode_chunks(data)) == 8 * 14

@@ -92,3 +92,35 @@ def env_cache(tmp_path_factory):
     from iris.worker.envs import EnvConfig, EnvironmentCache
 
     return EnvironmentCache(EnvConfig(root=tmp_path_factory.mktemp("envs")))
+
+
+@pytest.fixture
+def zygote():
+    """A zygote on the test interpreter, closed (its attempts killed by `attempts`) after."""
+    from iris.worker.zygote import Zygote
+
+    z = Zygote(PYTHON, {"PATH": "/usr/bin:/bin"})
+    yield z
+    z.close()
+
+
+@pytest.fixture
+def launch(tmp_path: Path):
+    """launch(spawner, ...) like `attempts` but for any spawner (zygote or callable)."""
+    started: list[AttemptProcess] = []
+    counter = iter(range(10_000))
+
+    def make(spawner, on_output=None, *, memory_limit_bytes=0, cgroups=None, env=None):
+        n = next(counter)
+        workdir = tmp_path / f"zwork{n}"
+        workdir.mkdir()
+        spec = AttemptSpec(task_id="z", attempt=n, attempt_dir=tmp_path / f"zattempt{n}",
+                           cwd=workdir, env=env or {"PATH": "/usr/bin:/bin"},
+                           memory_limit_bytes=memory_limit_bytes)
+        proc = AttemptProcess.launch(spec, spawner, on_output, cgroups=cgroups)
+        started.append(proc)
+        return proc
+
+    yield make
+    for proc in started:
+        proc.stop(grace_s=0)

@@ -4,4 +4,4 @@ No sockets here: the controller actor reads the clock, calls `kernel.handle`, co
 `Persist` effect with `JobStore.apply`, and only then acts on the other effects.
 """
 
-__all__ = ["env", "events", "kernel", "lifecycle", "model", "spec", "state", "store"]
+__all__ = ["env", "events", "kernel", "lifecycle", "model", "spec", "state", "store", "views"]

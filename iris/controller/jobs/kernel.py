@@ -229,7 +229,7 @@ def _exited(tx: lc.Tx, ev: AttemptExited) -> None:
         reason = ev.error or f"exit code {ev.exit_code}"
         return lc.attempt_ended(tx, task, attempt, TaskState.FAILED, reason)
     lc.stop(tx, attempt, TaskState.SUCCEEDED, "")
-    task.attempt_id, task.error = None, ""
+    task.error = ""
     lc.end_task(tx, task, TaskState.SUCCEEDED, "")
     if ev.result is not None:
         task.has_result = True

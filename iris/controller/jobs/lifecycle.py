@@ -98,7 +98,6 @@ def attempt_ended(tx: Tx, task: Task, attempt: Attempt, state: TaskState, error:
     matching budget, then retry the task or end it, and restart or end the rest of its gang."""
     stop(tx, attempt, state, error, notify)
     spec = tx.state.jobs[task.job_id].spec
-    task.attempt_id = None
     task.error = error
     if state is TaskState.FAILED:
         task.failures += 1
@@ -132,7 +131,6 @@ def _restart_gang(tx: Tx, task: Task, ended: bool) -> None:
         attempt = tx.state.attempts.get(sibling.attempt_id) if sibling.attempt_id else None
         if attempt is not None:
             stop(tx, attempt, TaskState.KILLED, reason)
-            sibling.attempt_id = None
             tx.state.set_pending(sibling, tx.now)
             tx.touch(sibling)
 

@@ -77,7 +77,8 @@ class Attempt:
 
 @dataclass(slots=True)
 class Task:
-    """One replica host of a job. `attempt_id` is the current attempt, if any."""
+    """One replica host of a job. `attempt_id` is its latest attempt, if any; that attempt is
+    the current one (the fence) only while it is ASSIGNED, BUILDING or RUNNING."""
 
     job_id: str
     index: int
