@@ -1,0 +1,134 @@
+"""Zygote fast starts: a forked child per callable attempt, isolated like any attempt."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+import cloudpickle
+import pytest
+
+from iris.worker.outcome import OutcomeKind
+from iris.worker.records import is_alive
+from iris.worker.zygote import subprocess_callable_spawner
+
+WAIT_S = 60.0
+cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the child cannot import tests
+
+
+def _payload(fn, *args, **kwargs) -> bytes:
+    return cloudpickle.dumps((fn, args, kwargs))
+
+
+def report_identity():
+    print(os.getpid(), os.getsid(0), os.getpgid(0), os.getcwd(), os.environ.get("MARK"),
+          os.environ.get("IRIS_TASK_ID"), flush=True)
+
+
+def fail_with(code):
+    if code is None:
+        raise RuntimeError("boom")
+    sys.exit(code)
+
+
+def wait_for_preemption():
+    import time
+
+    from iris.worker.task_runtime import on_preempt
+
+    on_preempt(lambda: print("checkpoint saved", flush=True))
+    print("ready", flush=True)
+    time.sleep(600)
+
+
+def hog_memory():
+    x = bytearray(256 << 20)
+    x[::4096] = b"1" * len(x[::4096])
+    print("survived", flush=True)
+
+
+def return_value(x):
+    return {"double": 2 * x}
+
+
+def sleep_forever():
+    import time
+
+    print("ready", os.getpid(), flush=True)
+    time.sleep(600)
+
+
+@pytest.mark.parametrize("path", ["zygote", "subprocess"])
+def test_zygote_child_in_own_session_cwd_and_env(path, zygote, launch, lines):
+    payload = _payload(report_identity)
+    spawner = (zygote.spawner(payload) if path == "zygote"
+               else subprocess_callable_spawner(sys.executable, payload))
+    proc = launch(spawner, lines, env={"PATH": "/bin", "MARK": "job-env"})
+    assert proc.wait(WAIT_S).ok, lines.items
+    pid, sid, pgid, cwd, mark, task = lines.text()[0].split()
+    assert int(pid) == int(sid) == int(pgid) == proc.pid
+    assert cwd == str(proc.spec.cwd) and mark == "job-env" and task == "z"
+    if path == "zygote":
+        assert proc.pid != zygote.pid and os.getsid(zygote.pid) != proc.pid
+
+
+@pytest.mark.parametrize("code, expected", [(None, 1), (7, 7)])
+def test_zygote_failing_callable_exit_code(zygote, launch, lines, code, expected):
+    outcome = launch(zygote.spawner(_payload(fail_with, code)), lines).wait(WAIT_S)
+    assert outcome.kind is OutcomeKind.FAILED and outcome.exit_code == expected
+    if code is None:
+        assert any("RuntimeError: boom" in t for t in lines.text("stderr"))
+
+
+def test_zygote_result_written_to_result_path(zygote, launch, tmp_path):
+    result = tmp_path / "result.pkl"
+    proc = launch(zygote.spawner(_payload(return_value, 21)),
+                  env={"PATH": "/bin", "IRIS_RESULT_PATH": str(result)})
+    assert proc.wait(WAIT_S).ok
+    assert cloudpickle.loads(result.read_bytes()) == ("ok", {"double": 42})
+
+
+def test_zygote_stop_runs_preempt_hook(zygote, launch, lines):
+    proc = launch(zygote.spawner(_payload(wait_for_preemption)), lines)
+    lines.wait_for(lambda t: t == "ready")
+    outcome = proc.stop(grace_s=WAIT_S)
+    assert outcome.kind is OutcomeKind.STOPPED and outcome.exit_code == 143, lines.items
+    assert "checkpoint saved" in lines.text()
+    assert zygote.alive
+
+
+def test_zygote_attempt_over_memory_limit_is_oom_killed(zygote, launch, lines,
+                                                        require_cgroups):
+    proc = launch(zygote.spawner(_payload(hog_memory)), lines, memory_limit_bytes=64 << 20,
+                  cgroups=require_cgroups)
+    assert proc.wait(WAIT_S).kind is OutcomeKind.OOM_KILLED
+    assert "survived" not in lines.text()
+    assert zygote.alive
+
+
+def test_zygote_death_leaves_attempt_running_then_stop_ends_it(zygote, launch, lines):
+    proc = launch(zygote.spawner(_payload(sleep_forever)), lines)
+    lines.wait_for(lambda t: t.startswith("ready"))
+    os.kill(zygote.pid, signal.SIGKILL)
+    assert proc.wait(0.5) is None  # no status yet: the attempt runs on
+    assert is_alive(proc.pid)
+    outcome = proc.stop(grace_s=WAIT_S)
+    assert outcome.kind is OutcomeKind.UNKNOWN
+    assert not is_alive(proc.pid)
+
+
+def test_zygote_in_job_environment_sees_job_packages(env_cache, launch, lines, tmp_path):
+    from iris.worker.zygote import Zygote
+
+    env = env_cache.get(["six==1.15.0"])
+    z = Zygote(env.python, env.activate({"PATH": "/bin"}), preload=["six"])
+    try:
+        def show():
+            import six
+            print(six.__version__, flush=True)
+        proc = launch(z.spawner(_payload(show)), lines)
+        assert proc.wait(WAIT_S).ok, lines.items
+        assert lines.text() == ["1.15.0"]
+    finally:
+        z.close()
