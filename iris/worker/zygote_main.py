@@ -127,6 +127,11 @@ def main() -> None:
         __import__(name)  # pre-import what the job's tasks use (must not start threads)
     import cloudpickle  # noqa: F401  (every callable payload needs it)
 
+    threads = len(os.listdir("/proc/self/task"))
+    if threads > 1:  # fork() copies one thread: locks held by the others stay held forever
+        print(f"iris zygote: refusing to serve, preloading started {threads - 1} thread(s)",
+              file=sys.stderr)
+        sys.exit(3)
     sock = socket.socket(fileno=int(sys.argv[1]))
     _send(sock, {"op": "ready", "pid": os.getpid()})
     serve(sock)

@@ -132,3 +132,23 @@ def test_zygote_in_job_environment_sees_job_packages(env_cache, launch, lines, t
         assert lines.text() == ["1.15.0"]
     finally:
         z.close()
+
+
+def test_zygote_preload_that_starts_threads_is_refused(tmp_path):
+    from iris.worker.zygote import Zygote, ZygoteError
+
+    (tmp_path / "threaded_mod.py").write_text(
+        "import threading, time\nthreading.Thread(target=time.sleep, args=(600,), "
+        "daemon=True).start()\n")
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(tmp_path)}
+    with pytest.raises(ZygoteError, match="did not start"):
+        Zygote(sys.executable, env, preload=["threaded_mod"])
+
+
+def test_bench_starts_quick_prints_json(capsys):
+    from bench.starts import main
+
+    result = main(["--runs", "2", "--no-env"])
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert '"start_zygote_median_ms"' in last and result["runs"] == 2
+    assert result["start_zygote_median_ms"] > 0
