@@ -8,7 +8,7 @@ import pytest
 from test_job_support import Harness, spec
 
 from iris.base.errors import NotFoundError
-from iris.controller.jobs.views import job_view, list_jobs
+from iris.controller.jobs.views import desired_attempts, job_view, list_jobs
 
 
 def test_job_view_shows_task_states_workers_and_error():
@@ -39,3 +39,15 @@ def test_list_jobs_filters_by_prefix_and_liveness():
     live = list_jobs(h.state, include_finished=False)
     assert [j["job_id"] for j in live] == ["/alice/p", "/alice/p/c", "/alice/pp"]
     assert live[0]["task_counts"] == {"pending": 1}
+
+
+def test_desired_attempts_lists_only_live_attempts_on_that_worker():
+    h = Harness()
+    a = h.run(h.submit(spec("a")), worker="w1")
+    h.assign(h.submit(spec("b")), 0, worker="w2")
+    h.exit(h.run(h.submit(spec("c")), worker="w1"), 0)
+    assert desired_attempts(h.state, "w1") == [
+        {"attempt_id": a, "job_id": "/alice/a", "task_index": 0, "state": "running"}]
+    assert desired_attempts(h.state, "w9") == []
+    assert h.state.summary() == {"jobs": 3, "jobs_finished": 1, "tasks_pending": 0,
+                                 "attempts_active": 2}

@@ -55,3 +55,14 @@ def _task_view(state: KernelState, job_id: str, index: int) -> dict[str, Any]:
         "preemptions": task.preemptions, "has_result": task.has_result,
         "attempt_id": task.attempt_id, "worker_id": attempt.worker_id if attempt else None,
     }
+
+
+def desired_attempts(state: KernelState, worker_id: str) -> list[dict[str, Any]]:
+    """The attempts the controller wants running on `worker_id` (what a re-registering worker
+    is told to keep; anything else it runs is to be killed)."""
+    out = []
+    for attempt_id in sorted(state.by_worker.get(worker_id, ())):
+        attempt = state.attempts[attempt_id]
+        out.append({"attempt_id": attempt_id, "job_id": attempt.job_id,
+                    "task_index": attempt.task_index, "state": attempt.state.value})
+    return out
