@@ -2,8 +2,9 @@
 
 Not routing or sockets (node.py). A hosted actor has its own thread: sync methods run
 there one at a time, so a blocking method never stalls the node's loop or other actors.
-`async def` methods run on the node's loop, at most `max_concurrency` at once. Hooks:
-`on_start()` after construction and `on_stop()` at shutdown, both on the actor's thread.
+`async def` methods run on the node's loop, at most `max_concurrency` at once. Hooks, all on
+the actor's thread: `on_start()` after construction, `on_tick()` every `tick_interval_s`
+seconds (a class attribute) between calls, and `on_stop()` at shutdown.
 Calls still queued when the actor stops are answered with ActorDiedError.
 """
 
@@ -15,7 +16,7 @@ import logging
 import threading
 from collections import deque
 from dataclasses import dataclass
-from queue import SimpleQueue
+from queue import Empty, SimpleQueue
 from typing import TYPE_CHECKING, Any
 
 from iris.actors.current import current_context
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
     from iris.actors.node import Node
 
 _log = logging.getLogger(__name__)
-_HOOKS = ("on_start", "on_stop")
+_HOOKS = ("on_start", "on_stop", "on_tick")
 _STOP = object()
 
 
@@ -170,12 +171,12 @@ class HostedActor:
             self._started.set()
             return
         self._started.set()
-        queue = self._queue
-        while (item := queue.get()) is not _STOP:
+        for item in self._mailbox():
             if self._stopping:  # stop requested: calls that have not started never will
                 self._reply_died(item[0], item[1], via_post=True)
             else:
                 self._run_sync(*item)
+        queue = self._queue
         while not queue.empty():  # calls that arrived before the stop: they never ran
             item = queue.get()
             if item is not _STOP:
@@ -185,6 +186,34 @@ class HostedActor:
             self._run_hook("on_stop")
         except Exception:
             _log.exception("on_stop of actor %s raised", self.key)
+
+    def _mailbox(self):
+        """Calls from the queue until stop, running on_tick whenever its interval is due."""
+        queue = self._queue
+        tick = getattr(self.instance, "on_tick", None)
+        interval = getattr(self.instance, "tick_interval_s", None)
+        if tick is None or not interval:
+            while (item := queue.get()) is not _STOP:
+                yield item
+            return
+        clock = self.node.clock
+        due = clock.monotonic() + interval
+        while True:
+            wait = due - clock.monotonic()
+            if wait <= 0:
+                try:
+                    tick()
+                except Exception:
+                    _log.exception("on_tick of actor %s raised", self.key)
+                due = clock.monotonic() + interval
+                continue
+            try:
+                item = queue.get(timeout=wait)
+            except Empty:
+                continue
+            if item is _STOP:
+                return
+            yield item
 
     def _run_hook(self, name: str) -> None:
         hook = getattr(self.instance, name, None)

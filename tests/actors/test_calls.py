@@ -245,3 +245,29 @@ def test_resolve_all_broadcasts_and_round_robins(cluster):
         assert sorted(group.get().result(10) for _ in range(2)) == [101, 201]
     finally:
         second_node.close()
+
+
+@iris.actor
+class Ticker:
+    tick_interval_s = 0.01
+
+    def __init__(self, reached: threading.Event):
+        self.ticks = 0
+        self.threads: set[str] = set()
+        self.reached = reached
+
+    def on_tick(self):
+        self.ticks += 1
+        self.threads.add(threading.current_thread().name)
+        if self.ticks >= 5:
+            self.reached.set()
+
+    def tick_threads(self) -> list[str]:
+        return sorted(self.threads)
+
+
+def test_on_tick_runs_on_the_actor_thread_between_calls(cluster):
+    reached = threading.Event()
+    ref = Ticker.serve("ticker", reached)
+    assert reached.wait(60)
+    assert ref.tick_threads().result(30) == ["iris-actor-/ticker"]
