@@ -31,10 +31,11 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import iris
 from iris.base.errors import InvalidRequestError, IrisError
 
 _READY = ".iris-ready"
+# iris/worker/envs.py -> iris/ (found by path: importing `iris` would pull in the client)
+_IRIS_PACKAGE = Path(__file__).resolve().parents[1]
 _RUNTIME_PACKAGES = ("cloudpickle", "msgpack", "pyzmq", "uvloop")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*")
 Progress = Callable[[str], None]
@@ -196,7 +197,7 @@ class EnvironmentCache:
     def _link_iris(self, env: Environment) -> None:
         src = self.config.root / ".iris-src"
         link = src / "iris"
-        target = Path(iris.__file__).resolve().parent
+        target = _IRIS_PACKAGE
         if not link.exists():
             src.mkdir(exist_ok=True)
             tmp = src / f".iris-{os.getpid()}"

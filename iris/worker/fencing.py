@@ -44,20 +44,27 @@ class AttemptTable:
         Raises StaleAttemptError for an attempt older than the current one and
         ConflictError for the current one claimed twice.
         """
-        _check_args(task_id, attempt)
+        self.check_claimable(task_id, attempt)
         entry = self._tasks.get(task_id)
         if entry is not None:
-            if attempt < entry.current:
-                raise StaleAttemptError(
-                    f"task {task_id}: attempt {attempt} is stale (attempt {entry.current} "
-                    "is current); refused"
-                )
-            if attempt == entry.current:
-                raise ConflictError(f"task {task_id}: attempt {attempt} was already claimed")
             entry.current, entry.launched = attempt, False
         else:
             entry = self._tasks[task_id] = _TaskAttempts(current=attempt)
         return sorted(entry.running)
+
+    def check_claimable(self, task_id: str, attempt: int) -> None:
+        """Raise what `claim` would raise, changing nothing."""
+        _check_args(task_id, attempt)
+        entry = self._tasks.get(task_id)
+        if entry is None:
+            return
+        if attempt < entry.current:
+            raise StaleAttemptError(
+                f"task {task_id}: attempt {attempt} is stale (attempt {entry.current} "
+                "is current); refused"
+            )
+        if attempt == entry.current:
+            raise ConflictError(f"task {task_id}: attempt {attempt} was already claimed")
 
     def check(self, task_id: str, attempt: int) -> None:
         """Raise StaleAttemptError unless `attempt` is the current attempt of `task_id`."""

@@ -284,9 +284,9 @@ class AttemptProcess:
             Path(fifo).unlink(missing_ok=True)
         remove_record(self.spec.attempt_dir)
         self._outcome = outcome
-        self._done.set()
-        if self._on_exit is not None:
+        if self._on_exit is not None:  # before `done`: when wait() returns, it has run
             try:
                 self._on_exit(self, outcome)
             except Exception:
                 _log.exception("on_exit callback failed")
+        self._done.set()
