@@ -108,7 +108,8 @@ class AttemptCgroup:
             pids = self.pids()
             if not pids:
                 return
-            kill_and_wait(pids, timeout_s)
+            if kill_and_wait(pids, timeout_s):
+                return  # stuck in the kernel (state D): retrying would only wait again
 
     def oom_kills(self) -> int:
         """How many processes the OOM killer ended in this cgroup (0 if unknown)."""

@@ -128,3 +128,13 @@ def test_attempt_under_memory_limit_succeeds(attempts, require_cgroups):
     proc = attempts([PYTHON, "-c", "x = bytearray(8 << 20)"], memory_limit_bytes=256 << 20,
                     cgroups=require_cgroups)
     assert proc.wait(WAIT_S).ok
+
+
+def test_attempt_output_partial_and_huge_lines_delivered_whole(attempts, lines):
+    script = ("import sys; sys.stdout.write('x' * (3 << 20) + '\\n');"
+              "sys.stdout.write('tail without newline')")
+    assert attempts([PYTHON, "-c", script], lines).wait(WAIT_S).ok
+    chunks = [line for s, line in lines.items if s == "stdout"]
+    assert b"".join(chunks) == b"x" * (3 << 20) + b"\ntail without newline"
+    assert chunks[-1] == b"tail without newline"
+    assert max(len(c) for c in chunks) <= (1 << 20) + 1

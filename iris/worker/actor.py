@@ -1,0 +1,216 @@
+"""The Worker actor: one per host; runs the controller's attempts through an AttemptRunner.
+
+Not the process machinery (runner.py and below). The controller calls `start_attempt` and
+`stop_attempt`; each attempt then runs on its own thread (building an environment can take
+minutes and must not hold the actor's mailbox). State changes are queued and sent to the
+controller from `on_tick`, at most TICK_S after they happen, in one `report` call that also
+serves as the heartbeat; an update is dropped only once the controller acknowledged it, so
+a controller restart loses none. Logs go to the log store as the task prints.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from iris.actors import Node, actor
+from iris.base.errors import IrisError
+from iris.base.resources import Resources
+from iris.logstore.shipper import LogShipper
+from iris.logstore.sinks import LocalDirSink
+from iris.worker.outcome import Outcome, OutcomeKind
+from iris.worker.process import AttemptProcess
+from iris.worker.runner import AttemptRequest, AttemptRunner, AttemptState, RunnerConfig
+
+_log = logging.getLogger(__name__)
+# Heartbeat period: the controller declares a worker lost after 3 s of silence.
+HEARTBEAT_S = 1.0
+# Error text of a failed attempt: the last lines it wrote to stderr.
+_ERROR_TAIL_LINES = 20
+
+
+@dataclass
+class _Running:
+    attempt_id: str
+    task_id: str
+    number: int
+    stop_reason: str = ""
+
+
+@actor
+class Worker:
+    # State changes wait at most this long before they are reported.
+    tick_interval_s = 0.02
+
+    def __init__(self, worker_id: str, controller_address: str, controller_key: str,
+                 attributes: dict[str, str], root: Path, node: Node,
+                 advertised: Resources, grace_s: float = 10.0):
+        self.worker_id = worker_id
+        self._node = node
+        self._controller = (controller_address, controller_key)
+        self._attributes = attributes
+        self._runner = AttemptRunner(RunnerConfig(root=root, grace_s=grace_s), advertised)
+        self._running: dict[str, _Running] = {}
+        self._lock = threading.Lock()
+        self._updates: collections.OrderedDict[tuple[str, str], dict] = collections.OrderedDict()
+        self._registered = False
+        self._last_report = 0.0
+
+    # ------------------------------------------------------------ called by the controller
+
+    def start_attempt(self, launch: dict) -> bool:
+        attempt_id = launch["attempt_id"]
+        with self._lock:
+            if attempt_id in self._running:
+                return True  # a re-sent start (reconcile): already ours
+            run = _Running(attempt_id, f"{launch['job_id']}[{launch['task_index']}]",
+                           launch["attempt_number"])
+            self._running[attempt_id] = run
+        threading.Thread(target=self._run, args=(run, launch), daemon=True,
+                         name=f"attempt-{attempt_id}").start()
+        return True
+
+    def stop_attempt(self, body: dict) -> bool:
+        with self._lock:
+            run = self._running.get(body["attempt_id"])
+        if run is None:
+            return False
+        run.stop_reason = body.get("reason", "stopped")
+        threading.Thread(target=self._stop, args=(run, body.get("grace_s")), daemon=True).start()
+        return True
+
+    def status(self) -> dict:
+        with self._lock:
+            running = sorted(self._running)
+        return {"worker_id": self.worker_id, "attempts": running, "free": self._runner.free()}
+
+    # ------------------------------------------------------------ hooks
+
+    def on_start(self) -> None:
+        self._runner.recover(adopt=False)  # a previous life's attempts: killed, not run twice
+
+    def on_tick(self) -> None:
+        now = self._node.clock.monotonic()
+        if not self._registered:
+            if now - self._last_report >= HEARTBEAT_S or not self._last_report:
+                self._last_report = now
+                self._register()
+            return
+        if self._updates or now - self._last_report >= HEARTBEAT_S:
+            self._last_report = now
+            self._report()
+
+    def on_stop(self) -> None:
+        self._runner.close()
+
+    # ------------------------------------------------------------ talking to the controller
+
+    def _call(self, method: str, *args: Any) -> Any:
+        address, key = self._controller
+        return self._node.call(address, key, method, args, timeout_s=5.0).result()
+
+    def _register(self) -> None:
+        with self._lock:
+            running = sorted(self._running)
+        try:
+            self._call("register_worker", self.worker_id, self._node.address,
+                       self._attributes, running)
+        except IrisError as exc:
+            _log.warning("worker %s: cannot register yet: %s", self.worker_id, exc)
+            return
+        self._registered = True
+
+    def _report(self) -> None:
+        with self._lock:
+            sent = list(self._updates.items())
+        try:
+            answer = self._call("report", self.worker_id, [update for _, update in sent])
+        except IrisError as exc:
+            _log.warning("worker %s: report failed (will retry): %s", self.worker_id, exc)
+            return
+        if answer.get("reregister"):
+            self._registered = False
+            return
+        acked = set(answer.get("acked", ()))
+        with self._lock:
+            for key, update in sent:  # a newer update under the same key stays queued
+                if update["attempt_id"] in acked and self._updates.get(key) is update:
+                    del self._updates[key]
+
+    def _queue(self, attempt_id: str, status: str, **fields: Any) -> None:
+        with self._lock:
+            self._updates[(attempt_id, status)] = {"attempt_id": attempt_id, "status": status,
+                                                   **fields}
+
+    # ------------------------------------------------------------ one attempt (own thread)
+
+    def _run(self, run: _Running, launch: dict) -> None:
+        shipper = LogShipper(LocalDirSink(launch["log_dir"]), launch["job_id"],
+                             launch["task_index"], launch["attempt_number"])
+        tail: collections.deque[bytes] = collections.deque(maxlen=_ERROR_TAIL_LINES)
+
+        def on_output(stream: str, line: bytes, ts: float) -> None:
+            shipper.write(stream, line, ts)
+            if stream == "stderr":
+                tail.append(line)
+
+        def on_state(state: AttemptState, detail: str) -> None:
+            if state is AttemptState.BUILDING and detail:
+                shipper.write("stderr", f"[iris build] {detail}\n")
+            elif state is AttemptState.BUILDING:
+                self._queue(run.attempt_id, "building")
+            else:
+                self._queue(run.attempt_id, "running")
+
+        def on_exit(proc: AttemptProcess, outcome: Outcome) -> None:
+            result = _read_result(proc.spec.attempt_dir / "result.pkl")
+            shipper.close()
+            self._finished(run, outcome, result, b"".join(tail))
+
+        entry = launch["entrypoint"]
+        request = AttemptRequest(
+            task_id=run.task_id, attempt=run.number,
+            resources=Resources.from_dict(launch.get("resources") or {}),
+            command=tuple(entry["argv"]) if entry["kind"] == "command" else (),
+            payload=entry["payload"] if entry["kind"] == "callable" else None,
+            pip=tuple(launch.get("pip", ())), env=launch["env"])
+        try:
+            self._runner.start(request, on_output, on_state, on_exit)
+        except Exception as exc:  # refused or failed to build: the attempt fails with why
+            shipper.write("stderr", f"[iris] attempt could not start: {exc}\n")
+            shipper.close()
+            self._forget(run)
+            self._queue(run.attempt_id, "exited", exit_code=1, error=f"could not start: {exc}")
+
+    def _stop(self, run: _Running, grace_s: float | None) -> None:
+        try:
+            self._runner.stop(run.task_id, run.number, grace_s)
+        except IrisError as exc:  # not running (yet, or any more): nothing to stop
+            _log.info("stop of %s: %s", run.attempt_id, exc)
+
+    def _finished(self, run: _Running, outcome: Outcome, result: bytes | None,
+                  stderr_tail: bytes) -> None:
+        self._forget(run)
+        if outcome.kind is OutcomeKind.SUCCEEDED:
+            self._queue(run.attempt_id, "exited", exit_code=0, result=result)
+            return
+        code = outcome.exit_code if outcome.exit_code is not None else 137
+        error = outcome.detail or outcome.kind.value
+        if stderr_tail:
+            error += "\n" + stderr_tail.decode("utf-8", "replace").rstrip()
+        self._queue(run.attempt_id, "exited", exit_code=code or 1, error=error, result=result)
+
+    def _forget(self, run: _Running) -> None:
+        with self._lock:
+            self._running.pop(run.attempt_id, None)
+
+
+def _read_result(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return None

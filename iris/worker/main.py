@@ -1,0 +1,71 @@
+"""`iris worker`: run this host's Worker actor until SIGTERM, then stop its attempts cleanly."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from pathlib import Path
+
+from iris.actors import ClusterContext, Node, NodeConfig, Security
+from iris.base.errors import ConfigError
+from iris.base.ids import new_id
+from iris.base.resources import Resources
+from iris.worker.actor import Worker
+
+CONTROLLER_KEY = "/iris/controller"
+WORKER_PREFIX = "/iris/workers/"
+
+
+def _worker_id(root: Path, given: str | None) -> str:
+    """Keep the id across restarts, so the controller reconciles instead of seeing a stranger."""
+    id_file = root / "worker_id"
+    if given:
+        return given
+    if id_file.exists():
+        return id_file.read_text().strip()
+    worker_id = new_id("w-")
+    root.mkdir(parents=True, exist_ok=True)
+    id_file.write_text(worker_id)
+    return worker_id
+
+
+def parse_attrs(pairs: list[str]) -> dict[str, str]:
+    attrs = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--attr {pair!r}: expected key=value")
+        attrs[key] = value
+    return attrs
+
+
+def run_worker(controller: str, *, region: str = "local", attrs: dict[str, str] | None = None,
+               root: Path | None = None, worker_id: str | None = None,
+               bind: str = "tcp://127.0.0.1:0", keys_dir: str | None = None,
+               grace_s: float = 10.0, ready: threading.Event | None = None,
+               stop: threading.Event | None = None) -> None:
+    root = root or Path(os.environ.get("IRIS_WORKER_DIR", "/tmp/iris-worker"))
+    worker_id = _worker_id(root, worker_id)
+    attributes = {"region": region, "cpu": str(os.cpu_count() or 1),
+                  "memory": str(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")),
+                  **(attrs or {})}
+    advertised = Resources(cpu=float(attributes["cpu"]), memory=int(attributes["memory"]))
+    security = Security.load(keys_dir) if keys_dir else None
+    node = Node(NodeConfig(bind=bind), security=security).start()
+    ctx = ClusterContext(node, controller, namespace="/", owns_node=True)
+    stop = stop or threading.Event()
+    try:
+        ctx.serve(Worker, WORKER_PREFIX + worker_id, worker_id, controller, CONTROLLER_KEY,
+                  attributes, root, node, advertised, grace_s)
+        print(f"worker {worker_id} serving at {node.address}", flush=True)
+        if ready is not None:
+            ready.set()
+        stop.wait()
+    finally:
+        ctx.close()
+
+
+def install_stop_signals(stop: threading.Event) -> None:
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
