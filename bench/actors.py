@@ -1,0 +1,424 @@
+"""Benchmark of actor calls (issue 2): Iris and Ray side by side on this machine, in one run.
+
+    python -m bench.actors [--quick] [--only iris|ray] [--n N]
+
+Not a test: it asserts nothing about speed. Every figure has the actor in a different process
+from its caller (Ray's actors live in worker processes too). Iris runs first, with its
+registry in this process and each actor in a `python -m bench.actors --serve NAME` child;
+then Ray, started with `ray.init(num_cpus=N)`. Both sides run the same loops:
+
+- sync: one call at a time, `echo(16 bytes)`, waiting for each reply; median and p99.
+- async: rounds of 1,000 calls submitted at once, then all waited for; calls/s. Once to a
+  plain (`def`) method, which Ray and Iris both run one at a time on the actor's thread,
+  and once to an `async def` method (Iris: the node's event loop; Ray: an async actor).
+- n:n: N client processes x N actor processes; each client sends rounds of 1,000 calls
+  spread round robin over all N actors (Ray's own "n:n actor calls async" shape). Clients
+  report their start and end on the machine's monotonic clock; calls/s = all calls /
+  (last end - first start).
+- big: `echo(64 MiB bytes)`; GB/s = 2 x 64 MiB (there and back) / median round trip, GB = 1e9.
+- new actor: from starting a new actor (Iris: Popen of a fresh Python process that joins the
+  cluster and serves one actor; Ray: `Echo.remote()`) until the reply of its first call.
+
+The table's ratio column is oriented so that > 1 means Iris is better. The last line printed
+is one JSON object of every figure; Ray's carry the prefix `ray_`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from bench._procs import Children
+
+SMALL = b"0123456789abcdef"
+BIG_BYTES = 64 * 2**20
+WINDOW = 1000
+# How long each figure's steady state is measured (s); quick keeps the whole run < 1 min.
+_FULL = dict(seconds=5.0, big_reps=10, new_reps=8)
+_QUICK = dict(seconds=1.2, big_reps=3, new_reps=3)
+_CALL_TIMEOUT_S = 120.0
+
+
+@dataclass(frozen=True)
+class Settings:
+    n: int              # client processes = actor processes for n:n
+    seconds: float      # steady-state measuring time per figure, s
+    big_reps: int       # 64 MiB round trips measured (after one warm-up)
+    new_reps: int       # new actors started and called once
+
+
+# ---------------------------------------------------------------- measuring loops
+
+
+class CpuMeter:
+    """CPU seconds (user + system) used by this process and by `pids` since construction.
+
+    Under load a process gets only part of a core, so calls/s drifts with the neighbours;
+    CPU time per call does not, which makes it the steadier figure to compare.
+    """
+
+    def __init__(self, pids: list[int]):
+        self._pids = pids
+        self._start = self._total()
+
+    def _total(self) -> float:
+        mine = os.times()
+        total = mine.user + mine.system
+        for pid in self._pids:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return total
+
+    def us_per(self, calls: int) -> float:
+        return (self._total() - self._start) / calls * 1e6
+
+
+def measure_latency(call: Callable[[], object], seconds: float, pids: list[int]) -> dict:
+    """Median and p99 of one blocking call, in microseconds, after a short warm-up."""
+    for _ in range(200):
+        call()
+    samples: list[float] = []
+    clock = time.perf_counter
+    cpu = CpuMeter(pids)
+    end = clock() + seconds
+    while True:
+        t0 = clock()
+        call()
+        t1 = clock()
+        samples.append(t1 - t0)
+        if t1 >= end:
+            break
+    samples.sort()
+    return {"median_us": statistics.median(samples) * 1e6,
+            "p99_us": samples[int(0.99 * (len(samples) - 1))] * 1e6,
+            "calls_s": len(samples) / sum(samples), "cpu_us": cpu.us_per(len(samples))}
+
+
+def measure_rate(one_round: Callable[[], object], per_round: int, seconds: float,
+                 pids: list[int]) -> dict:
+    """Calls/s of back-to-back rounds of `per_round` calls, after two warm-up rounds."""
+    one_round()
+    one_round()
+    rounds = 0
+    cpu = CpuMeter(pids)
+    start = time.perf_counter()
+    while True:
+        one_round()
+        rounds += 1
+        elapsed = time.perf_counter() - start
+        if elapsed >= seconds:
+            return {"calls_s": rounds * per_round / elapsed,
+                    "cpu_us": cpu.us_per(rounds * per_round)}
+
+
+def measure_big(call: Callable[[bytes], bytes], reps: int) -> dict:
+    payload = os.urandom(1024) * (BIG_BYTES // 1024)
+    if len(call(payload)) != BIG_BYTES:
+        raise RuntimeError("the 64 MiB echo came back with the wrong length")
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        call(payload)
+        times.append(time.perf_counter() - t0)
+    rtt = statistics.median(times)
+    return {"gbps": 2 * BIG_BYTES / rtt / 1e9, "rtt_ms": rtt * 1e3}
+
+
+def pipelined_rounds(send: Callable[[int], object], wait: Callable[[list], object],
+                     seconds: float) -> dict:
+    """One n:n client's loop: rounds of WINDOW calls (send(i) for i in range) until `seconds`."""
+    calls = 0
+    start = time.perf_counter()
+    while True:
+        wait([send(i) for i in range(WINDOW)])
+        calls += WINDOW
+        end = time.perf_counter()
+        if end - start >= seconds:
+            return {"calls": calls, "start": start, "end": end}
+
+
+def combine_clients(reports: list[dict]) -> float:
+    """All clients' calls over the span from the first start to the last end (calls/s)."""
+    span = max(r["end"] for r in reports) - min(r["start"] for r in reports)
+    return sum(r["calls"] for r in reports) / span
+
+
+def one_to_one(system: str, cfg: Settings, pids: list[int], async_pids: list[int], *,
+               call: Callable[[object], object], echo_round: Callable[[], object],
+               aecho_round: Callable[[], object]) -> dict:
+    """The 1:1 figures of one system; `pids` are the actor processes whose CPU counts too."""
+    _step(f"{system} sync")
+    lat = measure_latency(lambda: call(SMALL), cfg.seconds, pids)
+    _step(f"{system} async")
+    rate = measure_rate(echo_round, WINDOW, cfg.seconds, pids)
+    async_rate = measure_rate(aecho_round, WINDOW, cfg.seconds, async_pids)
+    _step(f"{system} 64 MiB")
+    big = measure_big(call, cfg.big_reps)
+    return {"sync_median_us": lat["median_us"], "sync_p99_us": lat["p99_us"],
+            "sync_calls_s": lat["calls_s"], "sync_cpu_us": lat["cpu_us"],
+            "async_calls_s": rate["calls_s"], "async_cpu_us": rate["cpu_us"],
+            "async_method_calls_s": async_rate["calls_s"],
+            "async_method_cpu_us": async_rate["cpu_us"],
+            "big_gbps": big["gbps"], "big_rtt_ms": big["rtt_ms"]}
+
+
+# ---------------------------------------------------------------- Iris
+
+
+def _iris_echo_class():
+    import iris
+
+    @iris.actor
+    class Echo:
+        def echo(self, x):
+            return x
+
+        async def aecho(self, x):
+            return x
+
+    return Echo
+
+
+def serve_main(name: str) -> None:
+    """Child: join $IRIS_ADDRESS, serve Echo as `name`, live until stdin closes."""
+    import iris
+
+    with iris.connect():
+        _iris_echo_class().serve(name)
+        print("READY", flush=True)
+        sys.stdin.read()
+
+
+def client_main(names: list[str]) -> None:
+    """Child: resolve `names`; per `go SECONDS` line, run pipelined rounds, print DONE json."""
+    import iris
+
+    with iris.connect():
+        refs = [iris.resolve(name, timeout=60) for name in names]
+        methods = [ref.echo for ref in refs]
+        n = len(methods)
+        print("READY", flush=True)
+
+        def wait(futs: list) -> None:
+            for fut in futs:
+                fut.result(_CALL_TIMEOUT_S)
+
+        for line in sys.stdin:
+            seconds = float(line.split()[1])
+            report = pipelined_rounds(lambda i: methods[i % n](SMALL), wait, seconds)
+            print("DONE", json.dumps(report), flush=True)
+
+
+def bench_iris(cfg: Settings, children: Children) -> dict:
+    import iris
+
+    with iris.local_cluster() as cluster:
+        env = {"IRIS_ADDRESS": cluster.address}
+
+        def serve(name: str):
+            return children.spawn(["-m", "bench.actors", "--serve", name], env)
+
+        actor = serve("echo")
+        actor.expect("READY")
+        ref = iris.resolve("echo", timeout=60)
+        echo, aecho = ref.echo, ref.aecho
+        out = one_to_one(
+            "iris", cfg, [actor.proc.pid], [actor.proc.pid],
+            call=lambda x: echo(x).result(_CALL_TIMEOUT_S),
+            echo_round=lambda: [f.result(_CALL_TIMEOUT_S)
+                                for f in [echo(SMALL) for _ in range(WINDOW)]],
+            aecho_round=lambda: [f.result(_CALL_TIMEOUT_S)
+                                 for f in [aecho(SMALL) for _ in range(WINDOW)]])
+        actor.kill()
+        _step("iris n:n")
+        out["nn_calls_s"] = _iris_nn(cfg, children, serve, env)
+        _step("iris new actor")
+        out["new_actor_ms"] = _iris_new_actor(cfg, serve)
+    return out
+
+
+def _iris_nn(cfg: Settings, children: Children, serve, env: dict) -> float:
+    names = [f"nn-{i}" for i in range(cfg.n)]
+    for actor in [serve(name) for name in names]:
+        actor.expect("READY")
+    clients = [children.spawn(["-m", "bench.actors", "--client", ",".join(names)], env)
+               for _ in range(cfg.n)]
+    for client in clients:
+        client.expect("READY")
+    reports: list[dict] = []
+    for seconds in (0.3, cfg.seconds):  # warm-up, then the measured run
+        for client in clients:
+            client.send(f"go {seconds}")
+        reports = [json.loads(c.expect("DONE", _CALL_TIMEOUT_S)) for c in clients]
+    for client in clients:
+        client.kill()
+    return combine_clients(reports)
+
+
+def _iris_new_actor(cfg: Settings, serve) -> float:
+    import iris
+
+    times = []
+    for i in range(cfg.new_reps):
+        t0 = time.perf_counter()
+        child = serve(f"fresh-{i}")
+        if iris.resolve(f"fresh-{i}", timeout=60).echo(SMALL).result(_CALL_TIMEOUT_S) != SMALL:
+            raise RuntimeError("the new actor answered wrongly")
+        times.append(time.perf_counter() - t0)
+        child.kill()
+    return statistics.median(times) * 1e3
+
+
+# ---------------------------------------------------------------- Ray
+
+
+def bench_ray(cfg: Settings) -> dict:
+    import ray
+
+    ray.init(num_cpus=cfg.n, include_dashboard=False, log_to_driver=False,
+             logging_level=logging.WARNING)
+    try:
+        return {f"ray_{k}": v for k, v in _ray_figures(ray, cfg).items()}
+    finally:
+        ray.shutdown()
+
+
+def _ray_classes(ray):
+    @ray.remote(num_cpus=0)
+    class Echo:
+        def echo(self, x):
+            return x
+
+        def pid(self):
+            return os.getpid()
+
+    @ray.remote(num_cpus=0)
+    class AsyncEcho:
+        async def aecho(self, x):
+            return x
+
+        async def pid(self):
+            return os.getpid()
+
+    @ray.remote(num_cpus=0)
+    class Client:
+        def __init__(self, actors):
+            self.methods = [a.echo for a in actors]
+
+        def run(self, seconds):
+            methods, n = self.methods, len(self.methods)
+            return pipelined_rounds(lambda i: methods[i % n].remote(SMALL), ray.get, seconds)
+
+    return Echo, AsyncEcho, Client
+
+
+def _ray_figures(ray, cfg: Settings) -> dict:
+    Echo, AsyncEcho, Client = _ray_classes(ray)
+    a, b = Echo.remote(), AsyncEcho.remote()
+    echo, aecho = a.echo, b.aecho
+    out = one_to_one(
+        "ray", cfg, [ray.get(a.pid.remote())], [ray.get(b.pid.remote())],
+        call=lambda x: ray.get(echo.remote(x)),
+        echo_round=lambda: ray.get([echo.remote(SMALL) for _ in range(WINDOW)]),
+        aecho_round=lambda: ray.get([aecho.remote(SMALL) for _ in range(WINDOW)]))
+    ray.kill(a)
+    ray.kill(b)
+    _step("ray n:n")
+    actors = [Echo.remote() for _ in range(cfg.n)]
+    clients = [Client.remote(actors) for _ in range(cfg.n)]
+    ray.get([c.run.remote(0.3) for c in clients])
+    out["nn_calls_s"] = combine_clients(ray.get([c.run.remote(cfg.seconds) for c in clients]))
+    for actor in [*actors, *clients]:
+        ray.kill(actor)
+    _step("ray new actor")
+    times = []
+    for _ in range(cfg.new_reps):
+        t0 = time.perf_counter()
+        fresh = Echo.remote()
+        if ray.get(fresh.echo.remote(SMALL)) != SMALL:
+            raise RuntimeError("the new Ray actor answered wrongly")
+        times.append(time.perf_counter() - t0)
+        ray.kill(fresh)
+    out["new_actor_ms"] = statistics.median(times) * 1e3
+    return out
+
+
+# ---------------------------------------------------------------- report
+
+# (key, label, unit, higher is better)
+_ROWS = [
+    ("sync_median_us", "1:1 sync call, median", "us", False),
+    ("sync_p99_us", "1:1 sync call, p99", "us", False),
+    ("sync_calls_s", "1:1 sync calls/s", "calls/s", True),
+    ("sync_cpu_us", "  CPU per sync call (both sides)", "us", False),
+    ("async_calls_s", "1:1 async, 1,000 in flight", "calls/s", True),
+    ("async_cpu_us", "  CPU per async call (both sides)", "us", False),
+    ("async_method_calls_s", "1:1 async, async def method", "calls/s", True),
+    ("async_method_cpu_us", "  CPU per call (both sides)", "us", False),
+    ("nn_calls_s", "n:n async (N clients x N actors)", "calls/s", True),
+    ("big_gbps", "64 MiB echo (2x64 MiB / rtt)", "GB/s", True),
+    ("big_rtt_ms", "64 MiB echo round trip", "ms", False),
+    ("new_actor_ms", "new actor until first reply", "ms", False),
+]
+
+
+def print_table(figures: dict, cfg: Settings) -> None:
+    print(f"\nactor calls, N={cfg.n}, {os.cpu_count()} cores; ratio > 1 means Iris is better")
+    print(f"{'metric':36} {'unit':>8} {'iris':>12} {'ray':>12} {'ratio':>7}")
+    for key, label, unit, higher in _ROWS:
+        mine, theirs = figures.get(key), figures.get(f"ray_{key}")
+        ratio = ""
+        if mine and theirs:
+            ratio = f"{(mine / theirs if higher else theirs / mine):.2f}x"
+        print(f"{label:36} {unit:>8} {_fmt(mine):>12} {_fmt(theirs):>12} {ratio:>7}")
+
+
+def _fmt(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
+
+
+def _step(what: str) -> None:
+    print(f"  measuring {what} ...", file=sys.stderr, flush=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a run of under a minute")
+    parser.add_argument("--only", choices=("iris", "ray"), help="measure one system only")
+    parser.add_argument("--n", type=int, default=2, help="n:n clients and actors (default 2)")
+    parser.add_argument("--serve", metavar="NAME", help=argparse.SUPPRESS)
+    parser.add_argument("--client", metavar="NAMES", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.serve:
+        return serve_main(args.serve)
+    if args.client:
+        return client_main(args.client.split(","))
+    if args.n < 1:
+        parser.error(f"--n must be at least 1, got {args.n}")
+    cfg = Settings(n=args.n, **(_QUICK if args.quick else _FULL))
+    started = time.perf_counter()
+    figures: dict = {}
+    if args.only != "ray":
+        with Children() as children:
+            figures.update(bench_iris(cfg, children))
+    if args.only != "iris":
+        figures.update(bench_ray(cfg))
+    print_table(figures, cfg)
+    figures.update(n=cfg.n, quick=args.quick, small_arg_bytes=len(SMALL), big_bytes=BIG_BYTES,
+                   window=WINDOW, wall_s=time.perf_counter() - started)
+    print(json.dumps({k: round(v, 3) if isinstance(v, float) else v
+                      for k, v in figures.items()}))
+
+
+if __name__ == "__main__":
+    main()
