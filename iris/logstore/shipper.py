@@ -147,8 +147,14 @@ class LogShipper:
         counted as dropped) but every chunk already stored stays readable.
         """
         with self._cond:
-            self._closing = True
-            self._cond.notify()
+            if self._closing:
+                closed_before = True
+            else:
+                closed_before, self._closing = False, True
+                self._cond.notify()
+        if closed_before:  # a second close must not compose chunks the first one deleted
+            self._thread.join()
+            return self.stats()
         self._thread.join(timeout_s)
         if self._thread.is_alive():
             _log.warning("log shipper for %s task %d attempt %d: storage did not accept the "

@@ -40,6 +40,8 @@ def test_shipper_close_composes_one_log_with_every_line(sink):
     assert stats.composed and stats.lines == 200 and stats.dropped_lines == 0
     assert sink.list(job_prefix(JOB)) == [f"{job_prefix(JOB)}2/attempts/1/log"]
     assert _texts(sink) == [f"line {i:04d} padding padding" for i in range(200)]
+    assert shipper.close() == stats  # closing again changes nothing
+    assert len(_texts(sink)) == 200
 
 
 class _GatedSink:
