@@ -33,11 +33,14 @@ from iris.base.errors import (
 )
 from iris.base.resources import Resources
 from iris.client import connect, list_actors, local_cluster, resolve, resolve_all
+from iris.client.jobs import JobHandle, spawn, submit
+from iris.worker.task_runtime import on_preempt
 
 __all__ = [
     "ActorCallError", "ActorDiedError", "ActorFuture", "ActorGroup", "ActorNotFoundError",
     "ActorRef", "BadArgumentsError", "ClusterContext", "DeadlineExceededError", "IrisError",
+    "JobFailedError",
     "MethodNotFoundError", "NodeConfig", "PeerUnavailableError", "RemoteError", "Resources",
-    "Security", "actor", "connect", "current", "errors", "generate_keys", "list_actors",
-    "local_cluster", "resolve", "resolve_all",
+    "JobHandle", "Security", "actor", "connect", "current", "errors", "generate_keys",
+    "list_actors", "local_cluster", "on_preempt", "resolve", "resolve_all", "spawn", "submit",
 ]

@@ -9,15 +9,18 @@ through the `current_context` ContextVar. Relative names live in the context's n
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
 from typing import Any
 
+from iris.actors.config import NodeConfig
 from iris.actors.current import current_context
 from iris.actors.future import ActorFuture
 from iris.actors.node import Node
 from iris.actors.refs import ActorGroup, ActorRef, _context
 from iris.actors.registry import LEASE_S, REGISTRY_KEY, RENEW_INTERVAL_S
-from iris.base.errors import ActorNotFoundError
+from iris.actors.security import Security
+from iris.base.errors import ActorNotFoundError, ConfigError
 from iris.base.ids import join_path
 
 _log = logging.getLogger(__name__)
@@ -27,6 +30,20 @@ _REGISTRY_TIMEOUT_S = 30.0
 
 def current() -> ClusterContext:
     return _context()
+
+
+def join(address: str | None = None, *, namespace: str | None = None, bind: str | None = None,
+         security: Security | None = None) -> ClusterContext:
+    """A new node in this process, member of the cluster at `address` ($IRIS_ADDRESS)."""
+    address = address or os.environ.get("IRIS_ADDRESS")
+    if not address:
+        raise ConfigError("no cluster address: pass one or set $IRIS_ADDRESS")
+    if security is None and os.environ.get("IRIS_KEYS_DIR"):
+        security = Security.load(os.environ["IRIS_KEYS_DIR"])
+    bind = bind or os.environ.get("IRIS_BIND") or "tcp://127.0.0.1:0"
+    node = Node(NodeConfig(bind=bind), security=security).start()
+    return ClusterContext(node, address, namespace or os.environ.get("IRIS_NAMESPACE") or "/",
+                          owns_node=True)
 
 
 class ClusterContext:

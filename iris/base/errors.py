@@ -12,6 +12,7 @@
     ├── StorageError                the log or state store failed
     ├── ProtocolError               a malformed or unsupported message on the wire
     ├── SecurityError               keys missing or invalid; an insecure bind was refused
+    ├── JobFailedError              a job ended without succeeding (job.result() raises it)
     └── ActorCallError              a call to an actor did not return a value
         ├── ActorNotFoundError      no actor of that name at that address, or not registered
         ├── MethodNotFoundError     the actor has no public method of that name
@@ -80,6 +81,14 @@ class ProtocolError(IrisError):
 
 class SecurityError(IrisError):
     pass
+
+
+class JobFailedError(IrisError):
+    """`status` is the job's final status dict (tasks, errors) as the controller reported it."""
+
+    def __init__(self, message: str, status: dict | None = None):
+        super().__init__(message)
+        self.status = status or {}
 
 
 class ActorCallError(IrisError):

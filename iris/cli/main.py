@@ -1,6 +1,7 @@
 """The `iris` command line: argument parsing and dispatch only; each verb calls the API.
 
 Every listing takes --json, which prints exactly what the table shows as one JSON document.
+Client verbs find the cluster with --address or $IRIS_ADDRESS.
 """
 
 from __future__ import annotations
@@ -9,45 +10,73 @@ import argparse
 import json
 import sys
 import threading
-from typing import Any
+from pathlib import Path
 
 import iris
 from iris.base.errors import IrisError
+from iris.cli import jobs
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="iris", description=__doc__.splitlines()[0])
+    parser.add_argument("--address", help="cluster address (default: $IRIS_ADDRESS)")
     verbs = parser.add_subparsers(dest="verb", required=True)
 
     demo = verbs.add_parser("demo", help="run the RL trainer/rollout demo on a local cluster")
-    demo.add_argument("--rollouts", type=int, default=3, help="rollout processes (default 3)")
+    demo.add_argument("--rollouts", type=int, default=3, help="rollout tasks (default 3)")
     demo.add_argument("--iterations", type=int, default=4, help="pulls/pushes per rollout")
     demo.add_argument("--json", action="store_true", help="print the summary as JSON")
 
     keys = verbs.add_parser("keys", help="CURVE cluster keys").add_subparsers(
         dest="action", required=True)
-    generate = keys.add_parser("generate", help="create a cluster keypair in DIR")
-    generate.add_argument("dir")
+    keys.add_parser("generate", help="create a cluster keypair in DIR").add_argument("dir")
 
     cluster = verbs.add_parser("cluster", help="run or inspect a cluster").add_subparsers(
         dest="action", required=True)
     start = cluster.add_parser("start", help="run an embedded cluster in the foreground")
     start.add_argument("--local", action="store_true", required=True)
+    start.add_argument("--workers", type=int, default=2)
     start.add_argument("--bind", default="tcp://127.0.0.1:0")
+    cluster.add_parser("status", help="workers and jobs at a glance").add_argument(
+        "--json", action="store_true")
+
+    controller = verbs.add_parser("controller", help="operator: the controller role")
+    serve = controller.add_subparsers(dest="action", required=True).add_parser(
+        "serve", help="run the controller (and registry) in the foreground")
+    serve.add_argument("--state-dir", required=True, type=Path)
+    serve.add_argument("--bind", default="tcp://127.0.0.1:0")
+    serve.add_argument("--config", type=Path, help="cluster config YAML")
+    serve.add_argument("--keys", help="CURVE keys directory (required off loopback)")
+
+    worker = verbs.add_parser("worker", help="operator: run this host's worker; or `list`")
+    worker.add_argument("action", nargs="?", choices=["list"])
+    worker.add_argument("--controller", help="controller address")
+    worker.add_argument("--region", default="local")
+    worker.add_argument("--attr", action="append", default=[], metavar="K=V")
+    worker.add_argument("--work-dir", type=Path)
+    worker.add_argument("--worker-id")
+    worker.add_argument("--bind", default="tcp://127.0.0.1:0")
+    worker.add_argument("--keys", help="CURVE keys directory")
+    worker.add_argument("--json", action="store_true")
 
     actor = verbs.add_parser("actor", help="registered actors").add_subparsers(
         dest="action", required=True)
     listing = actor.add_parser("list", help="list registered actor names")
-    listing.add_argument("--address", help="cluster address (default: $IRIS_ADDRESS)")
     listing.add_argument("--prefix", default="/")
     listing.add_argument("--json", action="store_true")
+
+    jobs.add_parsers(verbs)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    handler = _HANDLERS[(args.verb, getattr(args, "action", None))]
     try:
-        return _HANDLERS[(args.verb, getattr(args, "action", None))](args)
+        if handler in _CLIENT_VERBS:
+            with iris.connect(args.address):
+                return handler(args)
+        return handler(args)
     except IrisError as exc:
         print(f"iris: {exc}", file=sys.stderr)
         return 2
@@ -71,35 +100,67 @@ def _keys_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _stop_event() -> threading.Event:
+    from iris.worker.main import install_stop_signals
+
+    stop = threading.Event()
+    install_stop_signals(stop)
+    return stop
+
+
 def _cluster_start(args: argparse.Namespace) -> int:
-    with iris.local_cluster(bind=args.bind) as cluster:
-        print(f"cluster running at {cluster.address}", flush=True)
+    with iris.local_cluster(workers=args.workers, bind=args.bind) as cluster:
+        print(f"cluster running at {cluster.address} with {args.workers} workers", flush=True)
         print(f"  export IRIS_ADDRESS={cluster.address}", flush=True)
-        threading.Event().wait()
+        _stop_event().wait()
+    return 0
+
+
+def _controller_serve(args: argparse.Namespace) -> int:
+    from iris.controller.main import run_controller
+
+    if args.config is not None:
+        from iris.controller.config import load_config
+
+        load_config(args.config)  # refuse a bad config before serving anything
+    run_controller(args.state_dir, bind=args.bind, keys_dir=args.keys, stop=_stop_event())
+    return 0
+
+
+def _worker(args: argparse.Namespace) -> int:
+    if args.action == "list":
+        with iris.connect(args.address or args.controller):
+            return jobs.worker_list(args)
+    from iris.worker.main import parse_attrs, run_worker
+
+    controller = args.controller or args.address
+    if not controller:
+        raise SystemExit("iris worker: --controller ADDR is required")
+    run_worker(controller, region=args.region, attrs=parse_attrs(args.attr),
+               root=args.work_dir, worker_id=args.worker_id, bind=args.bind,
+               keys_dir=args.keys, stop=_stop_event())
     return 0
 
 
 def _actor_list(args: argparse.Namespace) -> int:
-    with iris.connect(args.address) as ctx:
-        rows = ctx.list_actors(args.prefix)
-    _print_rows(rows, ["name", "address", "owner"], args.json)
+    jobs.print_rows(iris.list_actors(args.prefix), ["name", "address", "owner"], args.json)
     return 0
-
-
-def _print_rows(rows: list[dict[str, Any]], columns: list[str], as_json: bool) -> None:
-    if as_json:
-        print(json.dumps(rows))
-        return
-    widths = [max([len(c)] + [len(str(r.get(c, ""))) for r in rows]) for c in columns]
-    print("  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True)))
-    for row in rows:
-        print("  ".join(str(row.get(c, "")).ljust(w) for c, w in zip(columns, widths,
-                                                                      strict=True)))
 
 
 _HANDLERS = {
     ("demo", None): _demo,
     ("keys", "generate"): _keys_generate,
     ("cluster", "start"): _cluster_start,
+    ("cluster", "status"): jobs.cluster_status,
+    ("controller", "serve"): _controller_serve,
+    ("worker", None): _worker,
+    ("worker", "list"): _worker,
     ("actor", "list"): _actor_list,
+    ("job", "run"): jobs.job_run,
+    ("job", "list"): jobs.job_list,
+    ("job", "status"): jobs.job_status,
+    ("job", "stop"): jobs.job_stop,
+    ("job", "logs"): jobs.job_logs,
 }
+_CLIENT_VERBS = {jobs.cluster_status, _actor_list, jobs.job_run, jobs.job_list,
+                 jobs.job_status, jobs.job_stop, jobs.job_logs}

@@ -1,25 +1,31 @@
 """Joining or starting a cluster: `iris.local_cluster()` and `iris.connect()`.
 
-Not the runtime (iris.actors). Both return a ClusterContext and make it current. The local
-cluster hosts the registry in this process; later it also runs the controller, a region
-and worker processes (issues 3 and 4).
+Not the runtime (iris.actors) nor the controller. The local cluster hosts the registry and
+the controller in this process's node and starts N worker processes (`iris worker`), the
+same programs operators run on real hosts; it waits until they have registered.
 """
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import tempfile
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
 
-from iris.actors import ClusterContext, Node, NodeConfig, Registry, Security
+from iris.actors import ClusterContext, Node, NodeConfig, Security
+from iris.actors.context import join
 from iris.actors.current import current_context
-from iris.actors.registry import REGISTRY_KEY
-from iris.base.errors import ConfigError, InvalidRequestError
+from iris.base.errors import ConfigError, IrisError
+from iris.controller.actor import CONTROLLER_KEY
+from iris.controller.main import host_controller
+from iris.controller.service import ControllerConfig
 
-ENV_ADDRESS = "IRIS_ADDRESS"
 ENV_KEYS_DIR = "IRIS_KEYS_DIR"
-ENV_BIND = "IRIS_BIND"
-ENV_NAMESPACE = "IRIS_NAMESPACE"
+# Worker processes get this long to register before local_cluster gives up.
+_WORKER_START_S = 60.0
 
 
 def _security_from_env(security: Security | None) -> Security | None:
@@ -31,21 +37,75 @@ def _security_from_env(security: Security | None) -> Security | None:
 
 @contextmanager
 def local_cluster(workers: int = 0, *, bind: str = "tcp://127.0.0.1:0",
-                  security: Security | None = None) -> Iterator[ClusterContext]:
-    """An embedded cluster on this machine, current inside the `with` block."""
-    if workers != 0:
-        raise InvalidRequestError(
-            "workers: this build runs the registry only; local worker processes are not "
-            "available yet (use workers=0)", "workers")
-    node = Node(NodeConfig(bind=bind), security=_security_from_env(security)).start()
-    try:
-        node.host(REGISTRY_KEY, Registry)
+                  security: Security | None = None, state_dir: str | Path | None = None,
+                  worker_cpu: float = 8.0, worker_attrs: dict[str, str] | None = None,
+                  stop_grace_s: float = 10.0) -> Iterator[ClusterContext]:
+    """An embedded cluster on this machine, current inside the `with` block.
+
+    `worker_cpu` is what each local worker advertises (default 8: a laptop-sized cluster
+    oversubscribes its cores rather than queueing small tasks).
+    """
+    if not isinstance(workers, int) or workers < 0:
+        raise ConfigError(f"workers: expected an int >= 0, got {workers!r}")
+    with ExitStack() as stack:
+        root = Path(state_dir) if state_dir else Path(
+            stack.enter_context(tempfile.TemporaryDirectory(prefix="iris-local-")))
+        node = Node(NodeConfig(bind=bind), security=_security_from_env(security)).start()
+        stack.callback(node.stop)
+        host_controller(node, ControllerConfig(state_dir=root / "controller",
+                                               stop_grace_s=stop_grace_s))
         ctx = ClusterContext(node, node.address, owns_node=True)
-    except BaseException:
-        node.stop()
-        raise
-    with ctx:
-        yield ctx
+        procs = [_start_worker(node.address, root / f"worker-{i}", worker_cpu,
+                               worker_attrs or {}) for i in range(workers)]
+        stack.callback(_stop_workers, procs)
+        _wait_for_workers(ctx, procs, workers)
+        with ctx:
+            yield ctx
+
+
+def _start_worker(address: str, root: Path, cpu: float, attrs: dict[str, str]) -> subprocess.Popen:
+    root.mkdir(parents=True, exist_ok=True)
+    argv = [sys.executable, "-m", "iris", "worker", "--controller", address,
+            "--work-dir", str(root), "--attr", f"cpu={cpu}"]
+    for key, value in attrs.items():
+        argv += ["--attr", f"{key}={value}"]
+    log = open(root / "worker.log", "ab")  # noqa: SIM115 - the child owns it from here
+    try:
+        return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+    finally:
+        log.close()
+
+
+def _wait_for_workers(ctx: ClusterContext, procs: list[subprocess.Popen], count: int) -> None:
+    if not count:
+        return
+    for _ in range(int(_WORKER_START_S / 0.05)):
+        listed = ctx.node.call(ctx.address, CONTROLLER_KEY, "list_workers",
+                               timeout_s=30).result()
+        if len(listed) >= count:
+            return
+        dead = [p for p in procs if p.poll() is not None]
+        if dead:
+            log = Path(dead[0].args[dead[0].args.index("--work-dir") + 1]) / "worker.log"
+            tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
+            raise IrisError(f"a local worker exited during start-up "
+                            f"(code {dead[0].returncode}):\n{tail}")
+        ctx.node.clock.sleep(0.05)
+    raise IrisError(f"only {len(listed)} of {count} local workers registered "
+                    f"within {_WORKER_START_S} s")
+
+
+def _stop_workers(procs: list[subprocess.Popen]) -> None:
+    for proc in procs:
+        if proc.poll() is None:
+            proc.terminate()  # SIGTERM: the worker stops its attempts with their grace
+    for proc in procs:
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def connect(address: str | None = None, *, namespace: str | None = None,
@@ -54,12 +114,7 @@ def connect(address: str | None = None, *, namespace: str | None = None,
 
     Usable as a context manager, which leaves the cluster at the end of the block.
     """
-    address = address or os.environ.get(ENV_ADDRESS)
-    if not address:
-        raise ConfigError(f"no cluster address: pass one or set ${ENV_ADDRESS}")
-    bind = bind or os.environ.get(ENV_BIND) or "tcp://127.0.0.1:0"
-    node = Node(NodeConfig(bind=bind), security=_security_from_env(security)).start()
-    ctx = ClusterContext(node, address, namespace or os.environ.get(ENV_NAMESPACE) or "/",
-                         owns_node=True)
+    ctx = join(address, namespace=namespace, bind=bind, security=_security_from_env(security))
     current_context.set(ctx)
     return ctx
+

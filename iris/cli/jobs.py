@@ -1,0 +1,152 @@
+"""`iris job ...`, `iris worker list`, `iris cluster status`: client verbs over the controller.
+
+Each prints a table, or with --json the same rows as one JSON document.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+import iris
+from iris.base.resources import Resources
+from iris.client.jobs import TERMINAL, JobHandle, _controller
+from iris.logstore.model import format_line
+
+
+def add_parsers(verbs: Any) -> None:
+    job = verbs.add_parser("job", help="submit and follow jobs").add_subparsers(
+        dest="action", required=True)
+    run = job.add_parser("run", help="run a command as a job: iris job run [opts] -- CMD ...")
+    run.add_argument("--name")
+    run.add_argument("--replicas", type=int, default=1)
+    run.add_argument("--cpu", type=float, default=1.0)
+    run.add_argument("--memory", default=0)
+    run.add_argument("--tpu")
+    run.add_argument("--gpu")
+    run.add_argument("--priority", choices=["production", "interactive", "batch"])
+    run.add_argument("--env", action="append", default=[], metavar="K=V")
+    run.add_argument("--pip", action="append", default=[], metavar="PKG")
+    run.add_argument("--no-wait", action="store_true", help="print the job id and return")
+    run.add_argument("--json", action="store_true")
+    run.add_argument("command", nargs=argparse.REMAINDER)
+    for name, helptext in (("list", "list jobs"), ("status", "one job's tasks and attempts"),
+                           ("stop", "kill a job (and its sub-jobs)"), ("logs", "a job's logs")):
+        sub = job.add_parser(name, help=helptext)
+        if name != "list":
+            sub.add_argument("job_id", nargs="?" if name == "stop" else None)
+        sub.add_argument("--json", action="store_true")
+    parsers = job.choices
+    parsers["list"].add_argument("--prefix")
+    parsers["list"].add_argument("--active", action="store_true", help="hide finished jobs")
+    parsers["stop"].add_argument("--prefix", help="kill every live job under this prefix")
+    parsers["logs"].add_argument("-f", "--follow", action="store_true")
+    parsers["logs"].add_argument("--task", type=int)
+    parsers["logs"].add_argument("--since", type=float, help="wall-clock seconds (epoch)")
+    parsers["logs"].add_argument("--grep")
+
+
+def job_run(args: argparse.Namespace) -> int:
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        raise SystemExit("iris job run: give the command after --")
+    env = dict(pair.split("=", 1) for pair in args.env if "=" in pair)
+    handle = iris.submit(command, name=args.name, replicas=args.replicas, env=env,
+                         pip=args.pip, priority=args.priority,
+                         resources=Resources(cpu=args.cpu, memory=args.memory, tpu=args.tpu,
+                                             gpu=args.gpu))
+    if args.no_wait:
+        print(json.dumps({"job_id": handle.job_id}) if args.json else handle.job_id)
+        return 0
+    print(f"submitted {handle.job_id}", file=sys.stderr)
+    for line in handle.logs(follow=True):
+        print(format_line(line), end="" if line.text.endswith("\n") else "\n")
+    status = handle.wait()
+    print(json.dumps(status) if args.json else f"{handle.job_id}: {status['state']}",
+          file=sys.stdout if args.json else sys.stderr)
+    return 0 if status["state"] == "succeeded" else 1
+
+
+def job_list(args: argparse.Namespace) -> int:
+    rows = _controller(iris.current(), "list_jobs", args.prefix, not args.active)
+    for row in rows:
+        row["tasks"] = " ".join(f"{k}={v}" for k, v in row["task_counts"].items())
+        row["why_pending"] = (row.get("pending_reason") or {}).get("message", "")
+    print_rows(rows, ["job_id", "state", "priority", "tasks", "why_pending"], args.json)
+    return 0
+
+
+def job_status(args: argparse.Namespace) -> int:
+    status = JobHandle(args.job_id, iris.current()).status()
+    if args.json:
+        print(json.dumps(status))
+        return 0
+    print(f"{status['job_id']}  {status['state']}  {status.get('error') or ''}".rstrip())
+    if status.get("pending_reason"):
+        print(f"  pending: {status['pending_reason']['message']}")
+    print_rows(status["tasks"], ["index", "state", "attempts", "worker_id", "error"], False)
+    return 0
+
+
+def job_stop(args: argparse.Namespace) -> int:
+    ctx = iris.current()
+    if args.prefix:
+        killed = _controller(ctx, "kill_prefix", args.prefix)
+    elif args.job_id:
+        killed = [_controller(ctx, "kill", args.job_id)["job_id"]]
+    else:
+        raise SystemExit("iris job stop: give a job id or --prefix")
+    print(json.dumps(killed) if args.json else "\n".join(f"killed {j}" for j in killed))
+    return 0
+
+
+def job_logs(args: argparse.Namespace) -> int:
+    handle = JobHandle(args.job_id, iris.current())
+    handle.status()  # an unknown job is an error, not an empty log
+    for line in handle.logs(follow=args.follow, task=args.task, since=args.since,
+                            grep=args.grep):
+        if args.json:
+            print(json.dumps({"ts": line.ts, "stream": line.stream, "task": line.task,
+                              "attempt": line.attempt, "text": line.text}))
+        else:
+            print(format_line(line), end="" if line.text.endswith("\n") else "\n")
+    return 0
+
+
+def worker_list(args: argparse.Namespace) -> int:
+    rows = _controller(iris.current(), "list_workers")
+    for row in rows:
+        row["running"] = len(row["attempts"])
+    print_rows(rows, ["worker_id", "region", "address", "cpu", "running",
+                      "last_heard_s_ago"], args.json)
+    return 0
+
+
+def cluster_status(args: argparse.Namespace) -> int:
+    ctx = iris.current()
+    jobs = _controller(ctx, "list_jobs", None, True)
+    workers = _controller(ctx, "list_workers")
+    by_state: dict[str, int] = {}
+    for job in jobs:
+        by_state[job["state"]] = by_state.get(job["state"], 0) + 1
+    summary = {"address": ctx.address, "workers": len(workers), "jobs": by_state,
+               "active_jobs": sum(n for s, n in by_state.items() if s not in TERMINAL)}
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        print(f"cluster {summary['address']}: {summary['workers']} workers, "
+              f"{summary['active_jobs']} active jobs; by state: {by_state}")
+    return 0
+
+
+def print_rows(rows: list[dict[str, Any]], columns: list[str], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(rows))
+        return
+    widths = [max([len(c)] + [len(str(r.get(c, ""))) for r in rows]) for c in columns]
+    print("  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip())
+    for row in rows:
+        print("  ".join(str(row.get(c, "") if row.get(c) is not None else "").ljust(w)
+                        for c, w in zip(columns, widths, strict=True)).rstrip())

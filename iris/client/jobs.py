@@ -1,0 +1,173 @@
+"""Submitting jobs and following them: `iris.submit`, `iris.spawn`, and JobHandle.
+
+Not the controller (it decides); this turns a Python call into a submission dict, sends it
+with a request id (so a retried submit returns the same job), and reads results and logs.
+"""
+
+from __future__ import annotations
+
+import functools
+import getpass
+import os
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import cloudpickle
+
+from iris.actors import ActorGroup, ActorRef, ClusterContext, current
+from iris.base.errors import JobFailedError, PeerUnavailableError
+from iris.base.resources import Resources
+from iris.controller.jobs.model import TERMINAL_JOB, JobState
+from iris.logstore.model import LogLine
+from iris.logstore.reader import LogFilter, follow_logs, read_logs
+from iris.logstore.sinks import LocalDirSink
+
+CONTROLLER_KEY = "/iris/controller"
+TERMINAL = frozenset(state.value for state in TERMINAL_JOB)
+# A submit that loses its connection is retried this many times with the same request id.
+_SUBMIT_RETRIES = 3
+
+
+def _controller(ctx: ClusterContext, method: str, *args: Any, timeout_s: float = 60.0) -> Any:
+    return ctx.node.call(ctx.address, CONTROLLER_KEY, method, args, timeout_s=timeout_s).result()
+
+
+class JobHandle:
+    """A submitted job. Every method asks the controller; the handle holds only the id."""
+
+    def __init__(self, job_id: str, ctx: ClusterContext):
+        self.job_id = job_id
+        self._ctx = ctx
+
+    def __repr__(self) -> str:
+        return f"JobHandle({self.job_id!r})"
+
+    def status(self) -> dict:
+        return _controller(self._ctx, "status", self.job_id)
+
+    def tasks(self) -> list[dict]:
+        return self.status()["tasks"]
+
+    def wait(self, timeout: float | None = None) -> dict:
+        """Block until the job ends (or `timeout` s pass); its final status."""
+        wait_s = 60.0 if timeout is None else timeout
+        while True:
+            state = _controller(self._ctx, "wait", self.job_id, min(wait_s, 60.0),
+                                timeout_s=min(wait_s, 60.0) + 30.0)
+            if state in TERMINAL:
+                return self.status()
+            if timeout is not None:
+                wait_s -= 60.0
+                if wait_s <= 0:
+                    return self.status()
+
+    def kill(self) -> dict:
+        return _controller(self._ctx, "kill", self.job_id)
+
+    def result(self, timeout: float | None = None) -> Any:
+        """The callable's return value (a list, one per task, when the job has several)."""
+        status = self.wait(timeout)
+        if status["state"] != JobState.SUCCEEDED:
+            errors = [f"task {t['index']}: {t['error']}" for t in status.get("tasks", [])
+                      if t.get("error")]
+            raise JobFailedError(f"job {self.job_id} ended {status['state']}: "
+                                 f"{status.get('error') or ''}\n" + "\n".join(errors), status)
+        blobs = _controller(self._ctx, "results", self.job_id)
+        values = [_unwrap(blobs[i]) if i in blobs else None for i in range(status["num_tasks"])]
+        return values[0] if len(values) == 1 else values
+
+    def logs(self, follow: bool = False, task: int | None = None, since: float | None = None,
+             grep: str | None = None) -> Iterator[LogLine]:
+        """Lines from the log store (not the worker), merged by time; `follow` until it ends.
+
+        Each LogLine has ts, stream, task, attempt and text; `format_line` shows it as
+        `[task N/attempt M] text`.
+        """
+        sink = _sink(_controller(self._ctx, "log_config"))
+        flt = LogFilter(task=task, since=since, grep=grep)
+        if follow:
+            yield from follow_logs(sink, self.job_id,
+                                   lambda: self.status()["state"] in TERMINAL, flt)
+        else:
+            yield from read_logs(sink, self.job_id, flt)
+
+
+def _sink(config: dict) -> Any:
+    return LocalDirSink(config["root"])
+
+
+def _unwrap(blob: bytes) -> Any:
+    kind, value = cloudpickle.loads(blob)
+    if kind == "error":
+        raise value
+    return value
+
+
+def submit(entry: Callable | Sequence[str], *args: Any, name: str | None = None,
+           resources: Resources | None = None, replicas: int = 1, priority: str | None = None,
+           env: dict[str, str] | None = None, pip: Sequence[str] = (),
+           constraints: dict | None = None, max_retries_failure: int | None = None,
+           max_retries_preemption: int | None = None, max_task_failures: int | None = None,
+           timeout: float | None = None, scheduling_timeout: float | None = None,
+           request_id: str | None = None) -> JobHandle:
+    """Run `entry(*args)` (a callable) or `entry` (a command list) as a job; its handle."""
+    ctx = current()
+    if callable(entry):
+        entrypoint = {"kind": "callable", "payload": cloudpickle.dumps((entry, args, {}))}
+        default_name = getattr(entry, "__name__", "job").strip("<>").replace("_", "-")
+    else:
+        if args:
+            raise TypeError("arguments go inside the command list, not after it")
+        entrypoint = {"kind": "command", "argv": list(entry)}
+        default_name = os.path.basename(str(entry[0])) if entry else "job"
+    raw: dict[str, Any] = {
+        "name": name or f"{default_name}-{uuid.uuid4().hex[:6]}",
+        "entrypoint": entrypoint, "replicas": replicas,
+        "resources": (resources or Resources()).to_dict(),
+        "env": dict(env or {}), "pip": list(pip), "constraints": dict(constraints or {}),
+        "user": os.environ.get("IRIS_USER") or getpass.getuser(),
+        "request_id": request_id or uuid.uuid4().hex,
+    }
+    optional = {"priority": priority, "max_retries_failure": max_retries_failure,
+                "max_retries_preemption": max_retries_preemption,
+                "max_task_failures": max_task_failures, "timeout_s": timeout,
+                "scheduling_timeout_s": scheduling_timeout,
+                "parent": os.environ.get("IRIS_JOB_ID")}
+    raw.update({k: v for k, v in optional.items() if v is not None})
+    for attempt in range(_SUBMIT_RETRIES):
+        try:
+            answer = _controller(ctx, "submit", raw)
+            break
+        except PeerUnavailableError:
+            if attempt == _SUBMIT_RETRIES - 1:
+                raise
+    return JobHandle(answer["job_id"], ctx)
+
+
+def spawn(cls: type, *args: Any, name: str, resources: Resources | None = None,
+          replicas: int = 1, timeout: float = 120.0, **submit_options: Any
+          ) -> ActorRef | ActorGroup:
+    """Launch a job whose tasks serve `cls(*args)` as `name`; its ref (group if replicas > 1)."""
+    ctx = current()
+    full = ctx.full_name(name)
+    submit(functools.partial(_serve_forever, cls, full, args), name=submit_options.pop(
+        "job_name", name), resources=resources, replicas=replicas, **submit_options)
+    group = ctx.resolve_all(full, timeout=timeout)
+    if replicas > 1:
+        for _ in range(600):
+            if len(group) >= replicas:
+                break
+            group = ctx.resolve_all(full, timeout=1.0)
+        return group
+    return group[0] if len(group) else ctx.resolve(full, timeout=timeout)
+
+
+def _serve_forever(cls: type, full_name: str, args: tuple) -> None:
+    import threading
+
+    from iris.client.cluster import connect
+
+    ctx = connect()
+    ctx.serve(cls, full_name, *args)
+    threading.Event().wait()

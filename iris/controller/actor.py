@@ -1,0 +1,147 @@
+"""The Controller actor: a thin shell around ControllerService, served under CONTROLLER_KEY.
+
+Not the decisions (service.py, jobs/kernel.py). Sync methods run one at a time on the
+actor's thread, which is the controller's single mailbox: the service is only ever touched
+there. `wait` is async so that thousands of clients can wait for jobs without holding that
+thread; it is woken from the actor thread through the node's loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from iris.actors import Node, actor
+from iris.controller.jobs.model import TERMINAL_JOB
+from iris.controller.service import ControllerConfig, ControllerService
+
+_log = logging.getLogger(__name__)
+
+CONTROLLER_KEY = "/iris/controller"
+WORKER_KEY_PREFIX = "/iris/workers/"
+# Finished jobs are pruned from the database about once an hour.
+_PRUNE_EVERY_S = 3600.0
+
+
+def worker_key(worker_id: str) -> str:
+    return WORKER_KEY_PREFIX + worker_id
+
+
+@actor
+class Controller:
+    # 50 ms: timeouts, lost workers and scheduling of freed capacity are noticed promptly;
+    # each tick that finds nothing to do costs a few microseconds.
+    tick_interval_s = 0.05
+
+    def __init__(self, config: ControllerConfig, node: Node):
+        self._node = node
+        self._svc = ControllerService(config, node.address, node.clock)
+        self._waiters: dict[str, list[asyncio.Future]] = {}  # touched on the loop thread only
+        self._last_prune = node.clock.monotonic()
+
+    # ------------------------------------------------------------ jobs
+
+    def submit(self, raw: dict) -> dict:
+        return self._after(self._svc.submit(raw))
+
+    def kill(self, job_id: str, reason: str = "killed by user") -> dict:
+        return self._after(self._svc.kill(job_id, reason))
+
+    def kill_prefix(self, prefix: str) -> list[str]:
+        doomed = [j["job_id"] for j in self._svc.list_jobs(prefix, include_finished=False)]
+        for job_id in doomed:
+            if self._svc.job_state(job_id) not in _TERMINAL:
+                self._svc.kill(job_id, f"killed by prefix {prefix}")
+        return self._after(doomed)
+
+    def status(self, job_id: str) -> dict:
+        return self._svc.status(job_id)
+
+    def list_jobs(self, prefix: str | None = None, include_finished: bool = True) -> list[dict]:
+        return self._svc.list_jobs(prefix, include_finished)
+
+    def results(self, job_id: str) -> dict[int, bytes]:
+        return self._svc.results(job_id)
+
+    def log_config(self) -> dict:
+        return {"kind": "local", "root": str(self._svc.log_dir)}
+
+    async def wait(self, job_id: str, timeout_s: float | None = None) -> str:
+        """The job's state once it has ended, or its current state after `timeout_s`."""
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiters.setdefault(job_id, []).append(waiter)
+        try:
+            # A read-only peek from the loop thread: registering first, then reading, means
+            # a finish on the actor thread either is seen here or wakes the waiter.
+            state = self._svc.job_state(job_id)
+            if state is None:
+                from iris.base.errors import NotFoundError
+
+                raise NotFoundError(f"no job {job_id}")
+            if state not in _TERMINAL:
+                try:
+                    await asyncio.wait_for(asyncio.shield(waiter), timeout_s)
+                except TimeoutError:
+                    pass
+        finally:
+            waiters = self._waiters.get(job_id, [])
+            if waiter in waiters:
+                waiters.remove(waiter)
+            if not waiters:
+                self._waiters.pop(job_id, None)
+        return self._svc.job_state(job_id)
+
+    # ------------------------------------------------------------ workers
+
+    def register_worker(self, worker_id: str, address: str, attributes: dict,
+                        running: list[str]) -> list[dict]:
+        return self._after(self._svc.register_worker(worker_id, address, attributes, running))
+
+    def report(self, worker_id: str, updates: list[dict]) -> dict:
+        return self._after(self._svc.report(worker_id, updates))
+
+    def list_workers(self) -> list[dict]:
+        return self._svc.list_workers()
+
+    # ------------------------------------------------------------ hooks
+
+    def on_tick(self) -> None:
+        self._svc.tick()
+        now = self._node.clock.monotonic()
+        if now - self._last_prune > _PRUNE_EVERY_S:
+            self._last_prune = now
+            self._svc.prune()
+        self._after(None)
+
+    def on_stop(self) -> None:
+        self._svc.close()
+
+    # ------------------------------------------------------------ effects out
+
+    def _after(self, answer: Any) -> Any:
+        """Send what the service decided to workers, wake waiters; then answer."""
+        for cmd in self._svc.take_commands():
+            method = "start_attempt" if cmd.kind == "start" else "stop_attempt"
+            fut = self._node.call(cmd.address, worker_key(cmd.worker_id), method, (cmd.body,),
+                                  timeout_s=30.0)
+            fut.add_done_callback(_log_failure)
+        finished = self._svc.take_finished()
+        if finished:
+            self._node.call_in_loop(self._wake, finished)
+        return answer
+
+    def _wake(self, job_ids: list[str]) -> None:
+        for job_id in job_ids:
+            for waiter in self._waiters.get(job_id, []):
+                if not waiter.done():
+                    waiter.set_result(None)
+
+
+_TERMINAL = frozenset(s.value for s in TERMINAL_JOB)
+
+
+def _log_failure(fut: Any) -> None:
+    error = fut.exception()
+    if error is not None:  # the worker's heartbeat and reconcile repair what a lost call missed
+        _log.warning("command to worker failed: %s", error)

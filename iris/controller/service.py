@@ -1,0 +1,273 @@
+"""The controller's logic without sockets: kernel + store + worker table + placement.
+
+Not the actor (actor.py) — that shell reads requests off the wire, calls these methods on
+its own thread, and sends the `commands` they leave behind to workers. Every change goes
+through `_run`: the kernel decides, the Persist effects are committed in one transaction,
+and only then are commands queued and answers returned, so nothing acknowledged is lost.
+If the commit fails the service refuses everything from then on (crash-only): memory would
+otherwise claim what the disk does not hold.
+"""
+
+from __future__ import annotations
+
+import logging
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from iris.base.clock import SYSTEM_CLOCK, Clock
+from iris.base.errors import IrisError, NotFoundError, StorageError
+from iris.base.ids import new_id
+from iris.controller import placement
+from iris.controller.jobs import events as ev
+from iris.controller.jobs import kernel, views
+from iris.controller.jobs.env import gang_leader, task_environment
+from iris.controller.jobs.spec import JobSpec, validate_submit
+from iris.controller.jobs.state import KernelConfig
+from iris.controller.jobs.store import JobStore
+from iris.controller.workers import DEFAULT_DEAD_AFTER_S, WorkerTable
+
+_log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ControllerConfig:
+    state_dir: Path
+    # Finished jobs are kept this long, then pruned so the database stays bounded.
+    retention_s: float = 7 * 24 * 3600.0
+    # A worker silent this long is lost and its attempts requeued (issue: notice in <= 5 s).
+    worker_dead_after_s: float = DEFAULT_DEAD_AFTER_S
+    # SIGTERM -> SIGKILL grace when the controller stops an attempt.
+    stop_grace_s: float = 10.0
+    # Where workers ship task logs; None = <state_dir>/logs (the embedded default).
+    log_dir: Path | None = None
+
+
+@dataclass
+class Command:
+    """Something to tell a worker: kind "start" (launch dict) or "stop"."""
+
+    kind: str
+    worker_id: str
+    address: str
+    body: dict = field(default_factory=dict)
+
+
+class ControllerService:
+    def __init__(self, config: ControllerConfig, address: str, clock: Clock = SYSTEM_CLOCK):
+        self.config = config
+        self.address = address
+        self.clock = clock
+        self.store = JobStore(config.state_dir)
+        self.store.prune(config.retention_s, clock.wall())
+        self.state = self.store.load(KernelConfig(stop_grace_s=config.stop_grace_s))
+        self.workers = WorkerTable(config.worker_dead_after_s)
+        self.commands: list[Command] = []
+        self.finished: list[str] = []
+        self.pending_reasons: dict[str, dict] = {}
+        self._started = clock.monotonic()
+        # Workers that had attempts before a restart and have not come back yet.
+        self._unclaimed = set(self.state.by_worker)
+        self._broken: str | None = None
+
+    # ------------------------------------------------------------ requests
+
+    def submit(self, raw: dict) -> dict:
+        parent = self._parent_spec(raw)
+        spec = validate_submit(raw, parent=parent)
+        effects = self._run(ev.Submit(new_id("ev-"), spec))
+        accepted = next(e for e in effects if isinstance(e, ev.Accepted))
+        self.schedule()
+        return {"job_id": accepted.job_id, "duplicate": accepted.duplicate}
+
+    def kill(self, job_id: str, reason: str = "killed by user") -> dict:
+        self._run(ev.Kill(new_id("ev-"), job_id, reason))
+        return views.job_view(self.state, job_id, tasks=False)
+
+    def status(self, job_id: str) -> dict:
+        view = views.job_view(self.state, job_id)
+        if job_id in self.pending_reasons:
+            view["pending_reason"] = self.pending_reasons[job_id]
+        return view
+
+    def list_jobs(self, prefix: str | None = None, include_finished: bool = True) -> list[dict]:
+        rows = views.list_jobs(self.state, prefix=prefix, include_finished=include_finished)
+        for row in rows:
+            if row["job_id"] in self.pending_reasons:
+                row["pending_reason"] = self.pending_reasons[row["job_id"]]
+        return rows
+
+    def results(self, job_id: str) -> dict[int, bytes]:
+        if job_id not in self.state.jobs:
+            raise NotFoundError(f"no job {job_id}")
+        return self.store.results(job_id)
+
+    def list_workers(self) -> list[dict]:
+        now = self.clock.monotonic()
+        rows = []
+        for info in self.workers.workers.values():
+            row = info.as_dict(now)
+            row["attempts"] = sorted(self.state.by_worker.get(info.worker_id, ()))
+            rows.append(row)
+        return sorted(rows, key=lambda r: r["worker_id"])
+
+    def job_state(self, job_id: str) -> str | None:
+        job = self.state.jobs.get(job_id)
+        return job.state.value if job else None
+
+    # ------------------------------------------------------------ workers
+
+    def register_worker(self, worker_id: str, address: str, attributes: dict,
+                        running: list[str]) -> list[dict]:
+        self.workers.register(worker_id, address, attributes, self.clock.monotonic())
+        self._unclaimed.discard(worker_id)
+        self._run(ev.Reconcile(new_id("ev-"), worker_id, tuple(running)))
+        self.schedule()
+        return views.desired_attempts(self.state, worker_id)
+
+    def report(self, worker_id: str, updates: list[dict]) -> dict:
+        """Attempt updates from a worker (also its heartbeat). Unknown worker: re-register."""
+        if not self.workers.heard(worker_id, self.clock.monotonic()):
+            return {"acked": [], "reregister": True}
+        batch = [self._update_event(u) for u in updates]
+        self._run_many([e for e in batch if e is not None])
+        if updates:
+            self.schedule()
+        return {"acked": [u["attempt_id"] for u in updates], "reregister": False}
+
+    def _update_event(self, update: dict) -> ev.Event | None:
+        attempt_id, status = update["attempt_id"], update["status"]
+        eid = new_id("ev-")
+        if status == "building":
+            return ev.AttemptBuilding(eid, attempt_id)
+        if status == "running":
+            return ev.AttemptRunning(eid, attempt_id)
+        if status == "preempted":
+            return ev.Preempted(eid, attempt_id, update.get("error") or "preempted")
+        if status == "exited":
+            return ev.AttemptExited(eid, attempt_id, int(update.get("exit_code", 1)),
+                                    update.get("error", ""), update.get("result"))
+        _log.warning("worker sent unknown attempt status %r for %s", status, attempt_id)
+        return None
+
+    # ------------------------------------------------------------ time
+
+    def tick(self) -> None:
+        now = self.clock.monotonic()
+        events: list[ev.Event] = [ev.Tick(new_id("ev-"))]
+        events += [ev.WorkerLost(new_id("ev-"), w, "no heartbeat")
+                   for w in self.workers.lost(now)]
+        if self._unclaimed and now - self._started > self.config.worker_dead_after_s:
+            events += [ev.WorkerLost(new_id("ev-"), w, "did not come back after a controller "
+                                     "restart") for w in sorted(self._unclaimed)]
+            self._unclaimed.clear()
+        self._run_many(events)
+        self.schedule()
+
+    def prune(self) -> None:
+        self._run(ev.Prune(new_id("ev-"), self.config.retention_s))
+
+    def schedule(self) -> None:
+        if not self.state.pending:
+            self.pending_reasons.clear()
+            return
+        gangs, reasons = placement.place(self.state, self.workers.workers,
+                                         lambda: new_id("att-"))
+        self.pending_reasons = reasons
+        if gangs:
+            self._run_many([ev.Assign(new_id("ev-"), gang) for gang in gangs])
+
+    # ------------------------------------------------------------ the one path of change
+
+    def _run(self, event: ev.Event) -> list:
+        return self._run_many([event])
+
+    def _run_many(self, events: list) -> list:
+        if self._broken:
+            raise IrisError(f"controller halted after a storage failure: {self._broken}")
+        now = self.clock.wall()
+        effects: list = []
+        for event in events:
+            _, out = kernel.handle(self.state, event, now)
+            effects.extend(out)
+        persists = [e for e in effects if isinstance(e, ev.Persist)]
+        try:
+            self.store.apply(persists)
+        except StorageError as exc:
+            self._broken = str(exc)
+            raise
+        for effect in effects:
+            self._act(effect)
+        return effects
+
+    def _act(self, effect: Any) -> None:
+        if isinstance(effect, ev.StartAttempt):
+            self._queue_start(effect)
+        elif isinstance(effect, ev.StopAttempt):
+            worker = self.workers.workers.get(effect.worker_id)
+            if worker is not None:
+                self.commands.append(Command("stop", worker.worker_id, worker.address, {
+                    "attempt_id": effect.attempt_id, "grace_s": effect.grace_s,
+                    "reason": effect.reason}))
+        elif isinstance(effect, ev.JobFinished):
+            self.finished.append(effect.job_id)
+            self.pending_reasons.pop(effect.job_id, None)
+        elif isinstance(effect, ev.Ignored):
+            _log.info("event %s ignored: %s", effect.event_id, effect.reason)
+
+    def _queue_start(self, start: ev.StartAttempt) -> None:
+        worker = self.workers.workers.get(start.worker_id)
+        if worker is None:
+            return  # lost meanwhile: the WorkerLost event requeues the task
+        spec: JobSpec = self.state.jobs[start.job_id].spec
+        attempt = self.state.attempts[start.attempt_id]
+        env = task_environment(spec, start.task_index, start.attempt_id,
+                               controller_address=self.address,
+                               coordinator_address=self._coordinator(spec, start))
+        env["IRIS_NAMESPACE"] = _namespace(spec.name)
+        self.commands.append(Command("start", worker.worker_id, worker.address, {
+            "attempt_id": start.attempt_id, "job_id": start.job_id,
+            "task_index": start.task_index, "attempt_number": attempt.number,
+            "entrypoint": {"kind": spec.entrypoint.kind, "payload": spec.entrypoint.payload,
+                           "argv": list(spec.entrypoint.argv)},
+            "env": env, "pip": list(spec.pip), "resources": spec.resources.to_dict(),
+            "log_dir": str(self.log_dir),
+        }))
+
+    def _coordinator(self, spec: JobSpec, start: ev.StartAttempt) -> str | None:
+        """host:port of the gang leader's worker, for JAX (a port derived from the attempt)."""
+        if spec.gang_size <= 1:
+            return None
+        leader = self.state.tasks[(spec.name, gang_leader(spec, start.task_index))]
+        attempt = self.state.attempts.get(leader.attempt_id or "")
+        worker = self.workers.workers.get(attempt.worker_id if attempt else "")
+        host = worker.address.split("//")[-1].rsplit(":", 1)[0] if worker else "127.0.0.1"
+        port = 20000 + zlib.crc32((leader.attempt_id or spec.name).encode()) % 20000
+        return f"{host}:{port}"
+
+    @property
+    def log_dir(self) -> Path:
+        return self.config.log_dir or self.config.state_dir / "logs"
+
+    def take_commands(self) -> list[Command]:
+        commands, self.commands = self.commands, []
+        return commands
+
+    def take_finished(self) -> list[str]:
+        finished, self.finished = self.finished, []
+        return finished
+
+    def _parent_spec(self, raw: dict) -> JobSpec | None:
+        parent = raw.get("parent") if isinstance(raw, dict) else None
+        job = self.state.jobs.get(parent) if isinstance(parent, str) else None
+        return job.spec if job else None
+
+    def close(self) -> None:
+        self.store.close()
+
+
+def _namespace(job_id: str) -> str:
+    """Actors of a job tree share the root job's namespace: `/alice/rl/rollout` -> `/alice/rl`."""
+    parts = job_id.strip("/").split("/")
+    return "/" + "/".join(parts[:2]) if len(parts) >= 2 else job_id

@@ -1,0 +1,85 @@
+"""The controller's view of its workers: who they are, what they offer, whether they are alive.
+
+Pure: `now` is passed in; no sockets. A worker is alive while it is heard from (registration,
+heartbeat, any report); silent for `dead_after_s` it is declared lost and removed, and the
+kernel requeues its attempts. What is in use on a worker is not kept here: it is derived
+from the attempts the kernel wants running there (placement.py), so it cannot drift.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from iris.base.errors import InvalidRequestError
+
+# A worker heartbeats every second; 3 missed beats plus scheduling slack stay inside the
+# issue's bound of noticing a dead worker within 5 s (Iris needed 50 s).
+DEFAULT_DEAD_AFTER_S = 3.0
+
+
+@dataclass
+class WorkerInfo:
+    worker_id: str
+    address: str
+    region: str
+    attributes: dict[str, str]
+    cpu: float
+    memory_bytes: int
+    accelerators: int
+    registered_at: float
+    last_heard: float
+
+    def as_dict(self, now: float) -> dict:
+        return {
+            "worker_id": self.worker_id, "address": self.address, "region": self.region,
+            "attributes": dict(self.attributes), "cpu": self.cpu,
+            "memory_bytes": self.memory_bytes, "accelerators": self.accelerators,
+            "last_heard_s_ago": round(now - self.last_heard, 3),
+        }
+
+
+class WorkerTable:
+    def __init__(self, dead_after_s: float = DEFAULT_DEAD_AFTER_S):
+        self.dead_after_s = dead_after_s
+        self.workers: dict[str, WorkerInfo] = {}
+
+    def register(self, worker_id: str, address: str, attributes: dict, now: float) -> WorkerInfo:
+        """Add or refresh a worker; a re-registration keeps what was promised on it."""
+        if not isinstance(attributes, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in attributes.items()):
+            raise InvalidRequestError("attributes: must map strings to strings", "attributes")
+        cpu = _number(attributes, "cpu", 1.0)
+        memory = int(_number(attributes, "memory", 0))
+        accelerators = int(_number(attributes, "accelerator_count", 0))
+        old = self.workers.get(worker_id)
+        info = WorkerInfo(worker_id, address, attributes.get("region", "local"), dict(attributes),
+                          cpu, memory, accelerators, old.registered_at if old else now, now)
+        self.workers[worker_id] = info
+        return info
+
+    def heard(self, worker_id: str, now: float) -> bool:
+        info = self.workers.get(worker_id)
+        if info is None:
+            return False
+        info.last_heard = now
+        return True
+
+    def lost(self, now: float) -> list[str]:
+        """Workers silent too long; they are removed from the table."""
+        dead = [w for w, info in self.workers.items() if now - info.last_heard > self.dead_after_s]
+        for worker_id in dead:
+            del self.workers[worker_id]
+        return dead
+
+
+def _number(attributes: dict, key: str, default: float) -> float:
+    raw = attributes.get(key)
+    if raw is None:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise InvalidRequestError(f"attributes.{key}: not a number: {raw!r}", key) from None
+    if value < 0:
+        raise InvalidRequestError(f"attributes.{key}: must be >= 0", key)
+    return value
