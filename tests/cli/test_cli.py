@@ -31,17 +31,21 @@ def test_keys_generate_then_refuse_to_overwrite(tmp_path):
     assert second.returncode == 2 and "refusing to overwrite" in second.stderr
 
 
-def test_cluster_start_then_actor_list_as_json(child_process):
+def test_cluster_start_then_list_actors_and_workers_as_json(child_process):
     server = child_process("import sys; from iris.cli import main; "
                            "print('READY', flush=True); sys.exit(main(['cluster', 'start', "
-                           "'--local']))")
+                           "'--local', '--workers', '1']))")
     server.wait_ready()
     line = server.proc.stdout.readline()
-    address = line.split()[-1]
-    assert line.startswith("cluster running at tcp://127.0.0.1:")
-    listed = iris_cli("actor", "list", "--address", address, "--json")
-    assert listed.returncode == 0, listed.stderr
-    assert json.loads(listed.stdout) == []
+    assert line.startswith("cluster running at tcp://127.0.0.1:"), line
+    address = line.split()[3]
+    actors = iris_cli("--address", address, "actor", "list", "--json")
+    assert actors.returncode == 0, actors.stderr
+    names = [a["name"] for a in json.loads(actors.stdout)]
+    assert len(names) == 1 and names[0].startswith("/iris/workers/w-")  # the one worker
+    workers = iris_cli("--address", address, "worker", "list", "--json")
+    assert workers.returncode == 0, workers.stderr
+    assert len(json.loads(workers.stdout)) == 1
 
 
 def test_actor_list_without_an_address_names_the_variable():
