@@ -20,7 +20,7 @@ from iris.base.clock import SYSTEM_CLOCK, Clock
 from iris.worker.cgroups import AttemptCgroup, CgroupVersion
 from iris.worker.outcome import Outcome
 from iris.worker.output import OnOutput, StreamReader, open_reader
-from iris.worker.process import AttemptProcess, AttemptSpec, PidfdLeader
+from iris.worker.process import PENDING_CGROUP_NAME, AttemptProcess, AttemptSpec, PidfdLeader
 from iris.worker.records import (
     AttemptRecord,
     is_alive,
@@ -71,6 +71,21 @@ def _kill_leftovers(record: AttemptRecord, leader_alive: bool) -> None:
         Path(fifo).unlink(missing_ok=True)
 
 
+def _sweep_unrecorded(attempt_dir: Path) -> None:
+    """The worker died between spawn and record: only the cgroup knows the processes."""
+    pending = attempt_dir / PENDING_CGROUP_NAME
+    try:
+        path = Path(pending.read_text().strip())
+    except FileNotFoundError:
+        return
+    if path.is_dir() and path.name.startswith("iris-"):
+        version = CgroupVersion.V2 if (path / "memory.max").exists() else CgroupVersion.V1
+        cgroup = AttemptCgroup(path=path, version=version, memory_limit_bytes=0)
+        if not cgroup.remove():  # remove() kills what is inside first
+            _log.warning("unrecorded attempt cgroup %s could not be removed", path)
+    pending.unlink(missing_ok=True)
+
+
 def adopt_or_kill(
     attempt_dir: Path,
     adopt: bool | Callable[[AttemptRecord], bool],
@@ -83,6 +98,7 @@ def adopt_or_kill(
     """Deal with what the previous worker left in `attempt_dir`; None if nothing was left."""
     record = AttemptRecord.read(attempt_dir)
     if record is None:
+        _sweep_unrecorded(attempt_dir)
         return None
     alive = is_alive(record.pid, record.start_ticks)
     wanted = adopt(record) if callable(adopt) else adopt
@@ -91,6 +107,7 @@ def adopt_or_kill(
                         _adopt(attempt_dir, record, on_output, cwd, clock, on_exit))
     _kill_leftovers(record, alive)
     remove_record(attempt_dir)
+    (attempt_dir / PENDING_CGROUP_NAME).unlink(missing_ok=True)
     action = LeftoverAction.KILLED if alive else LeftoverAction.GONE
     _log.info("attempt %s/%s left by a previous worker: %s", record.task_id, record.attempt,
               action.value)

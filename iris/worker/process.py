@@ -40,6 +40,7 @@ _log = logging.getLogger(__name__)
 DEFAULT_GRACE_S = 10.0  # the default: long enough to write a small checkpoint
 _KILL_WAIT_S = 10.0  # SIGKILL is not ignorable; only a process stuck in the kernel (D) lasts
 _DRAIN_TIMEOUT_S = 10.0  # output still unread this long after the kill comes from an escapee
+PENDING_CGROUP_NAME = "cgroup.path"  # written before spawn; the record comes after it
 
 
 class AttemptStartError(IrisError):
@@ -176,6 +177,8 @@ class AttemptProcess:
             raise AttemptStartError(f"working directory {spec.cwd} does not exist")
         spec.attempt_dir.mkdir(parents=True, exist_ok=True)
         cgroup = cls._make_cgroup(spec, cgroups)
+        if cgroup is not None:  # found by a restarted worker if we die before the record
+            (spec.attempt_dir / PENDING_CGROUP_NAME).write_text(str(cgroup.path))
         fifos = [spec.attempt_dir / f"{name}.fifo" for name in ("stdout", "stderr")]
         child_fds: list[int] = []
         reader_fds: list[int] = []
@@ -190,6 +193,7 @@ class AttemptProcess:
                 os.close(fd)
             if cgroup is not None:
                 cgroup.remove()
+                (spec.attempt_dir / PENDING_CGROUP_NAME).unlink(missing_ok=True)
             raise
         finally:
             for fd in child_fds:
@@ -283,6 +287,7 @@ class AttemptProcess:
         for fifo in (self.record.stdout_fifo, self.record.stderr_fifo):
             Path(fifo).unlink(missing_ok=True)
         remove_record(self.spec.attempt_dir)
+        (self.spec.attempt_dir / PENDING_CGROUP_NAME).unlink(missing_ok=True)
         self._outcome = outcome
         if self._on_exit is not None:  # before `done`: when wait() returns, it has run
             try:

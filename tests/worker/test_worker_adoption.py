@@ -102,3 +102,26 @@ def test_adoption_dead_attempt_reported_gone(orphaned_attempt, tmp_path):
 def test_adoption_nothing_left_returns_none(tmp_path):
     assert adopt_or_kill(tmp_path, adopt=True) is None
     assert adopt_or_kill_all(tmp_path / "missing", adopt=True) == []
+
+
+def test_adoption_worker_died_before_record_cgroup_swept(tmp_path, require_cgroups):
+    from iris.base.ids import new_id
+    from iris.worker.cgroups import join_then_exec_argv
+    from iris.worker.process import PENDING_CGROUP_NAME
+
+    cgroup = require_cgroups.create(f"iris-{new_id()}")
+    argv = join_then_exec_argv(cgroup.procs_file, ["sh", "-c", "echo joined; exec sleep 600"])
+    orphan = subprocess.Popen(argv, start_new_session=True, stdout=subprocess.PIPE)
+    try:
+        assert orphan.stdout.readline() == b"joined\n"  # it is in the cgroup now
+        (tmp_path / PENDING_CGROUP_NAME).write_text(str(cgroup.path))
+        assert adopt_or_kill(tmp_path, adopt=True) is None
+        assert orphan.wait(WAIT_S) == -signal.SIGKILL
+        assert not cgroup.path.exists()
+        assert not (tmp_path / PENDING_CGROUP_NAME).exists()
+    finally:
+        if orphan.poll() is None:
+            orphan.kill()
+            orphan.wait()
+        orphan.stdout.close()
+        cgroup.remove()
