@@ -73,6 +73,28 @@ class Child:
                 pass
 
 
+def exit_with_parent() -> None:
+    """In a child: exit as soon as the parent goes (its end of our stdin closes).
+
+    Children run in their own process group, so a parent killed without a chance to clean
+    up would otherwise leave them serving forever.
+    """
+    def watch() -> None:
+        sys.stdin.read()
+        os._exit(0)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
+def exit_cleanly_on_signals() -> None:
+    """In the parent: SIGTERM and SIGHUP unwind like Ctrl-C, so `finally` blocks kill children."""
+    def unwind(signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, unwind)
+
+
 class Children:
     """Every child a benchmark started; `kill_all()` (or leaving the `with`) ends them."""
 

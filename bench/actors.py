@@ -35,7 +35,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from bench._procs import Children
+from bench._procs import Children, exit_cleanly_on_signals, exit_with_parent
 
 SMALL = b"0123456789abcdef"
 BIG_BYTES = 64 * 2**20
@@ -277,6 +277,44 @@ def _iris_new_actor(cfg: Settings, serve) -> float:
     return statistics.median(times) * 1e3
 
 
+# ---------------------------------------------------------------- raw pyzmq floor
+
+
+def zmq_echo_main() -> None:
+    """Child: a bare ROUTER that sends every message straight back (no decoding, no copies)."""
+    import zmq
+
+    exit_with_parent()
+    router = zmq.Context().socket(zmq.ROUTER)
+    port = router.bind_to_random_port("tcp://127.0.0.1")
+    print("READY", f"tcp://127.0.0.1:{port}", flush=True)
+    while True:
+        router.send_multipart(router.recv_multipart(copy=False), copy=False)
+
+
+def bench_zmq(cfg: Settings, children: Children) -> dict:
+    """The transport's floor on this machine right now: raw pyzmq, same loops as above."""
+    import zmq
+
+    child = children.spawn(["-m", "bench.actors", "--zmq-echo"])
+    ctx = zmq.Context()
+    dealer = ctx.socket(zmq.DEALER)
+    dealer.connect(child.expect("READY"))
+    try:
+        def call(x):
+            dealer.send(x, copy=False)
+            return dealer.recv(copy=False).buffer
+
+        _step("raw pyzmq")
+        lat = measure_latency(lambda: call(SMALL), min(cfg.seconds, 2.0), [child.proc.pid])
+        big = measure_big(call, cfg.big_reps)
+        return {"zmq_sync_median_us": lat["median_us"], "zmq_big_gbps": big["gbps"]}
+    finally:
+        dealer.close(linger=0)
+        ctx.term()
+        child.kill()
+
+
 # ---------------------------------------------------------------- Ray
 
 
@@ -379,6 +417,8 @@ def print_table(figures: dict, cfg: Settings) -> None:
         if mine and theirs:
             ratio = f"{(mine / theirs if higher else theirs / mine):.2f}x"
         print(f"{label:36} {unit:>8} {_fmt(mine):>12} {_fmt(theirs):>12} {ratio:>7}")
+    print(f"floor, raw pyzmq DEALER/ROUTER echo (no decoding, no copies): sync median "
+          f"{_fmt(figures['zmq_sync_median_us'])} us, 64 MiB {_fmt(figures['zmq_big_gbps'])} GB/s")
 
 
 def _fmt(value: float | None) -> str:
@@ -398,18 +438,23 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--n", type=int, default=2, help="n:n clients and actors (default 2)")
     parser.add_argument("--serve", metavar="NAME", help=argparse.SUPPRESS)
     parser.add_argument("--client", metavar="NAMES", help=argparse.SUPPRESS)
+    parser.add_argument("--zmq-echo", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve:
         return serve_main(args.serve)
     if args.client:
         return client_main(args.client.split(","))
+    if args.zmq_echo:
+        return zmq_echo_main()
     if args.n < 1:
         parser.error(f"--n must be at least 1, got {args.n}")
     cfg = Settings(n=args.n, **(_QUICK if args.quick else _FULL))
+    exit_cleanly_on_signals()
     started = time.perf_counter()
     figures: dict = {}
-    if args.only != "ray":
-        with Children() as children:
+    with Children() as children:
+        figures.update(bench_zmq(cfg, children))
+        if args.only != "ray":
             figures.update(bench_iris(cfg, children))
     if args.only != "iris":
         figures.update(bench_ray(cfg))
