@@ -17,10 +17,17 @@ then Ray, started with `ray.init(num_cpus=N)`. Both sides run the same loops:
   (last end - first start).
 - big: `echo(64 MiB bytes)`; GB/s = 2 x 64 MiB (there and back) / median round trip, GB = 1e9.
 - new actor: from starting a new actor (Iris: Popen of a fresh Python process that joins the
-  cluster and serves one actor; Ray: `Echo.remote()`) until the reply of its first call.
+  cluster and serves one actor; Ray: `Echo.remote()`, which Ray usually places in one of
+  the N worker processes it keeps started in advance) until the reply of its first call.
+- CPU per call: user + system CPU of the caller's process and the actor's process over the
+  measured calls, divided by the calls. This machine is shared, so calls/s moves with the
+  neighbours' load; CPU per call barely does.
+- floor: a bare pyzmq DEALER/ROUTER echo in a child process, measured with the same loops,
+  so a reader can tell a slow machine from a slow runtime.
 
-The table's ratio column is oriented so that > 1 means Iris is better. The last line printed
-is one JSON object of every figure; Ray's carry the prefix `ray_`.
+N defaults to 2, the core count of the machine the issue's figures come from. The table's
+ratio column is oriented so that > 1 means Iris is better. The last line printed is one
+JSON object of every figure; Ray's carry the prefix `ray_`, the floor's `zmq_`.
 """
 
 from __future__ import annotations
@@ -247,7 +254,8 @@ def bench_iris(cfg: Settings, children: Children) -> dict:
 
 def _iris_nn(cfg: Settings, children: Children, serve, env: dict) -> float:
     names = [f"nn-{i}" for i in range(cfg.n)]
-    for actor in [serve(name) for name in names]:
+    actors = [serve(name) for name in names]
+    for actor in actors:
         actor.expect("READY")
     clients = [children.spawn(["-m", "bench.actors", "--client", ",".join(names)], env)
                for _ in range(cfg.n)]
@@ -258,8 +266,8 @@ def _iris_nn(cfg: Settings, children: Children, serve, env: dict) -> float:
         for client in clients:
             client.send(f"go {seconds}")
         reports = [json.loads(c.expect("DONE", _CALL_TIMEOUT_S)) for c in clients]
-    for client in clients:
-        client.kill()
+    for child in clients + actors:
+        child.kill()
     return combine_clients(reports)
 
 
