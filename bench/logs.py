@@ -15,16 +15,19 @@ What each figure means:
   and drops its oldest output by design (flood_dropped_pct); log_mb_s = bytes stored /
   seconds from task start until everything kept is stored and composed.
 - log_slowdown_pct: a task alternates fixed CPU work with printing, calibrated to ~20 MB/s
-  of output when its stdout is /dev/null; the same task with its stdout piped to the
-  shipper. Median ratio over pairs of runs in alternating order, so machine load hits
-  both sides alike. On a loaded 2-core machine that also runs the storage emulator this is
-  mostly CPU contention; ship_cpu_s_per_mb (CPU the worker side spends per MB shipped) is
-  the figure that does not depend on load.
+  of output per CPU-second (work_task_mb_per_cpu_s). Baseline: its stdout pipe is read and
+  the data thrown away (the worker reads every task's pipes anyway); measured: read and
+  shipped. Median ratio over pairs of runs in alternating order, so machine load hits
+  both sides alike. On a loaded 2-core machine that also runs the storage emulator the
+  wall-clock figure is mostly CPU contention and swings both ways; task_cpu_slowdown_pct
+  (the task's own CPU), task_blocked_* (times it slept, mostly on a full pipe) and
+  ship_cpu_s_per_mb (worker-side CPU per MB shipped) do not depend on load.
 """
 
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
 import resource
@@ -35,6 +38,7 @@ import sys
 import tempfile
 import threading
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 
 from iris.base.clock import SYSTEM_CLOCK
@@ -73,6 +77,14 @@ for _ in range(iterations):
     out.write(block)
 out.flush()
 """
+
+
+F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)  # Linux-only fcntl command
+PIPE_BYTES = 1024 * 1024
+"""Task stdout pipe capacity the pump asks for (the kernel default is 64 KiB). 1 MiB (the default
+fs.pipe-max-size) lets a task print 50 ms at 20 MB/s while the reading thread is stalled (GIL,
+scheduling); with 64 KiB the task blocked on its pipe ~20 times per run, with 1 MiB ~once. The
+worker should do the same. Set 0 to keep the kernel default."""
 
 
 class _FakeGcs:
@@ -114,20 +126,32 @@ class _FakeGcs:
         self._proc.wait()
 
 
-def _run_task(script: str, args: list[str], shipper: LogShipper | None) -> float:
-    """Run a task, its stdout pumped into `shipper` the way the worker does it (or sent to
-    /dev/null when there is no shipper); seconds until it exits."""
+@dataclass(frozen=True)
+class _TaskRun:
+    wall_s: float
+    cpu_s: float       # the task's own user+sys CPU: what logging costs it, whatever the load
+    blocked: int       # voluntary context switches: mostly waits on a full stdout pipe
+
+
+def _run_task(script: str, args: list[str], shipper: LogShipper | None,
+              pipe: bool = True) -> _TaskRun:
+    """Run a task whose stdout is read from a pipe the way the worker does it and handed to
+    `shipper` (or thrown away when there is none); `pipe=False` sends it to /dev/null."""
     start = SYSTEM_CLOCK.monotonic()
-    if shipper is None:
-        subprocess.run([sys.executable, "-c", script, *args], stdout=subprocess.DEVNULL,
-                       check=True)
-        return SYSTEM_CLOCK.monotonic() - start
-    task = subprocess.Popen([sys.executable, "-c", script, *args], stdout=subprocess.PIPE)
-    fd = task.stdout.fileno()
-    while data := os.read(fd, 65536):
-        shipper.write("stdout", data)
-    task.wait()
-    return SYSTEM_CLOCK.monotonic() - start
+    out = subprocess.PIPE if pipe else subprocess.DEVNULL
+    task = subprocess.Popen([sys.executable, "-c", script, *args], stdout=out)
+    if pipe:
+        fd = task.stdout.fileno()
+        if PIPE_BYTES:
+            fcntl.fcntl(fd, F_SETPIPE_SZ, PIPE_BYTES)
+        while data := os.read(fd, 65536):
+            if shipper is not None:
+                shipper.write("stdout", data)
+        task.stdout.close()
+    _pid, _status, usage = os.wait4(task.pid, 0)
+    task.returncode = 0  # reaped above; keeps Popen from waiting again
+    return _TaskRun(SYSTEM_CLOCK.monotonic() - start, usage.ru_utime + usage.ru_stime,
+                    usage.ru_nvcsw)
 
 
 def measure_latency(sink: LogSink, seconds: float) -> dict[str, float]:
@@ -155,7 +179,7 @@ def measure_latency(sink: LogSink, seconds: float) -> dict[str, float]:
 def measure_throughput(sink: LogSink, nbytes: int) -> dict[str, float]:
     start = SYSTEM_CLOCK.monotonic()
     shipper = LogShipper(sink, "/bench/flood", 0, 0)
-    task_s = _run_task(FLOOD_TASK, [str(nbytes)], shipper)
+    task_s = _run_task(FLOOD_TASK, [str(nbytes)], shipper).wall_s
     stats = shipper.close(timeout_s=120)
     stored_s = SYSTEM_CLOCK.monotonic() - start
     stored = sum(len(rec.data) for _, rec in
@@ -170,15 +194,15 @@ def measure_throughput(sink: LogSink, nbytes: int) -> dict[str, float]:
 def _calibrate_rounds(target_mb_s: float) -> int:
     """sha256 rounds per 20 kB block so the task alone (output to /dev/null) emits ~target."""
     probe_iters, probe_rounds = 100, 20
-    startup = min(_run_task(WORK_TASK, ["0", "0"], None) for _ in range(3))
-    elapsed = min(_run_task(WORK_TASK, [str(probe_iters), str(probe_rounds)], None)
-                  for _ in range(3)) - startup
+    startup = min(_run_task(WORK_TASK, ["0", "0"], None, pipe=False).cpu_s for _ in range(3))
+    elapsed = min(_run_task(WORK_TASK, [str(probe_iters), str(probe_rounds)], None,
+                            pipe=False).cpu_s for _ in range(3)) - startup
     per_round = max(elapsed, 1e-6) / (probe_iters * probe_rounds)
     return max(1, int(20_000 / (target_mb_s * 1e6) / per_round))
 
 
 def measure_slowdown(sink: LogSink, seconds: float, runs: int) -> dict[str, float]:
-    """Pairs of runs (order alternating): the task alone vs. the task with its output shipped."""
+    """Pairs of runs (order alternating): output read and thrown away vs. read and shipped."""
     target = 20.0
     rounds = _calibrate_rounds(target)
     iterations = int(seconds * target * 1e6 / 20_000)
@@ -194,13 +218,21 @@ def measure_slowdown(sink: LogSink, seconds: float, runs: int) -> dict[str, floa
             shipped.append(_run_task(WORK_TASK, args, shipper))
             dropped += shipper.close(timeout_s=120).dropped_bytes
             ship_cpu += _cpu_s() - cpu_before
-    ratio = statistics.median(s / b for s, b in zip(shipped, base, strict=True))
     mb = iterations * 20_000 / 1e6
-    return {"log_slowdown_pct": round((ratio - 1) * 100, 1),
-            "work_task_mb_s_alone": round(mb / statistics.median(base), 1),
-            "work_task_mb_s_shipped": round(mb / statistics.median(shipped), 1),
+    return {"log_slowdown_pct": _median_pct(base, shipped, "wall_s"),
+            "task_cpu_slowdown_pct": _median_pct(base, shipped, "cpu_s"),
+            "task_blocked_unshipped": statistics.median(r.blocked for r in base),
+            "task_blocked_shipped": statistics.median(r.blocked for r in shipped),
+            "work_task_mb_s_unshipped": round(mb / statistics.median(r.wall_s for r in base), 1),
+            "work_task_mb_s_shipped": round(mb / statistics.median(r.wall_s for r in shipped), 1),
+            "work_task_mb_per_cpu_s": round(mb / statistics.median(r.cpu_s for r in base), 1),
             "work_runs": runs, "work_dropped_bytes": dropped,
             "ship_cpu_s_per_mb": round(ship_cpu / (mb * runs), 4)}
+
+
+def _median_pct(base: list[_TaskRun], shipped: list[_TaskRun], field: str) -> float:
+    ratios = [getattr(s, field) / getattr(b, field) for s, b in zip(shipped, base, strict=True)]
+    return round((statistics.median(ratios) - 1) * 100, 1)
 
 
 def _cpu_s() -> float:
@@ -214,7 +246,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="smaller runs, under a minute")
     parser.add_argument("--sink", choices=["gcs", "local"], default="gcs")
     opts = parser.parse_args(argv)
-    lat_s, flood_mb, work_s, runs = (5, 100, 2, 3) if opts.quick else (20, 400, 5, 5)
+    lat_s, flood_mb, work_s, runs = (5, 100, 2, 3) if opts.quick else (20, 400, 4, 9)
     server = _FakeGcs() if opts.sink == "gcs" else None
     tmp = tempfile.TemporaryDirectory(prefix="iris-bench-logs-")
     buckets = iter(["bench-latency", "bench-flood", "bench-work"])
