@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from iris.logstore.buffer import LogBuffer
 
 
@@ -59,3 +62,26 @@ def test_buffer_take_caps_chunk_size_and_keeps_the_rest_due():
     rest = buf.take(now=5.0, interval_s=1.0)
     assert rest[-1].data == b"partial" and len(rest) == 9
     assert buf.pending_bytes == 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["stdout", "stderr"]),
+                          st.binary(min_size=1, max_size=40).map(lambda b: b.replace(b"\r", b"\n")),
+                          st.booleans()),
+                max_size=40))
+def test_buffer_without_pressure_ships_every_byte_in_order_per_stream(writes):
+    buf = LogBuffer(max_bytes=10_000, max_line_bytes=16)
+    shipped: dict[str, bytes] = {"stdout": b"", "stderr": b""}
+    written: dict[str, bytes] = {"stdout": b"", "stderr": b""}
+    now = 0.0
+    for stream, data, flush in writes:
+        buf.append(stream, data, ts=now, now=now)
+        written[stream] += data
+        if flush:
+            now += 0.3
+            for rec in buf.take(now=now, interval_s=1.0, max_bytes=32):
+                shipped[rec.stream] += rec.data
+    for rec in buf.take(now=now, interval_s=1.0, final=True):
+        shipped[rec.stream] += rec.data
+    assert shipped == written
+    assert buf.stats().dropped_bytes == 0 and buf.pending_bytes == 0
