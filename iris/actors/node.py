@@ -82,11 +82,15 @@ class Node:
         return self
 
     def stop(self) -> None:
-        """Stop hosted actors (queued calls get ActorDiedError), fail pending calls, close."""
+        """Stop: new calls fail, pending calls fail (waking actor threads blocked on them),
+        hosted actors stop (their queued calls get ActorDiedError), then sockets close."""
         if self._stopped or not self._thread.is_alive():
             self._stopped = True
             return
         self._stopped = True
+        failed = threading.Event()
+        self.loop.call_soon_threadsafe(self._fail_pending, failed)
+        failed.wait()
         for hosted in list(self._actors.values()):
             hosted.stop()
         done = threading.Event()
@@ -96,6 +100,13 @@ class Node:
         if self._auth is not None:
             self._auth.stop()
         self._ctx.destroy(linger=0)
+
+    def _fail_pending(self, done: threading.Event) -> None:
+        try:
+            for peer in self._peers.values():
+                peer.fail_all("this node is stopping")
+        finally:
+            done.set()
 
     def __enter__(self) -> Node:
         return self.start()
@@ -392,8 +403,8 @@ class Node:
                 msg[3], msg[4], msg[5], actor=fut.actor, method=fut.method, address=peer.address))
 
     def _sweep(self) -> None:
-        if self._stopped:
-            return
+        # Runs until the loop stops, even while the node is stopping: actor threads blocked
+        # on calls must still see their deadlines.
         now = self.now()
         for call_id, peer in self._deadlines.pop_expired(now):
             fut = peer.pending.pop(call_id)

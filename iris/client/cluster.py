@@ -54,9 +54,11 @@ def local_cluster(workers: int = 0, *, bind: str = "tcp://127.0.0.1:0",
         stack.callback(node.stop)
         host_controller(node, ControllerConfig(state_dir=root / "controller",
                                                stop_grace_s=stop_grace_s))
-        ctx = ClusterContext(node, node.address, owns_node=True)
+        ctx = ClusterContext(node, node.address)
         procs = [_start_worker(node.address, root / f"worker-{i}", worker_cpu,
                                worker_attrs or {}) for i in range(workers)]
+        # Unwound first: workers stop (and stop their attempts) while the controller they
+        # report to is still up; then the node with the controller and registry.
         stack.callback(_stop_workers, procs)
         _wait_for_workers(ctx, procs, workers)
         with ctx:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import functools
 import getpass
 import os
+import sys
+import sysconfig
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -93,6 +95,24 @@ class JobHandle:
             yield from read_logs(sink, self.job_id, flt)
 
 
+def _ship_by_value(obj: Any) -> None:
+    """Pickle the module defining `obj` by value when it is the user's own code.
+
+    cloudpickle pickles functions of importable modules by reference, but a user's script
+    or test module is not importable on the worker; installed packages (site-packages, the
+    standard library) and Iris itself are, and stay by reference.
+    """
+    module = sys.modules.get(getattr(obj, "__module__", "") or "")
+    path = getattr(module, "__file__", None)
+    if module is None or path is None or module.__name__ == "__main__":
+        return
+    if module.__name__.split(".")[0] == "iris":
+        return
+    installed = {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    if not any(os.path.abspath(path).startswith(os.path.abspath(p) + os.sep) for p in installed):
+        cloudpickle.register_pickle_by_value(module)
+
+
 def _sink(config: dict) -> Any:
     return LocalDirSink(config["root"])
 
@@ -114,6 +134,10 @@ def submit(entry: Callable | Sequence[str], *args: Any, name: str | None = None,
     """Run `entry(*args)` (a callable) or `entry` (a command list) as a job; its handle."""
     ctx = current()
     if callable(entry):
+        _ship_by_value(entry.func if isinstance(entry, functools.partial) else entry)
+        for arg in args:
+            if isinstance(arg, type):
+                _ship_by_value(arg)
         entrypoint = {"kind": "callable", "payload": cloudpickle.dumps((entry, args, {}))}
         default_name = getattr(entry, "__name__", "job").strip("<>").replace("_", "-")
     else:
@@ -121,13 +145,15 @@ def submit(entry: Callable | Sequence[str], *args: Any, name: str | None = None,
             raise TypeError("arguments go inside the command list, not after it")
         entrypoint = {"kind": "command", "argv": list(entry)}
         default_name = os.path.basename(str(entry[0])) if entry else "job"
+    request_id = request_id or uuid.uuid4().hex
     raw: dict[str, Any] = {
-        "name": name or f"{default_name}-{uuid.uuid4().hex[:6]}",
+        # Derived from the request id, so resubmitting a request makes the same job again.
+        "name": name or f"{default_name}-{request_id[:6]}",
         "entrypoint": entrypoint, "replicas": replicas,
         "resources": (resources or Resources()).to_dict(),
         "env": dict(env or {}), "pip": list(pip), "constraints": dict(constraints or {}),
         "user": os.environ.get("IRIS_USER") or getpass.getuser(),
-        "request_id": request_id or uuid.uuid4().hex,
+        "request_id": request_id,
     }
     optional = {"priority": priority, "max_retries_failure": max_retries_failure,
                 "max_retries_preemption": max_retries_preemption,
@@ -151,6 +177,7 @@ def spawn(cls: type, *args: Any, name: str, resources: Resources | None = None,
     """Launch a job whose tasks serve `cls(*args)` as `name`; its ref (group if replicas > 1)."""
     ctx = current()
     full = ctx.full_name(name)
+    _ship_by_value(cls)
     submit(functools.partial(_serve_forever, cls, full, args), name=submit_options.pop(
         "job_name", name), resources=resources, replicas=replicas, **submit_options)
     group = ctx.resolve_all(full, timeout=timeout)

@@ -1,0 +1,25 @@
+"""Fixtures for cluster-tier tests: local clusters with real worker processes."""
+
+from __future__ import annotations
+
+import pytest
+
+import iris
+
+
+@pytest.fixture(scope="module")
+def shared_cluster(tmp_path_factory):
+    """Two workers shared by the non-destructive tests of a module."""
+    with iris.local_cluster(workers=2, state_dir=tmp_path_factory.mktemp("cluster"),
+                            stop_grace_s=2.0) as ctx:
+        yield ctx
+
+
+@pytest.fixture
+def jobs_cluster(shared_cluster):
+    """Make the shared cluster current for this test (fixtures may run in another context)."""
+    from iris.actors.current import current_context
+
+    token = current_context.set(shared_cluster)
+    yield shared_cluster
+    current_context.reset(token)

@@ -1,0 +1,141 @@
+"""Jobs on a local cluster with real worker processes: results, retries, kills, logs, actors."""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+import pytest
+
+import iris
+from iris.base.errors import InvalidRequestError, JobFailedError
+
+
+def add(a, b):
+    return a + b
+
+
+def whoami():
+    return {k: os.environ[k] for k in ("IRIS_JOB_ID", "IRIS_TASK_INDEX", "IRIS_NUM_TASKS",
+                                       "IRIS_ATTEMPT_ID", "IRIS_ADDRESS")}
+
+
+def fail_once(marker: str):
+    """Fails on its first attempt, succeeds on the next (the marker file remembers)."""
+    if not os.path.exists(marker):
+        open(marker, "w").close()
+        raise RuntimeError("first attempt fails on purpose")
+    return "second attempt"
+
+
+def explode():
+    raise ValueError("task blew up")
+
+
+def test_callable_job_returns_its_value(jobs_cluster):
+    assert iris.submit(add, 2, 40).result(timeout=120) == 42
+
+
+def test_command_job_succeeds_and_its_output_is_in_the_logs(jobs_cluster):
+    job = iris.submit(["python", "-c", "print('hello'); print('world')"])
+    assert job.wait(120)["state"] == "succeeded"
+    assert [line.text.strip() for line in job.logs()] == ["hello", "world"]
+
+
+def test_replicas_each_get_their_index_and_the_shared_job_id(jobs_cluster):
+    job = iris.submit(whoami, replicas=3)
+    values = job.result(timeout=120)
+    assert sorted(int(v["IRIS_TASK_INDEX"]) for v in values) == [0, 1, 2]
+    assert {v["IRIS_JOB_ID"] for v in values} == {job.job_id}
+    assert {v["IRIS_NUM_TASKS"] for v in values} == {"3"}
+    assert len({v["IRIS_ATTEMPT_ID"] for v in values}) == 3
+
+
+def test_failure_budget_retries_a_failed_task(jobs_cluster, tmp_path):
+    job = iris.submit(fail_once, str(tmp_path / "marker"), max_retries_failure=1)
+    assert job.result(timeout=120) == "second attempt"
+    task = job.tasks()[0]
+    assert task["attempts"] == 2 and task["failures"] == 1
+
+
+def test_exhausted_failure_budget_fails_the_job_with_the_task_error(jobs_cluster):
+    job = iris.submit(explode)
+    with pytest.raises(JobFailedError) as info:
+        job.result(timeout=120)
+    assert info.value.status["state"] == "failed"
+    assert "task blew up" in "".join(line.text for line in job.logs())
+
+
+def test_nonzero_exit_of_a_command_fails_the_job(jobs_cluster):
+    job = iris.submit(["python", "-c", "import sys; sys.exit(3)"])
+    status = job.wait(120)
+    assert status["state"] == "failed" and "3" in status["tasks"][0]["error"]
+
+
+def test_submit_with_the_same_request_id_returns_the_same_job(jobs_cluster):
+    request = uuid.uuid4().hex
+    first = iris.submit(add, 1, 1, request_id=request)
+    second = iris.submit(add, 1, 1, request_id=request)
+    assert first.job_id == second.job_id
+    assert first.result(timeout=120) == 2
+
+
+@pytest.mark.parametrize("options, field", [
+    ({"resources": None, "replicas": 0}, "replicas"),
+    ({"resources": None, "priority": "urgent"}, "priority"),
+    ({"resources": None, "max_retries_failure": -1}, "max_retries_failure"),
+])
+def test_bad_submission_is_refused_naming_the_field_and_changes_nothing(jobs_cluster, options,
+                                                                        field):
+    before = iris.current().node.call(iris.current().address, "/iris/controller", "list_jobs",
+                                      ).result(30)
+    with pytest.raises(InvalidRequestError) as info:
+        iris.submit(add, 1, 2, **options)
+    assert info.value.field == field
+    after = iris.current().node.call(iris.current().address, "/iris/controller", "list_jobs",
+                                     ).result(30)
+    assert after == before
+
+
+def test_unknown_accelerator_is_refused_before_submit():
+    with pytest.raises(InvalidRequestError) as info:
+        iris.Resources(tpu="v99-8")
+    assert info.value.field == "tpu"
+
+
+def parent_with_child(flag_dir: str):
+    child = iris.submit(["python", "-c", "import time; time.sleep(600)"], name="child")
+    open(os.path.join(flag_dir, "child_id"), "w").write(child.job_id)
+    import threading
+
+    threading.Event().wait(600)
+
+
+def test_kill_cascades_to_sub_jobs(jobs_cluster, tmp_path):
+    parent = iris.submit(parent_with_child, str(tmp_path))
+    child_file = tmp_path / "child_id"
+    for _ in range(2400):  # the parent task writes its child's id once submitted
+        if child_file.exists() and child_file.read_text():
+            break
+        iris.current().node.clock.sleep(0.05)
+    child_id = child_file.read_text()
+    assert child_id == parent.job_id + "/child"
+    parent.kill()
+    child = iris.JobHandle(child_id, iris.current())
+    assert child.wait(120)["state"] == "killed"
+    assert parent.wait(120)["state"] == "killed"
+
+
+@iris.actor
+class Greeter:
+    def __init__(self, greeting: str):
+        self.greeting = greeting
+
+    def greet(self, name: str) -> str:
+        return f"{self.greeting}, {name} (pid {os.getpid()})"
+
+
+def test_spawn_runs_an_actor_as_a_job_and_returns_its_ref(jobs_cluster):
+    ref = iris.spawn(Greeter, "hello", name="greeter")
+    answer = ref.greet("iris").result(60)
+    assert answer.startswith("hello, iris (pid ") and str(os.getpid()) not in answer
