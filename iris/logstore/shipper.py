@@ -205,7 +205,7 @@ class LogShipper:
         key = chunk_key(self._job, self._task, self._attempt, seq)
         data = encode_chunk(ChunkHeader(self._job, self._task, self._attempt, seq), records)
         delay = self._cfg.retry_initial_s
-        while True:
+        while not self._abandon.is_set():  # once close() gave up, the rest is not tried
             try:
                 self._sink.put_chunk(key, data)
                 break
@@ -214,21 +214,24 @@ class LogShipper:
                            "this attempt; this shipper stops", key)
                 with self._cond:
                     self._fenced = True
-                    self._late_lines += sum(r.data.count(b"\n") for r in records)
-                    self._late_bytes += len(data)
+                self._count_lost(records, data)
                 return
             except Exception as exc:  # storage, network or client bug: keep the task going
                 with self._cond:
                     self._retries += 1
                 _log.warning("log chunk %s upload failed (retry in %.1f s): %s", key, delay, exc)
-            if self._abandon.wait(delay):
-                with self._cond:
-                    self._late_lines += sum(r.data.count(b"\n") for r in records)
-                    self._late_bytes += len(data)
-                return
+            self._abandon.wait(delay)
             delay = min(delay * 2, self._cfg.retry_max_s)
+        else:
+            self._count_lost(records, data)
+            return
         lag = self._clock.monotonic() - since if since is not None else 0.0
         with self._cond:
             self._written.append(key)
             self._chunks += 1
             self._lag, self._max_lag = lag, max(self._max_lag, lag)
+
+    def _count_lost(self, records: list[Record], data: bytes) -> None:
+        with self._cond:
+            self._late_lines += sum(r.data.count(b"\n") for r in records)
+            self._late_bytes += len(data)

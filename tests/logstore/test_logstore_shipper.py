@@ -103,6 +103,18 @@ def test_shipper_storage_outage_retries_and_loses_nothing(own_fake_gcs, wait_for
     assert stats.dropped_lines == 0 and stats.composed
 
 
+def test_shipper_close_with_storage_down_gives_up_and_counts_the_loss(own_fake_gcs):
+    sink = GcsSink(own_fake_gcs.new_bucket(), "iris", client=own_fake_gcs.client(),
+                   request_timeout_s=2.0, retry_deadline_s=0.5)
+    own_fake_gcs.stop()
+    shipper = LogShipper(sink, JOB, 0, 0, config=ShipperConfig(retry_initial_s=0.05))
+    for i in range(10):
+        shipper.write("stdout", f"line {i}\n")
+    stats = shipper.close(timeout_s=1.0)
+    assert (stats.chunks, stats.dropped_lines, stats.composed) == (0, 10, False)
+    assert stats.retries >= 1
+
+
 def test_shipper_zombie_writer_is_fenced_and_cannot_overwrite(sink, wait_for):
     current = LogShipper(sink, JOB, 0, 3)
     current.write("stdout", "current attempt\n")
