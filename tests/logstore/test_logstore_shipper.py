@@ -142,3 +142,22 @@ def test_shipper_unknown_stream_raises_invalid_request(sink):
 def test_shipper_bad_config_raises_invalid_request():
     with pytest.raises(InvalidRequestError):
         ShipperConfig(flush_bytes=10, max_buffer_bytes=5)
+
+
+def test_shipper_many_tasks_sharing_one_sink_keep_their_lines_apart(sink):
+    shippers = [LogShipper(sink, JOB, task, 0, config=ShipperConfig(flush_bytes=256))
+                for task in range(4)]
+
+    def run(task):
+        for i in range(300):
+            shippers[task].write("stdout", f"task {task} line {i}\n")
+
+    threads = [threading.Thread(target=run, args=(t,)) for t in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    for shipper in shippers:
+        assert shipper.close().composed
+    for task in range(4):
+        assert _texts(sink, task=task) == [f"task {task} line {i}" for i in range(300)]
