@@ -95,8 +95,9 @@ class Controller:
     # ------------------------------------------------------------ workers
 
     def register_worker(self, worker_id: str, address: str, attributes: dict,
-                        running: list[str]) -> list[dict]:
-        return self._after(self._svc.register_worker(worker_id, address, attributes, running))
+                        running: list[str], updates: list[dict] = ()) -> list[dict]:
+        return self._after(self._svc.register_worker(worker_id, address, attributes, running,
+                                                     list(updates)))
 
     def report(self, worker_id: str, updates: list[dict]) -> dict:
         return self._after(self._svc.report(worker_id, updates))

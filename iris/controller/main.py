@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from pathlib import Path
 
@@ -20,6 +21,8 @@ def host_controller(node: Node, config: ControllerConfig) -> None:
 def run_controller(state_dir: Path, *, bind: str = "tcp://127.0.0.1:0",
                    keys_dir: str | None = None, stop: threading.Event | None = None,
                    worker_dead_after_s: float | None = None) -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: "
+                        "%(message)s")
     security = Security.load(keys_dir) if keys_dir else None
     node = Node(NodeConfig(bind=bind), security=security).start()
     extra = {} if worker_dead_after_s is None else {"worker_dead_after_s": worker_dead_after_s}

@@ -38,6 +38,10 @@ class ControllerConfig:
     retention_s: float = 7 * 24 * 3600.0
     # A worker silent this long is lost and its attempts requeued (issue: notice in <= 5 s).
     worker_dead_after_s: float = DEFAULT_DEAD_AFTER_S
+    # After a restart, workers get this long to re-register before their attempts count as
+    # lost. Longer than the liveness timeout: a worker whose heartbeat was in flight when
+    # the controller died learns so only after peer_dead_after_s (3 s), then retries.
+    restart_grace_s: float = 15.0
     # SIGTERM -> SIGKILL grace when the controller stops an attempt.
     stop_grace_s: float = 10.0
     # Where workers ship task logs; None = <state_dir>/logs (the embedded default).
@@ -119,10 +123,17 @@ class ControllerService:
     # ------------------------------------------------------------ workers
 
     def register_worker(self, worker_id: str, address: str, attributes: dict,
-                        running: list[str]) -> list[dict]:
+                        running: list[str], updates: list[dict] = ()) -> list[dict]:
+        """(Re)register. `updates` are what the worker has not had acknowledged: they are
+        applied before the reconcile, so an attempt that finished while the controller was
+        away counts as finished, not as lost."""
         self.workers.register(worker_id, address, attributes, self.clock.monotonic())
         self._unclaimed.discard(worker_id)
-        self._run(ev.Reconcile(new_id("ev-"), worker_id, tuple(running)))
+        _log.info("worker %s registered at %s running %d attempts: %s", worker_id, address,
+                  len(running), ", ".join(running))
+        events = [self._update_event(u) for u in updates]
+        events.append(ev.Reconcile(new_id("ev-"), worker_id, tuple(running)))
+        self._run_many([e for e in events if e is not None])
         self.schedule()
         return views.desired_attempts(self.state, worker_id)
 
@@ -158,7 +169,7 @@ class ControllerService:
         events: list[ev.Event] = [ev.Tick(new_id("ev-"))]
         events += [ev.WorkerLost(new_id("ev-"), w, "no heartbeat")
                    for w in self.workers.lost(now)]
-        if self._unclaimed and now - self._started > self.config.worker_dead_after_s:
+        if self._unclaimed and now - self._started > self.config.restart_grace_s:
             events += [ev.WorkerLost(new_id("ev-"), w, "did not come back after a controller "
                                      "restart") for w in sorted(self._unclaimed)]
             self._unclaimed.clear()

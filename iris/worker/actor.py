@@ -114,15 +114,19 @@ class Worker:
         return self._node.call(address, key, method, args, timeout_s=5.0).result()
 
     def _register(self) -> None:
+        """Register with what runs now and every update not yet acknowledged (an attempt
+        that ended while the controller was away must not look lost)."""
         with self._lock:
             running = sorted(self._running)
+            sent = list(self._updates.items())
         try:
             self._call("register_worker", self.worker_id, self._node.address,
-                       self._attributes, running)
+                       self._attributes, running, [update for _, update in sent])
         except IrisError as exc:
             _log.warning("worker %s: cannot register yet: %s", self.worker_id, exc)
             return
         self._registered = True
+        self._acknowledge(sent, {update["attempt_id"] for _, update in sent})
 
     def _report(self) -> None:
         with self._lock:
@@ -135,7 +139,9 @@ class Worker:
         if answer.get("reregister"):
             self._registered = False
             return
-        acked = set(answer.get("acked", ()))
+        self._acknowledge(sent, set(answer.get("acked", ())))
+
+    def _acknowledge(self, sent: list, acked: set[str]) -> None:
         with self._lock:
             for key, update in sent:  # a newer update under the same key stays queued
                 if update["attempt_id"] in acked and self._updates.get(key) is update:
@@ -195,6 +201,7 @@ class Worker:
     def _finished(self, run: _Running, outcome: Outcome, result: bytes | None,
                   stderr_tail: bytes) -> None:
         self._forget(run)
+        _log.info("attempt %s (%s) ended: %s", run.attempt_id, run.task_id, outcome)
         if outcome.kind is OutcomeKind.SUCCEEDED:
             self._queue(run.attempt_id, "exited", exit_code=0, result=result)
             return

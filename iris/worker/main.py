@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
+import socket
 import threading
 from pathlib import Path
 
@@ -45,9 +47,12 @@ def run_worker(controller: str, *, region: str = "local", attrs: dict[str, str] 
                bind: str = "tcp://127.0.0.1:0", keys_dir: str | None = None,
                grace_s: float = 10.0, ready: threading.Event | None = None,
                stop: threading.Event | None = None) -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: "
+                        "%(message)s")
     root = root or Path(os.environ.get("IRIS_WORKER_DIR", "/tmp/iris-worker"))
     worker_id = _worker_id(root, worker_id)
     attributes = {"region": region, "cpu": str(os.cpu_count() or 1),
+                  "hostname": socket.gethostname(), "pid": str(os.getpid()),
                   "memory": str(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")),
                   **(attrs or {})}
     advertised = Resources(cpu=float(attributes["cpu"]), memory=int(attributes["memory"]))

@@ -105,7 +105,8 @@ def test_unknown_accelerator_is_refused_before_submit():
 
 def parent_with_child(flag_dir: str):
     child = iris.submit(["python", "-c", "import time; time.sleep(600)"], name="child")
-    open(os.path.join(flag_dir, "child_id"), "w").write(child.job_id)
+    with open(os.path.join(flag_dir, "child_id"), "w") as f:
+        f.write(child.job_id)
     import threading
 
     threading.Event().wait(600)

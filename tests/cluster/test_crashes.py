@@ -1,0 +1,147 @@
+"""Crashes on real processes: a worker SIGKILLed mid-task; the controller SIGKILLed and restarted."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+import iris
+from iris.client.jobs import _controller
+
+pytestmark = pytest.mark.slow
+
+
+def hold(marker_dir: str, name: str) -> str:
+    """Record this attempt's start, then wait until released; returns the attempt id."""
+    attempt = os.environ["IRIS_ATTEMPT_ID"]
+    with open(os.path.join(marker_dir, f"start-{name}-{attempt}"), "w") as f:
+        f.write(str(os.getpid()))
+    release = os.path.join(marker_dir, "release")
+    gate = threading.Event()
+    while not os.path.exists(release) and not gate.wait(0.05):
+        pass
+    return attempt
+
+
+def quick(marker_dir: str, name: str) -> str:
+    with open(os.path.join(marker_dir, f"ran-{name}-{os.environ['IRIS_ATTEMPT_ID']}"), "w"):
+        pass
+    return name
+
+
+def wait_until(predicate, timeout_s: float = 120.0, what: str = "condition"):
+    gate = threading.Event()
+    for _ in range(int(timeout_s / 0.05)):
+        value = predicate()
+        if value:
+            return value
+        gate.wait(0.05)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+def starts(marker_dir: Path, prefix: str) -> list[Path]:
+    return sorted(marker_dir.glob(f"{prefix}-*"))
+
+
+def test_worker_killed_mid_task_its_task_reruns_on_another_worker(tmp_path):
+    with iris.local_cluster(workers=2, state_dir=tmp_path / "cluster") as ctx:
+        job = iris.submit(hold, str(tmp_path), "victim")
+        first = wait_until(lambda: starts(tmp_path, "start-victim"), what="first attempt")[0]
+        worker_id = job.tasks()[0]["worker_id"]
+        workers = {w["worker_id"]: w for w in _controller(ctx, "list_workers")}
+        os.kill(int(workers[worker_id]["attributes"]["pid"]), signal.SIGKILL)
+        try:
+            second = wait_until(lambda: [p for p in starts(tmp_path, "start-victim")
+                                         if p != first], what="the rerun")[0]
+            task = job.tasks()[0]
+            assert task["worker_id"] != worker_id and task["preemptions"] == 1
+            assert task["failures"] == 0  # worker loss spends the preemption budget
+            (tmp_path / "release").touch()
+            assert job.result(timeout=120) == second.name.split("-", 2)[2]
+        finally:
+            _kill_group(int(first.read_text()))  # the dead worker's orphan (its host "died")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_controller(state_dir: Path, address: str) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, "-m", "iris", "controller", "serve",
+                             "--state-dir", str(state_dir), "--bind", address],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                            start_new_session=True)
+    line = proc.stdout.readline()
+    assert line.startswith("controller serving at"), line + proc.stdout.read()
+    return proc
+
+
+def start_worker(address: str, work_dir: Path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "iris", "worker", "--controller", address,
+                             "--work-dir", str(work_dir), "--attr", "cpu=32"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+
+
+def test_controller_sigkill_and_restart_loses_no_job_and_restarts_nothing(tmp_path):
+    address = f"tcp://127.0.0.1:{free_port()}"
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    controller = start_controller(tmp_path / "state", address)
+    workers = [start_worker(address, tmp_path / f"w{i}") for i in range(2)]
+    try:
+        with iris.connect(address) as ctx:
+            wait_until(lambda: len(_controller(ctx, "list_workers")) == 2, what="workers")
+            quick_jobs = [iris.submit(quick, str(markers), f"q{i}") for i in range(12)]
+            long_jobs = [iris.submit(hold, str(markers), f"l{i}") for i in range(12)]
+            assert [j.result(timeout=120) for j in quick_jobs] == [f"q{i}" for i in range(12)]
+            wait_until(lambda: len(starts(markers, "start")) == 12, what="long jobs running")
+            before = {j["job_id"]: j["state"] for j in _controller(ctx, "list_jobs")}
+
+            os.killpg(controller.pid, signal.SIGKILL)
+            controller.wait(30)
+            controller = start_controller(tmp_path / "state", address)
+
+            after = wait_until(lambda: _try_list(ctx), what="the restarted controller")
+            assert {j["job_id"] for j in after} == set(before)  # every job is still there
+            assert all(after_state(after, j.job_id) == "succeeded" for j in quick_jobs)
+            (markers / "release").touch()
+            results = [j.result(timeout=180) for j in long_jobs]
+            statuses = [j.status() for j in long_jobs]
+        # Running attempts were not restarted: one start each, and it is the one that finished.
+        for i, attempt in enumerate(results):
+            assert [p.name for p in starts(markers, f"start-l{i}")] == [f"start-l{i}-{attempt}"], \
+                statuses[i]["tasks"]
+        # Finished tasks were not run again.
+        assert all(len(starts(markers, f"ran-q{i}")) == 1 for i in range(12))
+    finally:
+        for proc in [controller, *workers]:
+            _kill_group(proc.pid)
+            proc.wait(30)
+
+
+def _try_list(ctx):
+    try:
+        return _controller(ctx, "list_jobs", timeout_s=5.0)
+    except iris.IrisError:
+        return None
+
+
+def after_state(rows: list[dict], job_id: str) -> str:
+    return next(r["state"] for r in rows if r["job_id"] == job_id)
+
+
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
