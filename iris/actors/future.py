@@ -20,7 +20,7 @@ _PENDING, _RESULT, _ERROR = 0, 1, 2
 
 class ActorFuture:
     __slots__ = ("_lock", "_state", "_value", "_waiters", "_callbacks", "actor", "method",
-                 "address", "_loop_thread")
+                 "address", "_loop_thread", "on_error")
 
     def __init__(self, actor: str, method: str, address: str, loop_thread: int = 0):
         self._lock = threading.Lock()
@@ -32,6 +32,9 @@ class ActorFuture:
         self.method = method
         self.address = address
         self._loop_thread = loop_thread
+        # Called with the exception when the call fails; cheaper than a done-callback on
+        # every call for what only failures need (a ref forgetting a dead address).
+        self.on_error: Callable[[BaseException], Any] | None = None
 
     def __repr__(self) -> str:
         state = {_PENDING: "pending", _RESULT: "done", _ERROR: "failed"}[self._state]
@@ -122,6 +125,8 @@ class ActorFuture:
             self._value = value
             waiters, self._waiters = self._waiters, None
             callbacks, self._callbacks = self._callbacks, None
+        if state == _ERROR and self.on_error is not None:
+            self.on_error(value)
         if waiters:
             for gate in waiters:
                 gate.release()

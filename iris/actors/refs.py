@@ -82,12 +82,11 @@ class ActorRef:
               timeout_s: float | None, oneway: bool) -> ActorFuture:
         fut = ctx.node.call(self._address, self._key, method, args, kwargs,
                             timeout_s=timeout_s, oneway=oneway)
-        if not oneway:
-            fut.add_done_callback(self._forget_if_gone)
+        fut.on_error = self._forget_if_gone
         return fut
 
-    def _forget_if_gone(self, fut: ActorFuture) -> None:
-        if isinstance(fut._value, ActorNotFoundError | PeerUnavailableError):
+    def _forget_if_gone(self, error: BaseException) -> None:
+        if isinstance(error, ActorNotFoundError | PeerUnavailableError):
             self._address = None  # resolve again on the next call
 
     def _rebind(self, address: str, key: str) -> None:

@@ -51,6 +51,12 @@ def _lift(value: Any, buffers: list) -> Any:
 
 def lift_call_buffers(args: tuple, kwargs: dict, buffers: list) -> list:
     """[args, kwargs] with their top-level big buffers lifted into `buffers`."""
+    for arg in args:
+        if type(arg) in _BIG_TYPES:
+            break
+    else:
+        if not kwargs:  # the common small call: no comprehension, no per-item checks
+            return [list(args), kwargs]
     return [[_lift(a, buffers) for a in args],
             {k: _lift(v, buffers) for k, v in kwargs.items()} if kwargs else kwargs]
 

@@ -39,7 +39,10 @@ def test_callable_job_returns_its_value(jobs_cluster):
 def test_command_job_succeeds_and_its_output_is_in_the_logs(jobs_cluster):
     job = iris.submit(["python", "-c", "print('hello'); print('world')"])
     assert job.wait(120)["state"] == "succeeded"
-    assert [line.text.strip() for line in job.logs()] == ["hello", "world"]
+    lines = list(job.logs())
+    assert [line.text.strip() for line in lines if line.stream == "stdout"] == ["hello", "world"]
+    # stderr holds the environment build's progress when this job built it; never stdout.
+    assert all(line.text.startswith("[iris build]") for line in lines if line.stream == "stderr")
 
 
 def test_replicas_each_get_their_index_and_the_shared_job_id(jobs_cluster):
