@@ -119,11 +119,13 @@ def _cluster_start(args: argparse.Namespace) -> int:
 def _controller_serve(args: argparse.Namespace) -> int:
     from iris.controller.main import run_controller
 
+    cluster = None
     if args.config is not None:
         from iris.controller.config import load_config
 
-        load_config(args.config)  # refuse a bad config before serving anything
-    run_controller(args.state_dir, bind=args.bind, keys_dir=args.keys, stop=_stop_event())
+        cluster = load_config(args.config)  # refuse a bad config before serving anything
+    run_controller(args.state_dir, bind=args.bind, keys_dir=args.keys, stop=_stop_event(),
+                   cluster=cluster)
     return 0
 
 

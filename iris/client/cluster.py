@@ -22,6 +22,7 @@ from iris.base.errors import ConfigError, IrisError
 from iris.controller.actor import CONTROLLER_KEY
 from iris.controller.main import host_controller
 from iris.controller.service import ControllerConfig
+from iris.logstore.config import LogStoreConfig
 
 ENV_KEYS_DIR = "IRIS_KEYS_DIR"
 # Worker processes get this long to register before local_cluster gives up.
@@ -39,7 +40,8 @@ def _security_from_env(security: Security | None) -> Security | None:
 def local_cluster(workers: int = 0, *, bind: str = "tcp://127.0.0.1:0",
                   security: Security | None = None, state_dir: str | Path | None = None,
                   worker_cpu: float = 8.0, worker_attrs: dict[str, str] | None = None,
-                  stop_grace_s: float = 10.0) -> Iterator[ClusterContext]:
+                  stop_grace_s: float = 10.0, log_store: LogStoreConfig | None = None,
+                  ) -> Iterator[ClusterContext]:
     """An embedded cluster on this machine, current inside the `with` block.
 
     `worker_cpu` is what each local worker advertises (default 8: a laptop-sized cluster
@@ -53,7 +55,7 @@ def local_cluster(workers: int = 0, *, bind: str = "tcp://127.0.0.1:0",
         node = Node(NodeConfig(bind=bind), security=_security_from_env(security)).start()
         stack.callback(node.stop)
         host_controller(node, ControllerConfig(state_dir=root / "controller",
-                                               stop_grace_s=stop_grace_s))
+                                               stop_grace_s=stop_grace_s, log_store=log_store))
         ctx = ClusterContext(node, node.address)
         procs = [_start_worker(node.address, root / f"worker-{i}", worker_cpu,
                                worker_attrs or {}) for i in range(workers)]

@@ -21,9 +21,9 @@ from iris.actors import ActorGroup, ActorRef, ClusterContext, current
 from iris.base.errors import JobFailedError, PeerUnavailableError
 from iris.base.resources import Resources
 from iris.controller.jobs.model import TERMINAL_JOB, JobState
+from iris.logstore.config import LogStoreConfig, open_sink
 from iris.logstore.model import LogLine
 from iris.logstore.reader import LogFilter, follow_logs, read_logs
-from iris.logstore.sinks import LocalDirSink
 
 CONTROLLER_KEY = "/iris/controller"
 TERMINAL = frozenset(state.value for state in TERMINAL_JOB)
@@ -114,7 +114,7 @@ def _ship_by_value(obj: Any) -> None:
 
 
 def _sink(config: dict) -> Any:
-    return LocalDirSink(config["root"])
+    return open_sink(LogStoreConfig(**config))
 
 
 def _unwrap(blob: bytes) -> Any:

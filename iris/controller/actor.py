@@ -9,6 +9,7 @@ thread; it is woken from the actor thread through the node's loop.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from typing import Any
 
@@ -65,7 +66,8 @@ class Controller:
         return self._svc.results(job_id)
 
     def log_config(self) -> dict:
-        return {"kind": "local", "root": str(self._svc.log_dir)}
+        """Where task logs are, so clients read them from the store, not from workers."""
+        return dataclasses.asdict(self._svc.log_store)
 
     async def wait(self, job_id: str, timeout_s: float | None = None) -> str:
         """The job's state once it has ended, or its current state after `timeout_s`."""

@@ -5,11 +5,16 @@ from __future__ import annotations
 import logging
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from iris.actors import ClusterContext, Node, NodeConfig, Registry, Security
 from iris.actors.registry import REGISTRY_KEY
 from iris.controller.actor import CONTROLLER_KEY, Controller
 from iris.controller.service import ControllerConfig
+from iris.logstore.config import LogStoreConfig
+
+if TYPE_CHECKING:  # the YAML parser is only needed by `iris controller serve --config`
+    from iris.controller.config import ClusterConfig
 
 
 def host_controller(node: Node, config: ControllerConfig) -> None:
@@ -18,14 +23,27 @@ def host_controller(node: Node, config: ControllerConfig) -> None:
     node.host(CONTROLLER_KEY, Controller, (config, node))
 
 
+def log_store_from(cluster: ClusterConfig | None) -> LogStoreConfig | None:
+    """The log store a cluster config names (storage.log_bucket or storage.log_dir)."""
+    storage = cluster.storage if cluster else None
+    if storage is None or not (storage.log_bucket or storage.log_dir):
+        return None
+    if storage.log_bucket:
+        return LogStoreConfig(kind="gcs", bucket=storage.log_bucket, prefix=storage.log_prefix)
+    return LogStoreConfig(kind="local", root=storage.log_dir, prefix=storage.log_prefix)
+
+
 def run_controller(state_dir: Path, *, bind: str = "tcp://127.0.0.1:0",
                    keys_dir: str | None = None, stop: threading.Event | None = None,
-                   worker_dead_after_s: float | None = None) -> None:
+                   worker_dead_after_s: float | None = None,
+                   cluster: ClusterConfig | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: "
                         "%(message)s")
     security = Security.load(keys_dir) if keys_dir else None
     node = Node(NodeConfig(bind=bind), security=security).start()
-    extra = {} if worker_dead_after_s is None else {"worker_dead_after_s": worker_dead_after_s}
+    extra: dict = {"log_store": log_store_from(cluster)}
+    if worker_dead_after_s is not None:
+        extra["worker_dead_after_s"] = worker_dead_after_s
     try:
         host_controller(node, ControllerConfig(state_dir=Path(state_dir), **extra))
         ctx = ClusterContext(node, node.address, owns_node=True)

@@ -10,6 +10,7 @@ otherwise claim what the disk does not hold.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import zlib
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ from iris.controller.jobs.spec import JobSpec, validate_submit
 from iris.controller.jobs.state import KernelConfig
 from iris.controller.jobs.store import JobStore
 from iris.controller.workers import DEFAULT_DEAD_AFTER_S, WorkerTable
+from iris.logstore.config import LogStoreConfig
 
 _log = logging.getLogger(__name__)
 
@@ -44,8 +46,8 @@ class ControllerConfig:
     restart_grace_s: float = 15.0
     # SIGTERM -> SIGKILL grace when the controller stops an attempt.
     stop_grace_s: float = 10.0
-    # Where workers ship task logs; None = <state_dir>/logs (the embedded default).
-    log_dir: Path | None = None
+    # Where workers ship task logs; None = a local directory, <state_dir>/logs.
+    log_store: LogStoreConfig | None = None
 
 
 @dataclass
@@ -243,7 +245,7 @@ class ControllerService:
             "entrypoint": {"kind": spec.entrypoint.kind, "payload": spec.entrypoint.payload,
                            "argv": list(spec.entrypoint.argv)},
             "env": env, "pip": list(spec.pip), "resources": spec.resources.to_dict(),
-            "log_dir": str(self.log_dir),
+            "log_store": dataclasses.asdict(self.log_store),
         }))
 
     def _coordinator(self, spec: JobSpec, start: ev.StartAttempt) -> str | None:
@@ -258,8 +260,9 @@ class ControllerService:
         return f"{host}:{port}"
 
     @property
-    def log_dir(self) -> Path:
-        return self.config.log_dir or self.config.state_dir / "logs"
+    def log_store(self) -> LogStoreConfig:
+        return self.config.log_store or LogStoreConfig(
+            kind="local", root=str(self.config.state_dir / "logs"))
 
     def take_commands(self) -> list[Command]:
         commands, self.commands = self.commands, []

@@ -10,7 +10,6 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from iris.base.errors import ConfigError
-from iris.logstore.gcs import GcsSink
 from iris.logstore.sinks import LocalDirSink, LogSink
 
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]$")
@@ -66,4 +65,6 @@ def open_sink(config: LogStoreConfig, gcs_client: Any = None) -> LogSink:
     if config.kind == "local":
         root = f"{config.root.rstrip('/')}/{config.prefix}" if config.prefix else config.root
         return LocalDirSink(root)
+    from iris.logstore.gcs import GcsSink  # here: tasks import iris without google-cloud
+
     return GcsSink(config.bucket, config.prefix, client=gcs_client)

@@ -20,8 +20,9 @@ from typing import Any
 from iris.actors import Node, actor
 from iris.base.errors import IrisError
 from iris.base.resources import Resources
+from iris.logstore.config import LogStoreConfig, open_sink
 from iris.logstore.shipper import LogShipper
-from iris.logstore.sinks import LocalDirSink
+from iris.logstore.sinks import LogSink
 from iris.worker.outcome import Outcome, OutcomeKind
 from iris.worker.process import AttemptProcess
 from iris.worker.runner import AttemptRequest, AttemptRunner, AttemptState, RunnerConfig
@@ -59,6 +60,7 @@ class Worker:
         self._updates: collections.OrderedDict[tuple[str, str], dict] = collections.OrderedDict()
         self._registered = False
         self._last_report = 0.0
+        self._sinks: dict[tuple, LogSink] = {}
 
     # ------------------------------------------------------------ called by the controller
 
@@ -155,7 +157,7 @@ class Worker:
     # ------------------------------------------------------------ one attempt (own thread)
 
     def _run(self, run: _Running, launch: dict) -> None:
-        shipper = LogShipper(LocalDirSink(launch["log_dir"]), launch["job_id"],
+        shipper = LogShipper(self._sink(launch["log_store"]), launch["job_id"],
                              launch["task_index"], launch["attempt_number"])
         tail: collections.deque[bytes] = collections.deque(maxlen=_ERROR_TAIL_LINES)
 
@@ -210,6 +212,15 @@ class Worker:
         if stderr_tail:
             error += "\n" + stderr_tail.decode("utf-8", "replace").rstrip()
         self._queue(run.attempt_id, "exited", exit_code=code or 1, error=error, result=result)
+
+    def _sink(self, config: dict) -> LogSink:
+        """One sink per log store (a GCS client is costly to build, and thread-safe to share)."""
+        key = tuple(sorted(config.items()))
+        with self._lock:
+            sink = self._sinks.get(key)
+            if sink is None:
+                sink = self._sinks[key] = open_sink(LogStoreConfig(**config))
+        return sink
 
     def _forget(self, run: _Running) -> None:
         with self._lock:
