@@ -1,0 +1,171 @@
+"""Where a gang could go this pass: regions with whole free slices (or N idle hosts alike).
+
+Not the reservation itself: the scheduler names candidate regions, best first, and the
+coordinator reserves there. Topology-aware: when no slice is free, a gang may evict
+lower-band work from a slice, counting every small job on its hosts, because evicting
+several small jobs is what frees a large slice. Candidate slices are blocked for the
+rest of the pass so two gangs are never pointed at the same slice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from iris.controller.scheduling.fleet import Fleet, Pool
+from iris.controller.scheduling.model import Band, Demand, GangShape
+from iris.controller.scheduling.preemption import Preemptor, Victim
+from iris.controller.scheduling.reasons import PendingReason, ReasonCode
+
+
+@dataclass(frozen=True, slots=True)
+class GangRequest:
+    """Ask the coordinator to reserve this gang in one of `regions` (best first)."""
+
+    gang_id: str
+    job_id: str
+    band: Band
+    task_ids: tuple[str, ...]
+    shape: GangShape
+    regions: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class GangAsk:
+    gang_id: str
+    job_id: str
+    band: Band
+    task_ids: tuple[str, ...]
+    shape: GangShape
+    need: Demand  # per host
+    pool: Pool
+
+
+def place_gang(fleet: Fleet, pre: Preemptor, ask: GangAsk, max_regions: int,
+               failed: dict[tuple[object, ...], PendingReason]) -> GangRequest | PendingReason:
+    """`failed` remembers shapes that found no room this pass: capacity and the eviction
+    budget only shrink during a pass, so the next gang of that shape and band would fail
+    the same way (without it 2,000 waiting gangs each scanned every slice: 2 s a pass)."""
+    key = (ask.shape, ask.band, ask.need, ask.pool)
+    known = failed.get(key)
+    if known is not None:
+        return known
+    if ask.shape.whole_slices:
+        result = _slices(fleet, pre, ask, max_regions)
+    else:
+        result = _hosts_alike(fleet, ask, max_regions)
+    if isinstance(result, PendingReason) and result.code is not ReasonCode.PREEMPTING:
+        failed[key] = result
+    return result
+
+
+def _request(ask: GangAsk, regions: list[str]) -> GangRequest:
+    return GangRequest(ask.gang_id, ask.job_id, ask.band, ask.task_ids, ask.shape,
+                       tuple(regions))
+
+
+def _slices(fleet: Fleet, pre: Preemptor, ask: GangAsk,
+            max_regions: int) -> GangRequest | PendingReason:
+    shape = ask.shape
+    per_slice = shape.hosts // shape.whole_slices
+    typed = [s for s in fleet.slices_by_type.get(shape.accelerator, ())
+             if len(fleet.slices[s]) == per_slice]
+    if not typed:
+        return PendingReason(ReasonCode.NO_CAPACITY,
+                             f"no complete {shape.accelerator} slice in any region",
+                             {"accelerator": shape.accelerator, "slices": shape.whole_slices})
+    matching, bad = fleet.matching(shape.constraints,
+                                   within={fleet.slices[s][0] for s in typed})
+    slices = [s for s in typed if fleet.slices[s][0] in matching]
+    if not slices:
+        what = bad.describe() if bad else "the constraints"
+        return PendingReason(ReasonCode.CONSTRAINT_UNMATCHED,
+                             f"constraint {what} matches no {shape.accelerator} slice",
+                             {"constraint": what, "accelerator": shape.accelerator})
+    free: dict[str, list[str]] = {}
+    for s in slices:
+        if all(fleet.usable_whole(i) for i in fleet.slices[s]):
+            free.setdefault(_region(fleet, s), []).append(s)
+    want = shape.whole_slices
+    regions = sorted((r for r, ss in free.items() if len(ss) >= want),
+                     key=lambda r: (-len(free[r]), r))[:max_regions]
+    if regions:
+        for r in regions:
+            for s in free[r][:want]:
+                _block(fleet, s)
+        return _request(ask, regions)
+    evicting = _preempt_for_slices(fleet, pre, ask, slices, free)
+    if evicting is not None:
+        return evicting
+    return PendingReason(ReasonCode.NO_CAPACITY,
+                         f"no region has {want} free {shape.accelerator} slice(s); "
+                         f"{len(slices)} matching slices are busy with work of an equal or "
+                         "higher band", {"accelerator": shape.accelerator, "slices": want,
+                                         "matching_slices": len(slices)})
+
+
+def _preempt_for_slices(fleet: Fleet, pre: Preemptor, ask: GangAsk, slices: list[str],
+                        free: dict[str, list[str]]) -> PendingReason | None:
+    want = ask.shape.whole_slices
+    options: dict[str, list[tuple[int, str, list[Victim]]]] = {}
+    for s in slices:
+        if s in free.get(_region(fleet, s), ()):
+            options.setdefault(_region(fleet, s), []).append((0, s, []))
+            continue
+        victims = pre.slice_victims(fleet.slices[s], ask.band)
+        if victims is not None:
+            options.setdefault(_region(fleet, s), []).append((pre.cost(victims), s, victims))
+    best: tuple[int, str, list[tuple[int, str, list[Victim]]]] | None = None
+    for region, opts in options.items():
+        if len(opts) < want:
+            continue
+        chosen = sorted(opts, key=lambda o: (o[0], o[1]))[:want]
+        cost = sum(o[0] for o in chosen)
+        if cost <= pre.budget and (best is None or (cost, region) < (best[0], best[1])):
+            best = (cost, region, chosen)
+    if best is None:
+        return None
+    cost, region, chosen = best
+    for _, s, victims in chosen:
+        pre.evict(victims, ask.job_id, f"gang {ask.gang_id} needs whole slice {s}")
+        _block(fleet, s)
+    return PendingReason(ReasonCode.PREEMPTING,
+                         f"evicting {cost} lower-band attempt(s) to free {want} "
+                         f"{ask.shape.accelerator} slice(s) in {region}",
+                         {"region": region, "slices": [s for _, s, _ in chosen],
+                          "evicted": cost})
+
+
+def _hosts_alike(fleet: Fleet, ask: GangAsk, max_regions: int) -> GangRequest | PendingReason:
+    pool = fleet.pools.get(ask.pool, [])
+    matching, bad = fleet.matching(ask.shape.constraints, within=set(pool))
+    if not matching:
+        what = bad.describe() if bad else f"accelerator {ask.shape.accelerator or 'none'}"
+        return PendingReason(ReasonCode.CONSTRAINT_UNMATCHED,
+                             f"constraint {what} matches no worker", {"constraint": what})
+    cap = ask.need
+    by_region: dict[str, list[int]] = {}
+    for i in sorted(matching):
+        c = fleet.hosts[i].capacity
+        if (fleet.usable_whole(i) and c.cpu >= cap.cpu and c.memory >= cap.memory
+                and c.chips >= cap.chips):
+            by_region.setdefault(fleet.hosts[i].region, []).append(i)
+    n = ask.shape.hosts
+    regions = sorted((r for r, hs in by_region.items() if len(hs) >= n),
+                     key=lambda r: (-len(by_region[r]), r))[:max_regions]
+    if not regions:
+        return PendingReason(ReasonCode.NO_CAPACITY,
+                             f"no region has {n} idle {ask.shape.accelerator or 'cpu'} hosts",
+                             {"hosts": n, "accelerator": ask.shape.accelerator})
+    for r in regions:
+        for i in by_region[r][:n]:
+            fleet.blocked[i] = True
+    return _request(ask, regions)
+
+
+def _region(fleet: Fleet, slice_id: str) -> str:
+    return fleet.hosts[fleet.slices[slice_id][0]].region
+
+
+def _block(fleet: Fleet, slice_id: str) -> None:
+    for i in fleet.slices[slice_id]:
+        fleet.blocked[i] = True
