@@ -21,7 +21,8 @@ each, so 16 jobs run at once) whose job environment is already built. What each 
   workers=1)` entered -> the first job's user code running (includes starting the worker
   process and building the job's uv venv from uv's warm cache). cold_from_spawn_s adds
   the interpreter start and the imports (Popen -> user code running); cold_first_result_s
-  runs to the first result returned. Ray's: `ray.init()` called -> a trivial @ray.remote
+  runs to the first result returned; cold_up_s is the `local_cluster` entry itself (worker
+  registered) and cold_first_task_s the rest (submit, venv build, zygote start, fork). Ray's: `ray.init()` called -> a trivial @ray.remote
   function's code running / its result returned, also in a fresh interpreter.
 - ray_jobs_s: 1,000 (N) `f.remote()` then one `ray.get` of all, after one warm-up round
   (ray_jobs_s_first_round: that warm-up round, while Ray starts its worker pool); Ray runs
@@ -243,7 +244,8 @@ def _cold_figures(runs: list[dict], prefix: str) -> dict:
             f"{prefix}cold_first_result_s": med("result", "entered"),
             f"{prefix}cold_from_spawn_s": med("running", "spawned"),
             f"{prefix}cold_import_s": med("imported", "exec"),
-            f"{prefix}cold_up_s": med("up", "entered")}
+            f"{prefix}cold_up_s": med("up", "entered"),
+            f"{prefix}cold_first_task_s": med("running", "up")}
 
 
 def bench_ray(cfg: Settings) -> dict:
@@ -300,6 +302,8 @@ def _rows(cfg: Settings) -> list[tuple[str, str, str, str | None]]:
         ("cold_from_spawn_s", "cold: Popen -> code running", "s", "ray_cold_from_spawn_s"),
         ("cold_import_s", "  of which import iris / ray", "s", "ray_cold_import_s"),
         ("cold_up_s", "  of which local_cluster / ray.init", "s", "ray_cold_up_s"),
+        ("cold_first_task_s", "  of which cluster up -> code running", "s",
+         "ray_cold_first_task_s"),
         ("worker_kill_rerun_median_s", "worker SIGKILL -> rerun running, median", "s", None),
         ("worker_kill_rerun_max_s", "worker SIGKILL -> rerun running, max", "s", None),
         ("worker_kill_lost_median_s", "  of which kill -> worker dropped", "s", None),
