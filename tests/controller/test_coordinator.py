@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from iris.base.resources import Resources
 from iris.controller.scheduling.coordinator import (
     CoordinatorConfig,
     GangCoordinator,
@@ -17,7 +18,8 @@ from iris.controller.scheduling.coordinator import (
     Timer,
     Unplaceable,
 )
-from iris.controller.scheduling.model import GangShape
+from iris.controller.scheduling.ledger import ReservationLedger, slices_from_hosts
+from iris.controller.scheduling.model import Band, Demand, GangShape, HostView, TaskDemand
 from iris.controller.scheduling.protocol import (
     AbortRequest,
     CommitRefused,
@@ -30,6 +32,7 @@ from iris.controller.scheduling.protocol import (
     ReserveRequest,
 )
 from iris.controller.scheduling.reasons import ReasonCode
+from iris.controller.scheduling.scheduler import schedule
 
 SHAPE = GangShape("v5litepod-16", hosts=4, whole_slices=1)
 CONFIG = CoordinatorConfig(lease_s=10, gather_timeout_s=2, resend_s=1, backoff_initial_s=1,
@@ -188,3 +191,31 @@ def test_coordinator_stale_timer_does_nothing():
     coord, effects = start(("r1",))
     coord.handle(offer("r1"), 1)
     assert coord.handle(Timer("g1", timer(effects).timer.seq), 2) == []
+
+
+def test_coordinator_places_what_the_scheduler_asked_for_in_real_ledgers():
+    hosts = [HostView(f"{r}-s{s}-h{j}", r, f"{r}-b", Demand(32, 0, 4), slice_id=f"{r}-s{s}",
+                      accelerator="v5litepod-16", accelerator_variant="v5litepod")
+             for r in ("r1", "r2") for s in range(2) for j in range(4)]
+    res = Resources(cpu=8, tpu="v5litepod-16", count=2)  # two whole slices: 8 hosts
+    tasks = [TaskDemand(f"t{i}", "j1", "ann", Band.PRODUCTION, res, (), "j1-g", 8)
+             for i in range(8)]
+    (ask,) = schedule(hosts, tasks).gang_requests
+    ledgers = {r: ReservationLedger(r, slices_from_hosts(h for h in hosts if h.region == r))
+               for r in ("r1", "r2")}
+    coord = GangCoordinator(CONFIG)
+    queue = coord.handle(PlaceGang(ask.gang_id, ask.shape, ask.regions), 0)
+    placed = []
+    while queue:
+        effect = queue.pop(0)
+        if isinstance(effect, Send):
+            reply = ledgers[effect.region].handle(effect.request, 1)
+            queue += coord.handle(reply, 1) if reply is not None else []
+        elif isinstance(effect, Placed):
+            placed.append(effect)
+    (done,) = placed
+    assert done.region == ask.regions[0] and len(done.hosts) == 8
+    assert {h.rsplit("-h", 1)[0] for h in done.hosts} == {f"{done.region}-s0",
+                                                         f"{done.region}-s1"}
+    other = next(r for r in ledgers if r != done.region)
+    assert ledgers[other].live(now=1) == []  # the losing offer was aborted, not left to expire

@@ -6,6 +6,7 @@ from collections import Counter
 
 from iris.base.resources import Resources
 from iris.controller.scheduling.constraints import parse_constraints
+from iris.controller.scheduling.dry_run import dry_run
 from iris.controller.scheduling.model import (
     Band,
     Demand,
@@ -285,3 +286,14 @@ def test_schedule_dry_run_answers_where_a_job_would_go():
     hosts = [cpu_host("h1", "r1", cpu=1), cpu_host("h2", "r2", cpu=8)]
     plan = schedule(hosts, [task(f"t{i}", res=Resources(cpu=2)) for i in range(2)])
     assert set(placed(plan).values()) == {"h2"}
+
+
+def test_dry_run_says_whether_and_where_a_job_fits():
+    hosts = [cpu_host("h1", cpu=2), *tpu_slice("s1", "r2")]
+    fits = dry_run(hosts, [task("t0"), task("t1")] + gang_tasks("g"))
+    assert fits["fits_now"] and fits["placements"] == {"t0": "h1", "t1": "h1"}
+    assert fits["gang_regions"] == {"g-g": ["r2"]}
+    nope = dry_run(hosts, [task("t0", res=Resources(cpu=3), cons={"zone": "r1-z"})])
+    assert not nope["fits_now"]
+    assert nope["pending"]["t0"]["code"] == "CONSTRAINT_UNMATCHED"
+    assert "CONSTRAINT_UNMATCHED" in nope["summary"]

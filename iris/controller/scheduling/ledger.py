@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from iris.controller.scheduling.constraints import matches_all, normalize_value
-from iris.controller.scheduling.model import GangShape
+from iris.controller.scheduling.model import GangShape, HostView
 from iris.controller.scheduling.protocol import (
     AbortRequest,
     CommitRefused,
@@ -50,6 +50,15 @@ class SliceSpec:
     accelerator: str | None
     hosts: tuple[str, ...]
     attributes: Mapping[str, object] = field(default_factory=dict)
+
+
+def slices_from_hosts(hosts: Iterable[HostView]) -> list[SliceSpec]:
+    """The ledger inventory of a region from the hosts the scheduler sees (one region)."""
+    groups: dict[str, list[HostView]] = {}
+    for h in hosts:
+        groups.setdefault(h.slice_id or h.host_id, []).append(h)
+    return [SliceSpec(sid, hs[0].accelerator, tuple(h.host_id for h in hs),
+                      hs[0].all_attributes()) for sid, hs in groups.items()]
 
 
 class State(enum.Enum):
