@@ -21,7 +21,7 @@ from iris.actors.refs import ActorGroup, ActorRef, _context
 from iris.actors.registry import LEASE_S, REGISTRY_KEY, RENEW_INTERVAL_S
 from iris.actors.security import Security
 from iris.base.errors import ActorNotFoundError, ConfigError
-from iris.base.ids import join_path
+from iris.base.ids import join_path, parent_path
 
 _log = logging.getLogger(__name__)
 # Registry calls made on a caller's behalf (register, resolve) fail after this long.
@@ -70,6 +70,19 @@ class ClusterContext:
     def full_name(self, name: str) -> str:
         return join_path(self.namespace, name)
 
+    def scope(self, name: str) -> list[str]:
+        """Where a name is looked up: itself if absolute, else the namespace and each
+        enclosing one up to the root (a task finds its job tree's actors, then its
+        client's)."""
+        if name.startswith("/"):
+            return [join_path("/", name)]
+        names, namespace = [], self.namespace or "/"
+        while True:
+            names.append(join_path(namespace, name))
+            if namespace == "/":
+                return names
+            namespace = parent_path(namespace)
+
     def serve(self, cls: type, name: str, *args: Any, **kwargs: Any) -> ActorRef:
         """Host an instance of `cls` in this process and register it as `name`."""
         full = self.full_name(name)
@@ -90,22 +103,24 @@ class ClusterContext:
 
     def resolve(self, name: str, timeout: float = 30.0) -> ActorRef:
         """A ref to `name`, waiting up to `timeout` seconds for it to be registered."""
-        full = self.full_name(name)
-        endpoints = self._registry("resolve", full, timeout,
-                                   timeout_s=timeout + _REGISTRY_TIMEOUT_S).result()
+        endpoints = self._lookup(name, timeout)
         if not endpoints:
+            tried = " or ".join(repr(n) for n in self.scope(name))
             raise ActorNotFoundError(
-                f"no actor registered as {full!r} after waiting {timeout} s "
-                f"(registry at {self.address})", actor=full, address=self.address)
+                f"no actor registered as {tried} after waiting {timeout} s "
+                f"(registry at {self.address})", actor=name, address=self.address)
         first = endpoints[0]
-        return ActorRef(full, first["address"], first["key"])
+        return ActorRef(first["name"], first["address"], first["key"])
 
     def resolve_all(self, name: str, timeout: float = 0.0) -> ActorGroup:
         """Every live replica of `name` (waiting up to `timeout` s for at least one)."""
-        full = self.full_name(name)
-        endpoints = self._registry("resolve", full, timeout,
-                                   timeout_s=timeout + _REGISTRY_TIMEOUT_S).result()
+        endpoints = self._lookup(name, timeout)
+        full = endpoints[0]["name"] if endpoints else self.full_name(name)
         return ActorGroup(full, [ActorRef(full, e["address"], e["key"]) for e in endpoints])
+
+    def _lookup(self, name: str, timeout: float) -> list[dict]:
+        return self._registry("resolve_any", self.scope(name), timeout,
+                              timeout_s=timeout + _REGISTRY_TIMEOUT_S).result()
 
     def list_actors(self, prefix: str = "/") -> list[dict]:
         return self._registry("list", prefix).result()

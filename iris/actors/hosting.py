@@ -102,10 +102,12 @@ class HostedActor:
             self._thread.join()
             raise self._start_error
 
-    def stop(self) -> None:
-        self._stopping = True
-        self._queue.put(_STOP)
-        if threading.current_thread() is not self._thread:
+    def stop(self, wait: bool = True) -> None:
+        """Refuse new calls and calls not yet started; then (with `wait`) join the thread."""
+        if not self._stopping:
+            self._stopping = True
+            self._queue.put(_STOP)
+        if wait and threading.current_thread() is not self._thread:
             self._thread.join()
 
     # ------------------------------------------------------------ loop thread

@@ -213,8 +213,10 @@ class Node:
         return hosted
 
     def unhost(self, key: str) -> None:
-        hosted = self._actors.pop(key, None)
+        hosted = self._actors.get(key)
         if hosted is not None:
+            hosted.stop(wait=False)  # stopping before it vanishes: queued calls never run
+            self._actors.pop(key, None)
             hosted.stop()
 
     def hosted(self) -> list[str]:

@@ -156,5 +156,32 @@ class Registry:
                     del self._waiters[name]
         return [e.as_dict() for e in self._table.lookup(name, self._clock.monotonic())]
 
+    async def resolve_any(self, names: list[str], wait_s: float = 0.0) -> list[dict]:
+        """Endpoints of the first of `names` that is registered (waiting up to wait_s for
+        any of them): how a relative name is looked up through enclosing namespaces."""
+        names = [normalize_path(n) for n in names]
+        deadline = self._clock.monotonic() + min(max(wait_s, 0.0), MAX_WAIT_S)
+        while True:
+            now = self._clock.monotonic()
+            for name in names:
+                entries = self._table.lookup(name, now)
+                if entries:
+                    return [e.as_dict() for e in entries]
+            if now >= deadline:
+                return []
+            waiters = [asyncio.get_running_loop().create_future() for _ in names]
+            for name, waiter in zip(names, waiters, strict=True):
+                self._waiters.setdefault(name, []).append(waiter)
+            try:
+                await asyncio.wait(waiters, timeout=deadline - now,
+                                   return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for name, waiter in zip(names, waiters, strict=True):
+                    pending = self._waiters.get(name)
+                    if pending and waiter in pending:
+                        pending.remove(waiter)
+                        if not pending:
+                            del self._waiters[name]
+
     async def list(self, prefix: str = "/") -> list[dict]:
         return [e.as_dict() for e in self._table.list(prefix, self._clock.monotonic())]

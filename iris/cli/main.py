@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import threading
 from pathlib import Path
@@ -58,6 +59,8 @@ def _parser() -> argparse.ArgumentParser:
     worker.add_argument("--bind", default="tcp://127.0.0.1:0")
     worker.add_argument("--keys", help="CURVE keys directory")
     worker.add_argument("--json", action="store_true")
+    worker.add_argument("--exit-with-parent", action="store_true",
+                        help="stop when the process that started this worker exits")
 
     actor = verbs.add_parser("actor", help="registered actors").add_subparsers(
         dest="action", required=True)
@@ -138,9 +141,14 @@ def _worker(args: argparse.Namespace) -> int:
     controller = args.controller or args.address
     if not controller:
         raise SystemExit("iris worker: --controller ADDR is required")
+    stop = _stop_event()
+    if args.exit_with_parent:
+        from iris.worker.main import stop_with_parent
+
+        stop_with_parent(os.getppid(), stop)
     run_worker(controller, region=args.region, attrs=parse_attrs(args.attr),
                root=args.work_dir, worker_id=args.worker_id, bind=args.bind,
-               keys_dir=args.keys, stop=_stop_event())
+               keys_dir=args.keys, stop=stop)
     return 0
 
 

@@ -20,6 +20,7 @@ from iris.actors.context import join
 from iris.actors.current import current_context
 from iris.base.errors import ConfigError, IrisError
 from iris.controller.actor import CONTROLLER_KEY
+from iris.controller.capacity import Offer
 from iris.controller.main import host_controller
 from iris.controller.service import ControllerConfig
 from iris.logstore.config import LogStoreConfig
@@ -54,8 +55,12 @@ def local_cluster(workers: int = 0, *, bind: str = "tcp://127.0.0.1:0",
             stack.enter_context(tempfile.TemporaryDirectory(prefix="iris-local-")))
         node = Node(NodeConfig(bind=bind), security=_security_from_env(security)).start()
         stack.callback(node.stop)
+        # The local workers are the whole fleet: what they offer bounds every request.
+        offers = (Offer("local", (worker_attrs or {}).get("accelerator_type"),
+                        int((worker_attrs or {}).get("accelerator_count", 0)), worker_cpu),)
         host_controller(node, ControllerConfig(state_dir=root / "controller",
-                                               stop_grace_s=stop_grace_s, log_store=log_store))
+                                               stop_grace_s=stop_grace_s, log_store=log_store,
+                                               offers=offers))
         ctx = ClusterContext(node, node.address)
         procs = [_start_worker(node.address, root / f"worker-{i}", worker_cpu,
                                worker_attrs or {}) for i in range(workers)]
@@ -70,7 +75,7 @@ def local_cluster(workers: int = 0, *, bind: str = "tcp://127.0.0.1:0",
 def _start_worker(address: str, root: Path, cpu: float, attrs: dict[str, str]) -> subprocess.Popen:
     root.mkdir(parents=True, exist_ok=True)
     argv = [sys.executable, "-m", "iris", "worker", "--controller", address,
-            "--work-dir", str(root), "--attr", f"cpu={cpu}"]
+            "--work-dir", str(root), "--attr", f"cpu={cpu}", "--exit-with-parent"]
     for key, value in attrs.items():
         argv += ["--attr", f"{key}={value}"]
     log = open(root / "worker.log", "ab")  # noqa: SIM115 - the child owns it from here

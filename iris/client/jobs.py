@@ -6,6 +6,8 @@ with a request id (so a retried submit returns the same job), and reads results 
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import functools
 import getpass
 import os
@@ -18,6 +20,7 @@ from typing import Any
 import cloudpickle
 
 from iris.actors import ActorGroup, ActorRef, ClusterContext, current
+from iris.actors.current import current_context
 from iris.base.errors import JobFailedError, PeerUnavailableError
 from iris.base.resources import Resources
 from iris.controller.jobs.model import TERMINAL_JOB, JobState
@@ -124,6 +127,20 @@ def _unwrap(blob: bytes) -> Any:
     return value
 
 
+def _context_or_local_cluster() -> ClusterContext:
+    """The current cluster; inside a task, the task's; with none at all, a new local one
+    (one worker), kept until the process exits, as DESIGN promises for iris.submit."""
+    if current_context.get() is None and not os.environ.get("IRIS_ADDRESS"):
+        from iris.client.cluster import local_cluster
+
+        stack = contextlib.ExitStack()
+        ctx = stack.enter_context(local_cluster(workers=1))
+        atexit.register(stack.close)
+        print(f"iris: no cluster given; started a local one at {ctx.address}", file=sys.stderr)
+        return ctx
+    return current()
+
+
 def submit(entry: Callable | Sequence[str], *args: Any, name: str | None = None,
            resources: Resources | None = None, replicas: int = 1, priority: str | None = None,
            env: dict[str, str] | None = None, pip: Sequence[str] = (),
@@ -132,7 +149,7 @@ def submit(entry: Callable | Sequence[str], *args: Any, name: str | None = None,
            timeout: float | None = None, scheduling_timeout: float | None = None,
            request_id: str | None = None) -> JobHandle:
     """Run `entry(*args)` (a callable) or `entry` (a command list) as a job; its handle."""
-    ctx = current()
+    ctx = _context_or_local_cluster()
     if callable(entry):
         _ship_by_value(entry.func if isinstance(entry, functools.partial) else entry)
         for arg in args:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from iris.actors import ClusterContext, Node, NodeConfig, Registry, Security
 from iris.actors.registry import REGISTRY_KEY
 from iris.controller.actor import CONTROLLER_KEY, Controller
+from iris.controller.capacity import offers_from_groups
 from iris.controller.service import ControllerConfig
 from iris.logstore.config import LogStoreConfig
 
@@ -42,6 +43,8 @@ def run_controller(state_dir: Path, *, bind: str = "tcp://127.0.0.1:0",
     security = Security.load(keys_dir) if keys_dir else None
     node = Node(NodeConfig(bind=bind), security=security).start()
     extra: dict = {"log_store": log_store_from(cluster)}
+    if cluster is not None:
+        extra["offers"] = offers_from_groups(cluster.scale_groups())
     if worker_dead_after_s is not None:
         extra["worker_dead_after_s"] = worker_dead_after_s
     try:

@@ -21,6 +21,7 @@ from iris.base.clock import SYSTEM_CLOCK, Clock
 from iris.base.errors import IrisError, NotFoundError, StorageError
 from iris.base.ids import new_id
 from iris.controller import placement
+from iris.controller.capacity import Offer, fits_checker
 from iris.controller.jobs import events as ev
 from iris.controller.jobs import kernel, views
 from iris.controller.jobs.env import gang_leader, task_environment
@@ -48,6 +49,9 @@ class ControllerConfig:
     stop_grace_s: float = 10.0
     # Where workers ship task logs; None = a local directory, <state_dir>/logs.
     log_store: LogStoreConfig | None = None
+    # Host shapes the cluster can ever offer; submits nothing could run are refused.
+    # None: shape checks only (a controller without a cluster config).
+    offers: tuple[Offer, ...] | None = None
 
 
 @dataclass
@@ -76,12 +80,13 @@ class ControllerService:
         # Workers that had attempts before a restart and have not come back yet.
         self._unclaimed = set(self.state.by_worker)
         self._broken: str | None = None
+        self._fits = fits_checker(config.offers) if config.offers is not None else None
 
     # ------------------------------------------------------------ requests
 
     def submit(self, raw: dict) -> dict:
         parent = self._parent_spec(raw)
-        spec = validate_submit(raw, parent=parent)
+        spec = validate_submit(raw, parent=parent, fits=self._fits)
         effects = self._run(ev.Submit(new_id("ev-"), spec))
         accepted = next(e for e in effects if isinstance(e, ev.Accepted))
         self.schedule()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import select
 import signal
 import socket
 import threading
@@ -69,6 +70,23 @@ def run_worker(controller: str, *, region: str = "local", attrs: dict[str, str] 
         stop.wait()
     finally:
         ctx.close()
+
+
+def stop_with_parent(parent_pid: int, stop: threading.Event) -> None:
+    """Set `stop` when process `parent_pid` exits: a local cluster's workers must not
+    outlive the process that started them, however it died (SIGKILL included)."""
+    try:
+        fd = os.pidfd_open(parent_pid)
+    except ProcessLookupError:
+        stop.set()
+        return
+
+    def watch() -> None:
+        select.select([fd], [], [])  # readable once the process has exited
+        os.close(fd)
+        stop.set()
+
+    threading.Thread(target=watch, daemon=True, name="iris-parent-watch").start()
 
 
 def install_stop_signals(stop: threading.Event) -> None:

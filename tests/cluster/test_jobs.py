@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import os
+import re
+import subprocess
+import sys
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -143,3 +147,28 @@ def test_spawn_runs_an_actor_as_a_job_and_returns_its_ref(jobs_cluster):
     ref = iris.spawn(Greeter, "hello", name="greeter")
     answer = ref.greet("iris").result(60)
     assert answer.startswith("hello, iris (pid ") and str(os.getpid()) not in answer
+
+
+def test_submit_without_any_cluster_starts_a_local_one(tmp_path):
+    script = tmp_path / "script.py"
+    script.write_text("import iris\n"
+                      "def square(x):\n    return x * x\n"
+                      "print('RESULT', iris.submit(square, 7).result(timeout=120))\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("IRIS_")}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          env=env, timeout=180)
+    assert done.returncode == 0, done.stderr
+    assert "RESULT 49" in done.stdout and "started a local one" in done.stderr
+
+
+@pytest.mark.parametrize("resources, message", [
+    (iris.Resources(tpu="v5litepod-16"), "no scale group offers v5litepod-16"),
+    (iris.Resources(gpu="H100", count=8), "no scale group offers H100"),
+    (iris.Resources(cpu=64), "cpu=64 is more than any host offers (8.0)"),
+])
+def test_request_no_worker_could_ever_run_is_refused_at_submit(jobs_cluster, resources,
+                                                                 message):
+    with pytest.raises(iris.errors.UnschedulableError, match=re.escape(message)) as info:
+        iris.submit(add, 1, 2, resources=resources)
+    assert info.value.field == "resources"
