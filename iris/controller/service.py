@@ -123,6 +123,17 @@ class ControllerService:
             rows.append(row)
         return sorted(rows, key=lambda r: r["worker_id"])
 
+    def snapshot(self) -> dict:
+        """Plain data for dashboards and metrics, built on the controller's thread."""
+        counts: dict[str, int] = {}
+        for job in self.state.jobs.values():
+            counts[job.state.value] = counts.get(job.state.value, 0) + 1
+        return {
+            "at": self.clock.wall(), "workers": self.list_workers(),
+            "pending_reasons": dict(self.pending_reasons), "jobs_by_state": counts,
+            "summary": self.state.summary(), "pending_tasks": len(self.state.pending),
+        }
+
     def job_state(self, job_id: str) -> str | None:
         job = self.state.jobs.get(job_id)
         return job.state.value if job else None
