@@ -111,9 +111,20 @@ def _ship_by_value(obj: Any) -> None:
         return
     if module.__name__.split(".")[0] == "iris":
         return
-    installed = {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")}
-    if not any(os.path.abspath(path).startswith(os.path.abspath(p) + os.sep) for p in installed):
+    if not os.path.abspath(path).startswith(_installed_dirs()):
         cloudpickle.register_pickle_by_value(module)
+
+
+@functools.cache
+def _installed_dirs() -> tuple[str, ...]:
+    paths = sysconfig.get_paths()
+    return tuple(os.path.abspath(paths[k]) + os.sep
+                 for k in ("stdlib", "platstdlib", "purelib", "platlib"))
+
+
+@functools.cache
+def _user() -> str:
+    return os.environ.get("IRIS_USER") or getpass.getuser()
 
 
 def _sink(config: dict) -> Any:
@@ -169,7 +180,7 @@ def submit(entry: Callable | Sequence[str], *args: Any, name: str | None = None,
         "entrypoint": entrypoint, "replicas": replicas,
         "resources": (resources or Resources()).to_dict(),
         "env": dict(env or {}), "pip": list(pip), "constraints": dict(constraints or {}),
-        "user": os.environ.get("IRIS_USER") or getpass.getuser(),
+        "user": _user(),
         "request_id": request_id,
     }
     optional = {"priority": priority, "max_retries_failure": max_retries_failure,

@@ -87,9 +87,9 @@ class ControllerService:
     def submit(self, raw: dict) -> dict:
         parent = self._parent_spec(raw)
         spec = validate_submit(raw, parent=parent, fits=self._fits)
-        effects = self._run(ev.Submit(new_id("ev-"), spec))
+        # The submit and its placement commit in one transaction: one fsync per job.
+        effects = self._run_many([ev.Submit(new_id("ev-"), spec)], schedule=True)
         accepted = next(e for e in effects if isinstance(e, ev.Accepted))
-        self.schedule()
         return {"job_id": accepted.job_id, "duplicate": accepted.duplicate}
 
     def kill(self, job_id: str, reason: str = "killed by user") -> dict:
@@ -151,8 +151,7 @@ class ControllerService:
                   len(running), ", ".join(running))
         events = [self._update_event(u) for u in updates]
         events.append(ev.Reconcile(new_id("ev-"), worker_id, tuple(running)))
-        self._run_many([e for e in events if e is not None])
-        self.schedule()
+        self._run_many([e for e in events if e is not None], schedule=True)
         return views.desired_attempts(self.state, worker_id)
 
     def report(self, worker_id: str, updates: list[dict]) -> dict:
@@ -160,9 +159,7 @@ class ControllerService:
         if not self.workers.heard(worker_id, self.clock.monotonic()):
             return {"acked": [], "reregister": True}
         batch = [self._update_event(u) for u in updates]
-        self._run_many([e for e in batch if e is not None])
-        if updates:
-            self.schedule()
+        self._run_many([e for e in batch if e is not None], schedule=bool(updates))
         return {"acked": [u["attempt_id"] for u in updates], "reregister": False}
 
     def _update_event(self, update: dict) -> ev.Event | None:
@@ -191,28 +188,31 @@ class ControllerService:
             events += [ev.WorkerLost(new_id("ev-"), w, "did not come back after a controller "
                                      "restart") for w in sorted(self._unclaimed)]
             self._unclaimed.clear()
-        self._run_many(events)
-        self.schedule()
+        self._run_many(events, schedule=True)
 
     def prune(self) -> None:
         self._run(ev.Prune(new_id("ev-"), self.config.retention_s))
 
     def schedule(self) -> None:
+        self._run_many([], schedule=True)
+
+    def _placements(self) -> list[ev.Event]:
+        """Assign events for whatever pending work fits now (decided on the current state)."""
         if not self.state.pending:
             self.pending_reasons.clear()
-            return
-        gangs, reasons = placement.place(self.state, self.workers.workers,
-                                         lambda: new_id("att-"))
-        self.pending_reasons = reasons
-        if gangs:
-            self._run_many([ev.Assign(new_id("ev-"), gang) for gang in gangs])
+            return []
+        gangs, self.pending_reasons = placement.place(self.state, self.workers.workers,
+                                                      lambda: new_id("att-"))
+        return [ev.Assign(new_id("ev-"), gang) for gang in gangs]
 
     # ------------------------------------------------------------ the one path of change
 
     def _run(self, event: ev.Event) -> list:
         return self._run_many([event])
 
-    def _run_many(self, events: list) -> list:
+    def _run_many(self, events: list, schedule: bool = False) -> list:
+        """Apply events (then, with `schedule`, the placements they make possible), commit
+        everything in one transaction, and only then act."""
         if self._broken:
             raise IrisError(f"controller halted after a storage failure: {self._broken}")
         now = self.clock.wall()
@@ -220,6 +220,12 @@ class ControllerService:
         for event in events:
             _, out = kernel.handle(self.state, event, now)
             effects.extend(out)
+        if schedule:
+            for assign in self._placements():
+                _, out = kernel.handle(self.state, assign, now)
+                effects.extend(out)
+        if not effects:
+            return effects
         persists = [e for e in effects if isinstance(e, ev.Persist)]
         try:
             self.store.apply(persists)

@@ -23,11 +23,13 @@ from iris.base.resources import Resources
 from iris.logstore.config import LogStoreConfig, open_sink
 from iris.logstore.shipper import LogShipper
 from iris.logstore.sinks import LogSink
+from iris.worker import cgroups
 from iris.worker.outcome import Outcome, OutcomeKind
 from iris.worker.process import AttemptProcess
 from iris.worker.runner import AttemptRequest, AttemptRunner, AttemptState, RunnerConfig
 
 _log = logging.getLogger(__name__)
+WORKER_KEY_PREFIX = "/iris/workers/"
 # Heartbeat period: the controller declares a worker lost after 3 s of silence.
 HEARTBEAT_S = 1.0
 # Error text of a failed attempt: the last lines it wrote to stderr.
@@ -53,8 +55,10 @@ class Worker:
         self.worker_id = worker_id
         self._node = node
         self._controller = (controller_address, controller_key)
+        self._key = WORKER_KEY_PREFIX + worker_id
         self._attributes = attributes
-        self._runner = AttemptRunner(RunnerConfig(root=root, grace_s=grace_s), advertised)
+        self._runner = AttemptRunner(RunnerConfig(root=root, grace_s=grace_s), advertised,
+                                     cgroups=cgroups.detect())
         self._running: dict[str, _Running] = {}
         self._lock = threading.Lock()
         self._updates: collections.OrderedDict[tuple[str, str], dict] = collections.OrderedDict()
@@ -84,6 +88,12 @@ class Worker:
         run.stop_reason = body.get("reason", "stopped")
         threading.Thread(target=self._stop, args=(run, body.get("grace_s")), daemon=True).start()
         return True
+
+    def flush(self) -> None:
+        """Report queued updates now (cast by the worker to itself when an attempt ends)."""
+        if self._registered and self._updates:
+            self._last_report = self._node.clock.monotonic()
+            self._report()
 
     def status(self) -> dict:
         with self._lock:
@@ -153,6 +163,8 @@ class Worker:
         with self._lock:
             self._updates[(attempt_id, status)] = {"attempt_id": attempt_id, "status": status,
                                                    **fields}
+        if status == "exited":  # a finished task frees capacity: tell the controller now
+            self._node.call(self._node.address, self._key, "flush", oneway=True)
 
     # ------------------------------------------------------------ one attempt (own thread)
 

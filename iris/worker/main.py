@@ -14,10 +14,10 @@ from iris.actors import ClusterContext, Node, NodeConfig, Security
 from iris.base.errors import ConfigError
 from iris.base.ids import new_id
 from iris.base.resources import Resources
+from iris.worker.actor import WORKER_KEY_PREFIX as WORKER_PREFIX
 from iris.worker.actor import Worker
 
 CONTROLLER_KEY = "/iris/controller"
-WORKER_PREFIX = "/iris/workers/"
 
 
 def _worker_id(root: Path, given: str | None) -> str:

@@ -255,9 +255,12 @@ class AttemptProcess:
 
     def _kill_everything(self) -> None:
         self._signal_group(signal.SIGKILL)
-        pids = set(session_members(self.pid, self.record.start_ticks))
+        # The cgroup lists every process of the attempt, even one that left the session;
+        # without one, scan /proc for the session (1.5 ms with ~90 processes, per attempt).
         if self._cgroup is not None:
-            pids.update(self._cgroup.pids())
+            pids = set(self._cgroup.pids())
+        else:
+            pids = set(session_members(self.pid, self.record.start_ticks))
         survivors = kill_and_wait(pids, _KILL_WAIT_S)
         if survivors:
             _log.warning("attempt %s/%s: %s survived SIGKILL for %s s", self.spec.task_id,

@@ -172,3 +172,20 @@ def test_request_no_worker_could_ever_run_is_refused_at_submit(jobs_cluster, res
     with pytest.raises(iris.errors.UnschedulableError, match=re.escape(message)) as info:
         iris.submit(add, 1, 2, resources=resources)
     assert info.value.field == "resources"
+
+
+def hog(megabytes: int) -> int:
+    blocks = [bytearray(1 << 20) for _ in range(megabytes)]
+    return len(blocks)
+
+
+def test_memory_limit_is_enforced_through_submit(jobs_cluster):
+    from iris.worker import cgroups
+
+    if cgroups.detect() is None:
+        pytest.skip("this host offers no writable memory cgroup: limits cannot be enforced")
+    job = iris.submit(hog, 400, resources=iris.Resources(memory="64Mi"))
+    status = job.wait(120)
+    assert status["state"] == "failed"
+    assert "out of memory" in status["tasks"][0]["error"].lower()
+    assert iris.submit(hog, 16, resources=iris.Resources(memory="256Mi")).result(120) == 16
