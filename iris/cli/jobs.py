@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import threading
 from typing import Any
 
 import iris
@@ -61,12 +62,38 @@ def job_run(args: argparse.Namespace) -> int:
         print(json.dumps({"job_id": handle.job_id}) if args.json else handle.job_id)
         return 0
     print(f"submitted {handle.job_id}", file=sys.stderr)
-    for line in handle.logs(follow=True):
-        print(format_line(line), end="" if line.text.endswith("\n") else "\n")
-    status = handle.wait()
+    done = threading.Event()
+    watcher = threading.Thread(target=_show_progress, args=(handle, done), daemon=True)
+    watcher.start()
+    try:
+        for line in handle.logs(follow=True):
+            print(format_line(line), end="" if line.text.endswith("\n") else "\n")
+        status = handle.wait()
+    finally:
+        done.set()
+        watcher.join(5)
     print(json.dumps(status) if args.json else f"{handle.job_id}: {status['state']}",
           file=sys.stdout if args.json else sys.stderr)
     return 0 if status["state"] == "succeeded" else 1
+
+
+def _show_progress(handle: JobHandle, done: threading.Event, every_s: float = 0.5) -> None:
+    """Print the job's state to stderr whenever it changes (and why it is pending)."""
+    last = None
+    while not done.wait(every_s):
+        try:
+            status = handle.status()
+        except iris.IrisError:
+            continue
+        counts = " ".join(f"{k}={v}" for k, v in status["task_counts"].items())
+        reason = (status.get("pending_reason") or {}).get("message", "")
+        line = f"[iris] {status['job_id']}: {status['state']} ({counts})" + (
+            f"; pending because {reason}" if reason else "")
+        if line != last:
+            print(line, file=sys.stderr, flush=True)
+            last = line
+        if status["state"] in TERMINAL:
+            return
 
 
 def job_list(args: argparse.Namespace) -> int:

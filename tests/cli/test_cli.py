@@ -53,3 +53,18 @@ def test_actor_list_without_an_address_names_the_variable():
     done = subprocess.run([sys.executable, "-m", "iris", "actor", "list"], capture_output=True,
                           text=True, env=env, timeout=60)
     assert done.returncode == 2 and "IRIS_ADDRESS" in done.stderr
+
+
+def test_job_run_streams_output_and_exits_with_the_job_state(child_process):
+    server = child_process("import sys; from iris.cli import main; "
+                           "print('READY', flush=True); sys.exit(main(['cluster', 'start', "
+                           "'--local', '--workers', '1']))")
+    server.wait_ready()
+    address = server.proc.stdout.readline().split()[3]
+    ok = iris_cli("--address", address, "job", "run", "--", "python", "-c", "print('hi there')")
+    assert ok.returncode == 0, ok.stderr
+    assert "hi there" in ok.stdout and "succeeded" in ok.stderr
+    bad = iris_cli("--address", address, "job", "run", "--", "python", "-c", "raise SystemExit(4)")
+    assert bad.returncode == 1 and "failed" in bad.stderr
+    listed = iris_cli("--address", address, "job", "list", "--json")
+    assert sorted(j["state"] for j in json.loads(listed.stdout)) == ["failed", "succeeded"]
