@@ -2,7 +2,8 @@
 
 Three region ledgers and one coordinator exchange messages through a simulated network
 that delivers in any order, duplicates and loses messages. Regions and the coordinator
-crash and restart; leases run out as time advances. After every step: no host is held
+crash and restart (the coordinator from its persisted snapshot, through msgpack bytes);
+leases run out as time advances. After every step: no host is held
 twice, no gang is committed in two regions or by halves, no hold outlives its lease, and
 every committed gang is one the coordinator is placing. At the end the network is
 drained and every gang must be placed whole or given up with a reason, and no
@@ -11,6 +12,7 @@ uncommitted hold may remain.
 
 from __future__ import annotations
 
+import msgpack
 from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -35,6 +37,7 @@ from iris.controller.scheduling.coordinator import (
     SetTimer,
     Unplaceable,
 )
+from iris.controller.scheduling.coordinator_state import restore, snapshot
 from iris.controller.scheduling.ledger import ReservationLedger, SliceSpec, State
 from iris.controller.scheduling.model import GangShape
 
@@ -214,6 +217,9 @@ class GangAllocation(RuleBasedStateMachine):
         self.faults_left -= 1
         self.net = [(d, m) for d, m in self.net if d != COORD]
         self.timers = []
+        # Only what the controller persisted survives: the state as stored bytes.
+        stored = msgpack.packb(snapshot(self.coord))
+        self.coord = restore(msgpack.unpackb(stored), CONFIG)
         self._apply(self.coord.handle(Restarted(), self.now))
 
     @precondition(lambda self: self.coord.gangs() and self.faults_left > 0)

@@ -165,6 +165,14 @@ class GangCoordinator:
         handler(self, event, now, out)
         return out
 
+    @classmethod
+    def from_records(cls, records: list[GangRecord],
+                     config: CoordinatorConfig | None = None) -> GangCoordinator:
+        """A coordinator rebuilt from persisted records; send it Restarted next."""
+        coord = cls(config)
+        coord._gangs = {r.gang_id: r for r in records}
+        return coord
+
     def record(self, gang_id: str) -> GangRecord | None:
         return self._gangs.get(gang_id)
 

@@ -1,0 +1,96 @@
+"""Gang messages and coordinator state survive msgpack as plain dicts; malformed ones are refused."""
+
+from __future__ import annotations
+
+import msgpack
+import pytest
+
+from iris.base.errors import ProtocolError, StorageError
+from iris.controller.scheduling.constraints import parse_constraints
+from iris.controller.scheduling.coordinator import (
+    CoordinatorConfig,
+    GangCoordinator,
+    PlaceGang,
+    Restarted,
+    Send,
+)
+from iris.controller.scheduling.coordinator_state import restore, snapshot
+from iris.controller.scheduling.model import GangShape
+from iris.controller.scheduling.protocol import (
+    AbortRequest,
+    CommitRefused,
+    CommitRequest,
+    Committed,
+    Refused,
+    Released,
+    ReleaseRequest,
+    Reserved,
+    ReserveRequest,
+)
+from iris.controller.scheduling.wire_format import from_wire, to_wire
+
+SHAPE = GangShape("v5litepod-16", 8, 2, parse_constraints(
+    {"zone": {"in": ["a", "b"]}, "tier": {"ne": "spot"}, "gpu": {"exists": False}}))
+
+MESSAGES = [
+    ReserveRequest("g1", 3, SHAPE, 10.0),
+    ReserveRequest("g1", 3, GangShape(None, 2), 5),
+    CommitRequest("g1", 3, "r1/b/7"),
+    AbortRequest("g1", 3),
+    ReleaseRequest("g1", "r1/b/7"),
+    Reserved("r1", "g1", 3, "r1/b/7", ("h1", "h2"), 12.5),
+    Refused("r1", "g1", 3, "NO_CAPACITY", "full"),
+    Committed("r1", "g1", 3, "r1/b/7", ("h1", "h2")),
+    CommitRefused("r1", "g1", 3, "r1/b/7", "EXPIRED", "lease ran out"),
+    Released("r1", "g1", "r1/b/7"),
+]
+
+
+@pytest.mark.parametrize("msg", MESSAGES, ids=lambda m: type(m).__name__)
+def test_coordinator_wire_message_round_trips_through_msgpack(msg):
+    assert from_wire(msgpack.unpackb(msgpack.packb(to_wire(msg)))) == msg
+
+
+@pytest.mark.parametrize(("data", "words"), [
+    ({"type": "Nope"}, "unknown or missing 'type'"),
+    ([1, 2], "unknown or missing 'type'"),
+    ({"type": "AbortRequest", "gang_id": "g"}, "AbortRequest: missing field 'attempt'"),
+    ({"type": "AbortRequest", "gang_id": "g", "attempt": "1"}, "AbortRequest.attempt"),
+    ({"type": "AbortRequest", "gang_id": "g", "attempt": True}, "AbortRequest.attempt"),
+    ({"type": "Reserved", "region": "r", "gang_id": "g", "attempt": 1, "token": "t",
+      "hosts": "h1", "expires_at": 1.0}, "Reserved.hosts: expected a list of strings"),
+    ({"type": "ReserveRequest", "gang_id": "g", "attempt": 1, "lease_s": 1.0,
+      "shape": {"accelerator": None, "hosts": 0, "whole_slices": 0, "constraints": []}},
+     "ReserveRequest.shape: malformed gang shape"),
+    ({"type": "ReserveRequest", "gang_id": "g", "attempt": 1, "lease_s": 1.0,
+      "shape": {"accelerator": None, "hosts": 1, "whole_slices": 0,
+                "constraints": [{"key": "k", "op": "like", "values": [], "exists": True}]}},
+     "ReserveRequest.shape: malformed gang shape"),
+])
+def test_coordinator_wire_malformed_message_names_the_field(data, words):
+    with pytest.raises(ProtocolError) as err:
+        from_wire(data)
+    assert words in str(err.value)
+
+
+def test_coordinator_wire_refuses_to_encode_foreign_objects():
+    with pytest.raises(ProtocolError, match="not a gang protocol message"):
+        to_wire(object())
+
+
+def test_coordinator_state_snapshot_restores_a_gang_mid_commit():
+    coord = GangCoordinator(CoordinatorConfig())
+    coord.handle(PlaceGang("g1", SHAPE, ("r1", "r2")), 0)
+    coord.handle(Reserved("r1", "g1", 1, "r1/b/1", ("h1",) * 8, 10), 1)
+    coord.handle(Refused("r2", "g1", 1, "NO_CAPACITY", "full"), 1)
+    back = restore(msgpack.unpackb(msgpack.packb(snapshot(coord))))
+    assert back.record("g1") == coord.record("g1")
+    resent = [e.request for e in back.handle(Restarted(), 2) if isinstance(e, Send)]
+    assert resent == [CommitRequest("g1", 1, "r1/b/1")]
+
+
+@pytest.mark.parametrize("data", [{"schema": 99, "gangs": []}, {"schema": 1},
+                                  {"schema": 1, "gangs": [{"gang_id": "g"}]}, "junk"])
+def test_coordinator_state_corrupt_snapshot_is_a_storage_error(data):
+    with pytest.raises(StorageError, match="gang coordinator state"):
+        restore(data)
