@@ -297,3 +297,15 @@ def test_dry_run_says_whether_and_where_a_job_fits():
     assert not nope["fits_now"]
     assert nope["pending"]["t0"]["code"] == "CONSTRAINT_UNMATCHED"
     assert "CONSTRAINT_UNMATCHED" in nope["summary"]
+
+
+def test_schedule_accelerator_type_and_variant_are_constraint_keys():
+    v6 = [HostView("v6-h0", "r1", "r1-b", Demand(32, 128 * GB, 4), slice_id="v6",
+                   accelerator="v6e-4", accelerator_variant="v6e")]
+    hosts = tpu_slice("s1") + v6
+    plan = schedule(hosts, [
+        task("t1", job="j1", res=V5E_4, cons={"accelerator": "v5litepod-16"}),
+        task("t2", job="j2", res=V5E_4, cons={"accelerator_variant": {"ne": "v5litepod"}}),
+    ])
+    assert placed(plan)["t1"].startswith("s1-")
+    assert plan.reasons["t2"].code is ReasonCode.CONSTRAINT_UNMATCHED
