@@ -309,3 +309,20 @@ def test_schedule_accelerator_type_and_variant_are_constraint_keys():
     ])
     assert placed(plan)["t1"].startswith("s1-")
     assert plan.reasons["t2"].code is ReasonCode.CONSTRAINT_UNMATCHED
+
+
+def test_schedule_eviction_over_passes_ends_with_the_gang_asking_for_the_slice():
+    small = {j: [attempt(f"small{j}", chips=4, cpu=8, job=f"sj{j}")] for j in range(4)}
+    gang = gang_tasks("big", band=Band.PRODUCTION)
+    first = schedule(tpu_slice("s1", running=small), gang)
+    evicted = {p.attempt_id for p in first.preemptions}
+    assert len(evicted) == 4
+    # Next pass: the victims are in their grace period; nothing more is evicted.
+    stopping = {j: [RunningAttempt(a.attempt_id, a.task_id, a.job_id, a.user, a.band,
+                                   a.demand, a.gang_id, terminating=True) for a in atts]
+                for j, atts in small.items()}
+    second = schedule(tpu_slice("s1", running=stopping), gang)
+    assert second.preemptions == [] and second.reasons["big-t0"].code is ReasonCode.PREEMPTING
+    # Then they are gone and the gang asks for the freed slice.
+    third = schedule(tpu_slice("s1"), gang)
+    assert [g.gang_id for g in third.gang_requests] == ["big-g"]
