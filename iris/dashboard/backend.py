@@ -1,0 +1,158 @@
+"""What each dashboard page shows, as JSON-safe dicts. Not HTTP (app.py) and not the page.
+
+Sources, chosen so a dashboard read never waits for the controller's own thread:
+- jobs and job detail: the job store through a read-only SQLite connection (reads.py), on one
+  dedicated reader thread, so slow disks stall neither the controller nor this HTTP loop;
+- live state (workers, pending reasons, counts): the controller's `snapshot()`, an async
+  method that returns an already-built dict from the node's loop;
+- actors: the registry's async `list`; logs: the log sink, read on a second thread;
+- kill: the controller actor's `kill`, the same call the CLI makes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from iris.actors import REGISTRY_KEY, Node
+from iris.base.ids import parent_path
+from iris.controller.actor import CONTROLLER_KEY
+from iris.dashboard import metrics
+from iris.dashboard.reads import JobQuery, JobReader
+from iris.logstore.config import LogStoreConfig, open_sink
+from iris.logstore.reader import read_logs
+
+_log = logging.getLogger(__name__)
+# Calls to the controller and registry: they answer in milliseconds; 10 s covers a loaded
+# machine without leaving a browser hanging forever.
+_CALL_TIMEOUT_S = 10.0
+MAX_LOG_TAIL = 2_000
+"""Lines a job page may ask for; the full log is `iris job logs`."""
+
+
+class Backend:
+    """Gathers page data. `scale_groups`: dicts from the cluster config (capacity page)."""
+
+    def __init__(self, node: Node, address: str, state_dir: str | Path,
+                 scale_groups: list[dict] | None = None):
+        self.node = node
+        self.address = address
+        self.state_dir = Path(state_dir)
+        self.scale_groups = scale_groups
+        self._db_thread = concurrent.futures.ThreadPoolExecutor(1, "iris-dashboard-db")
+        self._log_thread = concurrent.futures.ThreadPoolExecutor(1, "iris-dashboard-logs")
+        self._reader: JobReader | None = None
+        self._sink = None
+
+    def close(self) -> None:
+        if self._reader is not None:
+            self._db_thread.submit(self._reader.close).result()
+        self._db_thread.shutdown(wait=True)
+        self._log_thread.shutdown(wait=True, cancel_futures=True)
+
+    async def _db(self, fn: Callable[[JobReader], Any]) -> Any:
+        def run() -> Any:
+            if self._reader is None:
+                self._reader = JobReader(self.state_dir)
+            return fn(self._reader)
+        return await asyncio.get_running_loop().run_in_executor(self._db_thread, run)
+
+    async def _call(self, key: str, method: str, *args: Any) -> Any:
+        return await self.node.call(self.address, key, method, args, timeout_s=_CALL_TIMEOUT_S)
+
+    async def snapshot(self) -> dict:
+        return await self._call(CONTROLLER_KEY, "snapshot")
+
+    # ------------------------------------------------------------ pages
+
+    async def jobs(self, query: JobQuery) -> dict:
+        page = await self._db(lambda r: r.jobs(query))
+        reasons = (await self.snapshot()).get("pending_reasons", {})
+        for job in page["jobs"]:
+            if job["job_id"] in reasons:
+                job["pending_reason"] = reasons[job["job_id"]]
+        return page
+
+    async def job(self, job_id: str) -> dict:
+        view = await self._db(lambda r: r.job(job_id))
+        reason = (await self.snapshot()).get("pending_reasons", {}).get(job_id)
+        view["pending_reason"] = reason
+        return view
+
+    async def log_tail(self, job_id: str, lines: int) -> dict:
+        await self._db(lambda r: r.job(job_id))  # NotFoundError for an unknown job
+        if self._sink is None:
+            config = await self._call(CONTROLLER_KEY, "log_config")
+            self._sink = open_sink(LogStoreConfig.from_dict(config))
+        sink = self._sink
+        got = await asyncio.get_running_loop().run_in_executor(
+            self._log_thread, lambda: read_logs(sink, job_id)[-lines:])
+        return {"job_id": job_id, "lines": [
+            {"ts": ln.ts, "stream": ln.stream, "task": ln.task, "attempt": ln.attempt,
+             "text": ln.text} for ln in got]}
+
+    async def kill(self, job_id: str) -> dict:
+        await self._db(lambda r: r.job(job_id))  # NotFoundError before anything changes
+        return await self._call(CONTROLLER_KEY, "kill", job_id, "killed from the dashboard")
+
+    async def workers(self) -> dict:
+        snap = await self.snapshot()
+        workers = snap.get("workers", [])
+        ids = [a for w in workers for a in w.get("attempts", [])]
+        attempts = await self._db(lambda r: r.attempts(ids))
+        groups: dict[tuple, list] = {}
+        for w in workers:
+            attrs = w.get("attributes", {})
+            row = {**w, "health": ("late" if w.get("last_heard_s_ago", 0)
+                                   > metrics.LATE_AFTER_S else "healthy"),
+                   "running": [_attempt_row(a, attempts.get(a)) for a in w.get("attempts", [])]}
+            key = (w.get("region", "local"), attrs.get("zone", "-"),
+                   attrs.get("scale_group", "-"))
+            groups.setdefault(key, []).append(row)
+        return {"at": snap.get("at"), "groups": [
+            {"region": r, "zone": z, "scale_group": g, "workers": rows}
+            for (r, z, g), rows in sorted(groups.items())]}
+
+    async def capacity(self) -> dict:
+        note = ("no autoscaler yet: the region actors that would report slices ready, "
+                "booting and preempted and their scaling decisions are not wired")
+        return {"scale_groups": self.scale_groups, "autoscaler": None, "note": note,
+                "configured": self.scale_groups is not None}
+
+    async def actors(self, prefix: str = "/") -> dict:
+        entries = await self._call(REGISTRY_KEY, "list", prefix)
+        rows = [{"name": e["name"], "namespace": parent_path(e["name"]),
+                 "address": e["address"], "host": _host(e["address"]),
+                 "key": e["key"], "owner": e["owner"]} for e in entries]
+        return {"actors": sorted(rows, key=lambda r: (r["name"], r["address"]))}
+
+    async def scheduler(self) -> dict:
+        bands = await self._db(lambda r: r.pending_queue())
+        snap = await self.snapshot()
+        reasons = snap.get("pending_reasons", {})
+        for band in bands.values():
+            for job in band:
+                job["pending_reason"] = reasons.get(job["job_id"])
+        return {"bands": [{"priority": p, "jobs": jobs} for p, jobs in bands.items()],
+                "pending_tasks": snap.get("pending_tasks", 0)}
+
+    async def metrics_text(self) -> str:
+        snap = await self.snapshot()
+        tasks = await self._db(lambda r: r.task_states())
+        return metrics.render(snap, tasks, self.node.stats.as_dict())
+
+
+def _attempt_row(attempt_id: str, record: dict | None) -> dict:
+    if record is None:  # committed after our read snapshot; shown by id alone
+        return {"attempt_id": attempt_id}
+    return {"attempt_id": attempt_id, "job_id": record["job_id"],
+            "task_index": record["task_index"], "state": record["state"]}
+
+
+def _host(address: str) -> str:
+    """`tcp://10.0.0.3:5555` -> `10.0.0.3`."""
+    return address.split("//")[-1].rsplit(":", 1)[0]

@@ -1,0 +1,120 @@
+"""Starting and stopping the dashboard: an aiohttp server on its own thread and event loop.
+
+Not the routes (app.py). The server never runs on the node's loop nor on the controller's
+actor thread: a slow page or a burst of browsers costs this thread, not scheduling. It talks
+to the controller only through node calls (thread-safe) and reads the job store read-only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from aiohttp import web
+
+from iris.actors import Node
+from iris.base.errors import ConfigError
+from iris.controller.actor import CONTROLLER_KEY
+from iris.dashboard.app import build_app
+from iris.dashboard.backend import Backend
+
+DEFAULT_PORT = 8265
+"""Ray's dashboard port: the users this replaces already type it; 0 picks a free one."""
+DEFAULT_HOST = "127.0.0.1"
+"""Loopback unless told otherwise: the dashboard can kill jobs."""
+_START_TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True)
+class DashboardHandle:
+    """A running dashboard. `url` includes no token; `stop()` is idempotent."""
+
+    url: str
+    host: str
+    port: int
+    _stop: threading.Event
+    _thread: threading.Thread
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(_START_TIMEOUT_S)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def start_dashboard(node: Node, address: str, state_dir: str | Path | None = None, *,
+                    host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
+                    token: str | None = None,
+                    scale_groups: list[dict] | None = None) -> DashboardHandle:
+    """Serve the dashboard for the cluster whose controller and registry are at `address`,
+    calling them through `node`; `state_dir` is the controller's (it holds jobs.sqlite3;
+    None: ask the controller, which must then be up).
+
+    Off loopback a `token` is required (ConfigError otherwise, before anything listens).
+    `scale_groups`: plain dicts from the cluster config for the capacity page.
+    Returns once the server listens; raises if it cannot bind.
+    """
+    if not is_loopback(host) and not token:
+        raise ConfigError(f"dashboard host {host!r} is not loopback: pass a token "
+                          "(--dashboard-token / IRIS_DASHBOARD_TOKEN) so strangers cannot "
+                          "kill jobs")
+    if not isinstance(port, int) or not 0 <= port <= 65535:
+        raise ConfigError(f"dashboard port: expected 0..65535, got {port!r}")
+    if state_dir is None:
+        state_dir = node.call(address, CONTROLLER_KEY, "state_dir",
+                              timeout_s=_START_TIMEOUT_S).result(_START_TIMEOUT_S)
+    backend = Backend(node, address, state_dir, scale_groups)
+    stop = threading.Event()
+    started: dict = {}
+    ready = threading.Event()
+    thread = threading.Thread(target=_serve, name="iris-dashboard", daemon=True,
+                              args=(backend, token, host, port, stop, started, ready))
+    thread.start()
+    if not ready.wait(_START_TIMEOUT_S) or "error" in started:
+        stop.set()
+        thread.join(_START_TIMEOUT_S)
+        error = started.get("error")
+        raise ConfigError(f"dashboard could not listen on {host}:{port}: {error}") from error
+    bound = started["port"]
+    shown = f"[{host}]" if ":" in host else host
+    return DashboardHandle(f"http://{shown}:{bound}/", host, bound, stop, thread)
+
+
+def _serve(backend: Backend, token: str | None, host: str, port: int,
+           stop: threading.Event, started: dict, ready: threading.Event) -> None:
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(_run(backend, token, host, port, stop, started, ready))
+    finally:
+        backend.close()
+        loop.close()
+
+
+async def _run(backend: Backend, token: str | None, host: str, port: int,
+               stop: threading.Event, started: dict, ready: threading.Event) -> None:
+    runner = web.AppRunner(build_app(backend, token), access_log=None)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, host, port)
+        try:
+            await site.start()
+        except OSError as exc:
+            started["error"] = exc
+            ready.set()
+            return
+        started["port"] = runner.addresses[0][1]
+        ready.set()
+        # The stop Event is set from any thread; one executor thread parks on it.
+        await asyncio.get_running_loop().run_in_executor(None, stop.wait)
+    finally:
+        await runner.cleanup()
