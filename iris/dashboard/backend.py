@@ -45,6 +45,9 @@ class Backend:
         self.scale_groups = scale_groups
         self._db_thread = concurrent.futures.ThreadPoolExecutor(1, "iris-dashboard-db")
         self._log_thread = concurrent.futures.ThreadPoolExecutor(1, "iris-dashboard-logs")
+        # Both threads start now and live as long as the dashboard, not on the first page.
+        for pool in (self._db_thread, self._log_thread):
+            pool.submit(lambda: None).result()
         self._reader: JobReader | None = None
         self._sink = None
 

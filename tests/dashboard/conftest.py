@@ -1,0 +1,96 @@
+"""A local cluster with a dashboard and jobs in every state the pages show.
+
+One worker advertising 3 CPUs: `run` and `victim` (1 CPU each, sleeping) keep it busy, so
+`pend` (3 CPUs) waits with a "no_capacity" reason while 1 CPU stays free for jobs a test
+runs; `ok` succeeded and `bad` failed with exit code 3.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+
+import pytest
+
+import iris
+from iris.actors.current import current_context
+from iris.base.clock import SYSTEM_CLOCK
+from iris.dashboard import DashboardHandle, start_dashboard
+
+# Polling the cluster from outside: on a loaded 2-core machine a task can take many seconds
+# to reach RUNNING (environment build), so the deadline is generous.
+WAIT_S = 90.0
+
+
+@iris.actor
+class Echo:
+    def echo(self, value):
+        return value
+
+
+@dataclass
+class Dash:
+    ctx: iris.ClusterContext
+    handle: DashboardHandle
+    jobs: dict[str, iris.JobHandle]
+
+    def get(self, path: str, headers: dict | None = None) -> tuple[int, dict | str]:
+        return http(self.handle.url + path.lstrip("/"), headers=headers)
+
+
+def http(url: str, *, data: bytes | None = None, headers: dict | None = None,
+         method: str | None = None) -> tuple[int, dict | str]:
+    """(status, JSON body or text) of one request; HTTP errors are answers, not exceptions."""
+    request = urllib.request.Request(url, data=data, headers=headers or {}, method=method)
+    try:
+        with urllib.request.urlopen(request, timeout=30) as reply:
+            status, body, kind = reply.status, reply.read(), reply.headers.get_content_type()
+    except urllib.error.HTTPError as exc:
+        status, body, kind = exc.code, exc.read(), exc.headers.get_content_type()
+    text = body.decode()
+    return status, (json.loads(text) if kind == "application/json" else text)
+
+
+def wait_until(predicate, what: str, timeout_s: float = WAIT_S):
+    deadline = SYSTEM_CLOCK.monotonic() + timeout_s
+    while SYSTEM_CLOCK.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        SYSTEM_CLOCK.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+def job_state(dash: Dash, job_id: str) -> str:
+    return dash.get(f"api/job?id={job_id}")[1]["state"]
+
+
+@pytest.fixture(scope="session")
+def dash(tmp_path_factory):
+    with iris.local_cluster(workers=1, worker_cpu=3, stop_grace_s=1.0,
+                            state_dir=tmp_path_factory.mktemp("dash")) as ctx:
+        token = current_context.set(ctx)
+        handle = start_dashboard(ctx.node, ctx.address, port=0)
+        try:
+            Echo.serve("dash-echo")
+            jobs = {
+                "ok": iris.submit(["python", "-c", "print('hello from ok')"], name="ok"),
+                "bad": iris.submit(["sh", "-c", "echo about to fail; exit 3"], name="bad"),
+                "run": iris.submit(["sh", "-c", "echo still running; sleep 600"], name="run"),
+                "victim": iris.submit(["sh", "-c", "echo kill me; sleep 600"], name="victim"),
+            }
+            jobs["pend"] = iris.submit(["true"], name="pend", resources=iris.Resources(cpu=3))
+            jobs["ok"].wait(WAIT_S)
+            jobs["bad"].wait(WAIT_S)
+            dash = Dash(ctx, handle, jobs)
+            wait_until(lambda: dash.get(f"api/job?id={jobs['pend'].job_id}")[1]
+                       ["pending_reason"], "the pending job's reason in the snapshot")
+            for name in ("run", "victim"):
+                wait_until(lambda n=name: job_state(dash, jobs[n].job_id) == "running",
+                           f"{name} to run")
+            yield dash
+        finally:
+            handle.stop()
+            current_context.reset(token)
