@@ -67,6 +67,15 @@ def job_state(dash: Dash, job_id: str) -> str:
     return dash.get(f"api/job?id={job_id}")[1]["state"]
 
 
+@pytest.fixture
+def dash_current(dash):
+    """The dashboard's cluster made current for this test (fixtures run in another context:
+    without this, iris.submit would start a cluster of its own)."""
+    token = current_context.set(dash.ctx)
+    yield dash
+    current_context.reset(token)
+
+
 @pytest.fixture(scope="session")
 def dash(tmp_path_factory):
     with iris.local_cluster(workers=1, worker_cpu=3, stop_grace_s=1.0,
