@@ -38,6 +38,7 @@ def _parser() -> argparse.ArgumentParser:
     start.add_argument("--local", action="store_true", required=True)
     start.add_argument("--workers", type=int, default=2)
     start.add_argument("--bind", default="tcp://127.0.0.1:0")
+    _dashboard_options(start)
     cluster.add_parser("status", help="workers and jobs at a glance").add_argument(
         "--json", action="store_true")
 
@@ -70,6 +71,15 @@ def _parser() -> argparse.ArgumentParser:
 
     jobs.add_parsers(verbs)
     return parser
+
+
+def _dashboard_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--dashboard-port", type=int, default=None, metavar="PORT",
+                        help="dashboard HTTP port (default 8265, or a free one if taken; "
+                        "0: any free port)")
+    parser.add_argument("--dashboard-host", default="127.0.0.1", metavar="HOST",
+                        help="dashboard address (default loopback; any other needs "
+                        "$IRIS_DASHBOARD_TOKEN)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -112,10 +122,19 @@ def _stop_event() -> threading.Event:
 
 
 def _cluster_start(args: argparse.Namespace) -> int:
+    from iris.dashboard import launch
+
     with iris.local_cluster(workers=args.workers, bind=args.bind) as cluster:
-        print(f"cluster running at {cluster.address} with {args.workers} workers", flush=True)
-        print(f"  export IRIS_ADDRESS={cluster.address}", flush=True)
-        _stop_event().wait()
+        dashboard = launch(cluster.node, cluster.address, host=args.dashboard_host,
+                           port=args.dashboard_port)
+        try:
+            print(f"cluster running at {cluster.address} with {args.workers} workers",
+                  flush=True)
+            print(f"  export IRIS_ADDRESS={cluster.address}", flush=True)
+            print(f"  dashboard: {dashboard.url}", flush=True)
+            _stop_event().wait()
+        finally:
+            dashboard.stop()
     return 0
 
 

@@ -8,6 +8,7 @@ to the controller only through node calls (thread-safe) and reads the job store 
 from __future__ import annotations
 
 import asyncio
+import errno
 import ipaddress
 import threading
 from dataclasses import dataclass
@@ -26,6 +27,10 @@ DEFAULT_PORT = 8265
 DEFAULT_HOST = "127.0.0.1"
 """Loopback unless told otherwise: the dashboard can kill jobs."""
 _START_TIMEOUT_S = 30.0
+
+
+class PortInUseError(ConfigError):
+    """Another process listens on the dashboard's port."""
 
 
 @dataclass(frozen=True)
@@ -66,7 +71,7 @@ def start_dashboard(node: Node, address: str, state_dir: str | Path | None = Non
     """
     if not is_loopback(host) and not token:
         raise ConfigError(f"dashboard host {host!r} is not loopback: pass a token "
-                          "(--dashboard-token / IRIS_DASHBOARD_TOKEN) so strangers cannot "
+                          "(IRIS_DASHBOARD_TOKEN for the CLI) so strangers cannot "
                           "kill jobs")
     if not isinstance(port, int) or not 0 <= port <= 65535:
         raise ConfigError(f"dashboard port: expected 0..65535, got {port!r}")
@@ -84,7 +89,8 @@ def start_dashboard(node: Node, address: str, state_dir: str | Path | None = Non
         stop.set()
         thread.join(_START_TIMEOUT_S)
         error = started.get("error")
-        raise ConfigError(f"dashboard could not listen on {host}:{port}: {error}") from error
+        in_use = isinstance(error, OSError) and error.errno == errno.EADDRINUSE
+        raise (PortInUseError if in_use else ConfigError)(f"dashboard could not listen on {host}:{port}: {error}") from error
     bound = started["port"]
     shown = f"[{host}]" if ":" in host else host
     return DashboardHandle(f"http://{shown}:{bound}/", host, bound, stop, thread)
