@@ -30,6 +30,9 @@ _log = logging.getLogger(__name__)
 # Calls to the controller and registry: they answer in milliseconds; 10 s covers a loaded
 # machine without leaving a browser hanging forever.
 _CALL_TIMEOUT_S = 10.0
+# The controller rebuilds its snapshot every 0.5 s: fetching it more often returns the same
+# dict, and with thousands of pending jobs it is ~100 KB to encode on the controller's loop.
+_SNAPSHOT_TTL_S = 0.5
 MAX_LOG_TAIL = 2_000
 """Lines a job page may ask for; the full log is `iris job logs`."""
 
@@ -50,6 +53,9 @@ class Backend:
             pool.submit(lambda: None).result()
         self._reader: JobReader | None = None
         self._sink = None
+        self._snapshot: dict | None = None
+        self._snapshot_at = 0.0
+        self._snapshot_fetch: asyncio.Future | None = None  # one fetch shared by all pages
 
     def close(self) -> None:
         if self._reader is not None:
@@ -68,7 +74,21 @@ class Backend:
         return await self.node.call(self.address, key, method, args, timeout_s=_CALL_TIMEOUT_S)
 
     async def snapshot(self) -> dict:
-        return await self._call(CONTROLLER_KEY, "snapshot")
+        """The controller's live snapshot, at most _SNAPSHOT_TTL_S older than its own age."""
+        now = self.node.clock.monotonic()
+        if self._snapshot is not None and now - self._snapshot_at < _SNAPSHOT_TTL_S:
+            return self._snapshot
+        if self._snapshot_fetch is None:
+            self._snapshot_fetch = asyncio.ensure_future(self._fetch_snapshot())
+        return await asyncio.shield(self._snapshot_fetch)
+
+    async def _fetch_snapshot(self) -> dict:
+        try:
+            snap = await self._call(CONTROLLER_KEY, "snapshot")
+            self._snapshot, self._snapshot_at = snap, self.node.clock.monotonic()
+            return snap
+        finally:
+            self._snapshot_fetch = None
 
     # ------------------------------------------------------------ pages
 

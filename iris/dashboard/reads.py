@@ -27,13 +27,28 @@ MAX_PER_PAGE = 500
 budget of the jobs list at 10,000 jobs."""
 
 _SORTS = {
-    "submitted": "json_extract(record, '$.submitted_at')",
+    # The store inserts a job's row once, at submit, and later upserts keep its rowid, so
+    # rowid order is submission order: an index walk (LIMIT 50 reads 50 rows) where sorting
+    # on the JSON field scanned and sorted all 10,000 (20 ms).
+    "submitted": "rowid",
     "finished": "finished_at",
     "name": "job_id",
     "state": "state",
     "user": "json_extract(spec, '$.user')",
     "priority": "json_extract(spec, '$.priority')",
 }
+# Only the fields a listing shows, pulled out by SQLite (in C, without the GIL) instead of
+# parsing each row's spec and record JSON in Python.
+def _summary_columns(table: str = "jobs") -> str:
+    t = table
+    return (f"{t}.job_id, {t}.state, {t}.finished_at, json_extract({t}.spec, '$.user'), "
+            f"json_extract({t}.spec, '$.parent'), json_extract({t}.spec, '$.priority'), "
+            f"json_extract({t}.spec, '$.replicas'), "
+            f"json_extract({t}.record, '$.submitted_at'), json_extract({t}.record, '$.error'), "
+            f"json_extract({t}.record, '$.killed')")
+
+
+_SUMMARY_COLUMNS = _summary_columns()
 _JOB_STATES = frozenset(s.value for s in JobState)
 _ACTIVE_STATES = ("pending", "building", "running")
 
@@ -92,11 +107,15 @@ class JobReader:
         where, args = _job_filter(q)
         order = f"{_SORTS[q.sort]} {'DESC' if q.descending else 'ASC'}, job_id"
         total = self._db.execute(f"SELECT COUNT(*) FROM jobs {where}", args).fetchone()[0]
-        rows = self._db.execute(
-            f"SELECT job_id, state, finished_at, spec, record FROM jobs {where} "
-            f"ORDER BY {order} LIMIT ? OFFSET ?",
-            [*args, q.per_page, (q.page - 1) * q.per_page]).fetchall()
-        jobs = [_summary(*row) for row in rows]
+        # Rowids first, then the columns of just those rows: SQLite would otherwise compute
+        # the JSON columns of every row the OFFSET skips (page 150 took 20 ms instead of 5).
+        rowids = [r for (r,) in self._db.execute(
+            f"SELECT rowid FROM jobs {where} ORDER BY {order} LIMIT ? OFFSET ?",
+            [*args, q.per_page, (q.page - 1) * q.per_page])]
+        by_rowid = {row[0]: row[1:] for row in self._db.execute(
+            f"SELECT rowid, {_SUMMARY_COLUMNS} FROM jobs "
+            f"WHERE rowid IN ({','.join('?' * len(rowids))})", rowids)}
+        jobs = [_summary(*by_rowid[r]) for r in rowids if r in by_rowid]
         counts = self._task_counts([j["job_id"] for j in jobs])
         for job in jobs:
             job["task_counts"] = counts.get(job["job_id"], {})
@@ -104,12 +123,12 @@ class JobReader:
 
     def job(self, job_id: str) -> dict[str, Any]:
         """One job with every task and every attempt (worker, exit code, error, times)."""
-        row = self._db.execute("SELECT job_id, state, finished_at, spec, record FROM jobs "
-                               "WHERE job_id = ?", (job_id,)).fetchone()
+        row = self._db.execute(f"SELECT {_SUMMARY_COLUMNS}, spec FROM jobs WHERE job_id = ?",
+                               (job_id,)).fetchone()
         if row is None:
             raise NotFoundError(f"no job {job_id}")
-        view = _summary(*row)
-        spec = json.loads(row[3])
+        view = _summary(*row[:-1])
+        spec = json.loads(row[-1])
         view["spec"] = {k: spec.get(k) for k in ("resources", "replicas", "entrypoint", "pip",
                                                  "constraints", "timeout_s",
                                                  "max_retries_failure")}
@@ -144,11 +163,11 @@ class JobReader:
         """Jobs with pending tasks by priority band, each band oldest first (the order the
         scheduler tries them in)."""
         rows = self._db.execute(
-            "SELECT j.job_id, j.state, j.finished_at, j.spec, j.record, COUNT(*) "
+            f"SELECT {_summary_columns('j')}, COUNT(*) "
             "FROM jobs j JOIN tasks t ON t.job_id = j.job_id "
             f"WHERE j.state IN ({','.join('?' * len(_ACTIVE_STATES))}) "
             "AND json_extract(t.record, '$.state') = 'pending' "
-            "GROUP BY j.job_id ORDER BY json_extract(j.record, '$.submitted_at')",
+            "GROUP BY j.job_id ORDER BY j.rowid",
             _ACTIVE_STATES).fetchall()
         bands: dict[str, list[dict]] = {p: [] for p in PRIORITIES}
         for *job_row, pending in rows:
@@ -194,14 +213,14 @@ def _job_filter(q: JobQuery) -> tuple[str, list]:
     return ("WHERE " + " AND ".join(clauses) if clauses else ""), args
 
 
-def _summary(job_id: str, state: str, finished_at: float | None, spec_json: str,
-             record_json: str) -> dict[str, Any]:
-    spec, record = json.loads(spec_json), json.loads(record_json)
+def _summary(job_id: str, state: str, finished_at: float | None, user: str,
+             parent: str | None, priority: str, replicas: int, submitted_at: float,
+             error: str | None, killed: int | None) -> dict[str, Any]:
+    """A row of _SUMMARY_COLUMNS as the dict every page shows."""
     return {
-        "job_id": job_id, "user": spec.get("user"), "parent": spec.get("parent"),
-        "state": state, "error": record.get("error", ""), "priority": spec.get("priority"),
-        "replicas": spec.get("replicas"), "submitted_at": record.get("submitted_at"),
-        "finished_at": finished_at, "killed": record.get("killed", False),
+        "job_id": job_id, "user": user, "parent": parent, "state": state,
+        "error": error or "", "priority": priority, "replicas": replicas,
+        "submitted_at": submitted_at, "finished_at": finished_at, "killed": bool(killed),
     }
 
 

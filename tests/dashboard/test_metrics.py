@@ -28,7 +28,7 @@ def test_metrics_parse_and_count_jobs_tasks_workers_and_calls_as_a_job_runs(dash
     before = _samples(before_text)
     assert before[("iris_workers", (("state", "healthy"),))] == 1
     assert before[("iris_jobs", (("state", "pending"),))] >= 1
-    assert before[("iris_tasks", (("state", "running"),))] >= 2
+    assert before[("iris_tasks", (("state", "running"),))] >= 1  # `run` (victim may be killed)
 
     job = iris.submit(["true"], name="metrics-probe")
     assert job.wait(WAIT_S)["state"] == "succeeded"
