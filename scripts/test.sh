@@ -10,6 +10,15 @@ if ! command -v ip >/dev/null 2>&1; then
         echo "warning: iproute2 missing and not root; network-namespace tests will skip" >&2
     fi
 fi
+# Debian's chromium for the dashboard's browser tests (playwright drives it; its own browser
+# download does not work here). Without it and without root those tests skip, saying why.
+if [ ! -x /usr/bin/chromium ]; then
+    if [ "$(id -u)" = 0 ]; then
+        apt-get update -q && apt-get install -y -q chromium
+    else
+        echo "warning: chromium missing and not root; dashboard browser tests will skip" >&2
+    fi
+fi
 bash scripts/setup.sh test
 .venv/bin/ruff check iris tests bench
 .venv/bin/lint-imports
