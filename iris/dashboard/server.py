@@ -103,6 +103,7 @@ def _serve(backend: Backend, token: str | None, host: str, port: int,
         loop.run_until_complete(_run(backend, token, host, port, stop, started, ready))
     finally:
         backend.close()
+        loop.run_until_complete(loop.shutdown_default_executor())
         loop.close()
 
 

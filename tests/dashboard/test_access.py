@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
 
 import iris
 from iris.base.errors import ConfigError
+from iris.controller.config import ScaleGroupConfig
 from iris.dashboard import start_dashboard
 from tests.dashboard.conftest import http
 
@@ -56,5 +58,22 @@ def test_dashboard_with_a_token_refuses_reads_and_kills_without_it(empty_cluster
         status, body = http(url + "api/job/kill", method="POST", data=kill,
                             headers={**headers, "Authorization": "Bearer s3cret"})
         assert status == 200 and body["state"] == "killed"
+    finally:
+        handle.stop()
+
+
+def test_capacity_page_lists_configured_scale_groups_without_inventing_slices(empty_cluster):
+    group = ScaleGroupConfig(name="v5e-16", region="us-west4", accelerator_type="tpu",
+                             accelerator_variant="v5litepod-16", hosts_per_slice=4,
+                             accelerators_per_host=4, zones=("us-west4-a",), max_slices=8)
+    handle = start_dashboard(empty_cluster.node, empty_cluster.address, port=0,
+                             scale_groups=[dataclasses.asdict(group)])
+    try:
+        status, body = http(handle.url + "api/capacity")
+        assert status == 200 and body["configured"] is True
+        (shown,) = body["scale_groups"]
+        assert shown["name"] == "v5e-16" and shown["max_slices"] == 8
+        assert shown["zones"] == ["us-west4-a"]
+        assert body["autoscaler"] is None and "no autoscaler yet" in body["note"]
     finally:
         handle.stop()
