@@ -19,7 +19,7 @@ th{background:#f3f5f8}th.sort{cursor:pointer}.muted{color:#777}
 .state{padding:1px 6px;border-radius:8px;background:#eee}
 .running{background:#cde9ff}.pending,.building,.assigned{background:#fff2c2}
 .succeeded{background:#d4f5d4}.failed,.worker_failed,.unschedulable,.preempted{background:#ffd2d2}
-.killed{background:#e3d7f5}pre{background:#111;color:#ddd;padding:8px;max-height:420px;overflow:auto}
+.killed{background:#e3d7f5}.healthy{background:#d4f5d4}.late{background:#ffd2d2}pre{background:#111;color:#ddd;padding:8px;max-height:420px;overflow:auto}
 #error{color:#b00}button{padding:4px 12px}.group{margin-top:14px}
 </style></head><body>
 <nav><a id="nav-jobs" href="#/jobs">Jobs</a><a id="nav-workers" href="#/workers">Workers</a>
