@@ -17,6 +17,7 @@ controller's snapshot. Each request is a real HTTP GET over loopback from this p
 - jobs_filter_prefix: prefix=/user-3/job-01 (a primary-key range)
 - jobs_per_page_500: the largest page allowed
 - job_detail: /api/job?id=... of one job with its tasks and attempts
+- scheduler: /api/scheduler (every job with pending tasks, by band, with its reason)
 - metrics: /metrics (scans the tasks table)
 
 Each figure: median and p99 in milliseconds. The issue's budget: the jobs list answers in
@@ -175,6 +176,7 @@ def _cases(url: str, requests: int) -> dict:
         "jobs_filter_prefix": "/api/jobs?prefix=/user-3/job-01",
         "jobs_per_page_500": "/api/jobs?per_page=500",
         "job_detail": "/api/job?id=/user-3/job-00003",
+        "scheduler": "/api/scheduler",
         "metrics": "/metrics",
     }
     _measure(conn, "/api/jobs", 5)  # warm: the reader thread opens its connection

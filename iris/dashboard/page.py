@@ -72,10 +72,19 @@ async function jobsPage(){
   jobsQuery.order=(jobsQuery.sort===k&&jobsQuery.order==="desc")?"asc":"desc";jobsQuery.sort=k;refresh();});
  $("prev").onclick=()=>{jobsQuery.page--;refresh();};$("next").onclick=()=>{jobsQuery.page++;refresh();};
 }
+// The log tail is read from the log store (GCS in production): fetched when a job opens, then
+// every 10 s while it is live and once more when it ends, not on every 2 s refresh.
+let logCache={id:null,at:0,live:true,data:null};
+async function logTail(id,live){
+ const c=logCache,fresh=c.id===id&&(c.live?Date.now()-c.at<10000:true)&&c.live===live;
+ if(fresh)return c.data;
+ const data=await api("/api/job/logs?tail=200&id="+encodeURIComponent(id)).catch(e=>({lines:[],error:e.message}));
+ logCache={id,at:Date.now(),live,data};return data;
+}
 async function jobPage(id){
- const [j,logs]=await Promise.all([api("/api/job?id="+encodeURIComponent(id)),
-  api("/api/job/logs?tail=200&id="+encodeURIComponent(id)).catch(e=>({lines:[],error:e.message}))]);
+ const j=await api("/api/job?id="+encodeURIComponent(id));
  const live=["pending","building","running"].includes(j.state);
+ const logs=await logTail(id,live);
  const attempts=t=>t.attempt_list.map(a=>`#${a.number} ${st(a.state)} on ${esc(a.worker_id)}`+
   (a.exit_code!=null?` exit ${a.exit_code}`:"")+(a.error?` <span class="muted">${esc(a.error)}</span>`:"")).join("<br>");
  $("content").innerHTML=`<h2 id="job-title">${esc(j.job_id)}</h2>
