@@ -94,6 +94,8 @@ class Backend:
 
     async def jobs(self, query: JobQuery) -> dict:
         page = await self._db(lambda r: r.jobs(query))
+        if not any(j["task_counts"].get("pending") for j in page["jobs"]):
+            return page  # nothing waits on this page: no reason to fetch the snapshot
         reasons = (await self.snapshot()).get("pending_reasons", {})
         for job in page["jobs"]:
             if job["job_id"] in reasons:
