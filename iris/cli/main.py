@@ -11,6 +11,7 @@ import json
 import os
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import iris
@@ -49,6 +50,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--bind", default="tcp://127.0.0.1:0")
     serve.add_argument("--config", type=Path, help="cluster config YAML")
     serve.add_argument("--keys", help="CURVE keys directory (required off loopback)")
+    _dashboard_options(serve)
 
     worker = verbs.add_parser("worker", help="operator: run this host's worker; or `list`")
     worker.add_argument("action", nargs="?", choices=["list"])
@@ -147,8 +149,21 @@ def _controller_serve(args: argparse.Namespace) -> int:
 
         cluster = load_config(args.config)  # refuse a bad config before serving anything
     run_controller(args.state_dir, bind=args.bind, keys_dir=args.keys, stop=_stop_event(),
-                   cluster=cluster)
+                   cluster=cluster, on_start=lambda node: _serve_dashboard(args, cluster, node))
     return 0
+
+
+def _serve_dashboard(args: argparse.Namespace, cluster, node) -> Callable[[], None]:
+    import dataclasses
+
+    from iris.dashboard import launch
+
+    groups = ([dataclasses.asdict(g) for g in cluster.scale_groups()]
+              if cluster is not None else None)
+    dashboard = launch(node, node.address, args.state_dir, host=args.dashboard_host,
+                       port=args.dashboard_port, scale_groups=groups)
+    print(f"  dashboard: {dashboard.url}", flush=True)
+    return dashboard.stop
 
 
 def _worker(args: argparse.Namespace) -> int:

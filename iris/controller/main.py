@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -37,7 +38,10 @@ def log_store_from(cluster: ClusterConfig | None) -> LogStoreConfig | None:
 def run_controller(state_dir: Path, *, bind: str = "tcp://127.0.0.1:0",
                    keys_dir: str | None = None, stop: threading.Event | None = None,
                    worker_dead_after_s: float | None = None,
-                   cluster: ClusterConfig | None = None) -> None:
+                   cluster: ClusterConfig | None = None,
+                   on_start: Callable[[Node], Callable[[], None]] | None = None) -> None:
+    """Serve until `stop`. `on_start(node)` runs once the controller is up (the CLI starts the
+    dashboard there: a higher layer, so it is handed in); it returns its own stop function."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: "
                         "%(message)s")
     security = Security.load(keys_dir) if keys_dir else None
@@ -51,7 +55,12 @@ def run_controller(state_dir: Path, *, bind: str = "tcp://127.0.0.1:0",
         host_controller(node, ControllerConfig(state_dir=Path(state_dir), **extra))
         ctx = ClusterContext(node, node.address, owns_node=True)
         print(f"controller serving at {node.address} (state in {state_dir})", flush=True)
-        (stop or threading.Event()).wait()
+        stop_extra = on_start(node) if on_start else None
+        try:
+            (stop or threading.Event()).wait()
+        finally:
+            if stop_extra:
+                stop_extra()
         ctx.close()
     finally:
         node.stop()
