@@ -15,6 +15,7 @@ import sys
 import sysconfig
 import uuid
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import cloudpickle
@@ -27,6 +28,7 @@ from iris.controller.jobs.model import TERMINAL_JOB, JobState
 from iris.logstore.config import LogStoreConfig, open_sink
 from iris.logstore.model import LogLine
 from iris.logstore.reader import LogFilter, follow_logs, read_logs
+from iris.worker.bundles import pack
 
 CONTROLLER_KEY = "/iris/controller"
 TERMINAL = frozenset(state.value for state in TERMINAL_JOB)
@@ -127,6 +129,13 @@ def _user() -> str:
     return os.environ.get("IRIS_USER") or getpass.getuser()
 
 
+def _upload_workspace(ctx: ClusterContext, root: Path) -> str:
+    digest, data = pack(root)
+    if not _controller(ctx, "has_bundle", digest):
+        _controller(ctx, "put_bundle", digest, data, timeout_s=300.0)
+    return digest
+
+
 def _sink(config: dict) -> Any:
     return open_sink(LogStoreConfig(**config))
 
@@ -158,8 +167,13 @@ def submit(entry: Callable | Sequence[str], *args: Any, name: str | None = None,
            constraints: dict | None = None, max_retries_failure: int | None = None,
            max_retries_preemption: int | None = None, max_task_failures: int | None = None,
            timeout: float | None = None, scheduling_timeout: float | None = None,
-           request_id: str | None = None) -> JobHandle:
-    """Run `entry(*args)` (a callable) or `entry` (a command list) as a job; its handle."""
+           request_id: str | None = None, workspace: str | os.PathLike | None = None,
+           ) -> JobHandle:
+    """Run `entry(*args)` (a callable) or `entry` (a command list) as a job; its handle.
+
+    `workspace`: a directory shipped (content-addressed, uploaded once) to run the tasks
+    in; a `requirements.txt` in it is installed into the job's environment.
+    """
     ctx = _context_or_local_cluster()
     if callable(entry):
         _ship_by_value(entry.func if isinstance(entry, functools.partial) else entry)
@@ -183,6 +197,8 @@ def submit(entry: Callable | Sequence[str], *args: Any, name: str | None = None,
         "user": _user(),
         "request_id": request_id,
     }
+    if workspace is not None:
+        raw["bundle"] = _upload_workspace(ctx, Path(workspace))
     optional = {"priority": priority, "max_retries_failure": max_retries_failure,
                 "max_retries_preemption": max_retries_preemption,
                 "max_task_failures": max_task_failures, "timeout_s": timeout,

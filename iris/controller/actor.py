@@ -70,6 +70,17 @@ class Controller:
     def results(self, job_id: str) -> dict[int, bytes]:
         return self._svc.results(job_id)
 
+    def has_bundle(self, digest: str) -> bool:
+        return self._svc.bundles.has(digest)
+
+    def put_bundle(self, digest: str, data: bytes) -> None:
+        self._svc.bundles.put(digest, data)
+
+    async def get_bundle(self, digest: str) -> bytes:
+        """Read on the loop, not the actor thread: a big file must not stall scheduling."""
+        return await asyncio.get_running_loop().run_in_executor(None, self._svc.bundles.get,
+                                                                digest)
+
     def log_config(self) -> dict:
         """Where task logs are, so clients read them from the store, not from workers."""
         return dataclasses.asdict(self._svc.log_store)

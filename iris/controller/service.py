@@ -18,9 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from iris.base.clock import SYSTEM_CLOCK, Clock
-from iris.base.errors import IrisError, NotFoundError, StorageError
+from iris.base.errors import InvalidRequestError, IrisError, NotFoundError, StorageError
 from iris.base.ids import new_id
 from iris.controller import placement
+from iris.controller.bundle_store import BundleStore
 from iris.controller.capacity import Offer, fits_checker
 from iris.controller.jobs import events as ev
 from iris.controller.jobs import kernel, views
@@ -73,6 +74,7 @@ class ControllerService:
         self.store.prune(config.retention_s, clock.wall())
         self.state = self.store.load(KernelConfig(stop_grace_s=config.stop_grace_s))
         self.workers = WorkerTable(config.worker_dead_after_s)
+        self.bundles = BundleStore(config.state_dir / "bundles")
         self.commands: list[Command] = []
         self.finished: list[str] = []
         self.pending_reasons: dict[str, dict] = {}
@@ -88,6 +90,9 @@ class ControllerService:
     # ------------------------------------------------------------ requests
 
     def submit(self, raw: dict) -> dict:
+        if isinstance(raw, dict) and raw.get("bundle") and not self.bundles.has(raw["bundle"]):
+            raise InvalidRequestError(f"bundle: {str(raw['bundle'])[:12]} was never uploaded "
+                                      "(put_bundle first)", "bundle")
         parent = self._parent_spec(raw)
         spec = validate_submit(raw, parent=parent, fits=self._fits)
         # The submit and its placement commit in one transaction: one fsync per job.
@@ -275,6 +280,7 @@ class ControllerService:
             "entrypoint": {"kind": spec.entrypoint.kind, "payload": spec.entrypoint.payload,
                            "argv": list(spec.entrypoint.argv)},
             "env": env, "pip": list(spec.pip), "resources": spec.resources.to_dict(),
+            "bundle": spec.bundle,
             "log_store": dataclasses.asdict(self.log_store),
         }))
 

@@ -58,7 +58,7 @@ class Worker:
         self._key = WORKER_KEY_PREFIX + worker_id
         self._attributes = attributes
         self._runner = AttemptRunner(RunnerConfig(root=root, grace_s=grace_s), advertised,
-                                     cgroups=cgroups.detect())
+                                     cgroups=cgroups.detect(), fetch_bundle=self._fetch_bundle)
         self._running: dict[str, _Running] = {}
         self._lock = threading.Lock()
         self._updates: collections.OrderedDict[tuple[str, str], dict] = collections.OrderedDict()
@@ -121,9 +121,13 @@ class Worker:
 
     # ------------------------------------------------------------ talking to the controller
 
-    def _call(self, method: str, *args: Any) -> Any:
+    def _call(self, method: str, *args: Any, timeout_s: float = 5.0) -> Any:
         address, key = self._controller
-        return self._node.call(address, key, method, args, timeout_s=5.0).result()
+        return self._node.call(address, key, method, args, timeout_s=timeout_s).result()
+
+    def _fetch_bundle(self, digest: str) -> bytes:
+        """A workspace bundle from the controller (called on an attempt's thread)."""
+        return self._call("get_bundle", digest, timeout_s=300.0)
 
     def _register(self) -> None:
         """Register with what runs now and every update not yet acknowledged (an attempt
@@ -197,7 +201,7 @@ class Worker:
             resources=Resources.from_dict(launch.get("resources") or {}),
             command=tuple(entry["argv"]) if entry["kind"] == "command" else (),
             payload=entry["payload"] if entry["kind"] == "callable" else None,
-            pip=tuple(launch.get("pip", ())), env=launch["env"])
+            pip=tuple(launch.get("pip", ())), env=launch["env"], bundle=launch.get("bundle"))
         try:
             self._runner.start(request, on_output, on_state, on_exit)
         except Exception as exc:  # refused or failed to build: the attempt fails with why

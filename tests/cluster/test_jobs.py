@@ -189,3 +189,25 @@ def test_memory_limit_is_enforced_through_submit(jobs_cluster):
     assert status["state"] == "failed"
     assert "out of memory" in status["tasks"][0]["error"].lower()
     assert iris.submit(hog, 16, resources=iris.Resources(memory="256Mi")).result(120) == 16
+
+
+def test_workspace_directory_is_shipped_once_and_tasks_run_in_it(jobs_cluster, tmp_path):
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "helper_mod.py").write_text("VALUE = 'from the workspace'\n")
+    (workspace / "data.txt").write_text("payload")
+    command = ["python", "-c", "import helper_mod; print(helper_mod.VALUE, open('data.txt').read())"]
+    first = iris.submit(command, workspace=workspace)
+    second = iris.submit(command, workspace=workspace)  # same content: not uploaded again
+    for job in (first, second):
+        assert job.wait(120)["state"] == "succeeded"
+        assert [line.text.strip() for line in job.logs() if line.stream == "stdout"] == [
+            "from the workspace payload"]
+
+
+def test_submit_naming_an_unknown_bundle_is_refused(jobs_cluster):
+    with pytest.raises(InvalidRequestError, match="never uploaded") as info:
+        iris.current().node.call(iris.current().address, "/iris/controller", "submit", ({
+            "name": "x", "entrypoint": {"kind": "command", "argv": ["true"]},
+            "user": "u", "bundle": "0" * 64},)).result(30)
+    assert info.value.field == "bundle"

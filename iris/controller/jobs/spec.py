@@ -14,6 +14,7 @@ tasks == replicas. Each gang is one JAX program (JAX_NUM_PROCESSES = gang size).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,7 +46,7 @@ not. Passed in by the controller, which knows the configured scale groups."""
 _FIELDS = frozenset({
     "name", "entrypoint", "resources", "replicas", "priority", "env", "pip", "constraints",
     "max_retries_failure", "max_retries_preemption", "max_task_failures", "timeout_s",
-    "scheduling_timeout_s", "user", "parent", "request_id",
+    "scheduling_timeout_s", "user", "parent", "request_id", "bundle",
 })
 
 
@@ -81,6 +82,8 @@ class JobSpec:
     """Seconds a task may wait PENDING before the job becomes UNSCHEDULABLE; None = forever."""
     parent: str | None = None
     request_id: str | None = None
+    bundle: str | None = None
+    """sha256 of the workspace bundle the tasks run in (a sub-job inherits its parent's)."""
 
     @property
     def gang_size(self) -> int:
@@ -102,7 +105,7 @@ class JobSpec:
             "max_retries_preemption": self.max_retries_preemption,
             "max_task_failures": self.max_task_failures, "timeout_s": self.timeout_s,
             "scheduling_timeout_s": self.scheduling_timeout_s, "parent": self.parent,
-            "request_id": self.request_id,
+            "request_id": self.request_id, "bundle": self.bundle,
         }
 
     @classmethod
@@ -154,6 +157,7 @@ def validate_submit(raw: Mapping[str, Any], *, parent: JobSpec | None = None,
         scheduling_timeout_s=_seconds(raw.get("scheduling_timeout_s"), "scheduling_timeout_s"),
         parent=parent_name,
         request_id=_request_id(raw.get("request_id")),
+        bundle=_bundle(raw.get("bundle"), parent.bundle if parent else None),
     )
 
 
@@ -297,6 +301,15 @@ def _constraints(value: Any) -> dict[str, Any]:
     except (TypeError, ValueError) as exc:
         raise InvalidRequestError(f"constraints: must be plain JSON data ({exc})",
                                   "constraints") from exc
+
+
+def _bundle(value: Any, inherited: str | None) -> str | None:
+    if value is None:
+        return inherited
+    if not isinstance(value, str) or not re.fullmatch(r"[0-9a-f]{64}", value):
+        raise InvalidRequestError(f"bundle: expected a sha256 hex digest, got {value!r}",
+                                  "bundle")
+    return value
 
 
 def _request_id(value: Any) -> str | None:
