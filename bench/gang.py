@@ -17,8 +17,9 @@ Not a test: it asserts nothing about speed. What each figure is:
   coordinator + 3 region ledgers in this one process, messages handed over in memory
   (64 gangs in flight; each gang is one v5litepod-16 slice; released as soon as placed).
   This is the kernels' ceiling, NOT the issue's figure.
-- gangs_per_s: the issue's figure, through the real region actors over ZeroMQ. Those actors
-  are not built yet, so it is null with a note; never a number measured another way.
+- gangs_per_s / ray_gangs_per_s: the issue's figure, through the real Region actors over
+  ZeroMQ (3 region processes), beside Ray placement groups in the same run; see
+  bench/_gang_actors.py for exactly what is timed. `--no-ray` skips Ray.
 
 The last line printed is one JSON object of every figure.
 """
@@ -216,12 +217,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--hosts", type=int, default=10_000)
     parser.add_argument("--pending", type=int, default=100_000)
     parser.add_argument("--gangs", type=int, default=None)
+    parser.add_argument("--no-ray", action="store_true", help="skip the Ray comparison")
     args = parser.parse_args(argv)
     result = bench_schedule(args.hosts, args.pending, repeat=1 if args.quick else 3)
     result.update(bench_schedule_all_fit(args.hosts, args.pending))
     result.update(bench_gangs_inprocess(args.gangs or (5_000 if args.quick else 30_000)))
-    result.update(gangs_per_s=None,
-                  gangs_per_s_note="through real actors: needs region actors (not built yet)")
+    from bench._gang_actors import bench_gangs_actors, bench_ray_placement_groups
+
+    result.update(bench_gangs_actors(2_000 if args.quick else 10_000))
+    if not args.no_ray:
+        result.update(bench_ray_placement_groups(500 if args.quick else 2_000))
     print(json.dumps(result))
 
 

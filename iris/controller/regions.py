@@ -1,0 +1,50 @@
+"""The Region actor: one per region, the owner of that region's reservation ledger.
+
+Not the decisions (scheduling/ledger.py is pure). Requests and replies travel as the wire
+dicts of scheduling/wire_format.py; a malformed one raises ProtocolError at the caller and
+changes nothing. Leases lapse on the region's own clock, checked every tick, so a hold the
+coordinator forgot (it crashed, a message was lost) is released without anyone asking.
+Autoscaling through a Provider joins this actor later (issue 7).
+"""
+
+from __future__ import annotations
+
+from iris.actors import actor
+from iris.base.clock import SYSTEM_CLOCK, Clock
+from iris.controller.scheduling.ledger import ReservationLedger, SliceSpec
+from iris.controller.scheduling.wire_format import from_wire, to_wire
+
+REGION_KEY_PREFIX = "/iris/regions/"
+
+
+def region_key(region: str) -> str:
+    return REGION_KEY_PREFIX + region
+
+
+@actor
+class Region:
+    # Lapsed holds are found within this long of their expiry (leases are 10 s).
+    tick_interval_s = 0.1
+
+    def __init__(self, region: str, slices: list[SliceSpec], clock: Clock = SYSTEM_CLOCK,
+                 boot: str = "0"):
+        self.region = region
+        self._clock = clock
+        self._ledger = ReservationLedger(region, slices, boot=boot)
+
+    def handle(self, message: dict) -> dict | None:
+        """One request (reserve / commit / abort / release); its reply, or None."""
+        reply = self._ledger.handle(from_wire(message), self._clock.monotonic())
+        return to_wire(reply) if reply is not None else None
+
+    def handle_many(self, messages: list[dict]) -> list[dict | None]:
+        """Several requests in one call (a coordinator under load batches its sends)."""
+        now = self._clock.monotonic()
+        replies = [self._ledger.handle(from_wire(m), now) for m in messages]
+        return [to_wire(r) if r is not None else None for r in replies]
+
+    def live_reservations(self) -> int:
+        return len(self._ledger.live(self._clock.monotonic()))
+
+    def on_tick(self) -> None:
+        self._ledger.expire(self._clock.monotonic())

@@ -1,0 +1,97 @@
+"""Gang allocation through real Region actors in three processes: whole or not at all."""
+
+from __future__ import annotations
+
+import os
+import queue
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import iris
+from iris.controller.gangs import GangPlacer
+from iris.controller.regions import region_key
+from iris.controller.scheduling.model import GangShape
+
+ROOT = Path(__file__).resolve().parents[2]
+REGION = """
+import sys, threading
+import iris
+from iris.controller.regions import Region, region_key
+from iris.controller.scheduling.ledger import SliceSpec
+
+region, slices = sys.argv[1], int(sys.argv[2])
+ctx = iris.connect()
+specs = [SliceSpec(f"{region}-s{i}", "v5litepod-16", tuple(f"{region}-s{i}-h{j}" for j in range(4)))
+         for i in range(slices)]
+ctx.node.host(region_key(region), Region, (region, specs))
+print("READY", ctx.node.address, flush=True)
+threading.Event().wait()
+"""
+SHAPE = GangShape("v5litepod-16", hosts=4, whole_slices=1)
+
+
+@pytest.fixture
+def three_regions(cluster):
+    procs, addresses = [], {}
+    try:
+        for name, slices in (("us-east", 0), ("us-central", 1), ("eu-west", 2)):
+            proc = subprocess.Popen(
+                [sys.executable, "-c", textwrap.dedent(REGION), name, str(slices)],
+                stdout=subprocess.PIPE, text=True,
+                env={**os.environ, "PYTHONPATH": str(ROOT), "IRIS_ADDRESS": cluster.address})
+            procs.append(proc)
+            line = proc.stdout.readline()
+            assert line.startswith("READY"), line
+            addresses[name] = line.split()[1]
+        yield addresses
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait(30)
+
+
+def test_gang_lands_whole_in_one_region_and_release_frees_it(cluster, three_regions):
+    events: queue.Queue = queue.Queue()
+    placer = GangPlacer(cluster.node, three_regions, on_placed=events.put,
+                        on_unplaceable=events.put, on_released=events.put).start()
+    try:
+        regions = ("us-east", "us-central", "eu-west")
+        placer.place("g1", SHAPE, regions)
+        placed = events.get(timeout=60)
+        assert type(placed).__name__ == "Placed" and placed.region in ("us-central", "eu-west")
+        assert len(placed.hosts) == 4 and len({h.rsplit("-h", 1)[0] for h in placed.hosts}) == 1
+        holds = {name: cluster.node.call(addr, region_key(name), "live_reservations").result(30)
+                 for name, addr in three_regions.items()}
+        assert holds[placed.region] == 1 and sum(holds.values()) == 1  # losers were aborted
+        placer.release("g1")
+        assert type(events.get(timeout=60)).__name__ == "GangReleased"
+        assert cluster.node.call(three_regions[placed.region], region_key(placed.region),
+                                 "live_reservations").result(30) == 0
+    finally:
+        placer.stop()
+
+
+def test_more_gangs_than_slices_the_extra_one_is_unplaceable_with_reasons(cluster, three_regions):
+    from iris.controller.scheduling.coordinator import CoordinatorConfig
+
+    events: queue.Queue = queue.Queue()
+    config = CoordinatorConfig(max_attempts=2, backoff_initial_s=0.05, backoff_max_s=0.1)
+    placer = GangPlacer(cluster.node, three_regions, config=config, on_placed=events.put,
+                        on_unplaceable=events.put).start()
+    try:
+        regions = ("us-east", "us-central", "eu-west")
+        for i in range(4):  # 3 slices in all: the fourth gang cannot be placed
+            placer.place(f"g{i}", SHAPE, regions)
+        outcomes = [events.get(timeout=60) for _ in range(4)]
+        kinds = sorted(type(o).__name__ for o in outcomes)
+        assert kinds == ["Placed", "Placed", "Placed", "Unplaceable"]
+        refused = next(o for o in outcomes if type(o).__name__ == "Unplaceable")
+        assert set(refused.reasons) == set(regions)
+        hosts = [h for o in outcomes if type(o).__name__ == "Placed" for h in o.hosts]
+        assert len(hosts) == len(set(hosts)) == 12  # no host promised twice
+    finally:
+        placer.stop()
