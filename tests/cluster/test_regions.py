@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-import iris
 from iris.controller.gangs import GangPlacer
 from iris.controller.regions import region_key
 from iris.controller.scheduling.model import GangShape
