@@ -31,6 +31,8 @@ def add_parsers(verbs: Any) -> None:
     run.add_argument("--env", action="append", default=[], metavar="K=V")
     run.add_argument("--pip", action="append", default=[], metavar="PKG")
     run.add_argument("--no-wait", action="store_true", help="print the job id and return")
+    run.add_argument("--dry-run", action="store_true",
+                     help="submit nothing: would it fit now, and where")
     run.add_argument("--json", action="store_true")
     run.add_argument("command", nargs=argparse.REMAINDER)
     for name, helptext in (("list", "list jobs"), ("status", "one job's tasks and attempts"),
@@ -55,9 +57,16 @@ def job_run(args: argparse.Namespace) -> int:
         raise SystemExit("iris job run: give the command after --")
     env = dict(pair.split("=", 1) for pair in args.env if "=" in pair)
     handle = iris.submit(command, name=args.name, replicas=args.replicas, env=env,
-                         pip=args.pip, priority=args.priority,
+                         pip=args.pip, priority=args.priority, dry_run=args.dry_run,
                          resources=Resources(cpu=args.cpu, memory=args.memory, tpu=args.tpu,
                                              gpu=args.gpu))
+    if args.dry_run:
+        print(json.dumps(handle) if args.json else handle["summary"])
+        for task, host in sorted(handle["placements"].items()) if not args.json else ():
+            print(f"  {task} -> {host}")
+        for task, reason in sorted(handle["pending"].items()) if not args.json else ():
+            print(f"  {task}: {reason['message']}")
+        return 0 if handle["fits_now"] else 1
     if args.no_wait:
         print(json.dumps({"job_id": handle.job_id}) if args.json else handle.job_id)
         return 0

@@ -168,11 +168,13 @@ def submit(entry: Callable | Sequence[str], *args: Any, name: str | None = None,
            max_retries_preemption: int | None = None, max_task_failures: int | None = None,
            timeout: float | None = None, scheduling_timeout: float | None = None,
            request_id: str | None = None, workspace: str | os.PathLike | None = None,
-           ) -> JobHandle:
+           dry_run: bool = False) -> JobHandle | dict:
     """Run `entry(*args)` (a callable) or `entry` (a command list) as a job; its handle.
 
     `workspace`: a directory shipped (content-addressed, uploaded once) to run the tasks
     in; a `requirements.txt` in it is installed into the job's environment.
+    `dry_run`: submit nothing; return whether it would fit now and where (a dict from the
+    real scheduler over the live workers).
     """
     ctx = _context_or_local_cluster()
     if callable(entry):
@@ -205,6 +207,8 @@ def submit(entry: Callable | Sequence[str], *args: Any, name: str | None = None,
                 "scheduling_timeout_s": scheduling_timeout,
                 "parent": os.environ.get("IRIS_JOB_ID")}
     raw.update({k: v for k, v in optional.items() if v is not None})
+    if dry_run:
+        return _controller(ctx, "dry_run", raw)
     for attempt in range(_SUBMIT_RETRIES):
         try:
             answer = _controller(ctx, "submit", raw)

@@ -51,6 +51,9 @@ class Controller:
     def submit(self, raw: dict) -> dict:
         return self._after(self._svc.submit(raw))
 
+    def dry_run(self, raw: dict) -> dict:
+        return self._svc.dry_run(raw)
+
     def kill(self, job_id: str, reason: str = "killed by user") -> dict:
         return self._after(self._svc.kill(job_id, reason))
 

@@ -20,7 +20,7 @@ from typing import Any
 from iris.base.clock import SYSTEM_CLOCK, Clock
 from iris.base.errors import InvalidRequestError, IrisError, NotFoundError, StorageError
 from iris.base.ids import new_id
-from iris.controller import placement
+from iris.controller import placement, scheduler_view
 from iris.controller.bundle_store import BundleStore
 from iris.controller.capacity import Offer, fits_checker
 from iris.controller.jobs import events as ev
@@ -29,6 +29,7 @@ from iris.controller.jobs.env import gang_leader, task_environment
 from iris.controller.jobs.spec import JobSpec, validate_submit
 from iris.controller.jobs.state import KernelConfig
 from iris.controller.jobs.store import JobStore
+from iris.controller.scheduling.dry_run import dry_run
 from iris.controller.workers import DEFAULT_DEAD_AFTER_S, WorkerTable
 from iris.logstore.config import LogStoreConfig
 
@@ -99,6 +100,12 @@ class ControllerService:
         effects = self._run_many([ev.Submit(new_id("ev-"), spec)], schedule=True)
         accepted = next(e for e in effects if isinstance(e, ev.Accepted))
         return {"job_id": accepted.job_id, "duplicate": accepted.duplicate}
+
+    def dry_run(self, raw: dict) -> dict:
+        """Would this submission fit now, and where (the real scheduler; changes nothing)."""
+        spec = validate_submit(raw, parent=self._parent_spec(raw), fits=self._fits)
+        hosts = scheduler_view.host_views(self.state, self.workers.workers.values())
+        return dry_run(hosts, scheduler_view.task_demands(spec, self.clock.wall()))
 
     def kill(self, job_id: str, reason: str = "killed by user") -> dict:
         self._run(ev.Kill(new_id("ev-"), job_id, reason))

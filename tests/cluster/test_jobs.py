@@ -211,3 +211,20 @@ def test_submit_naming_an_unknown_bundle_is_refused(jobs_cluster):
             "name": "x", "entrypoint": {"kind": "command", "argv": ["true"]},
             "user": "u", "bundle": "0" * 64},)).result(30)
     assert info.value.field == "bundle"
+
+
+def test_dry_run_answers_where_it_would_fit_and_submits_nothing(jobs_cluster):
+    before = len(iris.current().node.call(iris.current().address, "/iris/controller",
+                                          "list_jobs").result(30))
+    fits = iris.submit(add, 1, 2, replicas=2, resources=iris.Resources(cpu=2), dry_run=True)
+    assert fits["fits_now"] is True and len(fits["placements"]) == 2
+    workers = {w["worker_id"] for w in iris.current().node.call(
+        iris.current().address, "/iris/controller", "list_workers").result(30)}
+    assert set(fits["placements"].values()) <= workers
+    too_big = iris.submit(add, 1, 2, replicas=5, resources=iris.Resources(cpu=8),
+                          dry_run=True)  # 5 tasks of a whole worker each; there are 2
+    assert too_big["fits_now"] is False and too_big["pending"]
+    assert "does not fit now" in too_big["summary"]
+    after = len(iris.current().node.call(iris.current().address, "/iris/controller",
+                                         "list_jobs").result(30))
+    assert after == before

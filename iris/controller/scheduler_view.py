@@ -1,0 +1,62 @@
+"""The scheduler's view of the live cluster: HostView / TaskDemand from controller state. Pure.
+
+Not the scheduler (scheduling/) nor placement policy. Builds what `scheduling.schedule`
+and `scheduling.dry_run` take from the worker table and the kernel's records, so one pass
+sees exactly what the controller has promised on each worker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from iris.controller.jobs.spec import JobSpec
+from iris.controller.jobs.state import KernelState
+from iris.controller.scheduling.constraints import parse_constraints
+from iris.controller.scheduling.model import (
+    Band,
+    Demand,
+    HostView,
+    RunningAttempt,
+    TaskDemand,
+    per_host_demand,
+)
+from iris.controller.workers import WorkerInfo
+
+
+def host_views(state: KernelState, workers: Iterable[WorkerInfo]) -> list[HostView]:
+    views = []
+    for w in workers:
+        attrs = w.attributes
+        running = []
+        for attempt_id in sorted(state.by_worker.get(w.worker_id, ())):
+            attempt = state.attempts[attempt_id]
+            spec = state.jobs[attempt.job_id].spec
+            running.append(RunningAttempt(
+                attempt_id, f"{attempt.job_id}[{attempt.task_index}]", attempt.job_id,
+                spec.user, Band.parse(spec.priority), per_host_demand(spec.resources),
+                _gang_id(spec, attempt.task_index)))
+        accelerator = attrs.get("accelerator_type") or None
+        views.append(HostView(
+            w.worker_id, w.region, attrs.get("zone", w.region),
+            Demand(w.cpu, w.memory_bytes, w.accelerators),
+            scale_group=attrs.get("scale_group", ""), slice_id=attrs.get("slice_id"),
+            accelerator=accelerator,
+            accelerator_variant=accelerator.rsplit("-", 1)[0] if accelerator else None,
+            preemptible=attrs.get("preemptible", "false").lower() == "true",
+            running=tuple(running), attributes=dict(attrs)))
+    return views
+
+
+def task_demands(spec: JobSpec, submitted_at: float) -> list[TaskDemand]:
+    """Every task of a job (submitted or only proposed) as the scheduler's pending work."""
+    constraints = parse_constraints(spec.constraints)
+    band = Band.parse(spec.priority)
+    return [TaskDemand(f"{spec.name}[{i}]", spec.name, spec.user, band, spec.resources,
+                       constraints, _gang_id(spec, i), spec.gang_size, submitted_at)
+            for i in range(spec.num_tasks)]
+
+
+def _gang_id(spec: JobSpec, task_index: int) -> str | None:
+    if spec.gang_size <= 1:
+        return None
+    return f"{spec.name}#g{task_index // spec.gang_size}"
