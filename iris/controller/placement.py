@@ -26,13 +26,17 @@ class _Free:
     accelerators: int
 
 
-def free_capacity(state: KernelState, workers: Iterable[WorkerInfo]) -> dict[str, _Free]:
+def free_capacity(state: KernelState, workers: Iterable[WorkerInfo],
+                  stopping: dict[str, dict[str, Resources]] | None = None) -> dict[str, _Free]:
+    """What is free on each worker: its offer minus the attempts the kernel wants there and
+    those still stopping (told to stop, exit not yet reported)."""
     free = {}
     for w in workers:
         room = _Free(w.cpu, w.memory_bytes, w.accelerators)
-        for attempt_id in state.by_worker.get(w.worker_id, ()):
-            attempt = state.attempts[attempt_id]
-            res = state.jobs[attempt.job_id].spec.resources
+        held = [state.jobs[state.attempts[a].job_id].spec.resources
+                for a in state.by_worker.get(w.worker_id, ())]
+        held += list((stopping or {}).get(w.worker_id, {}).values())
+        for res in held:
             room.cpu -= res.cpu
             room.memory -= res.memory_bytes
             room.accelerators -= _accelerators(res)
@@ -41,9 +45,11 @@ def free_capacity(state: KernelState, workers: Iterable[WorkerInfo]) -> dict[str
 
 
 def place(state: KernelState, workers: dict[str, WorkerInfo],
-          new_attempt_id: Callable[[], str]) -> tuple[list[tuple[Placement, ...]], dict]:
+          new_attempt_id: Callable[[], str],
+          stopping: dict[str, dict[str, Resources]] | None = None,
+          ) -> tuple[list[tuple[Placement, ...]], dict]:
     """Gangs to assign now, and a pending reason per job that could not be placed."""
-    free = free_capacity(state, workers.values())
+    free = free_capacity(state, workers.values(), stopping)
     gangs = _pending_gangs(state)
     assignments, reasons = [], {}
     for job_id, indices in gangs:

@@ -20,6 +20,7 @@ from typing import Any
 from iris.base.clock import SYSTEM_CLOCK, Clock
 from iris.base.errors import InvalidRequestError, IrisError, NotFoundError, StorageError
 from iris.base.ids import new_id
+from iris.base.resources import Resources
 from iris.controller import placement, scheduler_view
 from iris.controller.bundle_store import BundleStore
 from iris.controller.capacity import Offer, fits_checker
@@ -86,6 +87,9 @@ class ControllerService:
         # Placement runs only after something changed (an event, a worker came or went):
         # a pass over 7,500 pending tasks cost 17-77 ms, too much for every 50 ms tick.
         self._placement_due = True
+        # Attempts told to stop whose exit is not reported yet: they still hold their
+        # worker's resources (a grace period can last 10 s), so placement counts them.
+        self.stopping: dict[str, dict[str, Resources]] = {}
         self._fits = fits_checker(config.offers) if config.offers is not None else None
 
     # ------------------------------------------------------------ requests
@@ -166,6 +170,9 @@ class ControllerService:
         _log.info("worker %s registered at %s running %d attempts: %s", worker_id, address,
                   len(running), ", ".join(running))
         events = [self._update_event(u) for u in updates]
+        still = set(running)  # what it no longer runs is not stopping any more
+        for attempt_id in [a for a in self.stopping.get(worker_id, {}) if a not in still]:
+            self._stopped(attempt_id)
         events.append(ev.Reconcile(new_id("ev-"), worker_id, tuple(running)))
         self._run_many([e for e in events if e is not None], schedule=True)
         return views.desired_attempts(self.state, worker_id)
@@ -180,6 +187,8 @@ class ControllerService:
 
     def _update_event(self, update: dict) -> ev.Event | None:
         attempt_id, status = update["attempt_id"], update["status"]
+        if status in ("exited", "preempted"):
+            self._stopped(attempt_id)
         eid = new_id("ev-")
         if status == "building":
             return ev.AttemptBuilding(eid, attempt_id)
@@ -193,6 +202,13 @@ class ControllerService:
         _log.warning("worker sent unknown attempt status %r for %s", status, attempt_id)
         return None
 
+    def _stopped(self, attempt_id: str) -> None:
+        for worker_id, attempts in list(self.stopping.items()):
+            if attempts.pop(attempt_id, None) is not None:
+                self._placement_due = True
+                if not attempts:
+                    del self.stopping[worker_id]
+
     # ------------------------------------------------------------ time
 
     def tick(self) -> None:
@@ -200,6 +216,8 @@ class ControllerService:
         events: list[ev.Event] = [ev.Tick(new_id("ev-"))]
         lost = self.workers.lost(now)
         events += [ev.WorkerLost(new_id("ev-"), w, "no heartbeat") for w in lost]
+        for worker_id in lost:  # its processes are gone with it
+            self.stopping.pop(worker_id, None)
         self._placement_due = self._placement_due or bool(lost)
         if self._unclaimed and now - self._started > self.config.restart_grace_s:
             events += [ev.WorkerLost(new_id("ev-"), w, "did not come back after a controller "
@@ -219,7 +237,7 @@ class ControllerService:
             self.pending_reasons.clear()
             return []
         gangs, self.pending_reasons = placement.place(self.state, self.workers.workers,
-                                                      lambda: new_id("att-"))
+                                                      lambda: new_id("att-"), self.stopping)
         return [ev.Assign(new_id("ev-"), gang) for gang in gangs]
 
     # ------------------------------------------------------------ the one path of change
@@ -261,6 +279,10 @@ class ControllerService:
             self._queue_start(effect)
         elif isinstance(effect, ev.StopAttempt):
             worker = self.workers.workers.get(effect.worker_id)
+            attempt = self.state.attempts.get(effect.attempt_id)
+            if worker is not None and attempt is not None:
+                self.stopping.setdefault(worker.worker_id, {})[effect.attempt_id] = \
+                    self.state.jobs[attempt.job_id].spec.resources
             if worker is not None:
                 self.commands.append(Command("stop", worker.worker_id, worker.address, {
                     "attempt_id": effect.attempt_id, "grace_s": effect.grace_s,

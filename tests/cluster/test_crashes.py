@@ -145,3 +145,29 @@ def _kill_group(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def checkpoint_slowly(marker_dir: str) -> None:
+    """Holds its slot; on stop, spends a second 'checkpointing' before it exits."""
+    gate = threading.Event()
+
+    def checkpoint() -> None:
+        gate.wait(1.0)
+        Path(marker_dir, "checkpointed").touch()
+
+    iris.on_preempt(checkpoint)
+    Path(marker_dir, "running").touch()
+    threading.Event().wait(600)
+
+
+def test_slot_of_a_stopping_task_is_not_reused_until_it_exits(tmp_path):
+    with iris.local_cluster(workers=1, worker_cpu=1, state_dir=tmp_path / "c",
+                            stop_grace_s=30):
+        first = iris.submit(checkpoint_slowly, str(tmp_path), resources=iris.Resources(cpu=1))
+        wait_until(lambda: (tmp_path / "running").exists(), what="the first task running")
+        first.kill()
+        second = iris.submit(quick, str(tmp_path), "second", resources=iris.Resources(cpu=1))
+        assert second.result(timeout=120) == "second"
+        assert (tmp_path / "checkpointed").exists()  # the first exited before the second ran
+        task = second.tasks()[0]
+        assert task["attempts"] == 1 and task["failures"] == 0
