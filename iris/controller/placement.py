@@ -4,7 +4,8 @@ Not the global scheduler (scheduling/, which adds bands, preemption, fair share 
 topology); this is the placement the controller runs until that is wired in. A gang's tasks
 go to distinct workers (one task per host) or not at all. Usage per worker is derived from
 the attempts the kernel wants running there, so a worker never gets more than it offers.
-Every task left pending gets a reason a person can act on.
+Every task left pending gets a reason a person can act on, in the scheduler's
+vocabulary (scheduling/reasons.py ReasonCode).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from iris.base.resources import Resources
 from iris.controller.jobs.events import Placement
 from iris.controller.jobs.state import KernelState
 from iris.controller.scheduling.constraints import matches_all, parse_constraints
+from iris.controller.scheduling.reasons import ReasonCode
 from iris.controller.workers import WorkerInfo
 
 
@@ -46,11 +48,13 @@ def free_capacity(state: KernelState, workers: Iterable[WorkerInfo],
 
 def place(state: KernelState, workers: dict[str, WorkerInfo],
           new_attempt_id: Callable[[], str],
-          stopping: dict[str, dict[str, Resources]] | None = None,
+          stopping: dict[str, dict[str, Resources]] | None = None, gangs_only: bool = False,
           ) -> tuple[list[tuple[Placement, ...]], dict]:
-    """Gangs to assign now, and a pending reason per job that could not be placed."""
+    """Gangs to assign now, and a pending reason per job that could not be placed.
+    With `gangs_only`, single-host tasks are left to the global scheduler."""
     free = free_capacity(state, workers.values(), stopping)
-    gangs = _pending_gangs(state)
+    gangs = [g for g in _pending_gangs(state)
+             if not gangs_only or state.jobs[g[0]].spec.gang_size > 1]
     assignments, reasons = [], {}
     for job_id, indices in gangs:
         spec = state.jobs[job_id].spec
@@ -103,10 +107,11 @@ def _reason(res: Resources, needed: int, workers: dict, eligible: list, fitting:
     shape = (f"cpu={res.cpu} memory={res.memory_bytes}"
              + (f" {res.accelerator}" if res.accelerator else ""))
     if not workers:
-        code, message = "no_workers", "no worker has registered yet"
+        code, message = ReasonCode.NO_CAPACITY, "no worker has registered yet"
     elif not eligible:
-        code, message = "constraint_unmatched", f"no worker matches {shape} and the constraints"
+        code, message = (ReasonCode.CONSTRAINT_UNMATCHED,
+                         f"no worker matches {shape} and the constraints")
     else:
-        code, message = "no_capacity", (f"needs {needed} worker(s) with free {shape}; "
+        code, message = ReasonCode.NO_CAPACITY, (f"needs {needed} worker(s) with free {shape}; "
                                         f"{len(fitting)} of {len(eligible)} eligible have room")
-    return {"code": code, "message": message}
+    return {"code": code.value, "message": message}

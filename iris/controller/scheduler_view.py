@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from iris.base.resources import Resources
 from iris.controller.jobs.spec import JobSpec
 from iris.controller.jobs.state import KernelState
 from iris.controller.scheduling.constraints import parse_constraints
@@ -23,16 +24,21 @@ from iris.controller.scheduling.model import (
 from iris.controller.workers import WorkerInfo
 
 
-def host_views(state: KernelState, workers: Iterable[WorkerInfo]) -> list[HostView]:
+def host_views(state: KernelState, workers: Iterable[WorkerInfo],
+               stopping: dict[str, dict[str, Resources]] | None = None) -> list[HostView]:
+    """Workers as hosts; attempts still stopping count as terminating (they hold the room
+    until they exit, and are never chosen for eviction again)."""
     views = []
     for w in workers:
         attrs = w.attributes
-        running = []
+        running = [RunningAttempt(a, "", "", "", Band.BATCH, per_host_demand(res),
+                                  terminating=True)
+                   for a, res in sorted((stopping or {}).get(w.worker_id, {}).items())]
         for attempt_id in sorted(state.by_worker.get(w.worker_id, ())):
             attempt = state.attempts[attempt_id]
             spec = state.jobs[attempt.job_id].spec
             running.append(RunningAttempt(
-                attempt_id, f"{attempt.job_id}[{attempt.task_index}]", attempt.job_id,
+                attempt_id, task_id(attempt.job_id, attempt.task_index), attempt.job_id,
                 spec.user, Band.parse(spec.priority), per_host_demand(spec.resources),
                 _gang_id(spec, attempt.task_index)))
         accelerator = attrs.get("accelerator_type") or None
@@ -47,13 +53,24 @@ def host_views(state: KernelState, workers: Iterable[WorkerInfo]) -> list[HostVi
     return views
 
 
-def task_demands(spec: JobSpec, submitted_at: float) -> list[TaskDemand]:
-    """Every task of a job (submitted or only proposed) as the scheduler's pending work."""
+def task_demands(spec: JobSpec, submitted_at: float,
+                 indices: Iterable[int] | None = None) -> list[TaskDemand]:
+    """Tasks of a job (all of them, or `indices`) as the scheduler's pending work."""
     constraints = parse_constraints(spec.constraints)
     band = Band.parse(spec.priority)
-    return [TaskDemand(f"{spec.name}[{i}]", spec.name, spec.user, band, spec.resources,
+    wanted = range(spec.num_tasks) if indices is None else indices
+    return [TaskDemand(task_id(spec.name, i), spec.name, spec.user, band, spec.resources,
                        constraints, _gang_id(spec, i), spec.gang_size, submitted_at)
-            for i in range(spec.num_tasks)]
+            for i in wanted]
+
+
+def task_id(job_id: str, index: int) -> str:
+    return f"{job_id}[{index}]"
+
+
+def parse_task_id(value: str) -> tuple[str, int]:
+    job_id, _, rest = value.rpartition("[")
+    return job_id, int(rest.rstrip("]"))
 
 
 def _gang_id(spec: JobSpec, task_index: int) -> str | None:

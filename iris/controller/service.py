@@ -31,6 +31,7 @@ from iris.controller.jobs.spec import JobSpec, validate_submit
 from iris.controller.jobs.state import KernelConfig
 from iris.controller.jobs.store import JobStore
 from iris.controller.scheduling.dry_run import dry_run
+from iris.controller.scheduling.scheduler import schedule
 from iris.controller.workers import DEFAULT_DEAD_AFTER_S, WorkerTable
 from iris.logstore.config import LogStoreConfig
 
@@ -108,7 +109,8 @@ class ControllerService:
     def dry_run(self, raw: dict) -> dict:
         """Would this submission fit now, and where (the real scheduler; changes nothing)."""
         spec = validate_submit(raw, parent=self._parent_spec(raw), fits=self._fits)
-        hosts = scheduler_view.host_views(self.state, self.workers.workers.values())
+        hosts = scheduler_view.host_views(self.state, self.workers.workers.values(),
+                                          self.stopping)
         return dry_run(hosts, scheduler_view.task_demands(spec, self.clock.wall()))
 
     def kill(self, job_id: str, reason: str = "killed by user") -> dict:
@@ -231,13 +233,41 @@ class ControllerService:
     def schedule(self) -> None:
         self._run_many([], schedule=True)
 
-    def _placements(self) -> list[ev.Event]:
-        """Assign events for whatever pending work fits now (decided on the current state)."""
-        if not self.state.pending:
-            self.pending_reasons.clear()
+    def _scheduled(self) -> list[ev.Event]:
+        """The global scheduler's pass over pending single-host tasks: Assign events, and
+        Preempted events for lower-band attempts it evicts to make room."""
+        pending = [(j, i) for j, i in self.state.pending if self.state.jobs[j].spec.gang_size == 1]
+        self.pending_reasons = {}
+        if not pending:
             return []
-        gangs, self.pending_reasons = placement.place(self.state, self.workers.workers,
-                                                      lambda: new_id("att-"), self.stopping)
+        demands = []
+        for job_id, index in pending:
+            job = self.state.jobs[job_id]
+            demands += scheduler_view.task_demands(job.spec, job.submitted_at, (index,))
+        hosts = scheduler_view.host_views(self.state, self.workers.workers.values(),
+                                          self.stopping)
+        plan = schedule(hosts, demands)
+        events: list[ev.Event] = []
+        for a in plan.assignments:
+            job_id, index = scheduler_view.parse_task_id(a.task_id)
+            events.append(ev.Assign(new_id("ev-"), (
+                ev.Placement(job_id, index, a.host_id, new_id("att-")),)))
+        for p in plan.preemptions:
+            events.append(ev.Preempted(new_id("ev-"), p.attempt_id,
+                                       f"preempted for {p.for_job} ({p.reason})"))
+        for task, reason in plan.reasons.items():
+            self.pending_reasons.setdefault(scheduler_view.parse_task_id(task)[0],
+                                            reason.to_dict())
+        return events
+
+    def _gang_placements(self) -> list[ev.Event]:
+        """Whole gangs, first fit, on what the scheduler's assignments left free (gang
+        reservation through Region actors replaces this when region inventory is wired)."""
+        if not any(self.state.jobs[j].spec.gang_size > 1 for j, _ in self.state.pending):
+            return []
+        gangs, reasons = placement.place(self.state, self.workers.workers,
+                                         lambda: new_id("att-"), self.stopping, gangs_only=True)
+        self.pending_reasons.update(reasons)
         return [ev.Assign(new_id("ev-"), gang) for gang in gangs]
 
     # ------------------------------------------------------------ the one path of change
@@ -259,9 +289,12 @@ class ControllerService:
             self._placement_due = True
         if schedule and self._placement_due:
             self._placement_due = False
-            for assign in self._placements():
-                _, out = kernel.handle(self.state, assign, now)
-                effects.extend(out)
+            if not self.state.pending:
+                self.pending_reasons = {}
+            for decide in (self._scheduled, self._gang_placements):  # each on the updated state
+                for decision in decide():
+                    _, out = kernel.handle(self.state, decision, now)
+                    effects.extend(out)
         if not effects:
             return effects
         persists = [e for e in effects if isinstance(e, ev.Persist)]

@@ -1,7 +1,7 @@
 """A local cluster with a dashboard and jobs in every state the pages show.
 
 One worker advertising 3 CPUs: `run` and `victim` (1 CPU each, sleeping) keep it busy, so
-`pend` (3 CPUs) waits with a "no_capacity" reason while 1 CPU stays free for jobs a test
+`pend` (3 CPUs) waits with a "NO_CAPACITY" reason while 1 CPU stays free for jobs a test
 runs; `ok` succeeded and `bad` failed with exit code 3.
 """
 

@@ -23,7 +23,7 @@ def test_jobs_api_lists_jobs_in_every_state_with_the_pending_reason(dash):
     assert by_id[jobs["run"].job_id]["task_counts"] == {"running": 1}
     pend = by_id[jobs["pend"].job_id]
     assert pend["state"] == "pending"
-    assert pend["pending_reason"]["code"] == "no_capacity"
+    assert pend["pending_reason"]["code"] == "NO_CAPACITY"
 
 
 def test_jobs_api_filters_by_state_user_and_prefix_sorts_and_pages(dash):
@@ -63,7 +63,7 @@ def test_job_api_shows_tasks_attempts_with_workers_and_exit_codes(dash):
     assert attempt["worker_id"].startswith("w-")
     assert bad["pending_reason"] is None
     _, pend = dash.get(f"api/job?id={dash.jobs['pend'].job_id}")
-    assert pend["pending_reason"]["code"] == "no_capacity"
+    assert pend["pending_reason"]["code"] == "NO_CAPACITY"
 
 
 def test_job_api_unknown_job_is_not_found_and_malformed_id_is_refused(dash):
@@ -112,7 +112,7 @@ def test_scheduler_api_shows_the_pending_queue_by_band_with_why_pending(dash):
     assert list(bands) == ["production", "interactive", "batch"]
     (pend,) = [j for j in bands["interactive"] if j["job_id"] == dash.jobs["pend"].job_id]
     assert pend["pending_tasks"] == 1
-    assert "free cpu=3" in pend["pending_reason"]["message"]
+    assert "cpu=3" in pend["pending_reason"]["message"]  # names the shape it waits for
 
 
 def test_capacity_api_says_honestly_there_is_no_autoscaler(dash):

@@ -54,7 +54,7 @@ def test_jobs_page_lists_jobs_in_every_state(dash, page):
     for name in ("ok", "bad", "run", "pend"):
         rows.filter(has_text=dash.jobs[name].job_id).first.wait_for()
     assert "failed" in rows.filter(has_text=dash.jobs["bad"].job_id).inner_text()
-    assert "no_capacity" in rows.filter(has_text=dash.jobs["pend"].job_id).inner_text()
+    assert "NO_CAPACITY" in rows.filter(has_text=dash.jobs["pend"].job_id).inner_text()
     _shot(page, "jobs")
     page.select_option("#f-state", "failed")
     page.click("#f-apply")
@@ -105,7 +105,7 @@ def test_actors_page_shows_registered_names_and_hosts(dash, page):
 def test_scheduler_and_capacity_pages_explain_pending_work(dash, page):
     page.goto(f"{dash.handle.url}#/scheduler")
     page.locator("tr.pending-row", has_text=dash.jobs["pend"].job_id).wait_for()
-    assert "no_capacity" in page.locator("#band-interactive").inner_text()
+    assert "NO_CAPACITY" in page.locator("#band-interactive").inner_text()
     _shot(page, "scheduler")
     page.click("#nav-capacity")
     page.locator("#capacity-note", has_text="no autoscaler yet").wait_for()
