@@ -11,9 +11,9 @@ import threading
 from pathlib import Path
 
 from iris.actors import ClusterContext, Node, NodeConfig, Security
-from iris.base.errors import ConfigError
+from iris.base.errors import ConfigError, InvalidRequestError
 from iris.base.ids import new_id
-from iris.base.resources import Resources
+from iris.base.resources import Resources, tpu_shape
 from iris.worker.actor import WORKER_KEY_PREFIX as WORKER_PREFIX
 from iris.worker.actor import Worker
 
@@ -31,6 +31,25 @@ def _worker_id(root: Path, given: str | None) -> str:
     root.mkdir(parents=True, exist_ok=True)
     id_file.write_text(worker_id)
     return worker_id
+
+
+def advertised_resources(attributes: dict[str, str]) -> Resources:
+    """What this host offers, for its own admission check: cpu, memory, and the
+    accelerator its attributes name (a TPU slice type, or a GPU model with a count)."""
+    accelerator = attributes.get("accelerator_type")
+    extra: dict = {}
+    if accelerator:
+        try:
+            tpu_shape(accelerator)
+            extra["tpu"] = accelerator
+        except InvalidRequestError:
+            extra["gpu"] = accelerator
+            extra["count"] = max(1, int(attributes.get("accelerator_count", "1")))
+    try:
+        return Resources(cpu=float(attributes["cpu"]), memory=int(float(attributes["memory"])),
+                         **extra)
+    except (InvalidRequestError, ValueError) as exc:
+        raise ConfigError(f"worker attributes do not describe a host: {exc}") from exc
 
 
 def parse_attrs(pairs: list[str]) -> dict[str, str]:
@@ -56,7 +75,7 @@ def run_worker(controller: str, *, region: str = "local", attrs: dict[str, str] 
                   "hostname": socket.gethostname(), "pid": str(os.getpid()),
                   "memory": str(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")),
                   **(attrs or {})}
-    advertised = Resources(cpu=float(attributes["cpu"]), memory=int(attributes["memory"]))
+    advertised = advertised_resources(attributes)
     security = Security.load(keys_dir) if keys_dir else None
     node = Node(NodeConfig(bind=bind), security=security).start()
     ctx = ClusterContext(node, controller, namespace="/", owns_node=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 from fake_tpu_server import FakeTpuServer
@@ -75,7 +76,24 @@ def _gcp_tpu() -> Iterator[ProviderHarness]:
         provider.close()
 
 
-_HARNESSES = {"simulated": _simulated, "gcp_tpu": _gcp_tpu}
+@contextlib.contextmanager
+def _local() -> Iterator[ProviderHarness]:
+    """Real worker processes registering with a real controller on 127.0.0.1 (never the
+    config's controller address, which is not on this machine)."""
+    import tempfile
+
+    import iris
+    from iris.controller.providers.local import LocalProvider
+
+    with tempfile.TemporaryDirectory(prefix="iris-local-provider-") as root, \
+            iris.local_cluster() as cluster:
+        provider = LocalProvider(cluster.address, Path(root), REGION)
+        yield ProviderHarness("local", provider, cluster_config(), provider.preempt,
+                              lambda zone: provider.set_capacity(zone, 0), lambda: None)
+        provider.close()
+
+
+_HARNESSES = {"simulated": _simulated, "gcp_tpu": _gcp_tpu, "local": _local}
 
 
 @pytest.fixture(params=sorted(_HARNESSES))
