@@ -18,8 +18,8 @@ from pathlib import Path
 from iris.actors import ClusterContext, Node, NodeConfig, Security
 from iris.actors.context import join
 from iris.actors.current import current_context
+from iris.actors.keys import CONTROLLER_KEY
 from iris.base.errors import ConfigError, IrisError
-from iris.controller.actor import CONTROLLER_KEY
 from iris.controller.capacity import Offer
 from iris.controller.main import host_controller
 from iris.controller.service import ControllerConfig

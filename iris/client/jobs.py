@@ -22,6 +22,7 @@ import cloudpickle
 
 from iris.actors import ActorGroup, ActorRef, ClusterContext, current
 from iris.actors.current import current_context
+from iris.actors.keys import CONTROLLER_KEY
 from iris.base.errors import JobFailedError, PeerUnavailableError
 from iris.base.resources import Resources
 from iris.controller.jobs.model import TERMINAL_JOB, JobState
@@ -30,7 +31,6 @@ from iris.logstore.model import LogLine
 from iris.logstore.reader import LogFilter, follow_logs, read_logs
 from iris.worker.bundles import pack
 
-CONTROLLER_KEY = "/iris/controller"
 TERMINAL = frozenset(state.value for state in TERMINAL_JOB)
 # A submit that loses its connection is retried this many times with the same request id.
 _SUBMIT_RETRIES = 3

@@ -14,22 +14,17 @@ import logging
 from typing import Any
 
 from iris.actors import Node, actor
+from iris.actors.keys import worker_key
 from iris.controller.jobs.model import TERMINAL_JOB
 from iris.controller.service import ControllerConfig, ControllerService
 
 _log = logging.getLogger(__name__)
 
-CONTROLLER_KEY = "/iris/controller"
-WORKER_KEY_PREFIX = "/iris/workers/"
 # Dashboards see live state at most this old; rebuilding it walks every job (~2 ms at
 # 10,000 jobs), so not on every 50 ms tick.
 _SNAPSHOT_EVERY_S = 0.5
 # Finished jobs are pruned from the database about once an hour.
 _PRUNE_EVERY_S = 3600.0
-
-
-def worker_key(worker_id: str) -> str:
-    return WORKER_KEY_PREFIX + worker_id
 
 
 @actor

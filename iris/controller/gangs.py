@@ -17,8 +17,8 @@ from collections.abc import Callable
 from typing import Any
 
 from iris.actors import ActorFuture, Node
+from iris.actors.keys import region_key
 from iris.base.clock import SYSTEM_CLOCK, Clock
-from iris.controller.regions import region_key
 from iris.controller.scheduling.coordinator import (
     CoordinatorConfig,
     GangCoordinator,

@@ -9,8 +9,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from iris.actors import ClusterContext, Node, NodeConfig, Registry, Security
+from iris.actors.keys import CONTROLLER_KEY
 from iris.actors.registry import REGISTRY_KEY
-from iris.controller.actor import CONTROLLER_KEY, Controller
+from iris.controller.actor import Controller
 from iris.controller.capacity import offers_from_groups
 from iris.controller.service import ControllerConfig
 from iris.logstore.config import LogStoreConfig

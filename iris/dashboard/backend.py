@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from iris.actors import REGISTRY_KEY, Node
+from iris.actors.keys import CONTROLLER_KEY
 from iris.base.ids import parent_path
-from iris.controller.actor import CONTROLLER_KEY
 from iris.dashboard import metrics
 from iris.dashboard.reads import JobQuery, JobReader
 from iris.logstore.config import LogStoreConfig, open_sink

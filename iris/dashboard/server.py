@@ -17,8 +17,8 @@ from pathlib import Path
 from aiohttp import web
 
 from iris.actors import Node
+from iris.actors.keys import CONTROLLER_KEY
 from iris.base.errors import ConfigError
-from iris.controller.actor import CONTROLLER_KEY
 from iris.dashboard.app import build_app
 from iris.dashboard.backend import Backend
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from iris.actors import Node, actor
+from iris.actors.keys import worker_key
 from iris.base.errors import IrisError
 from iris.base.resources import Resources
 from iris.logstore.config import LogStoreConfig, open_sink
@@ -29,7 +30,6 @@ from iris.worker.process import AttemptProcess
 from iris.worker.runner import AttemptRequest, AttemptRunner, AttemptState, RunnerConfig
 
 _log = logging.getLogger(__name__)
-WORKER_KEY_PREFIX = "/iris/workers/"
 # Heartbeat period: the controller declares a worker lost after 3 s of silence.
 HEARTBEAT_S = 1.0
 # Error text of a failed attempt: the last lines it wrote to stderr.
@@ -55,7 +55,7 @@ class Worker:
         self.worker_id = worker_id
         self._node = node
         self._controller = (controller_address, controller_key)
-        self._key = WORKER_KEY_PREFIX + worker_id
+        self._key = worker_key(worker_id)
         self._attributes = attributes
         self._runner = AttemptRunner(RunnerConfig(root=root, grace_s=grace_s), advertised,
                                      cgroups=cgroups.detect(), fetch_bundle=self._fetch_bundle)

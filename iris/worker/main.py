@@ -11,13 +11,11 @@ import threading
 from pathlib import Path
 
 from iris.actors import ClusterContext, Node, NodeConfig, Security
+from iris.actors.keys import CONTROLLER_KEY, worker_key
 from iris.base.errors import ConfigError, InvalidRequestError
 from iris.base.ids import new_id
 from iris.base.resources import Resources, tpu_shape
-from iris.worker.actor import WORKER_KEY_PREFIX as WORKER_PREFIX
 from iris.worker.actor import Worker
-
-CONTROLLER_KEY = "/iris/controller"
 
 
 def _worker_id(root: Path, given: str | None) -> str:
@@ -81,7 +79,7 @@ def run_worker(controller: str, *, region: str = "local", attrs: dict[str, str] 
     ctx = ClusterContext(node, controller, namespace="/", owns_node=True)
     stop = stop or threading.Event()
     try:
-        ctx.serve(Worker, WORKER_PREFIX + worker_id, worker_id, controller, CONTROLLER_KEY,
+        ctx.serve(Worker, worker_key(worker_id), worker_id, controller, CONTROLLER_KEY,
                   attributes, root, node, advertised, grace_s)
         print(f"worker {worker_id} serving at {node.address}", flush=True)
         if ready is not None:
