@@ -1,8 +1,8 @@
-"""First-fit placement of pending tasks onto live workers, whole gangs at a time. Pure.
+"""First-fit placement of pending multi-host gangs onto live workers, whole or not at all. Pure.
 
-Not the global scheduler (scheduling/, which adds bands, preemption, fair share and slice
-topology); this is the placement the controller runs until that is wired in. A gang's tasks
-go to distinct workers (one task per host) or not at all. Usage per worker is derived from
+Not the global scheduler (scheduling/), which places every single-host task; gangs come
+here until their reservation through Region actors is wired into the controller. A gang's
+tasks go to distinct workers (one task per host) or not at all. Usage per worker is derived from
 the attempts the kernel wants running there, so a worker never gets more than it offers.
 Every task left pending gets a reason a person can act on, in the scheduler's
 vocabulary (scheduling/reasons.py ReasonCode).
@@ -48,13 +48,11 @@ def free_capacity(state: KernelState, workers: Iterable[WorkerInfo],
 
 def place(state: KernelState, workers: dict[str, WorkerInfo],
           new_attempt_id: Callable[[], str],
-          stopping: dict[str, dict[str, Resources]] | None = None, gangs_only: bool = False,
+          stopping: dict[str, dict[str, Resources]] | None = None,
           ) -> tuple[list[tuple[Placement, ...]], dict]:
-    """Gangs to assign now, and a pending reason per job that could not be placed.
-    With `gangs_only`, single-host tasks are left to the global scheduler."""
+    """Gangs to assign now, and a pending reason per job that could not be placed."""
     free = free_capacity(state, workers.values(), stopping)
-    gangs = [g for g in _pending_gangs(state)
-             if not gangs_only or state.jobs[g[0]].spec.gang_size > 1]
+    gangs = _pending_gangs(state)
     assignments, reasons = [], {}
     for job_id, indices in gangs:
         spec = state.jobs[job_id].spec
@@ -80,10 +78,12 @@ def place(state: KernelState, workers: dict[str, WorkerInfo],
 
 
 def _pending_gangs(state: KernelState) -> list[tuple[str, list[int]]]:
-    """Pending tasks grouped into whole gangs, production band first, oldest first."""
+    """Pending multi-host tasks grouped into whole gangs, production band first, oldest first."""
     by_gang: dict[tuple[str, int], list[int]] = {}
     for job_id, index in state.pending:
         size = state.jobs[job_id].spec.gang_size
+        if size == 1:
+            continue  # single-host tasks belong to the global scheduler
         by_gang.setdefault((job_id, index // size), []).append(index)
     whole = [(job_id, sorted(idx)) for (job_id, _), idx in by_gang.items()
              if len(idx) == state.jobs[job_id].spec.gang_size]

@@ -230,9 +230,6 @@ class ControllerService:
     def prune(self) -> None:
         self._run(ev.Prune(new_id("ev-"), self.config.retention_s))
 
-    def schedule(self) -> None:
-        self._run_many([], schedule=True)
-
     def _scheduled(self) -> list[ev.Event]:
         """The global scheduler's pass over pending single-host tasks: Assign events, and
         Preempted events for lower-band attempts it evicts to make room."""
@@ -266,7 +263,7 @@ class ControllerService:
         if not any(self.state.jobs[j].spec.gang_size > 1 for j, _ in self.state.pending):
             return []
         gangs, reasons = placement.place(self.state, self.workers.workers,
-                                         lambda: new_id("att-"), self.stopping, gangs_only=True)
+                                         lambda: new_id("att-"), self.stopping)
         self.pending_reasons.update(reasons)
         return [ev.Assign(new_id("ev-"), gang) for gang in gangs]
 
