@@ -32,16 +32,21 @@ def current() -> ClusterContext:
     return _context()
 
 
+def security_from_env(security: Security | None = None) -> Security | None:
+    """`security` if given, else the keys named by $IRIS_KEYS_DIR, else None (loopback)."""
+    if security is None and os.environ.get("IRIS_KEYS_DIR"):
+        return Security.load(os.environ["IRIS_KEYS_DIR"])
+    return security
+
+
 def join(address: str | None = None, *, namespace: str | None = None, bind: str | None = None,
          security: Security | None = None) -> ClusterContext:
     """A new node in this process, member of the cluster at `address` ($IRIS_ADDRESS)."""
     address = address or os.environ.get("IRIS_ADDRESS")
     if not address:
         raise ConfigError("no cluster address: pass one or set $IRIS_ADDRESS")
-    if security is None and os.environ.get("IRIS_KEYS_DIR"):
-        security = Security.load(os.environ["IRIS_KEYS_DIR"])
     bind = bind or os.environ.get("IRIS_BIND") or "tcp://127.0.0.1:0"
-    node = Node(NodeConfig(bind=bind), security=security).start()
+    node = Node(NodeConfig(bind=bind), security=security_from_env(security)).start()
     return ClusterContext(node, address, namespace or os.environ.get("IRIS_NAMESPACE") or "/",
                           owns_node=True)
 

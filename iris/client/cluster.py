@@ -7,7 +7,6 @@ same programs operators run on real hosts; it waits until they have registered.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import tempfile
@@ -16,7 +15,7 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from iris.actors import ClusterContext, Node, NodeConfig, Security
-from iris.actors.context import join
+from iris.actors.context import join, security_from_env
 from iris.actors.current import current_context
 from iris.actors.keys import CONTROLLER_KEY
 from iris.base.errors import ConfigError, IrisError
@@ -25,16 +24,9 @@ from iris.controller.main import host_controller
 from iris.controller.service import ControllerConfig
 from iris.logstore.config import LogStoreConfig
 
-ENV_KEYS_DIR = "IRIS_KEYS_DIR"
 # Worker processes get this long to register before local_cluster gives up.
 _WORKER_START_S = 60.0
 
-
-def _security_from_env(security: Security | None) -> Security | None:
-    if security is not None:
-        return security
-    keys = os.environ.get(ENV_KEYS_DIR)
-    return Security.load(keys) if keys else None
 
 
 @contextmanager
@@ -53,7 +45,7 @@ def local_cluster(workers: int = 0, *, bind: str = "tcp://127.0.0.1:0",
     with ExitStack() as stack:
         root = Path(state_dir) if state_dir else Path(
             stack.enter_context(tempfile.TemporaryDirectory(prefix="iris-local-")))
-        node = Node(NodeConfig(bind=bind), security=_security_from_env(security)).start()
+        node = Node(NodeConfig(bind=bind), security=security_from_env(security)).start()
         stack.callback(node.stop)
         # The local workers are the whole fleet: what they offer bounds every request.
         offers = (Offer("local", (worker_attrs or {}).get("accelerator_type"),
@@ -123,7 +115,7 @@ def connect(address: str | None = None, *, namespace: str | None = None,
 
     Usable as a context manager, which leaves the cluster at the end of the block.
     """
-    ctx = join(address, namespace=namespace, bind=bind, security=_security_from_env(security))
+    ctx = join(address, namespace=namespace, bind=bind, security=security)
     current_context.set(ctx)
     return ctx
 
