@@ -36,21 +36,11 @@ def quick(marker_dir: str, name: str) -> str:
     return name
 
 
-def wait_until(predicate, timeout_s: float = 120.0, what: str = "condition"):
-    gate = threading.Event()
-    for _ in range(int(timeout_s / 0.05)):
-        value = predicate()
-        if value:
-            return value
-        gate.wait(0.05)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-
-
 def starts(marker_dir: Path, prefix: str) -> list[Path]:
     return sorted(marker_dir.glob(f"{prefix}-*"))
 
 
-def test_worker_killed_mid_task_its_task_reruns_on_another_worker(tmp_path):
+def test_worker_killed_mid_task_its_task_reruns_on_another_worker(tmp_path, wait_until):
     with iris.local_cluster(workers=2, state_dir=tmp_path / "cluster") as ctx:
         job = iris.submit(hold, str(tmp_path), "victim")
         first = wait_until(lambda: starts(tmp_path, "start-victim"), what="first attempt")[0]
@@ -92,7 +82,7 @@ def start_worker(address: str, work_dir: Path) -> subprocess.Popen:
                             start_new_session=True)
 
 
-def test_controller_sigkill_and_restart_loses_no_job_and_restarts_nothing(tmp_path):
+def test_controller_sigkill_and_restart_loses_no_job_and_restarts_nothing(tmp_path, wait_until):
     address = f"tcp://127.0.0.1:{free_port()}"
     markers = tmp_path / "markers"
     markers.mkdir()
@@ -160,7 +150,7 @@ def checkpoint_slowly(marker_dir: str) -> None:
     threading.Event().wait(600)
 
 
-def test_slot_of_a_stopping_task_is_not_reused_until_it_exits(tmp_path):
+def test_slot_of_a_stopping_task_is_not_reused_until_it_exits(tmp_path, wait_until):
     with iris.local_cluster(workers=1, worker_cpu=1, state_dir=tmp_path / "c",
                             stop_grace_s=30):
         first = iris.submit(checkpoint_slowly, str(tmp_path), resources=iris.Resources(cpu=1))

@@ -31,16 +31,7 @@ def starts(marker_dir: Path, name: str) -> list[Path]:
     return sorted(marker_dir.glob(f"start-{name}-*"))
 
 
-def wait_until(predicate, timeout_s: float = 120.0, what: str = "condition"):
-    gate = threading.Event()
-    for _ in range(int(timeout_s / 0.05)):
-        if predicate():
-            return
-        gate.wait(0.05)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-
-
-def test_production_preempts_batch_which_resumes_later_and_finishes(tmp_path):
+def test_production_preempts_batch_which_resumes_later_and_finishes(tmp_path, wait_until):
     with iris.local_cluster(workers=1, worker_cpu=2, state_dir=tmp_path / "c", stop_grace_s=5):
         batch = iris.submit(batch_work, str(tmp_path), "b", replicas=2,
                             resources=iris.Resources(cpu=1), priority="batch")
