@@ -27,7 +27,8 @@ REGIONS = ("us-east", "us-central", "eu-west")
 _REGION_PROC = """
 import sys, threading
 import iris
-from iris.controller.regions import Region, region_key
+from iris.actors.keys import region_key
+from iris.controller.regions import Region
 from iris.controller.scheduling.ledger import SliceSpec
 region = sys.argv[1]
 ctx = iris.connect()

@@ -46,9 +46,9 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from iris.actors import ClusterContext, Node, NodeConfig
+from iris.actors.keys import CONTROLLER_KEY
 from iris.base.clock import SYSTEM_CLOCK
 from iris.base.ids import new_id
-from iris.controller.actor import CONTROLLER_KEY
 from iris.controller.jobs import events as ev
 from iris.controller.jobs import kernel
 from iris.controller.jobs.spec import PRIORITIES, validate_submit

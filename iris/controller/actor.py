@@ -15,6 +15,7 @@ from typing import Any
 
 from iris.actors import Node, actor
 from iris.actors.keys import worker_key
+from iris.base.errors import NotFoundError
 from iris.controller.jobs.model import TERMINAL_JOB
 from iris.controller.service import ControllerConfig, ControllerService
 
@@ -92,8 +93,6 @@ class Controller:
             # a finish on the actor thread either is seen here or wakes the waiter.
             state = self._svc.job_state(job_id)
             if state is None:
-                from iris.base.errors import NotFoundError
-
                 raise NotFoundError(f"no job {job_id}")
             if state not in _TERMINAL:
                 try:

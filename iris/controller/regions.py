@@ -10,12 +10,9 @@ Autoscaling through a Provider joins this actor later (issue 7).
 from __future__ import annotations
 
 from iris.actors import actor
-from iris.actors.keys import region_key
 from iris.base.clock import SYSTEM_CLOCK, Clock
 from iris.controller.scheduling.ledger import ReservationLedger, SliceSpec
 from iris.controller.scheduling.wire_format import from_wire, to_wire
-
-__all__ = ["Region", "region_key"]
 
 
 @actor

@@ -13,15 +13,16 @@ from pathlib import Path
 import pytest
 
 import iris
+from iris.actors.keys import region_key
 from iris.controller.gangs import GangPlacer
-from iris.controller.regions import region_key
 from iris.controller.scheduling.model import GangShape
 
 ROOT = Path(__file__).resolve().parents[2]
 REGION = """
 import sys, threading
 import iris
-from iris.controller.regions import Region, region_key
+from iris.actors.keys import region_key
+from iris.controller.regions import Region
 from iris.controller.scheduling.ledger import SliceSpec
 
 region, slices = sys.argv[1], int(sys.argv[2])
