@@ -114,8 +114,8 @@ class Controller:
         return self._after(self._svc.register_worker(worker_id, address, attributes, running,
                                                      list(updates)))
 
-    def report(self, worker_id: str, updates: list[dict]) -> dict:
-        return self._after(self._svc.report(worker_id, updates))
+    def report(self, worker_id: str, updates: list[dict], stats: dict | None = None) -> dict:
+        return self._after(self._svc.report(worker_id, updates, stats))
 
     def list_workers(self) -> list[dict]:
         return self._svc.list_workers()

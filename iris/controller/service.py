@@ -81,6 +81,7 @@ class ControllerService:
         self.commands: list[Command] = []
         self.finished: list[str] = []
         self.pending_reasons: dict[str, dict] = {}
+        self.worker_stats: dict[str, dict] = {}  # worker id -> its last reported figures
         self._started = clock.monotonic()
         # Workers that had attempts before a restart and have not come back yet.
         self._unclaimed = set(self.state.by_worker)
@@ -153,7 +154,17 @@ class ControllerService:
             "at": self.clock.wall(), "workers": self.list_workers(),
             "pending_reasons": dict(self.pending_reasons), "jobs_by_state": counts,
             "summary": self.state.summary(), "pending_tasks": len(self.state.pending),
+            "log_shipping": self._log_shipping(),
         }
+
+    def _log_shipping(self) -> dict:
+        """Worst shipping lag and total dropped lines over the live workers' last reports."""
+        live = [s.get("log_shipping") for w, s in self.worker_stats.items()
+                if w in self.workers.workers and isinstance(s.get("log_shipping"), dict)]
+        if not live:
+            return {}
+        return {"max_flush_lag_s": max(float(s.get("max_flush_lag_s", 0.0)) for s in live),
+                "dropped_lines": sum(int(s.get("dropped_lines", 0)) for s in live)}
 
     def job_state(self, job_id: str) -> str | None:
         job = self.state.jobs.get(job_id)
@@ -179,10 +190,14 @@ class ControllerService:
         self._run_many([e for e in events if e is not None], schedule=True)
         return views.desired_attempts(self.state, worker_id)
 
-    def report(self, worker_id: str, updates: list[dict]) -> dict:
-        """Attempt updates from a worker (also its heartbeat). Unknown worker: re-register."""
+    def report(self, worker_id: str, updates: list[dict], stats: dict | None = None) -> dict:
+        """Attempt updates from a worker (also its heartbeat). Unknown worker: re-register.
+        `stats`: the worker's own figures for /metrics, e.g. {"log_shipping":
+        {"max_flush_lag_s": x, "dropped_lines": n}}; kept as last reported."""
         if not self.workers.heard(worker_id, self.clock.monotonic()):
             return {"acked": [], "reregister": True}
+        if isinstance(stats, dict):
+            self.worker_stats[worker_id] = stats
         batch = [self._update_event(u) for u in updates]
         self._run_many([e for e in batch if e is not None], schedule=bool(updates))
         return {"acked": [u["attempt_id"] for u in updates], "reregister": False}
