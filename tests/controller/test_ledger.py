@@ -165,3 +165,48 @@ def test_ledger_tombstones_are_pruned_after_their_ttl():
     ledger.expire(now=61)
     offer = ledger.reserve("g1", 1, GangShape(None, 1), 10, now=61)
     assert isinstance(offer, Reserved)  # the abort was forgotten; the lease still bounds it
+
+
+# ---- live inventory: hosts register and are lost while gangs are being reserved ------------
+
+def _tpu_slice(sid: str, hosts: int = 4) -> SliceSpec:
+    return SliceSpec(sid, "v5litepod-16", tuple(f"{sid}-h{j}" for j in range(hosts)))
+
+
+def test_ledger_inventory_slice_still_booting_is_not_offered_whole():
+    ledger = ReservationLedger("r1", [])
+    ledger.set_inventory([_tpu_slice("s0", hosts=3)])  # one host not registered yet
+    assert isinstance(ledger.reserve("g1", 1, SLICE, 10, now=0), Refused)
+    ledger.set_inventory([_tpu_slice("s0")])
+    assert isinstance(ledger.reserve("g1", 2, SLICE, 10, now=0), Reserved)
+
+
+def test_ledger_inventory_busy_hosts_are_never_reserved_until_they_free():
+    ledger = ReservationLedger("r1", [])
+    ledger.set_inventory([_tpu_slice("s0")], busy=["s0-h2"])
+    refused = ledger.reserve("g1", 1, SLICE, 10, now=0)
+    assert isinstance(refused, Refused) and refused.code == "NO_CAPACITY"
+    ledger.set_inventory([_tpu_slice("s0")], busy=[])
+    assert isinstance(ledger.reserve("g1", 2, SLICE, 10, now=0), Reserved)
+
+
+def test_ledger_inventory_host_lost_under_a_hold_is_not_offered_again_until_released():
+    ledger = ReservationLedger("r1", [_tpu_slice("s0")])
+    held = ledger.reserve("g1", 1, SLICE, 10, now=0)
+    assert isinstance(ledger.commit("g1", 1, held.token, now=0), Committed)
+    ledger.set_inventory([])  # the slice's workers were lost
+    ledger.set_inventory([_tpu_slice("s0")])  # ...and came back before the gang released
+    assert isinstance(ledger.reserve("g2", 1, SLICE, 10, now=1), Refused)
+    ledger.release("g1", held.token, now=2)
+    assert isinstance(ledger.reserve("g2", 2, SLICE, 10, now=3), Reserved)
+    assert ledger.counts == {"reserved": 2, "committed": 1, "aborted": 0, "expired": 0,
+                             "released": 1}
+
+
+def test_ledger_inventory_release_after_the_slice_left_frees_nothing_twice():
+    ledger = ReservationLedger("r1", [_tpu_slice("s0")])
+    held = ledger.reserve("g1", 1, SLICE, 10, now=0)
+    ledger.set_inventory([])
+    ledger.release("g1", held.token, now=1)
+    assert ledger.live(now=1) == [] and ledger.hosts == ()
+    assert isinstance(ledger.reserve("g2", 1, SLICE, 10, now=1), Refused)

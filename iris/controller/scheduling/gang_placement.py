@@ -27,6 +27,10 @@ class GangRequest:
     task_ids: tuple[str, ...]
     shape: GangShape
     regions: tuple[str, ...]
+    # Hosts this pass set aside for the gang in its candidate regions: the controller keeps
+    # them held (HostView.held) until the reservation settles, so later passes do not hand
+    # them to smaller work while the regions answer.
+    hosts: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,9 +62,9 @@ def place_gang(fleet: Fleet, pre: Preemptor, ask: GangAsk, max_regions: int,
     return result
 
 
-def _request(ask: GangAsk, regions: list[str]) -> GangRequest:
+def _request(ask: GangAsk, regions: list[str], hosts: list[str]) -> GangRequest:
     return GangRequest(ask.gang_id, ask.job_id, ask.band, ask.task_ids, ask.shape,
-                       tuple(regions))
+                       tuple(regions), tuple(hosts))
 
 
 def _slices(fleet: Fleet, pre: Preemptor, ask: GangAsk,
@@ -89,10 +93,12 @@ def _slices(fleet: Fleet, pre: Preemptor, ask: GangAsk,
     regions = sorted((r for r, ss in free.items() if len(ss) >= want),
                      key=lambda r: (-len(free[r]), r))[:max_regions]
     if regions:
+        held = []
         for r in regions:
             for s in free[r][:want]:
                 _block(fleet, s)
-        return _request(ask, regions)
+                held += [fleet.hosts[i].host_id for i in fleet.slices[s]]
+        return _request(ask, regions, held)
     evicting = _preempt_for_slices(fleet, pre, ask, slices, free)
     if evicting is not None:
         return evicting
@@ -156,10 +162,12 @@ def _hosts_alike(fleet: Fleet, ask: GangAsk, max_regions: int) -> GangRequest | 
         return PendingReason(ReasonCode.NO_CAPACITY,
                              f"no region has {n} idle {ask.shape.accelerator or 'cpu'} hosts",
                              {"hosts": n, "accelerator": ask.shape.accelerator})
+    held = []
     for r in regions:
         for i in by_region[r][:n]:
             fleet.blocked[i] = True
-    return _request(ask, regions)
+            held.append(fleet.hosts[i].host_id)
+    return _request(ask, regions, held)
 
 
 def _region(fleet: Fleet, slice_id: str) -> str:

@@ -90,27 +90,21 @@ class ReservationLedger:
         self.region = region
         self.boot = boot
         self._ttl = tombstone_ttl_s
-        self._slices = {s.slice_id: s for s in slices}
+        self._slices: dict[str, SliceSpec] = {}
         self._host_slice: dict[str, str] = {}
         self._attrs: dict[str, dict[str, str]] = {}
-        for s in self._slices.values():
-            attrs = {k: normalize_value(v) for k, v in s.attributes.items()}
-            attrs["region"] = region
-            if s.accelerator:
-                attrs.setdefault("accelerator", s.accelerator)
-            self._attrs[s.slice_id] = attrs
-            for h in s.hosts:
-                if h in self._host_slice:
-                    raise ValueError(f"host {h!r} is in two slices of region {region!r}")
-                self._host_slice[h] = s.slice_id
         self._busy: set[str] = set()
         self._taken: dict[str, str] = {}  # host -> token of the live reservation on it
-        self._unavailable = {sid: 0 for sid in self._slices}
+        self._unavailable: dict[str, int] = {}
         self._free_slices: dict[str | None, dict[str, None]] = {}
         self._free_hosts: dict[str | None, dict[str, None]] = {}
-        for s in self._slices.values():
-            self._free_slices.setdefault(s.accelerator, {})[s.slice_id] = None
-            self._free_hosts.setdefault(s.accelerator, {}).update(dict.fromkeys(s.hosts))
+        for spec in slices:
+            if spec.slice_id in self._slices:
+                raise ValueError(f"slice {spec.slice_id!r} is listed twice in region {region!r}")
+            self._add_slice(spec)
+        # Outcomes since this ledger was made, for /metrics (iris_gang_reservations_total).
+        self.counts = dict.fromkeys(("reserved", "committed", "aborted", "expired",
+                                     "released"), 0)
         self._by_key: dict[tuple[str, int], Reservation] = {}
         self._by_token: dict[str, Reservation] = {}
         self._expiry: list[tuple[float, int, tuple[str, int]]] = []
@@ -159,6 +153,7 @@ class ReservationLedger:
         for h in hosts:
             self._take(h, token)
         heapq.heappush(self._expiry, (res.expires_at, self._seq, key))
+        self.counts["reserved"] += 1
         return Reserved(self.region, gang_id, attempt, token, hosts, res.expires_at)
 
     def commit(self, gang_id: str, attempt: int, token: str,
@@ -171,6 +166,7 @@ class ReservationLedger:
                                  f"gang {gang_id} (it restarted, or the hold ended long ago)")
         if res.state is State.RESERVED:
             res.state = State.COMMITTED
+            self.counts["committed"] += 1
         if res.state is State.COMMITTED:
             return Committed(self.region, gang_id, attempt, token, res.hosts)
         return CommitRefused(self.region, gang_id, attempt, token, res.state.name,
@@ -224,6 +220,23 @@ class ReservationLedger:
 
     # ---- inventory --------------------------------------------------------------------
 
+    def set_inventory(self, slices: Iterable[SliceSpec], busy: Iterable[str] = ()) -> None:
+        """Make the region own exactly `slices`, with `busy` the hosts running other work.
+
+        Hosts come and go as workers register and are lost; a slice whose hosts changed is
+        replaced. Live reservations keep their hosts until they end, even if those hosts
+        left the inventory, so a host is never offered twice while its gang is settling.
+        """
+        wanted = {spec.slice_id: spec for spec in slices}
+        for sid in [sid for sid, spec in self._slices.items() if wanted.get(sid) != spec]:
+            self._remove_slice(sid)
+        for sid, spec in wanted.items():
+            if sid not in self._slices:
+                self._add_slice(spec)
+        busy_now = {h for h in busy if h in self._host_slice}
+        self.set_busy(self._busy - busy_now, False)
+        self.set_busy(busy_now - self._busy, True)
+
     def set_busy(self, host_ids: Iterable[str], busy: bool) -> None:
         """Hosts running work placed outside gangs; a busy host is never reserved."""
         for h in host_ids:
@@ -268,12 +281,43 @@ class ReservationLedger:
 
     # ---- internals --------------------------------------------------------------------
 
+    def _add_slice(self, spec: SliceSpec) -> None:
+        for h in spec.hosts:
+            if h in self._host_slice:
+                raise ValueError(f"host {h!r} is in two slices of region {self.region!r}")
+        attrs = {k: normalize_value(v) for k, v in spec.attributes.items()}
+        attrs["region"] = self.region
+        if spec.accelerator:
+            attrs.setdefault("accelerator", spec.accelerator)
+        sid = spec.slice_id
+        self._slices[sid] = spec
+        self._attrs[sid] = attrs
+        self._unavailable[sid] = 0
+        self._free_slices.setdefault(spec.accelerator, {})[sid] = None
+        self._free_hosts.setdefault(spec.accelerator, {}).update(dict.fromkeys(spec.hosts))
+        for h in spec.hosts:
+            self._host_slice[h] = sid
+            if h in self._taken:  # came back while its reservation is still live
+                self._mark(h, available=False)
+
+    def _remove_slice(self, sid: str) -> None:
+        spec = self._slices.pop(sid)
+        self._free_slices.get(spec.accelerator, {}).pop(sid, None)
+        for h in spec.hosts:
+            self._free_hosts.get(spec.accelerator, {}).pop(h, None)
+            self._host_slice.pop(h, None)
+            self._busy.discard(h)
+        del self._unavailable[sid], self._attrs[sid]
+
     def _pick(self, shape: GangShape) -> tuple[str, ...] | Refused:
         if shape.whole_slices:
             chosen: list[str] = []
             slices = 0
+            per_slice = shape.hosts // shape.whole_slices
             for sid in self._free_slices.get(shape.accelerator, {}):
                 spec = self._slices[sid]
+                if len(spec.hosts) != per_slice:
+                    continue  # a slice still booting (or losing) hosts is not whole
                 if shape.constraints and not matches_all(shape.constraints, self._attrs[sid]):
                     continue
                 chosen.extend(spec.hosts)
@@ -305,15 +349,17 @@ class ReservationLedger:
         if host in self._taken:
             raise AssertionError(f"host {host} already held by {self._taken[host]}")
         self._taken[host] = token
-        if host not in self._busy:
+        if host not in self._busy and host in self._host_slice:
             self._mark(host, available=False)
 
     def _end(self, res: Reservation, state: State, now: float) -> None:
         for h in res.hosts:
             if self._taken.get(h) == res.token:
                 del self._taken[h]
-                if h not in self._busy:
+                if h not in self._busy and h in self._host_slice:  # else: left the inventory
                     self._mark(h, available=True)
+        if res.token is not None:
+            self.counts[state.value] += 1
         res.state = state
         res.ended_at = now
         self._ended.append((now, res.key))
