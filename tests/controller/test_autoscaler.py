@@ -1,0 +1,374 @@
+"""The autoscaler kernel: decisions from (now, slices, usage, unmet), no provider, no clock."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from iris.controller.autoscaler import (
+    Ask,
+    Autoscaler,
+    AutoscalerConfig,
+    Create,
+    Delete,
+    SliceUsage,
+    accelerator_keys,
+    unmet_slices,
+)
+from iris.controller.config import ScaleGroupConfig
+from iris.controller.providers.base import HostInfo, SliceInfo, SliceState
+
+CFG = AutoscalerConfig(scale_up_delay_s=10, scale_down_delay_s=100, backoff_initial_s=60,
+                       backoff_max_s=480, churn_window_s=300, churn_limit=3,
+                       churn_cooldown_s=1000, boot_timeout_s=600, host_lost_grace_s=30)
+
+
+def group(name: str = "v5e", *, lo: int = 0, hi: int = 4, buf: int = 0, priority: int = 0,
+          zones: tuple[str, ...] = ("us-a", "us-b"), variant: str = "v5litepod-16",
+          hosts: int = 4) -> ScaleGroupConfig:
+    return ScaleGroupConfig(name=name, region="us", accelerator_type="tpu",
+                            accelerator_variant=variant, hosts_per_slice=hosts,
+                            accelerators_per_host=4, zones=zones, min_slices=lo,
+                            max_slices=hi, buffer_slices=buf, priority=priority)
+
+
+class Fleet:
+    """A hand-driven provider view: creates land CREATING, `boot` makes them READY."""
+
+    def __init__(self, scaler: Autoscaler, groups: list[ScaleGroupConfig]):
+        self.scaler = scaler
+        self.groups = {g.name: g for g in groups}
+        self.slices: dict[str, SliceInfo] = {}
+        self.stocked_out: set[str] = set()
+        self.busy: set[str] = set()
+        self.unregistered: dict[str, int] = {}  # slice -> hosts missing
+        self.now = 0.0
+        self.log: list[Create | Delete] = []
+
+    def step(self, unmet: dict[str, int] | None = None, dt: float = 0.0):
+        self.now += dt
+        out = self.scaler.decide(self.now, list(self.slices.values()), self.usage(), unmet or {})
+        self.log += out
+        for d in out:
+            if isinstance(d, Delete):
+                self.slices.pop(d.slice_id, None)
+            elif d.zone in self.stocked_out:
+                self.scaler.create_failed(d.group, d.zone, f"zone {d.zone} stocked out",
+                                          True, self.now, slice_id=d.slice_id)
+            else:
+                n = self.groups[d.group].hosts_per_slice
+                hosts = tuple(HostInfo(f"{d.slice_id}-h{i}", f"10.0.0.{i}") for i in range(n))
+                self.slices[d.slice_id] = SliceInfo(d.slice_id, d.group, d.zone,
+                                                    SliceState.CREATING, hosts)
+        return out
+
+    def usage(self) -> dict[str, SliceUsage]:
+        out = {}
+        for sid, s in self.slices.items():
+            if s.state is SliceState.READY:
+                reg = len(s.hosts) - self.unregistered.get(sid, 0)
+                out[sid] = SliceUsage(reg, len(s.hosts) if sid in self.busy else 0)
+        return out
+
+    def set_state(self, sid: str, state: SliceState) -> None:
+        s = self.slices[sid]
+        self.slices[sid] = SliceInfo(sid, s.group, s.zone, state, s.hosts)
+
+    def boot_all(self) -> None:
+        for sid, s in list(self.slices.items()):
+            if s.state is SliceState.CREATING:
+                self.set_state(sid, SliceState.READY)
+
+    def alive(self, name: str | None = None) -> list[str]:
+        return [sid for sid, s in self.slices.items() if name in (None, s.group)
+                and s.state in (SliceState.CREATING, SliceState.READY)]
+
+
+def make(*groups: ScaleGroupConfig, config: AutoscalerConfig = CFG) -> Fleet:
+    groups = list(groups) or [group()]
+    return Fleet(Autoscaler("us", groups, config, id_prefix="us-x1y2"), groups)
+
+
+def creates(out) -> list[Create]:
+    return [d for d in out if isinstance(d, Create)]
+
+
+def deletes(out) -> list[Delete]:
+    return [d for d in out if isinstance(d, Delete)]
+
+
+def test_decide_demand_waits_scale_up_delay_then_creates_once():
+    f = make()
+    assert f.step({"v5e": 2}) == []
+    assert f.step({"v5e": 2}, dt=9) == []
+    out = f.step({"v5e": 2}, dt=1)
+    assert [(c.group, c.zone) for c in out] == [("v5e", "us-a")] * 2
+    # The slices on their way absorb the same demand: no more creates while they boot.
+    assert f.step({"v5e": 2}, dt=60) == []
+    assert f.scaler.scaling_up(f.now) == {"v5litepod-16": ["us"], "v5litepod": ["us"]}
+
+
+def test_decide_demand_blip_resets_the_delay():
+    f = make()
+    f.step({"v5e": 1})
+    f.step({"v5e": 0}, dt=8)
+    assert f.step({"v5e": 1}, dt=8) == []
+    assert len(f.step({"v5e": 1}, dt=10)) == 1
+
+
+def test_decide_zone_stockout_moves_to_next_zone_and_names_it_in_blocked():
+    f = make()
+    f.stocked_out = {"us-a"}
+    f.step({"v5e": 1})
+    f.step({"v5e": 1}, dt=10)
+    assert f.alive() == []
+    out = f.step({"v5e": 1}, dt=1)
+    assert [c.zone for c in out] == ["us-b"]
+    f.step({"v5e": 1})
+    f.stocked_out = {"us-a", "us-b"}
+    f.slices.clear()  # the us-b slice vanished; both zones now refuse
+    f.step({"v5e": 1})
+    f.step({"v5e": 1})
+    reason = f.scaler.blocked(f.now)["v5litepod-16"]
+    assert "zone us-a stocked out" in reason and "zone us-b stocked out" in reason
+    assert "retry in" in reason
+
+
+def test_decide_backoff_doubles_per_failed_retry_and_resets_after_success():
+    f = make(group(zones=("us-a",)))
+    f.stocked_out = {"us-a"}
+    f.step({"v5e": 1}, dt=10)
+    f.step({"v5e": 1}, dt=10)
+    assert f.step({"v5e": 1}, dt=59) == []  # first backoff: 60 s
+    assert len(f.step({"v5e": 1}, dt=1)) == 1  # retried, fails: now 120 s
+    assert f.step({"v5e": 1}, dt=119) == []
+    f.stocked_out = set()
+    assert len(f.step({"v5e": 1}, dt=1)) == 1
+    f.boot_all()
+    f.step({"v5e": 0})
+    status = f.scaler.status(f.now)["groups"][0]
+    assert status["backoff"] == {}
+
+
+def test_decide_idle_slice_deleted_after_scale_down_delay_never_below_min():
+    f = make(group(lo=1))
+    assert len(f.step()) == 1  # min 1: created at once, no demand delay
+    f.boot_all()
+    f.busy = set(f.alive())
+    f.step({"v5e": 1}, dt=10)
+    f.step({"v5e": 1}, dt=10)
+    f.boot_all()
+    f.busy = set()
+    assert len(f.alive()) == 2
+    f.step()
+    assert f.step(dt=99) == []
+    out = f.step(dt=1)
+    assert len(deletes(out)) == 1 and deletes(out)[0].cause == "idle"
+    assert f.step(dt=1000) == []  # the last one is the min
+    assert len(f.alive()) == 1
+
+
+def test_decide_busy_slice_never_deleted_for_idleness():
+    f = make()
+    f.step({"v5e": 2}, dt=10)
+    f.step({"v5e": 2}, dt=10)
+    f.boot_all()
+    busy = f.alive()[0]
+    f.busy = {busy}
+    f.step(dt=1000)
+    f.step(dt=1000)
+    assert f.alive() == [busy]
+
+
+def test_decide_buffer_kept_warm_and_refilled_when_used():
+    f = make(group(buf=1))
+    assert len(f.step()) == 1
+    assert f.step(dt=1) == []
+    f.boot_all()
+    f.busy = set(f.alive())  # the warm slice got work: another one is warmed
+    assert len(f.step(dt=1)) == 1
+    f.boot_all()
+    assert f.step(dt=1000) == []  # the new idle slice is the buffer: not deleted
+
+
+def test_decide_max_never_exceeded_counting_creating_and_blocked_says_so():
+    f = make(group(hi=3))
+    f.step({"v5e": 10}, dt=10)
+    assert len(f.step({"v5e": 10}, dt=10)) == 3
+    f.boot_all()
+    f.busy = set(f.alive())
+    for _ in range(5):
+        assert f.step({"v5e": 10}, dt=30) == []
+    assert len(f.alive()) == 3
+    assert f.scaler.blocked(f.now) == {"v5litepod-16": "group v5e: at max_slices 3",
+                                       "v5litepod": "group v5e: at max_slices 3"}
+
+
+def test_decide_preempted_slice_deleted_and_replaced_while_demand_remains():
+    f = make()
+    f.step({"v5e": 1}, dt=10)
+    f.step({"v5e": 1}, dt=10)
+    f.boot_all()
+    [sid] = f.alive()
+    f.busy = {sid}
+    f.set_state(sid, SliceState.PREEMPTED)
+    out = f.step({"v5e": 1}, dt=400)  # old: not churn
+    assert [(type(d).__name__, d.slice_id) for d in out][0] == ("Delete", sid)
+    assert deletes(out)[0].cause == "preempted" and deletes(out)[0].hosts
+    assert len(creates(out)) == 1  # the demand persisted: replaced in the same decision
+
+
+def test_decide_preempted_slice_not_replaced_without_demand():
+    f = make()
+    f.step({"v5e": 1}, dt=10)
+    f.step({"v5e": 1}, dt=10)
+    f.boot_all()
+    f.set_state(f.alive()[0], SliceState.PREEMPTED)
+    out = f.step({}, dt=400)
+    assert len(deletes(out)) == 1 and creates(out) == []
+
+
+def test_decide_young_preemptions_start_churn_cooldown():
+    f = make()
+    f.step({"v5e": 1})
+    for _ in range(3):
+        f.step({"v5e": 1}, dt=10)
+        f.boot_all()
+        [sid] = f.alive()
+        f.set_state(sid, SliceState.PREEMPTED)
+    out = f.step({"v5e": 1}, dt=10)
+    assert len(deletes(out)) == 1 and creates(out) == []
+    assert "churn cooldown" in f.scaler.blocked(f.now)["v5litepod-16"]
+    assert f.step({"v5e": 1}, dt=999) == []
+    assert len(f.step({"v5e": 1}, dt=1)) == 1
+    assert f.scaler.status(f.now)["groups"][0]["cooldown_s"] == 0
+
+
+def test_decide_ready_slice_losing_a_registered_host_deleted_whole():
+    f = make()
+    f.step({"v5e": 1}, dt=10)
+    f.step({"v5e": 1}, dt=10)
+    f.boot_all()
+    [sid] = f.alive()
+    f.busy = {sid}
+    f.step({})
+    f.unregistered[sid] = 1
+    assert f.step({}, dt=1) == []
+    assert f.step({}, dt=29) == []
+    out = f.step({}, dt=1)
+    assert [(d.slice_id, d.cause, len(d.hosts)) for d in out] == [(sid, "lost_host", 4)]
+
+
+def test_decide_host_back_within_grace_keeps_the_slice():
+    f = make()
+    f.step({"v5e": 1}, dt=10)
+    f.step({"v5e": 1}, dt=10)
+    f.boot_all()
+    [sid] = f.alive()
+    f.busy = {sid}
+    f.step()
+    f.unregistered[sid] = 1
+    f.step(dt=20)
+    f.unregistered.clear()
+    f.step(dt=5)
+    assert f.step(dt=100) == [] and f.alive() == [sid]
+
+
+def test_decide_boot_timeout_deletes_and_backs_off_the_zone():
+    f = make()
+    f.step({"v5e": 1}, dt=10)
+    [c] = f.step({"v5e": 1}, dt=10)
+    assert f.step({"v5e": 1}, dt=599) == []
+    out = f.step({"v5e": 1}, dt=1)
+    assert deletes(out)[0].cause == "boot_timeout" and "CREATING" in deletes(out)[0].reason
+    assert [d.zone for d in creates(out)] == ["us-b"]  # us-a backs off
+
+
+def test_decide_ready_slice_whose_hosts_never_register_times_out():
+    f = make()
+    f.step({"v5e": 1}, dt=10)
+    [c] = f.step({"v5e": 1}, dt=10)
+    f.boot_all()
+    f.unregistered[c.slice_id] = 2
+    out = f.step({}, dt=600)
+    assert [d.reason for d in deletes(out)] == ["boot timeout: 2 of 4 hosts registered after 600 s"]
+
+
+def test_decide_higher_priority_group_scaled_first_and_fallback_when_held():
+    spot = group("spot", priority=10, zones=("us-a",))
+    ondemand = group("ondemand", priority=0, zones=("us-b",))
+    f = make(ondemand, spot)
+    f.step({"spot": 2, "ondemand": 2}, dt=10)
+    out = f.step({"spot": 2, "ondemand": 2}, dt=10)
+    assert [c.group for c in out] == ["spot", "spot"]
+    f = make(ondemand, spot)
+    f.stocked_out = {"us-a"}
+    f.step({"spot": 2, "ondemand": 2}, dt=10)
+    out = f.step({"spot": 2, "ondemand": 2}, dt=10)
+    assert [c.group for c in out] == ["spot", "spot"]  # and they fail: us-a backs off
+    out = f.step({"spot": 2, "ondemand": 2}, dt=1)
+    assert [c.group for c in out] == ["ondemand", "ondemand"]
+
+
+def test_decide_unknown_group_or_negative_unmet_refused_without_change():
+    f = make()
+    with pytest.raises(ValueError, match="no scale group 'nope'"):
+        f.step({"nope": 1})
+    with pytest.raises(ValueError, match="expected an int >= 0"):
+        f.step({"v5e": -1})
+    assert f.scaler.status(0)["decisions"] == []
+
+
+def test_decide_slice_ids_valid_unique_and_prefixed():
+    long = group("g" + "x" * 60, hi=20)
+    f = make(long)
+    f.step({long.name: 20}, dt=10)
+    out = f.step({long.name: 20}, dt=10)
+    ids = [c.slice_id for c in out]
+    assert len(set(ids)) == 20
+    assert all(re.fullmatch(r"[a-z]([a-z0-9-]{0,61}[a-z0-9])?", i) for i in ids)
+    assert all(i.startswith("us-x1y2-g") for i in ids)
+
+
+def test_decide_adopts_slices_listed_after_a_restart():
+    f = make(group(lo=1))
+    old = SliceInfo("us-old1-v5e-7", "v5e", "us-a", SliceState.READY,
+                    tuple(HostInfo(f"h{i}", "") for i in range(4)))
+    f.slices[old.slice_id] = old
+    assert f.step() == []  # the min is met by the adopted slice
+
+
+def test_status_lists_groups_slices_backoff_and_newest_decision_last():
+    f = make()
+    f.stocked_out = {"us-a"}
+    f.step({"v5e": 1}, dt=10)
+    f.step({"v5e": 1}, dt=10)
+    f.step({"v5e": 1}, dt=1)
+    st = f.scaler.status(f.now)
+    [g] = st["groups"]
+    assert (g["group"], g["accelerator"], g["min"], g["max"]) == ("v5e", "v5litepod-16", 0, 4)
+    assert g["backoff"]["us-a"]["until_s"] == 59
+    assert [s["zone"] for s in g["slices"]] == ["us-b"]
+    assert [d["action"] for d in st["decisions"]] == ["create", "create_failed", "create"]
+    assert st["decisions"][-1]["ago_s"] == 0
+
+
+def test_unmet_slices_packs_singles_and_counts_whole_slice_gangs():
+    tpu = group()  # 4 hosts x 4 chips
+    assert unmet_slices(tpu, [Ask(hosts=8, whole_slices=2)]) == 2
+    assert unmet_slices(tpu, [Ask(hosts=9, chips=2)]) == 2  # 2 per host: 5 hosts
+    assert unmet_slices(tpu, [Ask(hosts=1, chips=8)]) == 0  # no host has 8 chips
+    cpu = ScaleGroupConfig("cpu", "us", "cpu", None, 1, 0, ("us-a",))
+    assert unmet_slices(cpu, [Ask(hosts=10, cpu=2)], host_cpu=8) == 3
+    assert unmet_slices(cpu, [Ask(hosts=3, cpu=1)]) == 3
+    assert accelerator_keys(cpu) == ("cpu",)
+
+
+def test_config_bad_values_refused_naming_the_field():
+    with pytest.raises(ValueError, match="scale_up_delay_s"):
+        AutoscalerConfig(scale_up_delay_s=-1)
+    with pytest.raises(ValueError, match="backoff_max_s"):
+        AutoscalerConfig(backoff_initial_s=100, backoff_max_s=10)
+    with pytest.raises(ValueError, match="id_prefix"):
+        Autoscaler("us", [group()], CFG, id_prefix="US_1")
