@@ -14,9 +14,13 @@ import logging
 from typing import Any
 
 from iris.actors import Node, actor
-from iris.actors.keys import worker_key
+from iris.actors.keys import CONTROLLER_KEY, region_key, worker_key
 from iris.base.errors import NotFoundError
+from iris.controller.gang_tracking import PlaceRound, ReleaseRound, SyncRegion
+from iris.controller.gangs import GangPlacer
 from iris.controller.jobs.model import TERMINAL_JOB
+from iris.controller.regions import Region
+from iris.controller.scheduling.coordinator import CoordinatorConfig, Placed, Unplaceable
 from iris.controller.service import ControllerConfig, ControllerService
 
 _log = logging.getLogger(__name__)
@@ -41,6 +45,16 @@ class Controller:
         self._last_prune = node.clock.monotonic()
         self._snapshot: dict = {}  # replaced whole, never mutated; read by `snapshot()`
         self._snapshot_at = 0.0
+        # One Region actor per region the workers name, served by this node; the placer
+        # runs the two-phase gang coordinator against them over real calls. Three tries
+        # (about 3.5 s of backoff) before a refused gang goes back to the scheduler, which
+        # then shows the regions' reasons and asks again with a fresher view.
+        self._regions: set[str] = set()
+        self._region_stats: dict[str, dict] = {}  # written on the loop by call callbacks
+        self._placer = GangPlacer(node, {}, clock=node.clock,
+                                  config=CoordinatorConfig(max_attempts=3),
+                                  on_placed=self._placed, on_unplaceable=self._unplaceable)
+        self._placer.start()
 
     # ------------------------------------------------------------ jobs
 
@@ -120,6 +134,26 @@ class Controller:
     def list_workers(self) -> list[dict]:
         return self._svc.list_workers()
 
+    # ------------------------------------------------------------ gangs (from the placer)
+
+    def gang_placed(self, round_id: str, region: str, hosts: list[str]) -> None:
+        self._after(self._svc.gang_placed(round_id, region, hosts))
+
+    def gang_unplaceable(self, round_id: str, reasons: dict) -> None:
+        self._after(self._svc.gang_unplaceable(round_id, reasons))
+
+    def regions(self) -> dict[str, str]:
+        """Region name -> address of the node serving its Region actor."""
+        return {r: self._node.address for r in sorted(self._regions)}
+
+    def _placed(self, placed: Placed) -> None:  # on the placer's thread: hop to our own
+        self._node.call(self._node.address, CONTROLLER_KEY, "gang_placed",
+                        (placed.gang_id, placed.region, list(placed.hosts)), oneway=True)
+
+    def _unplaceable(self, outcome: Unplaceable) -> None:
+        self._node.call(self._node.address, CONTROLLER_KEY, "gang_unplaceable",
+                        (outcome.gang_id, dict(outcome.reasons)), oneway=True)
+
     # ------------------------------------------------------------ hooks
 
     async def snapshot(self) -> dict:
@@ -138,13 +172,16 @@ class Controller:
         now = self._node.clock.monotonic()
         if now - self._snapshot_at >= _SNAPSHOT_EVERY_S:
             self._snapshot_at = now
-            self._snapshot = self._svc.snapshot()
+            self._snapshot = {**self._svc.snapshot(),
+                              "gang_reservations": _sum_stats(self._region_stats.values())}
+            self._ask_region_stats()
         if now - self._last_prune > _PRUNE_EVERY_S:
             self._last_prune = now
             self._svc.prune()
         self._after(None)
 
     def on_stop(self) -> None:
+        self._placer.stop()
         self._svc.close()
 
     # ------------------------------------------------------------ effects out
@@ -156,10 +193,36 @@ class Controller:
             fut = self._node.call(cmd.address, worker_key(cmd.worker_id), method, (cmd.body,),
                                   timeout_s=30.0)
             fut.add_done_callback(_log_failure)
+        self._send_gang_messages()
         finished = self._svc.take_finished()
         if finished:
             self._node.call_in_loop(self._wake, finished)
         return answer
+
+    def _send_gang_messages(self) -> None:
+        for msg in self._svc.take_gang_messages():
+            if isinstance(msg, SyncRegion):
+                self._ensure_region(msg.region)
+                fut = self._node.call(self._node.address, region_key(msg.region), "sync",
+                                      (msg.slices, msg.busy), timeout_s=30.0)
+                fut.add_done_callback(_log_failure)
+            elif isinstance(msg, PlaceRound):
+                self._placer.place(msg.round_id, msg.shape, msg.regions)
+            elif isinstance(msg, ReleaseRound):
+                self._placer.release(msg.round_id)
+
+    def _ensure_region(self, region: str) -> None:
+        if region not in self._regions:
+            self._node.host(region_key(region), Region, (region, [], self._node.clock))
+            self._placer.add_region(region, self._node.address)
+            self._regions.add(region)
+
+    def _ask_region_stats(self) -> None:
+        for region in self._regions:
+            fut = self._node.call(self._node.address, region_key(region), "stats",
+                                  timeout_s=5.0)
+            fut.add_done_callback(lambda f, r=region: self._region_stats.__setitem__(
+                r, f.result()) if f.exception() is None else None)
 
     def _wake(self, job_ids: list[str]) -> None:
         for job_id in job_ids:
@@ -169,6 +232,15 @@ class Controller:
 
 
 _TERMINAL = frozenset(s.value for s in TERMINAL_JOB)
+
+
+def _sum_stats(per_region: Any) -> dict:
+    """Reservation outcomes over every region (iris_gang_reservations_total)."""
+    total = dict.fromkeys(("reserved", "committed", "aborted", "expired", "released"), 0)
+    for stats in list(per_region):
+        for key in total:
+            total[key] += int(stats.get(key, 0))
+    return total
 
 
 def _log_failure(fut: Any) -> None:

@@ -1,6 +1,6 @@
 """What the cluster could ever offer one task, checked at submit time. Pure.
 
-Not what is free now (placement.py): a request that no scale group could satisfy even when
+Not what is free now (the scheduler's host views): a request that no scale group could satisfy even when
 idle (an accelerator nobody offers, more CPU than any host has) is refused at submit with
 an error naming the field, instead of pending forever.
 """

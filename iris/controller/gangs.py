@@ -65,6 +65,11 @@ class GangPlacer:
         self._events.put(_STOP)
         self._thread.join()
 
+    def add_region(self, region: str, address: str) -> None:
+        """Serve gangs in one more region. Call before the first `place` naming it (a dict
+        store is atomic, and the placer thread reads it only after that place is queued)."""
+        self._regions[region] = address
+
     def place(self, gang_id: str, shape: GangShape, regions: tuple[str, ...]) -> None:
         self._events.put(PlaceGang(gang_id, shape, tuple(regions)))
 

@@ -7,7 +7,7 @@ sees exactly what the controller has promised on each worker.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 
 from iris.base.resources import Resources
 from iris.controller.jobs.spec import JobSpec
@@ -25,9 +25,11 @@ from iris.controller.workers import WorkerInfo
 
 
 def host_views(state: KernelState, workers: Iterable[WorkerInfo],
-               stopping: dict[str, dict[str, Resources]] | None = None) -> list[HostView]:
+               stopping: dict[str, dict[str, Resources]] | None = None,
+               held: Collection[str] = ()) -> list[HostView]:
     """Workers as hosts; attempts still stopping count as terminating (they hold the room
-    until they exit, and are never chosen for eviction again)."""
+    until they exit, and are never chosen for eviction again). `held`: hosts set aside for
+    gang reservations in flight, which nothing else may take."""
     views = []
     for w in workers:
         attrs = w.attributes
@@ -40,7 +42,7 @@ def host_views(state: KernelState, workers: Iterable[WorkerInfo],
             running.append(RunningAttempt(
                 attempt_id, task_id(attempt.job_id, attempt.task_index), attempt.job_id,
                 spec.user, Band.parse(spec.priority), per_host_demand(spec.resources),
-                _gang_id(spec, attempt.task_index)))
+                gang_id(spec, attempt.task_index)))
         accelerator = attrs.get("accelerator_type") or None
         views.append(HostView(
             w.worker_id, w.region, attrs.get("zone", w.region),
@@ -49,7 +51,7 @@ def host_views(state: KernelState, workers: Iterable[WorkerInfo],
             accelerator=accelerator,
             accelerator_variant=accelerator.rsplit("-", 1)[0] if accelerator else None,
             preemptible=attrs.get("preemptible", "false").lower() == "true",
-            running=tuple(running), attributes=dict(attrs)))
+            running=tuple(running), attributes=dict(attrs), held=w.worker_id in held))
     return views
 
 
@@ -60,7 +62,7 @@ def task_demands(spec: JobSpec, submitted_at: float,
     band = Band.parse(spec.priority)
     wanted = range(spec.num_tasks) if indices is None else indices
     return [TaskDemand(task_id(spec.name, i), spec.name, spec.user, band, spec.resources,
-                       constraints, _gang_id(spec, i), spec.gang_size, submitted_at)
+                       constraints, gang_id(spec, i), spec.gang_size, submitted_at)
             for i in wanted]
 
 
@@ -73,7 +75,7 @@ def parse_task_id(value: str) -> tuple[str, int]:
     return job_id, int(rest.rstrip("]"))
 
 
-def _gang_id(spec: JobSpec, task_index: int) -> str | None:
+def gang_id(spec: JobSpec, task_index: int) -> str | None:
     if spec.gang_size <= 1:
         return None
     return f"{spec.name}#g{task_index // spec.gang_size}"

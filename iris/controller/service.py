@@ -19,11 +19,13 @@ from typing import Any
 
 from iris.base.clock import SYSTEM_CLOCK, Clock
 from iris.base.errors import InvalidRequestError, IrisError, NotFoundError, StorageError
+from iris.base.histogram import Histogram
 from iris.base.ids import new_id
 from iris.base.resources import Resources
-from iris.controller import placement, scheduler_view
+from iris.controller import scheduler_view
 from iris.controller.bundle_store import BundleStore
 from iris.controller.capacity import Offer, fits_checker
+from iris.controller.gang_tracking import GangTracker
 from iris.controller.jobs import events as ev
 from iris.controller.jobs import kernel, views
 from iris.controller.jobs.env import gang_leader, task_environment
@@ -93,6 +95,10 @@ class ControllerService:
         # worker's resources (a grace period can last 10 s), so placement counts them.
         self.stopping: dict[str, dict[str, Resources]] = {}
         self._fits = fits_checker(config.offers) if config.offers is not None else None
+        # Multi-host gangs are reserved through the Region actors; this is the controller's
+        # half (rounds in flight, hosts held, what each region's ledger should own).
+        self.gangs = GangTracker()
+        self.pass_seconds = Histogram()
 
     # ------------------------------------------------------------ requests
 
@@ -155,6 +161,8 @@ class ControllerService:
             "pending_reasons": dict(self.pending_reasons), "jobs_by_state": counts,
             "summary": self.state.summary(), "pending_tasks": len(self.state.pending),
             "log_shipping": self._log_shipping(),
+            "scheduling_passes": self.pass_seconds.as_dict(),
+            "gangs": {"reserving": len(self.gangs.reserving), "placed": len(self.gangs.placed)},
         }
 
     def _log_shipping(self) -> dict:
@@ -246,19 +254,27 @@ class ControllerService:
         self._run(ev.Prune(new_id("ev-"), self.config.retention_s))
 
     def _scheduled(self) -> list[ev.Event]:
-        """The global scheduler's pass over pending single-host tasks: Assign events, and
-        Preempted events for lower-band attempts it evicts to make room."""
-        pending = [(j, i) for j, i in self.state.pending if self.state.jobs[j].spec.gang_size == 1]
+        """The global scheduler's pass over every pending task: Assign events, Preempted
+        events for lower-band attempts it evicts to make room, and gang requests, which the
+        tracker turns into reservation rounds through the Region actors."""
         self.pending_reasons = {}
-        if not pending:
+        if not self.state.pending:
             return []
         demands = []
-        for job_id, index in pending:
+        for job_id, index in self.state.pending:
             job = self.state.jobs[job_id]
+            if job.spec.gang_size > 1:
+                cooling = self.gangs.waiting(scheduler_view.gang_id(job.spec, index),
+                                             self.clock.monotonic())
+                if cooling is not None:
+                    self.pending_reasons[job_id] = cooling
+                    continue
             demands += scheduler_view.task_demands(job.spec, job.submitted_at, (index,))
         hosts = scheduler_view.host_views(self.state, self.workers.workers.values(),
-                                          self.stopping)
-        plan = schedule(hosts, demands)
+                                          self.stopping, held=self.gangs.held_hosts())
+        started = self.clock.monotonic()
+        plan = schedule(hosts, demands, reserving_gangs=set(self.gangs.reserving))
+        self.pass_seconds.observe(self.clock.monotonic() - started)
         events: list[ev.Event] = []
         for a in plan.assignments:
             job_id, index = scheduler_view.parse_task_id(a.task_id)
@@ -267,20 +283,34 @@ class ControllerService:
         for p in plan.preemptions:
             events.append(ev.Preempted(new_id("ev-"), p.attempt_id,
                                        f"preempted for {p.for_job} ({p.reason})"))
+        for request in plan.gang_requests:
+            self.gangs.request(request)
         for task, reason in plan.reasons.items():
             self.pending_reasons.setdefault(scheduler_view.parse_task_id(task)[0],
                                             reason.to_dict())
         return events
 
-    def _gang_placements(self) -> list[ev.Event]:
-        """Whole gangs, first fit, on what the scheduler's assignments left free (gang
-        reservation through Region actors replaces this when region inventory is wired)."""
-        if not any(self.state.jobs[j].spec.gang_size > 1 for j, _ in self.state.pending):
-            return []
-        gangs, reasons = placement.place(self.state, self.workers.workers,
-                                         lambda: new_id("att-"), self.stopping)
-        self.pending_reasons.update(reasons)
-        return [ev.Assign(new_id("ev-"), gang) for gang in gangs]
+    # ------------------------------------------------------------ gangs
+
+    def gang_placed(self, round_id: str, region: str, hosts: list[str]) -> None:
+        """The coordinator committed a round in `region`: assign the gang's tasks there."""
+        placements, problem = self.gangs.placed_round(
+            round_id, region, hosts, self.state, self.workers.workers, self.stopping,
+            lambda: new_id("att-"))
+        if problem is not None:
+            self.pending_reasons[round_id.rsplit("#", 1)[0]] = problem
+        events = [ev.Assign(new_id("ev-"), tuple(placements))] if placements else []
+        self._placement_due = True
+        self._run_many(events, schedule=True)
+
+    def gang_unplaceable(self, round_id: str, reasons: dict) -> None:
+        """Every candidate region refused the round; the pass shows their reasons."""
+        self.gangs.unplaceable(round_id, reasons, self.clock.monotonic())
+        self._placement_due = True
+        self._run_many([], schedule=True)
+
+    def take_gang_messages(self) -> list:
+        return self.gangs.take_outbox()
 
     # ------------------------------------------------------------ the one path of change
 
@@ -299,14 +329,16 @@ class ControllerService:
             effects.extend(out)
         if any(isinstance(e, ev.Persist) for e in effects):
             self._placement_due = True
-        if schedule and self._placement_due:
+        passed = schedule and self._placement_due
+        if passed:
             self._placement_due = False
-            if not self.state.pending:
-                self.pending_reasons = {}
-            for decide in (self._scheduled, self._gang_placements):  # each on the updated state
-                for decision in decide():
-                    _, out = kernel.handle(self.state, decision, now)
-                    effects.extend(out)
+            for decision in self._scheduled():
+                _, out = kernel.handle(self.state, decision, now)
+                effects.extend(out)
+        if effects or passed:
+            # Rounds whose gang ended are released; each region's ledger learns its hosts.
+            self.gangs.release_ended(self.state)
+            self.gangs.sync_regions(self.state, self.workers.workers.values(), self.stopping)
         if not effects:
             return effects
         persists = [e for e in effects if isinstance(e, ev.Persist)]

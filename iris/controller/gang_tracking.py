@@ -1,0 +1,235 @@
+"""The controller's side of gang placement: rounds being reserved, rounds holding hosts, and
+what each region's ledger should own. Pure: no sockets, no clock reads (`now` is passed).
+
+Not the coordinator (scheduling/coordinator.py, run against the Region actors by
+gangs.GangPlacer) nor the ledgers. The scheduler asks for a gang (a GangRequest); the
+tracker starts a placement *round* under its own id, because a gang requeued whole is
+placed again while the release of its previous round may still be travelling. The hosts
+the scheduler set aside stay held until the round settles, so later passes do not give
+them to smaller work. When the coordinator reports a placement, the tracker checks that the
+gang still waits and that the hosts still have room (the regions' view lags the
+controller's by a message) before the controller assigns the tasks; a round that no longer
+fits, or whose gang has ended, is released so its region frees the hosts.
+
+Everything the controller must send is left in `outbox` (SyncRegion, PlaceRound,
+ReleaseRound), in the order it must go out: a region's inventory before a round that
+relies on it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+from iris.base.resources import Resources
+from iris.controller.jobs.events import Placement
+from iris.controller.jobs.model import ACTIVE_ATTEMPT
+from iris.controller.jobs.state import KernelState
+from iris.controller.scheduler_view import parse_task_id
+from iris.controller.scheduling.gang_placement import GangRequest
+from iris.controller.scheduling.model import GangShape, per_host_demand
+from iris.controller.scheduling.reasons import ReasonCode
+from iris.controller.workers import WorkerInfo
+
+# After every candidate region refused a gang (the coordinator already retried with
+# backoff), the scheduler waits this long before asking again, so a gang the regions keep
+# refusing costs a few calls a minute, not one per scheduling pass.
+RETRY_AFTER_S = 5.0
+
+
+@dataclass(frozen=True)
+class SyncRegion:
+    region: str
+    slices: list[dict]
+    busy: list[str]
+
+
+@dataclass(frozen=True)
+class PlaceRound:
+    round_id: str
+    shape: GangShape
+    regions: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ReleaseRound:
+    round_id: str
+
+
+@dataclass
+class Round:
+    round_id: str
+    gang_id: str
+    job_id: str
+    indices: tuple[int, ...]
+    set_aside: tuple[str, ...]
+    region: str = ""
+    hosts: tuple[str, ...] = ()
+
+
+class GangTracker:
+    def __init__(self, retry_after_s: float = RETRY_AFTER_S):
+        self.retry_after_s = retry_after_s
+        self.reserving: dict[str, Round] = {}  # gang id -> its round in flight
+        self.placed: dict[str, Round] = {}  # round id -> round whose gang holds hosts
+        self.cooling: dict[str, tuple[float, dict]] = {}  # gang id -> (until, pending reason)
+        self.outbox: list[SyncRegion | PlaceRound | ReleaseRound] = []
+        self._synced: dict[str, tuple[list[dict], list[str]]] = {}
+        self._seq = 0
+
+    # ---- asking -----------------------------------------------------------------------
+
+    def request(self, req: GangRequest) -> None:
+        self._seq += 1
+        round_id = f"{req.gang_id}@{self._seq}"
+        indices = tuple(parse_task_id(t)[1] for t in req.task_ids)
+        self.reserving[req.gang_id] = Round(round_id, req.gang_id, req.job_id, indices,
+                                            req.hosts)
+        self.outbox.append(PlaceRound(round_id, req.shape, req.regions))
+
+    def held_hosts(self) -> set[str]:
+        return {h for r in self.reserving.values() for h in r.set_aside}
+
+    def waiting(self, gang_id: str, now: float) -> dict | None:
+        """Why a gang the regions refused is not asked for again yet (None: ask)."""
+        entry = self.cooling.get(gang_id)
+        if entry is None:
+            return None
+        if now >= entry[0]:
+            del self.cooling[gang_id]
+            return None
+        return entry[1]
+
+    # ---- outcomes -----------------------------------------------------------------------
+
+    def placed_round(self, round_id: str, region: str, hosts: Iterable[str],
+                     state: KernelState, workers: Mapping[str, WorkerInfo],
+                     stopping: dict[str, dict[str, Resources]],
+                     new_attempt_id: Callable[[], str]) -> tuple[list[Placement], dict | None]:
+        """The placements to assign for a reserved round, or none and why (then released)."""
+        hosts = tuple(hosts)
+        rnd = self._take_reserving(round_id)
+        if rnd is None:  # the gang ended or was re-asked meanwhile: give the hosts back
+            self.outbox.append(ReleaseRound(round_id))
+            return [], None
+        problem = _misfit(rnd, hosts, state, workers, stopping)
+        if problem is not None:
+            self.outbox.append(ReleaseRound(round_id))
+            return [], {"code": ReasonCode.WAITING_FOR_GANG.value,
+                        "message": f"gang {rnd.gang_id}: region {region} offered hosts that "
+                                   f"no longer fit ({problem}); asking again",
+                        "details": {"gang": rnd.gang_id, "region": region}}
+        rnd.region, rnd.hosts = region, hosts
+        self.placed[round_id] = rnd
+        return [Placement(rnd.job_id, i, h, new_attempt_id())
+                for i, h in zip(sorted(rnd.indices), hosts, strict=True)], None
+
+    def unplaceable(self, round_id: str, reasons: Mapping[str, str], now: float) -> str | None:
+        """Every candidate region refused; returns the job to show the regions' reasons on."""
+        rnd = self._take_reserving(round_id)
+        if rnd is None:
+            return None
+        said = "; ".join(f"{region}: {why}" for region, why in sorted(reasons.items()))
+        self.cooling[rnd.gang_id] = (now + self.retry_after_s, {
+            "code": ReasonCode.NO_CAPACITY.value,
+            "message": f"gang {rnd.gang_id} was refused by every candidate region ({said})",
+            "details": {"gang": rnd.gang_id, "regions": dict(reasons)}})
+        return rnd.job_id
+
+    def _take_reserving(self, round_id: str) -> Round | None:
+        gang_id = round_id.rsplit("@", 1)[0]
+        rnd = self.reserving.get(gang_id)
+        if rnd is None or rnd.round_id != round_id:
+            return None
+        return self.reserving.pop(gang_id)
+
+    # ---- upkeep -----------------------------------------------------------------------
+
+    def release_ended(self, state: KernelState) -> None:
+        """Release every placed round none of whose tasks still runs on the round's hosts,
+        and forget rounds in flight whose gang is no longer waiting (killed meanwhile)."""
+        for round_id, rnd in list(self.placed.items()):
+            if not any(_runs_on(state, rnd.job_id, i, rnd.hosts) for i in rnd.indices):
+                del self.placed[round_id]
+                self.outbox.append(ReleaseRound(round_id))
+        for gang_id, rnd in list(self.reserving.items()):
+            if not all((rnd.job_id, i) in state.pending for i in rnd.indices):
+                del self.reserving[gang_id]
+                self.outbox.append(ReleaseRound(rnd.round_id))
+
+    def sync_regions(self, state: KernelState, workers: Iterable[WorkerInfo],
+                     stopping: dict[str, dict[str, Resources]]) -> None:
+        """Queue each region's inventory (slices of registered hosts, busy hosts) if changed."""
+        inventory = region_inventory(state, workers, stopping)
+        for region in set(self._synced) | set(inventory):
+            now = inventory.get(region, ([], []))
+            if self._synced.get(region) != now:
+                self._synced[region] = now
+                self.outbox.append(SyncRegion(region, *now))
+
+    def regions(self) -> list[str]:
+        return sorted(self._synced)
+
+    def take_outbox(self) -> list[SyncRegion | PlaceRound | ReleaseRound]:
+        out, self.outbox = self.outbox, []
+        return out
+
+
+def region_inventory(state: KernelState, workers: Iterable[WorkerInfo],
+                     stopping: dict[str, dict[str, Resources]],
+                     ) -> dict[str, tuple[list[dict], list[str]]]:
+    """Per region: its slices ({"slice_id", "accelerator", "hosts", "attributes"}; a worker
+    outside any slice is a slice of one) and the hosts running or stopping attempts."""
+    slices: dict[str, dict[str, list[WorkerInfo]]] = {}
+    busy: dict[str, list[str]] = {}
+    for w in workers:
+        sid = w.attributes.get("slice_id") or w.worker_id
+        slices.setdefault(w.region, {}).setdefault(sid, []).append(w)
+        if state.by_worker.get(w.worker_id) or stopping.get(w.worker_id):
+            busy.setdefault(w.region, []).append(w.worker_id)
+    out = {}
+    for region, by_slice in slices.items():
+        rows = []
+        for sid, hosts in sorted(by_slice.items()):
+            hosts.sort(key=lambda w: _host_order(w.worker_id))
+            attrs = {k: v for k, v in hosts[0].attributes.items()
+                     if k in ("zone", "scale_group", "preemptible", "slice_id")}
+            rows.append({"slice_id": sid,
+                         "accelerator": hosts[0].attributes.get("accelerator_type") or None,
+                         "hosts": [w.worker_id for w in hosts], "attributes": attrs})
+        out[region] = (rows, sorted(busy.get(region, [])))
+    return out
+
+
+def _host_order(worker_id: str) -> tuple:
+    """Hosts of a slice in their index order (h2 before h10): TPU process ids follow it."""
+    head, _, tail = worker_id.rpartition("-h")
+    return (head, int(tail)) if tail.isdigit() else (worker_id, 0)
+
+
+def _runs_on(state: KernelState, job_id: str, index: int, hosts: tuple[str, ...]) -> bool:
+    task = state.tasks.get((job_id, index))
+    attempt = state.attempts.get(task.attempt_id or "") if task else None
+    return attempt is not None and attempt.state in ACTIVE_ATTEMPT and attempt.worker_id in hosts
+
+
+def _misfit(rnd: Round, hosts: tuple[str, ...], state: KernelState,
+            workers: Mapping[str, WorkerInfo],
+            stopping: dict[str, dict[str, Resources]]) -> str | None:
+    if len(hosts) != len(rnd.indices):
+        return f"{len(hosts)} hosts for {len(rnd.indices)} tasks"
+    if not all((rnd.job_id, i) in state.pending for i in rnd.indices):
+        return "its tasks are no longer all pending"
+    need = per_host_demand(state.jobs[rnd.job_id].spec.resources)
+    for h in hosts:
+        worker = workers.get(h)
+        if worker is None:
+            return f"host {h} is not registered"
+        used = [state.jobs[state.attempts[a].job_id].spec.resources
+                for a in state.by_worker.get(h, ())] + list(stopping.get(h, {}).values())
+        cpu = worker.cpu - sum(r.cpu for r in used)
+        memory = worker.memory_bytes - sum(r.memory_bytes for r in used)
+        chips = worker.accelerators - sum(per_host_demand(r).chips for r in used)
+        if cpu < need.cpu - 1e-9 or memory < need.memory or chips < need.chips:
+            return f"host {h} is busy"
+    return None
