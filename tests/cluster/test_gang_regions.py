@@ -93,3 +93,30 @@ def test_gang_jobs_land_whole_in_one_region_each_and_a_third_waits_for_a_slice(
     stats = {r: _call(cluster, "stats", key=region_key(r)) for r in regions}
     assert sum(s["committed"] for s in stats.values()) == 3
     assert sum(s["released"] for s in stats.values()) == 3
+
+
+def test_production_gang_preempts_a_batch_gang_whole_which_resumes_and_finishes(
+        tmp_path, wait_until):
+    with iris.local_cluster(state_dir=tmp_path / "c", worker_attrs=TPU,
+                            stop_grace_s=2.0) as cluster:
+        provider = LocalProvider(cluster.address, tmp_path / "hosts", "us-central")
+        try:
+            provider.create_slice(_tpu_group("us-central"), "us-central-a", "central-1")
+            wait_until(lambda: len(_call(cluster, "list_workers")) == 4, 180, "4 workers")
+            batch_gate, prod_gate = tmp_path / "batch-go", tmp_path / "prod-go"
+            batch = iris.submit(hold_until, str(batch_gate), resources=TPU_JOB,
+                                name="batch-gang", priority="batch")
+            wait_until(lambda: batch.status()["state"] == "running", 120, "batch running")
+            prod = iris.submit(hold_until, str(prod_gate), resources=TPU_JOB,
+                               name="prod-gang", priority="production")
+            wait_until(lambda: prod.status()["state"] == "running", 120, "production running")
+            # the whole batch gang gave the slice up: none of its tasks still runs
+            assert {t["state"] for t in batch.tasks()} == {"pending"}
+            prod_gate.touch()
+            batch_gate.touch()
+            assert sorted(prod.result(timeout=120)) == ["0", "1", "2", "3"]
+            assert sorted(batch.result(timeout=180)) == ["0", "1", "2", "3"]
+            attempts = [t.get("attempts") for t in batch.tasks()]
+            assert all(a == 2 for a in attempts), attempts  # each resumed once, together
+        finally:
+            provider.close()
