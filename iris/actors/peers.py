@@ -50,6 +50,9 @@ class Peer:
         loop = node.loop
         loop.add_reader(self.dealer.getsockopt(zmq.FD), node.drain_peer, self)
         loop.add_reader(self.monitor.getsockopt(zmq.FD), self._on_monitor)
+        # ZMQ_FD is edge-triggered and is only re-armed by reading the socket's events:
+        # without one read now, the first DISCONNECTED would never wake the loop.
+        loop.call_soon(self._on_monitor)
 
     def track(self, call_id: int, fut: ActorFuture, now: float) -> None:
         if not self.pending:

@@ -13,9 +13,9 @@ from iris.base.clock import SYSTEM_CLOCK
 from iris.base.errors import DeadlineExceededError, PeerUnavailableError
 
 WAIT_S = 30.0
-# A dead peer is noticed fast here so the test does not wait the production 3 s.
-# A lost connection is seen in under a millisecond when it is seen at all (see the xfail).
+# A lost connection is seen in under a millisecond (the socket monitor, not liveness).
 _LOST_CONNECTION_S = 5.0
+# A dead peer is noticed fast here so the test does not wait the production 3 s.
 FAST_LIVENESS = NodeConfig(heartbeat_interval_s=0.1, peer_dead_after_s=0.5)
 
 
@@ -115,10 +115,6 @@ def test_call_stats_silent_peer_declared_dead_counts_peer_unavailable(pair, mute
     assert client.stats.latency_snapshot()["count"] == 0
 
 
-@pytest.mark.xfail(strict=True, raises=TimeoutError, reason=(
-    "peers.py never reads its monitor socket before the first event, so libzmq never "
-    "signals its FD and DISCONNECTED goes unseen: calls on a dropped connection fail only "
-    "by liveness (3 s). One read of the monitor after add_reader in Peer.__init__ fixes it."))
 def test_call_stats_connection_closed_mid_call_counts_peer_unavailable(mute_peer):
     address, router = mute_peer
     # Liveness slower than the test: the call can only fail through the lost connection.
