@@ -74,7 +74,9 @@ class ShipperConfig:
 @dataclass(frozen=True)
 class ShipperStats:
     """Counters for metrics. `flush_lag_s` is the age of the oldest byte of the last chunk
-    when it was stored; `fenced` means another writer owns this attempt (we stopped)."""
+    when it was stored; `pending_age_s` the age, now, of the oldest byte not yet stored
+    (buffered or in an upload still retrying; 0 when all is stored), which keeps growing
+    while storage is down; `fenced` means another writer owns this attempt (we stopped)."""
 
     lines: int
     bytes: int
@@ -87,6 +89,7 @@ class ShipperStats:
     pending_bytes: int
     fenced: bool
     composed: bool
+    pending_age_s: float = 0.0
 
 
 class LogShipper:
@@ -105,6 +108,7 @@ class LogShipper:
         self._written: list[str] = []
         self._chunks = self._retries = 0
         self._lag = self._max_lag = 0.0
+        self._uploading_since: float | None = None  # oldest byte of the chunk in flight
         self._late_lines = self._late_bytes = 0
         self._fenced = self._composed = False
         self._thread = threading.Thread(target=self._run, daemon=True,
@@ -134,11 +138,15 @@ class LogShipper:
     def stats(self) -> ShipperStats:
         with self._cond:
             b = self._buf.stats()
+            oldest = [t for t in (self._uploading_since, self._buf.next_due(0.0))
+                      if t is not None]
+            age = self._clock.monotonic() - min(oldest) if oldest else 0.0
             return ShipperStats(
                 lines=b.lines, bytes=b.bytes, dropped_lines=b.dropped_lines + self._late_lines,
                 dropped_bytes=b.dropped_bytes + self._late_bytes, chunks=self._chunks,
                 retries=self._retries, flush_lag_s=self._lag, max_flush_lag_s=self._max_lag,
-                pending_bytes=b.pending_bytes, fenced=self._fenced, composed=self._composed)
+                pending_bytes=b.pending_bytes, fenced=self._fenced, composed=self._composed,
+                pending_age_s=max(0.0, age))
 
     def close(self, timeout_s: float = 30.0) -> ShipperStats:
         """Ship what is left, then compose the chunks into the attempt's `log` object.
@@ -195,6 +203,7 @@ class LogShipper:
                 records = self._buf.take(self._clock.monotonic(), cfg.flush_interval_s, final,
                                          max_bytes=cfg.flush_bytes)
                 rest = self._buf.pending_bytes
+                self._uploading_since = since if records else None
             if records:
                 self._ship(records, since)
             if self._fenced or (final and not rest):
@@ -227,11 +236,13 @@ class LogShipper:
             return
         lag = self._clock.monotonic() - since if since is not None else 0.0
         with self._cond:
+            self._uploading_since = None
             self._written.append(key)
             self._chunks += 1
             self._lag, self._max_lag = lag, max(self._max_lag, lag)
 
     def _count_lost(self, records: list[Record], data: bytes) -> None:
         with self._cond:
+            self._uploading_since = None
             self._late_lines += sum(r.data.count(b"\n") for r in records)
             self._late_bytes += len(data)

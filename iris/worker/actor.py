@@ -65,6 +65,8 @@ class Worker:
         self._registered = False
         self._last_report = 0.0
         self._sinks: dict[tuple, LogSink] = {}
+        self._shippers: dict[str, LogShipper] = {}  # attempt id -> its live log shipper
+        self._dropped_lines_closed = 0  # by shippers already closed, for a lifetime counter
 
     # ------------------------------------------------------------ called by the controller
 
@@ -148,7 +150,8 @@ class Worker:
         with self._lock:
             sent = list(self._updates.items())
         try:
-            answer = self._call("report", self.worker_id, [update for _, update in sent])
+            answer = self._call("report", self.worker_id, [update for _, update in sent],
+                                {"log_shipping": self._shipping_stats()})
         except IrisError as exc:
             _log.warning("worker %s: report failed (will retry): %s", self.worker_id, exc)
             return
@@ -156,6 +159,26 @@ class Worker:
             self._registered = False
             return
         self._acknowledge(sent, set(answer.get("acked", ())))
+
+    def _shipping_stats(self) -> dict:
+        """For /metrics: the worst lag over live shippers (how old output is when stored, or
+        the oldest still unstored, whichever is worse; 0 with nothing shipping) and the
+        lines dropped over this worker's life, so the controller can sum it as a counter."""
+        with self._lock:
+            live = list(self._shippers.values())
+            dropped = self._dropped_lines_closed
+        lag = 0.0
+        for shipper in live:
+            stats = shipper.stats()
+            dropped += stats.dropped_lines
+            lag = max(lag, stats.flush_lag_s, stats.pending_age_s)
+        return {"max_flush_lag_s": lag, "dropped_lines": dropped}
+
+    def _close_shipper(self, attempt_id: str, shipper: LogShipper) -> None:
+        final = shipper.close()
+        with self._lock:
+            if self._shippers.pop(attempt_id, None) is shipper:
+                self._dropped_lines_closed += final.dropped_lines
 
     def _acknowledge(self, sent: list, acked: set[str]) -> None:
         with self._lock:
@@ -175,6 +198,8 @@ class Worker:
     def _run(self, run: _Running, launch: dict) -> None:
         shipper = LogShipper(self._sink(launch["log_store"]), launch["job_id"],
                              launch["task_index"], launch["attempt_number"])
+        with self._lock:
+            self._shippers[run.attempt_id] = shipper
         tail: collections.deque[bytes] = collections.deque(maxlen=_ERROR_TAIL_LINES)
 
         def on_output(stream: str, line: bytes, ts: float) -> None:
@@ -192,7 +217,7 @@ class Worker:
 
         def on_exit(proc: AttemptProcess, outcome: Outcome) -> None:
             result = _read_result(proc.spec.attempt_dir / "result.pkl")
-            shipper.close()
+            self._close_shipper(run.attempt_id, shipper)
             self._finished(run, outcome, result, b"".join(tail))
 
         entry = launch["entrypoint"]
@@ -206,7 +231,7 @@ class Worker:
             self._runner.start(request, on_output, on_state, on_exit)
         except Exception as exc:  # refused or failed to build: the attempt fails with why
             shipper.write("stderr", f"[iris] attempt could not start: {exc}\n")
-            shipper.close()
+            self._close_shipper(run.attempt_id, shipper)
             self._forget(run)
             self._queue(run.attempt_id, "exited", exit_code=1, error=f"could not start: {exc}")
 
