@@ -1,0 +1,89 @@
+"""Unmet demand, routed to one region per job: the input of each region's autoscaler. Pure.
+
+Not the autoscaler (autoscaler.py decides slices within a region) nor the scheduler. After
+a scheduling pass, work that found no capacity anywhere (NO_CAPACITY or SCALING_UP, and
+gangs every region refused) is turned into autoscaler asks. Each job's asks go to ONE
+region, so two regions never both grow for the same work: the first region, by the best
+scale-group priority then name, that has a group able to run the work, that the job's
+region constraints allow, and whose autoscaler is not holding that accelerator back (a
+zone stocked out, churn cooldown, at max). The choice is stable from pass to pass while
+nothing changes, so slices already booting in that region keep absorbing the demand.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+
+from iris.controller.autoscaler import Ask, accelerator_keys, unmet_slices
+from iris.controller.config import ScaleGroupConfig
+from iris.controller.jobs.spec import JobSpec
+from iris.controller.scheduling.constraints import matches_all, parse_constraints
+from iris.controller.scheduling.model import per_host_demand
+
+
+def accelerator_of(spec: JobSpec) -> str:
+    """The name groups are matched by (accelerator_keys): the slice type for multi-host
+    TPU work, the TPU family for single-host TPU tasks (they pack onto any slice of it),
+    the GPU model, or "cpu"."""
+    shape = spec.resources.tpu_slice
+    if shape is not None and shape.hosts == 1:
+        return shape.family
+    return spec.resources.accelerator or "cpu"
+
+
+def asks_for(spec: JobSpec, tasks: int) -> list[Ask]:
+    """`tasks` unplaced tasks of a job as autoscaler asks (whole gangs for TPU slices)."""
+    need = per_host_demand(spec.resources)
+    shape = spec.resources.tpu_slice
+    if spec.gang_size > 1:
+        whole = spec.resources.count if shape is not None and shape.hosts > 1 else 0
+        return [Ask(spec.gang_size, whole, need.chips, need.cpu)
+                for _ in range(max(1, tasks // spec.gang_size))]
+    return [Ask(tasks, 0, need.chips, need.cpu)]
+
+
+def route(unmet: Iterable[tuple[JobSpec, int]],
+          groups: Mapping[str, Sequence[ScaleGroupConfig]],
+          blocked: Mapping[str, Mapping[str, str]]) -> dict[str, dict[str, int]]:
+    """region -> group -> more slices wanted. `unmet`: (job spec, unplaced tasks);
+    `groups`: each autoscaled region's groups; `blocked`: region -> accelerator -> why held."""
+    asks: dict[tuple[str, str], list[Ask]] = {}
+    for spec, tasks in unmet:
+        choice = _region_for(spec, groups, blocked)
+        if choice is not None:
+            asks.setdefault(choice, []).extend(asks_for(spec, tasks))
+    out: dict[str, dict[str, int]] = {}
+    for (region, group_name), group_asks in asks.items():
+        group = next(g for g in groups[region] if g.name == group_name)
+        n = unmet_slices(group, group_asks)
+        if n:
+            out.setdefault(region, {})[group_name] = n
+    return out
+
+
+def _region_for(spec: JobSpec, groups: Mapping[str, Sequence[ScaleGroupConfig]],
+                blocked: Mapping[str, Mapping[str, str]]) -> tuple[str, str] | None:
+    accel = accelerator_of(spec)
+    where = [c for c in parse_constraints(spec.constraints) if c.key in ("region", "zone")]
+    options = []
+    for region, region_groups in groups.items():
+        if accel in blocked.get(region, {}):
+            continue
+        for g in region_groups:
+            if accel not in accelerator_keys(g) or not _fits_host(spec, g):
+                continue
+            if not any(matches_all(where, {"region": region, "zone": z}) for z in g.zones):
+                continue
+            options.append((-g.priority, region, g.name))
+    if not options:
+        return None
+    _, region, group = min(options)
+    return region, group
+
+
+def _fits_host(spec: JobSpec, group: ScaleGroupConfig) -> bool:
+    """A TPU job needs its exact slice type; a GPU/CPU job only enough accelerators a host."""
+    shape = spec.resources.tpu_slice
+    if shape is not None and shape.hosts > 1:
+        return group.accelerator_variant == shape.name
+    return per_host_demand(spec.resources).chips <= max(group.accelerators_per_host, 0)

@@ -1,0 +1,47 @@
+"""Routing unmet demand to one region's autoscaler per job."""
+
+from __future__ import annotations
+
+from test_job_support import spec
+
+from iris.controller.config import ScaleGroupConfig
+from iris.controller.demand import route
+
+
+def _tpu(region: str, priority: int = 0) -> ScaleGroupConfig:
+    return ScaleGroupConfig("v5e-16", region, "tpu", "v5litepod-16", 4, 4, (f"{region}-a",),
+                            max_slices=4, priority=priority)
+
+
+def _cpu(region: str) -> ScaleGroupConfig:
+    return ScaleGroupConfig("cpu", region, "cpu", None, 1, 0, (f"{region}-a",), max_slices=8)
+
+
+GROUPS = {"us-east": [_tpu("us-east"), _cpu("us-east")], "eu-west": [_tpu("eu-west", 5)]}
+GANG = {"tpu": "v5litepod-16"}
+
+
+def test_route_gang_goes_to_the_region_whose_group_has_the_best_priority():
+    job = spec("g", resources=GANG, replicas=2)  # two whole slices
+    assert route([(job, 8)], GROUPS, {}) == {"eu-west": {"v5e-16": 2}}
+
+
+def test_route_skips_a_region_holding_that_accelerator_back():
+    job = spec("g", resources=GANG)
+    blocked = {"eu-west": {"v5litepod-16": "group v5e-16: zone eu-west-a stocked out"}}
+    assert route([(job, 4)], GROUPS, blocked) == {"us-east": {"v5e-16": 1}}
+
+
+def test_route_respects_a_region_constraint():
+    job = spec("g", resources=GANG, constraints={"region": "us-east"})
+    assert route([(job, 4)], GROUPS, {}) == {"us-east": {"v5e-16": 1}}
+
+
+def test_route_cpu_tasks_go_to_a_cpu_group_one_host_each_when_cores_are_unknown():
+    job = spec("c", resources={"cpu": 2}, replicas=3)
+    assert route([(job, 3)], GROUPS, {}) == {"us-east": {"cpu": 3}}
+
+
+def test_route_work_no_group_can_run_asks_for_nothing():
+    job = spec("h", resources={"gpu": "H100", "count": 8})
+    assert route([(job, 1)], GROUPS, {}) == {}
