@@ -372,3 +372,100 @@ def test_config_bad_values_refused_naming_the_field():
         AutoscalerConfig(backoff_initial_s=100, backoff_max_s=10)
     with pytest.raises(ValueError, match="id_prefix"):
         Autoscaler("us", [group()], CFG, id_prefix="US_1")
+
+
+# ---- property: random demand, preemption, stock-outs and time ---------------------------
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_GROUPS = [group("spot", hi=3, priority=5, hosts=2), group("ondemand", lo=1, hi=2, hosts=2),
+           ScaleGroupConfig("cpu", "us", "cpu", None, 1, 0, ("us-a", "us-b"), min_slices=1,
+                            max_slices=3, buffer_slices=1)]
+_OPS = st.one_of(
+    *[st.tuples(st.just("unmet"), st.sampled_from(["spot", "ondemand", "cpu"]),
+                st.sampled_from([0, 0, 1, 2, 5]))] * 2,
+    *[st.tuples(st.just("time"), st.sampled_from([0.0, 1.0, 5.0, 10.0, 31.0, 120.0, 700.0]))
+      ] * 3,  # time passing is what most rules wait for
+    st.tuples(st.just("boot"), st.integers(0, 9)),
+    *[st.tuples(st.just("boot_all"), st.just(0))] * 2,
+    st.tuples(st.just("preempt"), st.integers(0, 9)),
+    st.tuples(st.just("busy"), st.integers(0, 9)),
+    st.tuples(st.just("lose_host"), st.integers(0, 9)),
+    st.tuples(st.just("stock"), st.sampled_from(["us-a", "us-b"])),
+)
+
+
+class _Checked(Fleet):
+    """Fleet that checks the autoscaler's invariants on every decision."""
+
+    def __init__(self):
+        super().__init__(Autoscaler("us", _GROUPS, CFG, id_prefix="us-p"), _GROUPS)
+        self.unmet = {}
+        self.failed_at: dict[tuple[str, str], float] = {}  # last failure per (group, zone)
+        self.ids: set[str] = set()
+
+    def pick(self, i: int) -> str | None:
+        ids = sorted(self.slices)
+        return ids[i % len(ids)] if ids else None
+
+    def tick(self, dt: float) -> None:
+        busy_before = {s for s in self.busy if s in self.slices}
+        before = dict(self.slices)
+        failures = dict(self.failed_at)
+        out = self.step(self.unmet, dt)
+        for d in out:
+            if isinstance(d, Create):
+                last = failures.get((d.group, d.zone))
+                assert last is None or self.now >= last + CFG.backoff_initial_s, d
+                assert d.slice_id not in self.ids
+                self.ids.add(d.slice_id)
+                if d.zone in self.stocked_out:
+                    self.failed_at[(d.group, d.zone)] = self.now
+            else:
+                if d.slice_id in busy_before:  # only a broken slice: dead, or missing a host
+                    assert before[d.slice_id].state in (SliceState.PREEMPTED, SliceState.FAILED) \
+                        or d.cause == "lost_host" or (d.cause == "boot_timeout"
+                                                      and d.slice_id in self.unregistered), d
+                if d.cause == "boot_timeout":
+                    self.failed_at[(d.group, before[d.slice_id].zone)] = self.now
+        status = {g["group"]: g for g in self.scaler.status(self.now)["groups"]}
+        for g in _GROUPS:
+            alive = len(self.alive(g.name))
+            assert alive <= g.max_slices
+            open_zones = set(g.zones) - set(status[g.name]["backoff"])
+            if alive < g.min_slices:
+                assert status[g.name]["cooldown_s"] > 0 or not open_zones or any(
+                    self.failed_at.get((g.name, z)) == self.now for z in g.zones)
+
+    def apply(self, op: tuple) -> None:
+        kind, arg = op[0], op[1]
+        sid = self.pick(arg) if isinstance(arg, int) else None
+        if kind == "unmet":
+            self.unmet[arg] = op[2]
+        elif kind == "time":
+            self.tick(arg)
+        elif kind == "stock":
+            self.stocked_out ^= {arg}
+        elif kind == "boot_all":
+            self.boot_all()
+        elif sid is None:
+            return
+        elif kind == "boot" and self.slices[sid].state is SliceState.CREATING:
+            self.set_state(sid, SliceState.READY)
+        elif kind == "preempt":
+            self.set_state(sid, SliceState.PREEMPTED)
+        elif kind == "busy" and self.slices[sid].state is SliceState.READY \
+                and sid not in self.unregistered:
+            self.busy ^= {sid}
+        elif kind == "lose_host" and self.slices[sid].state is SliceState.READY:
+            self.unregistered[sid] = 1
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(_OPS, min_size=30, max_size=100))
+def test_decide_random_events_keep_invariants(ops):
+    fleet = _Checked()
+    for op in ops:
+        fleet.apply(op)
+    fleet.tick(0.0)
