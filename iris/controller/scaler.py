@@ -1,0 +1,197 @@
+"""SliceManager: runs one region's autoscaler decisions against a Provider. Not the decisions.
+
+The kernel (autoscaler.py) decides; this shell feeds it the provider's view and carries out
+what it returns. All state is touched on the caller's thread (the Region actor's turn).
+Provider calls block (a GCP create can take minutes), so they run on a small thread pool;
+each one's outcome is queued and folded in at the start of the next `tick`.
+
+The view is the last `list_slices` plus what completed since it was asked for: a list that
+started before a create or delete finished cannot show it, so such outcomes stay laid over
+the view until a list started after them arrives. Nothing is decided before the first list
+has arrived, so a restarted region adopts the slices it already has instead of creating
+duplicates.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import math
+import queue
+from collections.abc import Callable, Mapping, Sequence
+
+from iris.base.clock import Clock
+from iris.base.errors import CapacityError, ConflictError
+from iris.base.ids import new_id
+from iris.controller.autoscaler import Autoscaler, AutoscalerConfig, Create, Delete, SliceUsage
+from iris.controller.config import ScaleGroupConfig
+from iris.controller.providers.base import Provider, SliceInfo, SliceState
+
+_log = logging.getLogger(__name__)
+
+
+class SliceManager:
+    """Owns one region's slices through a Provider; see the module docstring."""
+
+    def __init__(self, region: str, groups: Sequence[ScaleGroupConfig], provider: Provider,
+                 clock: Clock, config: AutoscalerConfig | None = None, *,
+                 id_prefix: str | None = None, max_workers: int = 4):
+        self._groups = {g.name: g for g in groups}
+        self._provider = provider
+        self._clock = clock
+        self._config = config or AutoscalerConfig()
+        # A fresh token per start keeps slice ids unique across restarts of the region.
+        prefix = id_prefix or f"{region[:35].rstrip('-')}-{new_id(nbytes=2)}"
+        self._kernel = Autoscaler(region, list(groups), self._config, id_prefix=prefix)
+        self._pool = concurrent.futures.ThreadPoolExecutor(
+            max_workers, thread_name_prefix=f"iris-scaler-{region}")
+        self._futures: set[concurrent.futures.Future] = set()
+        self._results: queue.SimpleQueue = queue.SimpleQueue()
+        self._view: dict[str, SliceInfo] = {}
+        self._creating: dict[str, tuple[str, str]] = {}  # slice id -> (group, zone)
+        self._deleting: set[str] = set()
+        self._gen = 0  # counts completed creates and deletes
+        self._overlay: dict[str, tuple[int, SliceInfo | None]] = {}  # None: deleted
+        self._listing = False
+        self._list_gen = 0
+        self._listed_once = False
+        self._list_asked_at = -math.inf
+        self._list_error = ""
+        self._dirty = False  # an op completed since the last list was asked for
+        self._closed = False
+
+    # ---- the caller's turn -----------------------------------------------------------
+
+    def tick(self, usage: Mapping[str, SliceUsage],
+             unmet: Mapping[str, int]) -> list[Create | Delete]:
+        """Fold in finished provider calls, decide, start the calls decided on; the
+        decisions issued this tick (none until the first list of slices arrived)."""
+        if self._closed:
+            raise RuntimeError("SliceManager.tick: the manager is closed")
+        now = self._clock.monotonic()
+        self._fold(now)
+        self._maybe_list(now)
+        if not self._listed_once:
+            return []
+        decisions = self._kernel.decide(now, self.slices(), usage, unmet)
+        for d in decisions:
+            if isinstance(d, Create):
+                self._creating[d.slice_id] = (d.group, d.zone)
+                self._run("create", d.slice_id, self._provider.create_slice,
+                          self._groups[d.group], d.zone, d.slice_id)
+            else:
+                self._deleting.add(d.slice_id)
+                self._run("delete", d.slice_id, self._provider.delete_slice, d.slice_id)
+        return decisions
+
+    def slices(self) -> list[SliceInfo]:
+        """The latest known slices: the provider's, plus creates in flight as CREATING."""
+        out = list(self._view.values())
+        out += [SliceInfo(sid, group, zone, SliceState.CREATING, detail="create in flight")
+                for sid, (group, zone) in self._creating.items() if sid not in self._view]
+        return out
+
+    def status(self) -> dict:
+        """Autoscaler.status plus the provider calls in flight and the last list error."""
+        now = self._clock.monotonic()
+        out = self._kernel.status(now)
+        out["in_flight"] = {"creates": sorted(self._creating), "deletes": sorted(self._deleting),
+                            "listing": self._listing}
+        out["list_error"] = self._list_error
+        return out
+
+    def scaling_up(self) -> dict[str, list[str]]:
+        return self._kernel.scaling_up(self._clock.monotonic())
+
+    def blocked(self) -> dict[str, str]:
+        return self._kernel.blocked(self._clock.monotonic())
+
+    def settle(self, timeout: float = 60.0) -> bool:
+        """Wait until every provider call started so far has finished (its outcome is folded
+        in by the next tick). True if they all did within `timeout` seconds."""
+        _, pending = concurrent.futures.wait(self._futures, timeout)
+        self._futures = set(pending)
+        return not pending
+
+    def close(self) -> None:
+        """Stop the pool, waiting for calls already running; slices are left as they are."""
+        self._closed = True
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    # ---- provider calls -----------------------------------------------------------------
+
+    def _run(self, kind: str, slice_id: str, fn: Callable, *args) -> None:
+        def call() -> None:
+            try:
+                value = fn(*args)
+            except Exception as exc:  # every outcome goes back to the caller's thread
+                value = exc
+            self._results.put((kind, slice_id, value))
+
+        self._futures = {f for f in self._futures if not f.done()}
+        self._futures.add(self._pool.submit(call))
+
+    def _maybe_list(self, now: float) -> None:
+        if self._listing or not (self._dirty or
+                                 now - self._list_asked_at >= self._config.poll_interval_s):
+            return
+        self._listing, self._dirty = True, False
+        self._list_asked_at, self._list_gen = now, self._gen
+        self._run("list", "", self._provider.list_slices)
+
+    def _fold(self, now: float) -> None:
+        while True:
+            try:
+                kind, sid, value = self._results.get_nowait()
+            except queue.Empty:
+                return
+            if kind == "list":
+                self._folded_list(value)
+            elif kind == "create":
+                self._folded_create(now, sid, value)
+            else:
+                self._folded_delete(now, sid, value)
+
+    def _folded_list(self, value: list[SliceInfo] | Exception) -> None:
+        self._listing = False
+        if isinstance(value, Exception):
+            self._list_error = f"{type(value).__name__}: {value}"
+            _log.warning("list_slices failed (keeping the last view): %s", self._list_error)
+            return
+        view = {s.slice_id: s for s in value}
+        for sid, (gen, info) in list(self._overlay.items()):
+            if gen <= self._list_gen:
+                del self._overlay[sid]  # this list was asked for after it: it knows
+            elif info is None:
+                view.pop(sid, None)
+            else:
+                view.setdefault(sid, info)
+        self._view, self._listed_once, self._list_error = view, True, ""
+
+    def _folded_create(self, now: float, sid: str, value: SliceInfo | Exception) -> None:
+        group, zone = self._creating.pop(sid)
+        self._dirty = True
+        if isinstance(value, ConflictError):  # a retry of a create that happened: adopt it
+            value = SliceInfo(sid, group, zone, SliceState.CREATING, detail=str(value))
+        if isinstance(value, Exception):
+            _log.warning("create %s in %s failed: %s", sid, zone, value)
+            self._kernel.create_failed(group, zone, str(value),
+                                       isinstance(value, CapacityError), now, slice_id=sid)
+            return
+        self._gen += 1
+        self._view[sid] = value
+        self._overlay[sid] = (self._gen, value)
+
+    def _folded_delete(self, now: float, sid: str, value: None | Exception) -> None:
+        self._deleting.discard(sid)
+        self._dirty = True
+        if isinstance(value, Exception):
+            _log.warning("delete %s failed: %s", sid, value)
+            self._kernel.delete_failed(sid, str(value), now)
+            return
+        self._gen += 1
+        self._view.pop(sid, None)
+        self._overlay[sid] = (self._gen, None)
+
+
+__all__ = ["SliceManager"]
