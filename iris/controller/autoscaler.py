@@ -157,6 +157,8 @@ class _Tracked:
     listed: bool = False
     deleting: bool = False
     ever_full: bool = False
+    full_at: float = math.inf  # when its hosts had all registered
+    ever_busy: bool = False
     lost_since: float | None = None
     idle_since: float | None = None
     usage: SliceUsage = field(default_factory=lambda: SliceUsage(0, 0))
@@ -196,6 +198,7 @@ class Autoscaler:
         self._demand_since: dict[tuple, float] = {}
         self._held: dict[str, str] = {}  # group -> "max" | "cooldown" | "zones"
         self._seq = 0
+        self._now = -math.inf  # of the decide running: predicates read it
         self._log: deque[dict] = deque(maxlen=self.config.log_size)
 
     # ---- the decision --------------------------------------------------------------
@@ -209,6 +212,7 @@ class Autoscaler:
                 raise ValueError(f"unmet: no scale group {name!r} in region {self.region}")
             if not isinstance(n, int) or n < 0:
                 raise ValueError(f"unmet[{name!r}]: expected an int >= 0, got {n!r}")
+        self._now = now
         self._observe(now, slices, usage)
         out: list[Create | Delete] = self._lifecycle(now)
         self._held = {}
@@ -326,7 +330,7 @@ class Autoscaler:
         n = self._host_count(t)
         if self._full(t):
             if not t.ever_full:
-                t.ever_full = True
+                t.ever_full, t.full_at = True, now
                 b = self._backoff.get((t.group, t.zone))
                 if b is not None:
                     b.delay = 0.0  # the zone delivered: the next failure starts small again
@@ -334,7 +338,7 @@ class Autoscaler:
         elif t.ever_full and t.lost_since is None and t.usage.registered < n:
             t.lost_since = now
         if t.usage.busy > 0:
-            t.idle_since = None
+            t.idle_since, t.ever_busy = None, True
         elif t.idle_since is None:
             t.idle_since = now
 
@@ -361,11 +365,10 @@ class Autoscaler:
 
     def _scale_up(self, now: float, pool: list[ScaleGroupConfig], demand: int) -> list[Create]:
         left, spare = demand, {}
-        for g in pool:  # slices on their way absorb demand first
-            coming = self._count(g, self._coming)
-            absorbed = min(coming, left)
+        for g in pool:  # slices on their way, or just arrived, absorb demand first
+            absorbed = min(self._count(g, self._absorbs), left)
             left -= absorbed
-            spare[g.name] = self._count(g, self._idle) + coming - absorbed
+            spare[g.name] = self._count(g, self._spare) - absorbed
         key = _pool_key(pool[0])
         if demand > 0:  # the demand itself, not what is left of it: a replacement is not new
             since = self._demand_since.setdefault(key, now)
@@ -410,7 +413,7 @@ class Autoscaler:
     def _scale_down(self, now: float, g: ScaleGroupConfig) -> list[Delete]:
         mine = [(s, t) for s, t in self._slices.items() if t.group == g.name]
         idle = [(s, t) for s, t in mine if self._idle(t)]
-        spare = len(idle) + sum(1 for _, t in mine if self._coming(t))
+        spare = sum(1 for _, t in mine if self._spare(t))
         n = min(self._count(g, self._alive) - g.min_slices, spare - g.buffer_slices)
         expired = sorted((t.idle_since, s) for s, t in idle
                          if now - t.idle_since >= self.config.scale_down_delay_s)
@@ -473,6 +476,15 @@ class Autoscaler:
     def _coming(self, t: _Tracked) -> bool:
         """On its way: booting, or READY with hosts still registering."""
         return self._alive(t) and not t.ever_full and not self._full(t)
+
+    def _absorbs(self, t: _Tracked) -> bool:
+        """Counts against demand: on its way, or up for less than scale_up_delay_s and never
+        busy yet (the demand reported may predate its workers registering)."""
+        return self._coming(t) or (self._idle(t) and not t.ever_busy and
+                                   self._now - t.full_at < self.config.scale_up_delay_s)
+
+    def _spare(self, t: _Tracked) -> bool:
+        return self._coming(t) or self._idle(t)
 
     def _idle(self, t: _Tracked) -> bool:
         return self._alive(t) and t.ever_full and t.lost_since is None and t.idle_since is not None

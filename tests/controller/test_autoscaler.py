@@ -109,6 +109,18 @@ def test_decide_demand_waits_scale_up_delay_then_creates_once():
     assert f.scaler.scaling_up(f.now) == {"v5litepod-16": ["us"], "v5litepod": ["us"]}
 
 
+def test_decide_fresh_slices_absorb_demand_reported_before_they_took_work():
+    f = make()
+    f.step({"v5e": 2}, dt=10)
+    f.step({"v5e": 2}, dt=10)
+    f.boot_all()
+    # Registered but not yet given work: the demand still counts them, so no doubling.
+    assert f.step({"v5e": 2}, dt=1) == []
+    assert f.step({"v5e": 2}, dt=8) == []
+    # Still unmet once they had time to take work: the work needs more slices.
+    assert len(f.step({"v5e": 2}, dt=10)) == 2
+
+
 def test_decide_demand_blip_resets_the_delay():
     f = make()
     f.step({"v5e": 1})
