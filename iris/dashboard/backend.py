@@ -6,7 +6,9 @@ Sources, chosen so a dashboard read never waits for the controller's own thread:
 - live state (workers, pending reasons, counts): the controller's `snapshot()`, an async
   method that returns an already-built dict from the node's loop;
 - actors: the registry's async `list`; logs: the log sink, read on a second thread;
-- kill: the controller actor's `kill`, the same call the CLI makes.
+- kill: the controller actor's `kill`, the same call the CLI makes;
+- capacity: the snapshot's "capacity" key (the autoscaler's), shaped by capacity.py;
+- /metrics: the snapshot, task counts from the store, and this node's call stats.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from iris.actors import REGISTRY_KEY, Node
 from iris.actors.keys import CONTROLLER_KEY
 from iris.base.ids import parent_path
 from iris.dashboard import metrics
+from iris.dashboard.capacity import capacity_view
 from iris.dashboard.reads import JobQuery, JobReader
 from iris.logstore.config import LogStoreConfig, open_sink
 from iris.logstore.reader import read_logs
@@ -143,10 +146,7 @@ class Backend:
             for (r, z, g), rows in sorted(groups.items())]}
 
     async def capacity(self) -> dict:
-        note = ("no autoscaler yet: the region actors that would report slices ready, "
-                "booting and preempted and their scaling decisions are not wired")
-        return {"scale_groups": self.scale_groups, "autoscaler": None, "note": note,
-                "configured": self.scale_groups is not None}
+        return capacity_view(await self.snapshot(), self.scale_groups)
 
     async def actors(self, prefix: str = "/") -> dict:
         entries = await self._call(REGISTRY_KEY, "list", prefix)
@@ -168,7 +168,9 @@ class Backend:
     async def metrics_text(self) -> str:
         snap = await self.snapshot()
         tasks = await self._db(lambda r: r.task_states())
-        return metrics.render(snap, tasks, self.node.stats.as_dict())
+        stats = self.node.stats
+        return metrics.render(snap, tasks, stats.as_dict(), call_outcomes=stats.call_outcomes(),
+                              call_latency=stats.latency_snapshot())
 
 
 def _attempt_row(attempt_id: str, record: dict | None) -> dict:

@@ -1,15 +1,15 @@
 """The /metrics page: Prometheus text exposition (format 0.0.4) built from plain data. No I/O.
 
 Inputs are what the dashboard already reads: the controller's live snapshot, task counts from
-the job store, and the controller node's traffic counters. Families whose source is not wired
-yet are still declared (HELP says why) so dashboards and alerts can be written now:
+the job store, and the controller node's own counters and call latency (the dashboard runs
+in the controller's process and calls through the controller's node).
 
-- gang reservations: the region actors that reserve / commit / abort do not exist yet, so no
-  reservation has ever happened and the counters are truly 0.
-- scheduling pass duration, actor call latency, log shipping lag and dropped lines: nobody
-  measures them yet (the controller snapshot and worker reports carry no such numbers), so
-  these families have no samples: 0 would claim "no lag" when the truth is "unknown".
-  When the snapshot grows the keys named in `_from_snapshot`, samples appear.
+From the snapshot: jobs and workers by state, pending tasks, `scheduling_passes` (histogram),
+`gang_reservations` (outcome -> count, summed over the region actors), `log_shipping` (worst
+lag and dropped lines over the live workers' last reports) and `capacity` (the autoscaler's
+scale groups). A family whose key is absent (an older controller, no autoscaler, no worker
+reported yet) is still declared, with no samples: 0 would claim "no lag" or "no slices"
+when the truth is "unknown".
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from iris.controller.jobs.model import JobState
+from iris.dashboard.capacity import slice_counts
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _GANG_OUTCOMES = ("reserved", "committed", "aborted", "expired")
@@ -26,8 +27,10 @@ LATE_AFTER_S = 1.5
 
 
 def render(snapshot: Mapping[str, Any], task_states: Mapping[str, int],
-           node_stats: Mapping[str, int]) -> str:
-    """The whole /metrics body."""
+           node_stats: Mapping[str, int], *, call_outcomes: Mapping[str, int] | None = None,
+           call_latency: Mapping | None = None) -> str:
+    """The whole /metrics body. `node_stats`: traffic counters (NodeStats.as_dict());
+    `call_outcomes` and `call_latency`: NodeStats.call_outcomes() / latency_snapshot()."""
     out: list[str] = []
     jobs = snapshot.get("jobs_by_state", {})
     _family(out, "iris_jobs", "gauge", "Jobs in the controller's store by state.",
@@ -47,36 +50,80 @@ def render(snapshot: Mapping[str, Any], task_states: Mapping[str, int],
     _family(out, "iris_snapshot_timestamp_seconds", "gauge",
             "Wall time of the controller snapshot these numbers come from (unix seconds).",
             [({}, snapshot.get("at", 0))])
+    _histogram(out, "iris_scheduling_pass_duration_seconds",
+               "Duration of one scheduling pass of the controller.",
+               snapshot.get("scheduling_passes"))
+    _gangs(out, snapshot.get("gang_reservations"))
+    _calls(out, node_stats, call_outcomes, call_latency)
+    _shipping(out, snapshot.get("log_shipping") or {})
+    _capacity(out, snapshot.get("capacity"))
+    return "\n".join(out) + "\n"
+
+
+def _gangs(out: list[str], counts: Mapping[str, int] | None) -> None:
+    outcomes = () if counts is None else (
+        [*_GANG_OUTCOMES, *sorted(k for k in counts if k not in _GANG_OUTCOMES)])
     _family(out, "iris_gang_reservations_total", "counter",
-            "Gang reservations by outcome. Always 0 for now: the region actors that reserve, "
-            "commit and abort are not wired yet.",
-            [({"outcome": o}, 0) for o in _GANG_OUTCOMES])
+            "Gang reservations by outcome over every region actor since the controller "
+            "started: reserved (a region held a whole gang), committed, aborted (the "
+            "coordinator let it go), expired (its lease lapsed uncommitted), released (a "
+            "committed gang ended).",
+            [({"outcome": o}, counts.get(o, 0)) for o in outcomes] if counts else [])
+
+
+def _calls(out: list[str], node_stats: Mapping[str, int],
+           outcomes: Mapping[str, int] | None, latency: Mapping | None) -> None:
     for name, value in sorted(node_stats.items()):
         _family(out, f"iris_node_{name}_total", "counter",
                 f"Controller node traffic counter {name} (iris.actors.stats.NodeStats).",
                 [({}, value)])
-    _from_snapshot(out, snapshot)
-    return "\n".join(out) + "\n"
-
-
-def _from_snapshot(out: list[str], snapshot: Mapping[str, Any]) -> None:
-    """Families whose numbers the controller does not publish yet (see module docstring)."""
-    passes = snapshot.get("scheduling_passes")  # {"buckets": {le: n}, "count": n, "sum_s": x}
-    _histogram(out, "iris_scheduling_pass_duration_seconds",
-               "Duration of one scheduling pass. No samples until the controller measures it.",
-               passes)
+    _family(out, "iris_actor_calls_total", "counter",
+            "Actor calls the controller's node made, by outcome: ok, error (the callee "
+            "answered with an error), timeout (no answer by the deadline), peer_unavailable "
+            "(peer dead, connection lost or send queue full). Casts are not counted.",
+            [({"outcome": o}, n) for o, n in (outcomes or {}).items()])
     _histogram(out, "iris_actor_call_duration_seconds",
-               "Actor call latency at the controller node. No samples until the node hot path "
-               "records it.", snapshot.get("call_latency"))
-    shipping = snapshot.get("log_shipping") or {}
+               "Client-side latency of the actor calls the controller's node made, from send "
+               "to reply or error reply (timeouts and dead peers are counted, not timed).",
+               latency)
+
+
+def _shipping(out: list[str], shipping: Mapping[str, Any]) -> None:
     _family(out, "iris_log_shipping_lag_seconds", "gauge",
-            "Age of the oldest unshipped log byte, worst worker. No samples until workers "
-            "report their shipper stats.",
+            "Log shipping lag, worst live task attempt over all workers: how old output was "
+            "when its last chunk was stored, or the oldest output still unstored, whichever "
+            "is larger. No samples until a worker reports.",
             [({}, shipping["max_flush_lag_s"])] if "max_flush_lag_s" in shipping else [])
     _family(out, "iris_log_dropped_lines_total", "counter",
-            "Log lines dropped because shipping fell behind, all workers. No samples until "
-            "workers report their shipper stats.",
+            "Log lines dropped because shipping fell behind, summed over the live workers' "
+            "lifetimes. No samples until a worker reports.",
             [({}, shipping["dropped_lines"])] if "dropped_lines" in shipping else [])
+
+
+def _capacity(out: list[str], regions: list[Mapping[str, Any]] | None) -> None:
+    """Autoscaler gauges; no samples when the controller runs no autoscaler."""
+    slices, limits, backoff = [], [], []
+    for region in regions or ():
+        r = str(region.get("region", "?"))
+        for g in region.get("groups", ()):
+            name = str(g.get("group", "?"))
+            for state, n in slice_counts(g).items():
+                slices.append(({"region": r, "group": name, "state": state}, n))
+            for bound in ("min", "max", "buffer"):
+                if g.get(bound) is not None:
+                    limits.append(({"region": r, "group": name, "bound": bound}, g[bound]))
+            for zone, b in sorted((g.get("backoff") or {}).items()):
+                backoff.append(({"region": r, "group": name, "zone": zone},
+                                max(0.0, float(b.get("until_s", 0.0)))))
+    _family(out, "iris_slices", "gauge",
+            "Slices of each autoscaled scale group by state (READY, CREATING = booting, "
+            "PREEMPTED, FAILED, DELETING).", slices)
+    _family(out, "iris_scale_group_slice_limit", "gauge",
+            "Configured slice bounds of each scale group: min, max and buffer (idle slices "
+            "kept ready).", limits)
+    _family(out, "iris_zone_backoff_seconds", "gauge",
+            "Seconds until the autoscaler tries a zone again after a stock-out or error; "
+            "zones not backing off have no sample.", backoff)
 
 
 def _histogram(out: list[str], name: str, help_text: str, data: Mapping | None) -> None:

@@ -19,7 +19,8 @@ th{background:#f3f5f8}th.sort{cursor:pointer}.muted{color:#777}
 .state{padding:1px 6px;border-radius:8px;background:#eee}
 .running{background:#cde9ff}.pending,.building,.assigned{background:#fff2c2}
 .succeeded{background:#d4f5d4}.failed,.worker_failed,.unschedulable,.preempted{background:#ffd2d2}
-.killed{background:#e3d7f5}.healthy{background:#d4f5d4}.late{background:#ffd2d2}pre{background:#111;color:#ddd;padding:8px;max-height:420px;overflow:auto}
+.killed{background:#e3d7f5}.READY,.create{background:#d4f5d4}.CREATING{background:#fff2c2}
+.PREEMPTED,.FAILED,.create_failed,.delete_failed{background:#ffd2d2}.DELETING,.delete,.cooldown{background:#e3d7f5}.healthy{background:#d4f5d4}.late{background:#ffd2d2}pre{background:#111;color:#ddd;padding:8px;max-height:420px;overflow:auto}
 #error{color:#b00}button{padding:4px 12px}.group{margin-top:14px}
 </style></head><body>
 <nav><a id="nav-jobs" href="#/jobs">Jobs</a><a id="nav-workers" href="#/workers">Workers</a>
@@ -117,13 +118,32 @@ async function schedulerPage(){
    `<a href="#/job/${encodeURIComponent(j.job_id)}">${esc(j.job_id)}</a>`,esc(j.user),j.pending_tasks,when(j.submitted_at),
    reason(j.pending_reason)||'<span class="muted">not tried yet</span>']),"pending-row")+"</div>").join("");
 }
+function dur(x){if(x==null)return "";x=Number(x);return x<120?x.toFixed(0)+" s":x<7200?(x/60).toFixed(0)+" min":(x/3600).toFixed(1)+" h";}
+function scaleGroup(g,gi){const c=g.counts||{};
+ return `<div class="group scale-group"><h3>${esc(g.group)} <span class="muted">· ${esc(g.accelerator)} · min ${g.min} · max ${g.max} · buffer ${g.buffer}</span></h3>
+  <p class="slice-counts">ready <b>${c.ready||0}</b> · booting <b>${c.booting||0}</b> · preempted <b>${c.preempted||0}</b>`+
+  (c.failed?` · failed <b>${c.failed}</b>`:"")+(c.deleting?` · deleting <b>${c.deleting}</b>`:"")+
+  (g.cooldown_s>0?` · <span class="late state">churn cooldown ${dur(g.cooldown_s)}</span>`:"")+
+  (g.held?` · <span class="muted">held: ${esc(g.held)}</span>`:"")+`</p>`+
+  (g.slices.length?table("slices-"+gi,["Slice","Zone","State","Hosts","Busy","Age"],g.slices.map(s=>[esc(s.slice_id),esc(s.zone),
+   st(s.state)+(s.deleting?' <span class="muted">deleting</span>':""),s.hosts,s.busy,dur(s.age_s)]),"slice-row"):'<p class="muted">No slices.</p>')+
+  (Object.keys(g.backoff||{}).length?table("backoff-"+gi,["Zone backing off","Retry in","Reason"],Object.entries(g.backoff).map(([z,b])=>
+   [esc(z),dur(Math.max(0,b.until_s)),esc(b.reason)]),"backoff-row"):"")+"</div>";}
 async function capacityPage(){
  const d=await api("/api/capacity");
- $("content").innerHTML=`<p id="capacity-note">${esc(d.note)}</p>`+(d.configured?
-  table("scale-groups",["Scale group","Region","Accelerator","Zones","Min","Max","Buffer","Slices ready / booting / preempted"],
-   d.scale_groups.map(g=>[esc(g.name),esc(g.region),esc(g.accelerator_variant||g.accelerator_type),esc((g.zones||[]).join(", ")),
-   g.min_slices,g.max_slices,g.buffer_slices,'<span class="muted">unknown (no autoscaler)</span>']),"group-row")
-  :"<p>No cluster config was given to this controller, so there are no scale groups.</p>");
+ if(!d.autoscaler){
+  $("content").innerHTML=`<p id="capacity-note">${esc(d.note)}</p>`+(d.configured?
+   table("scale-groups",["Scale group","Region","Accelerator","Zones","Min","Max","Buffer"],
+    d.scale_groups.map(g=>[esc(g.name),esc(g.region),esc(g.accelerator_variant||g.accelerator_type),esc((g.zones||[]).join(", ")),
+    g.min_slices,g.max_slices,g.buffer_slices]),"group-row"):"<p>No cluster config was given to this controller, so there are no scale groups.</p>");
+  return;
+ }
+ let gi=0;
+ $("content").innerHTML=(d.regions.length?"":'<p id="capacity-note">The autoscaler reports no regions yet.</p>')+d.regions.map((r,ri)=>
+  `<div class="group region"><h2>Region ${esc(r.region)}</h2>`+(r.groups.length?r.groups.map(g=>scaleGroup(g,gi++)).join(""):'<p class="muted">No scale groups.</p>')+
+  `<h3>Recent autoscaler decisions <span class="muted">(newest first)</span></h3>`+(r.decisions.length?
+   table("decisions-"+ri,["When","Action","Group","Slice","Zone","Reason"],r.decisions.map(x=>[x.ago_s!=null?dur(x.ago_s)+" ago":"",
+    st(x.action),esc(x.group),esc(x.slice_id),esc(x.zone),esc(x.reason)]),"decision-row"):'<p class="muted">No decisions yet.</p>')+"</div>").join("");
 }
 async function actorsPage(){
  const d=await api("/api/actors");

@@ -15,8 +15,13 @@ from dataclasses import dataclass
 import pytest
 
 import iris
+from iris.actors import Node, actor
 from iris.actors.current import current_context
+from iris.actors.keys import CONTROLLER_KEY
 from iris.base.clock import SYSTEM_CLOCK
+from iris.controller.autoscaler import Autoscaler, AutoscalerConfig, SliceUsage
+from iris.controller.config import ScaleGroupConfig
+from iris.controller.providers.base import HostInfo, SliceInfo, SliceState
 from iris.dashboard import DashboardHandle, start_dashboard
 
 # Polling the cluster from outside: on a loaded 2-core machine a task can take many seconds
@@ -103,3 +108,58 @@ def dash(tmp_path_factory):
         finally:
             handle.stop()
             current_context.reset(token)
+
+
+def autoscaler_status() -> dict:
+    """One region's capacity entry as the real autoscaler kernel reports it, after: two
+    slices created for pending work, one create refused (stock-out: its zone backs off), one
+    slice READY with a busy host, and an older slice preempted (deleted at once)."""
+    group = ScaleGroupConfig(name="tpu16", region="us-central2", accelerator_type="tpu",
+                             accelerator_variant="v5litepod-16", hosts_per_slice=4,
+                             accelerators_per_host=4, zones=("us-central2-b", "us-central2-c"),
+                             max_slices=3)
+    kernel = Autoscaler("us-central2", [group], AutoscalerConfig(scale_up_delay_s=0),
+                        id_prefix="iris")
+    first, second = (c.slice_id for c in kernel.decide(100.0, [], {}, {"tpu16": 2}))
+    kernel.create_failed("tpu16", "us-central2-b", "ZONE_RESOURCE_POOL_EXHAUSTED", True, 101.0,
+                         slice_id=second)
+    hosts = tuple(HostInfo(f"h{i}", f"10.0.0.{i}") for i in range(4))
+    kernel.decide(130.0, [SliceInfo(first, "tpu16", "us-central2-b", SliceState.READY, hosts),
+                          SliceInfo("iris-old-7", "tpu16", "us-central2-c",
+                                    SliceState.PREEMPTED, hosts)],
+                  {first: SliceUsage(4, 1)}, {})
+    return kernel.status(160.0)
+
+
+@pytest.fixture(scope="session")
+def capacity_snapshot() -> dict:
+    return {"at": SYSTEM_CLOCK.wall(), "jobs_by_state": {}, "workers": [],
+            "capacity": [autoscaler_status()]}
+
+
+@actor
+class SnapshotController:
+    """Stands in for the controller actor where a test needs a snapshot a local cluster does
+    not produce (an autoscaled region): it serves that snapshot and a state dir, nothing else.
+    The dashboard reaches it the way it reaches the real one: node calls over ZeroMQ."""
+
+    def __init__(self, snapshot: dict, state_dir: str):
+        self._snapshot, self._state_dir = snapshot, state_dir
+
+    def snapshot(self) -> dict:
+        return self._snapshot
+
+    def state_dir(self) -> str:
+        return self._state_dir
+
+
+@pytest.fixture
+def capacity_dash(tmp_path, capacity_snapshot):
+    """A dashboard over a controller whose snapshot holds the autoscaler_status() region."""
+    with Node() as node:
+        node.host(CONTROLLER_KEY, SnapshotController, (capacity_snapshot, str(tmp_path)))
+        handle = start_dashboard(node, node.address, port=0)
+        try:
+            yield handle
+        finally:
+            handle.stop()

@@ -74,6 +74,6 @@ def test_capacity_page_lists_configured_scale_groups_without_inventing_slices(em
         (shown,) = body["scale_groups"]
         assert shown["name"] == "v5e-16" and shown["max_slices"] == 8
         assert shown["zones"] == ["us-west4-a"]
-        assert body["autoscaler"] is None and "no autoscaler yet" in body["note"]
+        assert body["autoscaler"] is False and "no autoscaler" in body["note"]
     finally:
         handle.stop()

@@ -115,10 +115,29 @@ def test_scheduler_api_shows_the_pending_queue_by_band_with_why_pending(dash):
     assert "cpu=3" in pend["pending_reason"]["message"]  # names the shape it waits for
 
 
-def test_capacity_api_says_honestly_there_is_no_autoscaler(dash):
+def test_capacity_api_says_plainly_when_no_autoscaler_reports(dash):
     _, body = dash.get("api/capacity")
-    assert body["configured"] is False and body["autoscaler"] is None
-    assert "no autoscaler yet" in body["note"]
+    assert body["configured"] is False and body["autoscaler"] is False
+    assert body["regions"] == [] and "no autoscaler" in body["note"]
+
+
+def test_capacity_api_shows_slices_by_state_backoffs_and_newest_decisions_first(
+        capacity_dash):
+    status, body = http(capacity_dash.url + "api/capacity")
+    assert status == 200 and body["autoscaler"] is True and body["note"] == ""
+    (region,) = body["regions"]
+    assert region["region"] == "us-central2"
+    (group,) = region["groups"]
+    assert (group["group"], group["accelerator"], group["max"]) == ("tpu16", "v5litepod-16", 3)
+    assert group["counts"] == {"ready": 1, "booting": 0, "preempted": 1, "failed": 0,
+                               "deleting": 0}
+    ready = [s for s in group["slices"] if s["state"] == "READY"]
+    assert [(s["slice_id"], s["hosts"], s["busy"]) for s in ready] == [("iris-tpu16-1", 4, 1)]
+    assert "ZONE_RESOURCE_POOL_EXHAUSTED" in group["backoff"]["us-central2-b"]["reason"]
+    actions = [(d["action"], d["slice_id"]) for d in region["decisions"]]
+    assert actions == [("delete", "iris-old-7"), ("create_failed", "iris-tpu16-2"),
+                       ("create", "iris-tpu16-2"), ("create", "iris-tpu16-1")]
+    assert region["decisions"][0]["ago_s"] == 30.0
 
 
 def test_kill_without_the_dashboard_header_is_refused_and_the_job_keeps_running(dash):

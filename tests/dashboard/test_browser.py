@@ -108,5 +108,20 @@ def test_scheduler_and_capacity_pages_explain_pending_work(dash, page):
     assert "NO_CAPACITY" in page.locator("#band-interactive").inner_text()
     _shot(page, "scheduler")
     page.click("#nav-capacity")
-    page.locator("#capacity-note", has_text="no autoscaler yet").wait_for()
+    page.locator("#capacity-note", has_text="no autoscaler").wait_for()
+    _shot(page, "capacity-none")
+
+
+def test_capacity_page_shows_a_groups_slices_backoff_and_decisions(capacity_dash, page):
+    page.goto(f"{capacity_dash.url}#/capacity")
+    page.locator("tr.slice-row", has_text="iris-tpu16-1").wait_for()
+    counts = page.locator(".scale-group .slice-counts").inner_text()
+    assert "ready 1" in counts and "booting 0" in counts and "preempted 1" in counts
+    assert "READY" in page.locator("tr.slice-row", has_text="iris-tpu16-1").inner_text()
+    assert "deleting" in page.locator("tr.slice-row", has_text="iris-old-7").inner_text()
+    backoff = page.locator("tr.backoff-row").inner_text()
+    assert "us-central2-b" in backoff and "ZONE_RESOURCE_POOL_EXHAUSTED" in backoff
+    newest = page.locator("tr.decision-row").first.inner_text()
+    assert "delete" in newest and "iris-old-7" in newest and "preempted" in newest
+    assert page.locator("tr.decision-row").count() == 4
     _shot(page, "capacity")
