@@ -10,7 +10,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
@@ -19,8 +19,9 @@ from iris.actors.context import join, security_from_env
 from iris.actors.current import current_context
 from iris.actors.keys import CONTROLLER_KEY
 from iris.base.errors import ConfigError, IrisError
-from iris.controller.capacity import Offer
+from iris.controller.capacity import Offer, offers_from_groups
 from iris.controller.main import host_controller
+from iris.controller.regions import RegionScaling
 from iris.controller.service import ControllerConfig
 from iris.logstore.config import LogStoreConfig
 
@@ -34,11 +35,14 @@ def local_cluster(workers: int = 0, *, bind: str = "tcp://127.0.0.1:0",
                   security: Security | None = None, state_dir: str | Path | None = None,
                   worker_cpu: float = 8.0, worker_attrs: dict[str, str] | None = None,
                   stop_grace_s: float = 10.0, log_store: LogStoreConfig | None = None,
+                  autoscale: Sequence[RegionScaling] = (),
                   ) -> Iterator[ClusterContext]:
     """An embedded cluster on this machine, current inside the `with` block.
 
     `worker_cpu` is what each local worker advertises (default 8: a laptop-sized cluster
-    oversubscribes its cores rather than queueing small tasks).
+    oversubscribes its cores rather than queueing small tasks). `autoscale`: regions whose
+    scale groups grow and shrink through a provider (e.g. LocalProvider processes) on top
+    of the `workers` started here.
     """
     if not isinstance(workers, int) or workers < 0:
         raise ConfigError(f"workers: expected an int >= 0, got {workers!r}")
@@ -48,11 +52,13 @@ def local_cluster(workers: int = 0, *, bind: str = "tcp://127.0.0.1:0",
         node = Node(NodeConfig(bind=bind), security=security_from_env(security)).start()
         stack.callback(node.stop)
         # The local workers are the whole fleet: what they offer bounds every request.
-        offers = (Offer("local", (worker_attrs or {}).get("accelerator_type"),
-                        int((worker_attrs or {}).get("accelerator_count", 0)), worker_cpu),)
+        offers = offers_from_groups(g for r in autoscale for g in r.groups)
+        if workers or not autoscale:
+            offers += (Offer("local", (worker_attrs or {}).get("accelerator_type"),
+                             int((worker_attrs or {}).get("accelerator_count", 0)), worker_cpu),)
         host_controller(node, ControllerConfig(state_dir=root / "controller",
                                                stop_grace_s=stop_grace_s, log_store=log_store,
-                                               offers=offers))
+                                               offers=offers, autoscale=tuple(autoscale)))
         ctx = ClusterContext(node, node.address)
         procs = [_start_worker(node.address, root / f"worker-{i}", worker_cpu,
                                worker_attrs or {}) for i in range(workers)]

@@ -55,6 +55,9 @@ class Controller:
                                   config=CoordinatorConfig(max_attempts=3),
                                   on_placed=self._placed, on_unplaceable=self._unplaceable)
         self._placer.start()
+        self._scaling = {r.region: r for r in config.autoscale}
+        for region in sorted(self._scaling):  # they may grow before any worker exists
+            self._ensure_region(region)
 
     # ------------------------------------------------------------ jobs
 
@@ -172,6 +175,7 @@ class Controller:
         now = self._node.clock.monotonic()
         if now - self._snapshot_at >= _SNAPSHOT_EVERY_S:
             self._snapshot_at = now
+            self._svc.set_region_reports(dict(self._region_stats))
             self._snapshot = {**self._svc.snapshot(),
                               "gang_reservations": _sum_stats(self._region_stats.values())}
             self._ask_region_stats()
@@ -204,7 +208,7 @@ class Controller:
             if isinstance(msg, SyncRegion):
                 self._ensure_region(msg.region)
                 fut = self._node.call(self._node.address, region_key(msg.region), "sync",
-                                      (msg.slices, msg.busy), timeout_s=30.0)
+                                      (msg.slices, msg.busy, msg.unmet), timeout_s=30.0)
                 fut.add_done_callback(_log_failure)
             elif isinstance(msg, PlaceRound):
                 self._placer.place(msg.round_id, msg.shape, msg.regions)
@@ -213,7 +217,8 @@ class Controller:
 
     def _ensure_region(self, region: str) -> None:
         if region not in self._regions:
-            self._node.host(region_key(region), Region, (region, [], self._node.clock))
+            self._node.host(region_key(region), Region, (region, [], self._node.clock), {
+                "scaling": self._scaling.get(region), "controller_address": self._node.address})
             self._placer.add_region(region, self._node.address)
             self._regions.add(region)
 

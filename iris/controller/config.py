@@ -14,8 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from iris.base.errors import ConfigError, InvalidRequestError
 from iris.base.resources import KNOWN_GPUS, tpu_shape
 
@@ -356,6 +354,8 @@ def load_config(source: str | Path) -> ClusterConfig:
         origin = f"{path}: "
     else:
         text = source
+    import yaml  # here, not at the top: task environments import iris without PyYAML
+
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:

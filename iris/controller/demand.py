@@ -61,6 +61,17 @@ def route(unmet: Iterable[tuple[JobSpec, int]],
     return out
 
 
+def held_back(spec: JobSpec, groups: Mapping[str, Sequence[ScaleGroupConfig]],
+              blocked: Mapping[str, Mapping[str, str]]) -> dict[str, str]:
+    """Regions that could grow for this job but whose autoscaler holds back: region -> why
+    (zones stocked out or over quota, churn cooldown, at max_slices). Empty when the job was
+    routed somewhere, or no region has a group for it."""
+    if _region_for(spec, groups, blocked) is not None:
+        return {}
+    accel = accelerator_of(spec)
+    return {r: blocked[r][accel] for r in sorted(groups) if accel in blocked.get(r, {})}
+
+
 def _region_for(spec: JobSpec, groups: Mapping[str, Sequence[ScaleGroupConfig]],
                 blocked: Mapping[str, Mapping[str, str]]) -> tuple[str, str] | None:
     accel = accelerator_of(spec)

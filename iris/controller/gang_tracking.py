@@ -42,6 +42,7 @@ class SyncRegion:
     region: str
     slices: list[dict]
     busy: list[str]
+    unmet: dict[str, int]  # scale group -> more slices wanted (autoscaled regions only)
 
 
 @dataclass(frozen=True)
@@ -74,7 +75,7 @@ class GangTracker:
         self.placed: dict[str, Round] = {}  # round id -> round whose gang holds hosts
         self.cooling: dict[str, tuple[float, dict]] = {}  # gang id -> (until, pending reason)
         self.outbox: list[SyncRegion | PlaceRound | ReleaseRound] = []
-        self._synced: dict[str, tuple[list[dict], list[str]]] = {}
+        self._synced: dict[str, tuple[list[dict], list[str], dict[str, int]]] = {}
         self._seq = 0
 
     # ---- asking -----------------------------------------------------------------------
@@ -158,11 +159,17 @@ class GangTracker:
                 self.outbox.append(ReleaseRound(rnd.round_id))
 
     def sync_regions(self, state: KernelState, workers: Iterable[WorkerInfo],
-                     stopping: dict[str, dict[str, Resources]]) -> None:
-        """Queue each region's inventory (slices of registered hosts, busy hosts) if changed."""
+                     stopping: dict[str, dict[str, Resources]],
+                     unmet: Mapping[str, dict[str, int]] | None = None,
+                     regions: Iterable[str] = ()) -> None:
+        """Queue each region's inventory (slices of registered hosts, busy hosts) and the
+        demand routed to it, when changed. `regions`: ones to sync even without workers
+        (autoscaled regions that have not grown yet)."""
         inventory = region_inventory(state, workers, stopping)
-        for region in set(self._synced) | set(inventory):
-            now = inventory.get(region, ([], []))
+        unmet = unmet or {}
+        for region in sorted(set(self._synced) | set(inventory) | set(unmet) | set(regions)):
+            slices, busy = inventory.get(region, ([], []))
+            now = (slices, busy, dict(unmet.get(region, {})))
             if self._synced.get(region) != now:
                 self._synced[region] = now
                 self.outbox.append(SyncRegion(region, *now))

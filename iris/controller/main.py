@@ -6,13 +6,16 @@ import logging
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from iris.actors import ClusterContext, Node, NodeConfig, Registry, Security
 from iris.actors.keys import CONTROLLER_KEY
 from iris.actors.registry import REGISTRY_KEY
+from iris.base.errors import ConfigError
 from iris.controller.actor import Controller
+from iris.controller.autoscaler import AutoscalerConfig
 from iris.controller.capacity import offers_from_groups
+from iris.controller.regions import RegionScaling
 from iris.controller.service import ControllerConfig
 from iris.logstore.config import LogStoreConfig
 
@@ -36,6 +39,40 @@ def log_store_from(cluster: ClusterConfig | None) -> LogStoreConfig | None:
     return LogStoreConfig(kind="local", root=storage.log_dir, prefix=storage.log_prefix)
 
 
+def scaling_from_config(cluster: ClusterConfig, state_dir: Path) -> tuple[RegionScaling, ...]:
+    """One RegionScaling per region with scale groups; its provider is made once the
+    controller's address is known (local workers must dial it)."""
+    out = []
+    for name, region in sorted(cluster.regions.items()):
+        groups = tuple(region.scale_groups.values())
+        if not groups:
+            continue
+        kinds = sorted({g.provider for g in groups})
+        if len(kinds) > 1:
+            raise ConfigError(f"regions.{name}.scale_groups: one region's groups must use one "
+                              f"provider, got {', '.join(kinds)}")
+        make = _provider_factory(kinds[0], cluster, name, Path(state_dir))
+        # Simulated hosts run no worker, so READY alone means usable there.
+        config = AutoscalerConfig(hosts_register=kinds[0] != "simulated")
+        out.append(RegionScaling(name, groups, make, config))
+    return tuple(out)
+
+
+def _provider_factory(kind: str, cluster: ClusterConfig, region: str,
+                      state_dir: Path) -> Callable[[str], Any]:
+    def make(address: str) -> Any:
+        if kind == "local":
+            from iris.controller.providers.local import LocalProvider
+            return LocalProvider(address, state_dir / "hosts" / region, region)
+        if kind == "simulated":
+            from iris.base.clock import SYSTEM_CLOCK
+            from iris.controller.providers.simulated import SimulatedProvider
+            return SimulatedProvider(SYSTEM_CLOCK)
+        from iris.controller.providers.gcp_tpu import GcpTpuProvider
+        return GcpTpuProvider.from_config(cluster, region)
+    return make
+
+
 def run_controller(state_dir: Path, *, bind: str = "tcp://127.0.0.1:0",
                    keys_dir: str | None = None, stop: threading.Event | None = None,
                    worker_dead_after_s: float | None = None,
@@ -50,6 +87,7 @@ def run_controller(state_dir: Path, *, bind: str = "tcp://127.0.0.1:0",
     extra: dict = {"log_store": log_store_from(cluster)}
     if cluster is not None:
         extra["offers"] = offers_from_groups(cluster.scale_groups())
+        extra["autoscale"] = scaling_from_config(cluster, Path(state_dir))
     if worker_dead_after_s is not None:
         extra["worker_dead_after_s"] = worker_dead_after_s
     try:

@@ -1,33 +1,67 @@
-"""The Region actor: one per region, the owner of that region's reservation ledger.
+"""The Region actor: one per region, the owner of its reservation ledger and its slices.
 
-Not the decisions (scheduling/ledger.py is pure). Requests and replies travel as the wire
-dicts of scheduling/wire_format.py; a malformed one raises ProtocolError at the caller and
-changes nothing. Leases lapse on the region's own clock, checked every tick, so a hold the
-coordinator forgot (it crashed, a message was lost) is released without anyone asking.
-Its inventory (which slices and hosts exist, which are busy with other work) is pushed by
-the controller, which is where workers register: `sync` replaces it whole.
-Autoscaling through a Provider joins this actor later (issue 7).
+Not the decisions (scheduling/ledger.py and autoscaler.py are pure). Requests and replies
+travel as the wire dicts of scheduling/wire_format.py; a malformed one raises ProtocolError
+at the caller and changes nothing. Leases lapse on the region's own clock, checked every
+tick, so a hold the coordinator forgot (it crashed, a message was lost) is released
+without anyone asking.
+
+Its inventory (which slices and hosts have registered workers, which are busy) and the
+demand routed to it (scale group -> more slices wanted) are pushed by the controller, which
+is where workers register: `sync` replaces both whole. A region with `RegionScaling` also
+grows and shrinks its scale groups: every tick hands the SliceManager what each slice's
+hosts are doing, and the manager's provider calls run off this thread.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
 from iris.actors import actor
 from iris.base.clock import SYSTEM_CLOCK, Clock
 from iris.base.errors import InvalidRequestError
+from iris.controller.autoscaler import AutoscalerConfig, SliceUsage
+from iris.controller.config import ScaleGroupConfig
+from iris.controller.providers.base import Provider
+from iris.controller.scaler import SliceManager
 from iris.controller.scheduling.ledger import ReservationLedger, SliceSpec
 from iris.controller.scheduling.wire_format import from_wire, to_wire
 
 
+@dataclass(frozen=True)
+class RegionScaling:
+    """What a region needs to autoscale: its groups and how to make its provider."""
+
+    region: str
+    groups: tuple[ScaleGroupConfig, ...]
+    # Called once, with the controller's address (workers it starts must dial it).
+    provider: Callable[[str], Provider]
+    autoscaler: AutoscalerConfig = field(default_factory=AutoscalerConfig)
+
+
 @actor
 class Region:
-    # Lapsed holds are found within this long of their expiry (leases are 10 s).
+    # Lapsed holds are found within this long of their expiry (leases are 10 s); the
+    # autoscaler's own delays are seconds to minutes, so this is fine-grained enough.
     tick_interval_s = 0.1
 
     def __init__(self, region: str, slices: list[SliceSpec], clock: Clock = SYSTEM_CLOCK,
-                 boot: str = "0"):
+                 boot: str = "0", scaling: RegionScaling | None = None,
+                 controller_address: str = ""):
         self.region = region
         self._clock = clock
         self._ledger = ReservationLedger(region, slices, boot=boot)
+        self._hosts: dict[str, tuple[str, ...]] = {s.slice_id: s.hosts for s in slices}
+        self._busy: set[str] = set()
+        self._unmet: dict[str, int] = {}
+        self._manager: SliceManager | None = None
+        self._groups = {g.name for g in scaling.groups} if scaling is not None else set()
+        self._provider: Provider | None = None
+        if scaling is not None:
+            self._provider = scaling.provider(controller_address)
+            self._manager = SliceManager(region, scaling.groups, self._provider, clock,
+                                         scaling.autoscaler)
 
     def handle(self, message: dict) -> dict | None:
         """One request (reserve / commit / abort / release); its reply, or None."""
@@ -40,24 +74,68 @@ class Region:
         replies = [self._ledger.handle(from_wire(m), now) for m in messages]
         return [to_wire(r) if r is not None else None for r in replies]
 
-    def sync(self, slices: list[dict], busy: list[str]) -> None:
+    def sync(self, slices: list[dict], busy: list[str], unmet: dict | None = None) -> None:
         """The region's whole inventory now: slices as {"slice_id", "accelerator", "hosts",
-        "attributes"}, and the hosts busy with work placed outside gangs."""
+        "attributes"}; the hosts busy with work; `unmet`: scale group -> more slices the
+        pending work routed here needs (the autoscaler's demand)."""
         specs = [_slice_spec(raw) for raw in slices]
+        hosts = [h for spec in specs for h in spec.hosts]
+        if len(hosts) != len(set(hosts)):
+            raise InvalidRequestError("slices: a host is listed in two slices", "slices")
         if not isinstance(busy, list) or not all(isinstance(h, str) for h in busy):
             raise InvalidRequestError("busy: expected a list of host ids", "busy")
+        unmet = _unmet(unmet or {}, self._groups)
         self._ledger.set_inventory(specs, busy)
+        self._hosts = {spec.slice_id: spec.hosts for spec in specs}
+        self._busy = set(busy)
+        self._unmet = unmet
 
     def stats(self) -> dict:
-        """Reservation outcomes so far (reserved / committed / aborted / expired / released)
-        and the holds live now."""
-        return {**self._ledger.counts, "live": self.live_reservations()}
+        """Reservation outcomes so far, holds live now and, when autoscaling, the capacity
+        report (slices, zone backoffs, decisions with wall-clock `at`), which accelerators
+        are scaling up and which are held back (for why-pending)."""
+        out: dict = {**self._ledger.counts, "live": self.live_reservations()}
+        if self._manager is not None:
+            status = self._manager.status()
+            wall = self._clock.wall()
+            for d in status.get("decisions", []):
+                d["at"] = wall - d.get("ago_s", 0.0)
+            out.update(capacity=status, scaling_up=self._manager.scaling_up(),
+                       blocked=self._manager.blocked())
+        return out
 
     def live_reservations(self) -> int:
         return len(self._ledger.live(self._clock.monotonic()))
 
     def on_tick(self) -> None:
         self._ledger.expire(self._clock.monotonic())
+        if self._manager is not None:
+            self._manager.tick(self._usage(), self._unmet)
+
+    def on_stop(self) -> None:
+        """Stop scaling. Slices stay (a controller restart must not delete a cloud fleet);
+        the provider's close releases its client, and stops local worker processes."""
+        if self._manager is not None:
+            self._manager.close()
+            self._provider.close()
+
+    def _usage(self) -> dict[str, SliceUsage]:
+        """Per slice: hosts registered, and hosts running work or held for a gang."""
+        return {sid: SliceUsage(len(hosts), sum(1 for h in hosts if h in self._busy
+                                                or self._ledger.holder(h) is not None))
+                for sid, hosts in self._hosts.items()}
+
+
+def _unmet(raw: object, groups: set[str]) -> dict[str, int]:
+    if not isinstance(raw, dict) or not all(
+            isinstance(k, str) and isinstance(v, int) and v >= 0 for k, v in raw.items()):
+        raise InvalidRequestError(f"unmet: expected scale group -> slices >= 0, got {raw!r:.80}",
+                                  "unmet")
+    unknown = sorted(set(raw) - groups)
+    if unknown:
+        raise InvalidRequestError(f"unmet: no scale group {unknown[0]!r} in this region "
+                                  f"(its groups: {', '.join(sorted(groups)) or 'none'})", "unmet")
+    return dict(raw)
 
 
 def _slice_spec(raw: object) -> SliceSpec:

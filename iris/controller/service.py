@@ -22,7 +22,7 @@ from iris.base.errors import InvalidRequestError, IrisError, NotFoundError, Stor
 from iris.base.histogram import Histogram
 from iris.base.ids import new_id
 from iris.base.resources import Resources
-from iris.controller import scheduler_view
+from iris.controller import demand, scheduler_view
 from iris.controller.bundle_store import BundleStore
 from iris.controller.capacity import Offer, fits_checker
 from iris.controller.gang_tracking import GangTracker
@@ -32,7 +32,9 @@ from iris.controller.jobs.env import gang_leader, task_environment
 from iris.controller.jobs.spec import JobSpec, validate_submit
 from iris.controller.jobs.state import KernelConfig
 from iris.controller.jobs.store import JobStore
+from iris.controller.regions import RegionScaling
 from iris.controller.scheduling.dry_run import dry_run
+from iris.controller.scheduling.reasons import ReasonCode
 from iris.controller.scheduling.scheduler import schedule
 from iris.controller.workers import DEFAULT_DEAD_AFTER_S, WorkerTable
 from iris.logstore.config import LogStoreConfig
@@ -58,6 +60,9 @@ class ControllerConfig:
     # Host shapes the cluster can ever offer; submits nothing could run are refused.
     # None: shape checks only (a controller without a cluster config).
     offers: tuple[Offer, ...] | None = None
+    # Regions that grow and shrink their scale groups through a provider (issue 7); other
+    # regions are whatever workers register.
+    autoscale: tuple[RegionScaling, ...] = ()
 
 
 @dataclass
@@ -99,6 +104,10 @@ class ControllerService:
         # half (rounds in flight, hosts held, what each region's ledger should own).
         self.gangs = GangTracker()
         self.pass_seconds = Histogram()
+        # Autoscaled regions: their groups, their last reports, the demand routed to them.
+        self.region_groups = {r.region: list(r.groups) for r in config.autoscale}
+        self.region_reports: dict[str, dict] = {}
+        self.unmet: dict[str, dict[str, int]] = {}
 
     # ------------------------------------------------------------ requests
 
@@ -163,6 +172,9 @@ class ControllerService:
             "log_shipping": self._log_shipping(),
             "scheduling_passes": self.pass_seconds.as_dict(),
             "gangs": {"reserving": len(self.gangs.reserving), "placed": len(self.gangs.placed)},
+            "capacity": [rep["capacity"] for _, rep in sorted(self.region_reports.items())
+                         if "capacity" in rep],
+            "unmet": {r: dict(g) for r, g in self.unmet.items()},
         }
 
     def _log_shipping(self) -> dict:
@@ -256,24 +268,28 @@ class ControllerService:
     def _scheduled(self) -> list[ev.Event]:
         """The global scheduler's pass over every pending task: Assign events, Preempted
         events for lower-band attempts it evicts to make room, and gang requests, which the
-        tracker turns into reservation rounds through the Region actors."""
+        tracker turns into reservation rounds through the Region actors. Work no region has
+        room for becomes the autoscalers' demand (self.unmet)."""
         self.pending_reasons = {}
+        self.unmet = {}
         if not self.state.pending:
             return []
-        demands = []
+        demands, unplaced = [], {}
         for job_id, index in self.state.pending:
             job = self.state.jobs[job_id]
             if job.spec.gang_size > 1:
                 cooling = self.gangs.waiting(scheduler_view.gang_id(job.spec, index),
                                              self.clock.monotonic())
-                if cooling is not None:
+                if cooling is not None:  # every region refused it: capacity must grow
                     self.pending_reasons[job_id] = cooling
+                    unplaced[job_id] = unplaced.get(job_id, 0) + 1
                     continue
             demands += scheduler_view.task_demands(job.spec, job.submitted_at, (index,))
         hosts = scheduler_view.host_views(self.state, self.workers.workers.values(),
                                           self.stopping, held=self.gangs.held_hosts())
         started = self.clock.monotonic()
-        plan = schedule(hosts, demands, reserving_gangs=set(self.gangs.reserving))
+        plan = schedule(hosts, demands, reserving_gangs=set(self.gangs.reserving),
+                        scaling_up=self._scaling_up())
         self.pass_seconds.observe(self.clock.monotonic() - started)
         events: list[ev.Event] = []
         for a in plan.assignments:
@@ -286,9 +302,51 @@ class ControllerService:
         for request in plan.gang_requests:
             self.gangs.request(request)
         for task, reason in plan.reasons.items():
-            self.pending_reasons.setdefault(scheduler_view.parse_task_id(task)[0],
-                                            reason.to_dict())
+            job_id = scheduler_view.parse_task_id(task)[0]
+            self.pending_reasons.setdefault(job_id, reason.to_dict())
+            if reason.code in (ReasonCode.NO_CAPACITY, ReasonCode.SCALING_UP):
+                unplaced[job_id] = unplaced.get(job_id, 0) + 1
+        if self.region_groups and unplaced:
+            self._route_demand(unplaced)
         return events
+
+    def _route_demand(self, unplaced: dict[str, int]) -> None:
+        """Unplaced work -> each region's autoscaler; work every region holds back from
+        growing for says why in its pending reason (zone stocked out, cooldown, at max)."""
+        blocked = {r: rep.get("blocked", {}) for r, rep in self.region_reports.items()}
+        specs = [(self.state.jobs[j].spec, n) for j, n in unplaced.items()]
+        self.unmet = demand.route(specs, self.region_groups, blocked)
+        for spec, _ in specs:
+            held = demand.held_back(spec, self.region_groups, blocked)
+            if held:
+                said = "; ".join(f"region {r}: {why}" for r, why in held.items())
+                reason = self.pending_reasons.get(spec.name, {})
+                self.pending_reasons[spec.name] = {
+                    "code": ReasonCode.NO_CAPACITY.value,
+                    "message": f"{reason.get('message', 'no capacity')}; autoscaling is held "
+                               f"back: {said}",
+                    "details": {**reason.get("details", {}), "autoscaler": held}}
+
+    # ------------------------------------------------------------ regions
+
+    def set_region_reports(self, reports: dict[str, dict]) -> None:
+        """The Region actors' latest stats (reservations, capacity, scaling_up, blocked).
+        A change in what is scaling or held back re-runs placement: reasons and routing
+        depend on it."""
+        def scaling(reps: dict) -> tuple:
+            return tuple(sorted((r, str(rep.get("scaling_up")), str(rep.get("blocked")))
+                                for r, rep in reps.items()))
+        if scaling(reports) != scaling(self.region_reports):
+            self._placement_due = True
+        self.region_reports = dict(reports)
+
+    def _scaling_up(self) -> dict[str, list[str]]:
+        """Accelerator -> regions adding hosts of it now (the SCALING_UP reason)."""
+        out: dict[str, list[str]] = {}
+        for region, report in sorted(self.region_reports.items()):
+            for accel in report.get("scaling_up", {}):
+                out.setdefault(accel, []).append(region)
+        return out
 
     # ------------------------------------------------------------ gangs
 
@@ -338,7 +396,8 @@ class ControllerService:
         if effects or passed:
             # Rounds whose gang ended are released; each region's ledger learns its hosts.
             self.gangs.release_ended(self.state)
-            self.gangs.sync_regions(self.state, self.workers.workers.values(), self.stopping)
+            self.gangs.sync_regions(self.state, self.workers.workers.values(), self.stopping,
+                                    self.unmet, self.region_groups)
         if not effects:
             return effects
         persists = [e for e in effects if isinstance(e, ev.Persist)]

@@ -45,3 +45,14 @@ def test_route_cpu_tasks_go_to_a_cpu_group_one_host_each_when_cores_are_unknown(
 def test_route_work_no_group_can_run_asks_for_nothing():
     job = spec("h", resources={"gpu": "H100", "count": 8})
     assert route([(job, 1)], GROUPS, {}) == {}
+
+
+def test_held_back_names_every_region_that_could_grow_but_holds_back():
+    from iris.controller.demand import held_back
+
+    job = spec("g", resources=GANG)
+    blocked = {"eu-west": {"v5litepod-16": "zone eu-west-a stocked out"},
+               "us-east": {"v5litepod-16": "at max_slices 4"}}
+    assert held_back(job, GROUPS, blocked) == {"eu-west": "zone eu-west-a stocked out",
+                                               "us-east": "at max_slices 4"}
+    assert held_back(job, GROUPS, {"eu-west": blocked["eu-west"]}) == {}  # us-east can grow
