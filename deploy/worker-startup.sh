@@ -41,7 +41,7 @@ fi
 cat > /etc/iris-worker.env <<ENV
 IRIS_CONTROLLER=$IRIS_CONTROLLER
 IRIS_REGION=$IRIS_REGION
-IRIS_WORKER_ATTRS=--attr slice_id=$IRIS_SLICE_ID --attr scale_group=$IRIS_SCALE_GROUP --attr zone=$IRIS_ZONE --attr cluster=$IRIS_CLUSTER --attr accelerator=$IRIS_ACCELERATOR --attr host_index=$HOST_INDEX
+IRIS_WORKER_ATTRS=--worker-id $IRIS_SLICE_ID-w$HOST_INDEX --attr slice_id=$IRIS_SLICE_ID --attr scale_group=$IRIS_SCALE_GROUP --attr zone=$IRIS_ZONE --attr cluster=$IRIS_CLUSTER --attr accelerator_type=$IRIS_ACCELERATOR --attr host_index=$HOST_INDEX
 ENV
 cat > /etc/systemd/system/iris-worker.service <<'UNIT'
 [Unit]

@@ -18,6 +18,7 @@ relies on it.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
@@ -35,6 +36,7 @@ from iris.controller.workers import WorkerInfo
 # backoff), the scheduler waits this long before asking again, so a gang the regions keep
 # refusing costs a few calls a minute, not one per scheduling pass.
 RETRY_AFTER_S = 5.0
+_HOST_INDEX = re.compile(r"^(.*)-[hw](\d+)$")
 
 
 @dataclass(frozen=True)
@@ -209,9 +211,10 @@ def region_inventory(state: KernelState, workers: Iterable[WorkerInfo],
 
 
 def _host_order(worker_id: str) -> tuple:
-    """Hosts of a slice in their index order (h2 before h10): TPU process ids follow it."""
-    head, _, tail = worker_id.rpartition("-h")
-    return (head, int(tail)) if tail.isdigit() else (worker_id, 0)
+    """Hosts of a slice in their index order (h2 before h10; local hosts end -hN, TPU VM
+    workers -wN): TPU process ids follow it."""
+    m = _HOST_INDEX.match(worker_id)
+    return (m.group(1), int(m.group(2))) if m else (worker_id, 0)
 
 
 def _runs_on(state: KernelState, job_id: str, index: int, hosts: tuple[str, ...]) -> bool:

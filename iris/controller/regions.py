@@ -21,12 +21,14 @@ from dataclasses import dataclass, field
 from iris.actors import actor
 from iris.base.clock import SYSTEM_CLOCK, Clock
 from iris.base.errors import InvalidRequestError
-from iris.controller.autoscaler import AutoscalerConfig, SliceUsage
+from iris.controller.autoscaler import AutoscalerConfig, Delete, SliceUsage
 from iris.controller.config import ScaleGroupConfig
 from iris.controller.providers.base import Provider
 from iris.controller.scaler import SliceManager
 from iris.controller.scheduling.ledger import ReservationLedger, SliceSpec
 from iris.controller.scheduling.wire_format import from_wire, to_wire
+
+_GONE_KEPT_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,10 @@ class Region:
         self._hosts: dict[str, tuple[str, ...]] = {s.slice_id: s.hosts for s in slices}
         self._busy: set[str] = set()
         self._unmet: dict[str, int] = {}
+        # Hosts of slices this region deleted (preempted, lost a host, idle...) -> (when,
+        # why): reported so the controller requeues their work now, not after the 3 s
+        # heartbeat timeout. Kept a minute, long past the next stats poll.
+        self._gone: dict[str, tuple[float, str]] = {}
         self._manager: SliceManager | None = None
         self._groups = {g.name for g in scaling.groups} if scaling is not None else set()
         self._provider: Provider | None = None
@@ -101,7 +107,8 @@ class Region:
             for d in status.get("decisions", []):
                 d["at"] = wall - d.get("ago_s", 0.0)
             out.update(capacity=status, scaling_up=self._manager.scaling_up(),
-                       blocked=self._manager.blocked())
+                       blocked=self._manager.blocked(),
+                       gone_hosts={h: why for h, (_, why) in self._gone.items()})
         return out
 
     def live_reservations(self) -> int:
@@ -110,7 +117,13 @@ class Region:
     def on_tick(self) -> None:
         self._ledger.expire(self._clock.monotonic())
         if self._manager is not None:
-            self._manager.tick(self._usage(), self._unmet)
+            now = self._clock.monotonic()
+            for d in self._manager.tick(self._usage(), self._unmet):
+                if isinstance(d, Delete):
+                    for host in d.hosts:
+                        self._gone[host] = (now, f"slice {d.slice_id} deleted: {d.reason}")
+            for host in [h for h, (at, _) in self._gone.items() if now - at > _GONE_KEPT_S]:
+                del self._gone[host]
 
     def on_stop(self) -> None:
         """Stop scaling. Slices stay (a controller restart must not delete a cloud fleet);

@@ -339,6 +339,15 @@ class ControllerService:
         if scaling(reports) != scaling(self.region_reports):
             self._placement_due = True
         self.region_reports = dict(reports)
+        gone = {h: why for rep in reports.values() for h, why in rep.get("gone_hosts", {}).items()
+                if h in self.workers.workers}
+        if gone:  # their slice is gone: requeue their work now, not at the heartbeat timeout
+            for worker_id in gone:
+                del self.workers.workers[worker_id]
+                self.stopping.pop(worker_id, None)
+            self._placement_due = True
+            self._run_many([ev.WorkerLost(new_id("ev-"), w, why) for w, why in sorted(
+                gone.items())], schedule=True)
 
     def _scaling_up(self) -> dict[str, list[str]]:
         """Accelerator -> regions adding hosts of it now (the SCALING_UP reason)."""

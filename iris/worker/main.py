@@ -60,6 +60,17 @@ def parse_attrs(pairs: list[str]) -> dict[str, str]:
     return attrs
 
 
+def _derive_chips(attributes: dict[str, str]) -> None:
+    """A TPU host that names only its slice type gets its chip count from the type (a
+    v5litepod-16 host has 4), so the scheduler sees the chips it may place on it."""
+    accelerator = attributes.get("accelerator_type")
+    if accelerator and "accelerator_count" not in attributes:
+        try:
+            attributes["accelerator_count"] = str(tpu_shape(accelerator).chips_per_host)
+        except InvalidRequestError:
+            pass  # a GPU model: its count is given, or 1 (advertised_resources)
+
+
 def run_worker(controller: str, *, region: str = "local", attrs: dict[str, str] | None = None,
                root: Path | None = None, worker_id: str | None = None,
                bind: str = "tcp://127.0.0.1:0", keys_dir: str | None = None,
@@ -73,6 +84,7 @@ def run_worker(controller: str, *, region: str = "local", attrs: dict[str, str] 
                   "hostname": socket.gethostname(), "pid": str(os.getpid()),
                   "memory": str(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")),
                   **(attrs or {})}
+    _derive_chips(attributes)
     advertised = advertised_resources(attributes)
     security = Security.load(keys_dir) if keys_dir else None
     node = Node(NodeConfig(bind=bind), security=security).start()

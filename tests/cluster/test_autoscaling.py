@@ -99,6 +99,7 @@ def test_preempted_slice_task_finishes_on_a_replacement_slice(scaled, tmp_path, 
     assert job.result(timeout=180) == "0"
     task = job.tasks()[0]
     assert task["state"] == "succeeded" and task["attempts"] == 2
+    assert task["preemptions"] == 1 and task["failures"] == 0  # the preemption budget paid
     assert task["worker_id"].rsplit("-h", 1)[0] != first.rsplit("-h", 1)[0]  # another slice
     wait_until(lambda: all(s.state is not SliceState.PREEMPTED
                            for s in provider.list_slices()), 60, "the preempted slice deleted")
