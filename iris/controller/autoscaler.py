@@ -159,6 +159,7 @@ class _Tracked:
     ever_full: bool = False
     full_at: float = math.inf  # when its hosts had all registered
     ever_busy: bool = False
+    retry_delete_at: float = -math.inf  # after a failed delete: not asked again before
     lost_since: float | None = None
     idle_since: float | None = None
     usage: SliceUsage = field(default_factory=lambda: SliceUsage(0, 0))
@@ -241,10 +242,11 @@ class Autoscaler:
         self._record(now, "create_failed", group, slice_id or "", zone, error)
 
     def delete_failed(self, slice_id: str, error: str, now: float) -> None:
-        """A delete did not happen: decide again next time (the slice may still be wanted)."""
+        """A delete did not happen: decide again after backoff_initial_s (not every tick: a
+        provider refusing deletes must not be hammered), when the slice may be wanted again."""
         t = self._slices.get(slice_id)
         if t is not None:
-            t.deleting = False
+            t.deleting, t.retry_delete_at = False, now + self.config.backoff_initial_s
             self._record(now, "delete_failed", t.group, slice_id, t.zone, error)
 
     # ---- reporting ------------------------------------------------------------------
@@ -346,7 +348,7 @@ class Autoscaler:
         out = []
         cfg = self.config
         for sid, t in self._slices.items():
-            if t.deleting:
+            if t.deleting or t.retry_delete_at > now:
                 continue
             age = now - t.born
             if t.state in _DEAD:
@@ -415,8 +417,8 @@ class Autoscaler:
         idle = [(s, t) for s, t in mine if self._idle(t)]
         spare = sum(1 for _, t in mine if self._spare(t))
         n = min(self._count(g, self._alive) - g.min_slices, spare - g.buffer_slices)
-        expired = sorted((t.idle_since, s) for s, t in idle
-                         if now - t.idle_since >= self.config.scale_down_delay_s)
+        expired = sorted((t.idle_since, s) for s, t in idle if t.retry_delete_at <= now
+                         and now - t.idle_since >= self.config.scale_down_delay_s)
         return [self._delete(now, s, self._slices[s], "idle", f"idle {now - since:.0f} s")
                 for since, s in expired[:max(0, n)]]
 

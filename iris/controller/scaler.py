@@ -7,7 +7,8 @@ each one's outcome is queued and folded in at the start of the next `tick`.
 
 The view is the last `list_slices` plus what completed since it was asked for: a list that
 started before a create or delete finished cannot show it, so such outcomes stay laid over
-the view until a list started after them arrives. Nothing is decided before the first list
+the view until a list started after them arrives (a created slice until a list shows it, or
+for _LIST_LAG_S). Nothing is decided before the first list
 has arrived, so a restarted region adopts the slices it already has instead of creating
 duplicates.
 """
@@ -28,6 +29,11 @@ from iris.controller.config import ScaleGroupConfig
 from iris.controller.providers.base import Provider, SliceInfo, SliceState
 
 _log = logging.getLogger(__name__)
+
+# A slice whose create succeeded stays in the view this long even if lists do not show it:
+# a list API that lags its creates must not make the autoscaler create the slice twice.
+# The price is that a slice deleted behind our back within a minute is replaced that late.
+_LIST_LAG_S = 60.0
 
 
 class SliceManager:
@@ -51,7 +57,8 @@ class SliceManager:
         self._creating: dict[str, tuple[str, str]] = {}  # slice id -> (group, zone)
         self._deleting: set[str] = set()
         self._gen = 0  # counts completed creates and deletes
-        self._overlay: dict[str, tuple[int, SliceInfo | None]] = {}  # None: deleted
+        # slice id -> (gen, info or None if deleted, when it completed)
+        self._overlay: dict[str, tuple[int, SliceInfo | None, float]] = {}
         self._listing = False
         self._list_gen = 0
         self._listed_once = False
@@ -146,21 +153,22 @@ class SliceManager:
             except queue.Empty:
                 return
             if kind == "list":
-                self._folded_list(value)
+                self._folded_list(now, value)
             elif kind == "create":
                 self._folded_create(now, sid, value)
             else:
                 self._folded_delete(now, sid, value)
 
-    def _folded_list(self, value: list[SliceInfo] | Exception) -> None:
+    def _folded_list(self, now: float, value: list[SliceInfo] | Exception) -> None:
         self._listing = False
         if isinstance(value, Exception):
             self._list_error = f"{type(value).__name__}: {value}"
             _log.warning("list_slices failed (keeping the last view): %s", self._list_error)
             return
         view = {s.slice_id: s for s in value}
-        for sid, (gen, info) in list(self._overlay.items()):
-            if gen <= self._list_gen:
+        for sid, (gen, info, at) in list(self._overlay.items()):
+            if gen <= self._list_gen and (info is None or sid in view
+                                          or now - at >= _LIST_LAG_S):
                 del self._overlay[sid]  # this list was asked for after it: it knows
             elif info is None:
                 view.pop(sid, None)
@@ -180,7 +188,7 @@ class SliceManager:
             return
         self._gen += 1
         self._view[sid] = value
-        self._overlay[sid] = (self._gen, value)
+        self._overlay[sid] = (self._gen, value, now)
 
     def _folded_delete(self, now: float, sid: str, value: None | Exception) -> None:
         self._deleting.discard(sid)
@@ -191,7 +199,7 @@ class SliceManager:
             return
         self._gen += 1
         self._view.pop(sid, None)
-        self._overlay[sid] = (self._gen, None)
+        self._overlay[sid] = (self._gen, None, now)
 
 
 __all__ = ["SliceManager"]

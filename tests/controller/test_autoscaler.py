@@ -323,6 +323,20 @@ def test_decide_higher_priority_group_scaled_first_and_fallback_when_held():
     assert [c.group for c in out] == ["ondemand", "ondemand"]
 
 
+def test_decide_failed_delete_retried_after_backoff_not_every_tick():
+    f = make()
+    f.step({"v5e": 1}, dt=10)
+    f.step({"v5e": 1}, dt=10)
+    f.boot_all()
+    [sid] = f.alive()
+    f.set_state(sid, SliceState.PREEMPTED)
+    [d] = f.scaler.decide(f.now, list(f.slices.values()), {}, {})
+    f.scaler.delete_failed(sid, "503 backend unavailable", f.now)
+    assert f.step(dt=59) == []  # not hammering the provider
+    assert [(d.slice_id, d.cause) for d in f.step(dt=1)] == [(sid, "preempted")]
+    assert "delete_failed" in [d["action"] for d in f.scaler.status(f.now)["decisions"]]
+
+
 def test_decide_unknown_group_or_negative_unmet_refused_without_change():
     f = make()
     with pytest.raises(ValueError, match="no scale group 'nope'"):

@@ -264,9 +264,96 @@ def test_manager_list_failure_keeps_the_last_view_and_says_why(rig):
     assert len(r.mgr.slices()) == 1
 
 
+def test_manager_failed_delete_retried_later_and_slice_goes(rig):
+    refuse = threading.Event()
+    refuse.set()
+
+    class Stubborn(SimulatedProvider):
+        def delete_slice(self, slice_id):
+            if refuse.is_set():
+                refuse.clear()
+                raise ProviderError(f"delete {slice_id}: 429 rate limited")
+            super().delete_slice(slice_id)
+
+    r = rig(provider_cls=Stubborn)
+    r.work = {"v5e": 1}
+    r.step(dt=10)
+    r.step(dt=10)
+    [sid] = r.ids()
+    r.provider.preempt(sid)
+    r.step(dt=2)
+    assert r.ids() == [sid]  # refused once
+    assert r.mgr.status()["decisions"][-1]["reason"] == f"delete {sid}: 429 rate limited"
+    r.step(dt=60)
+    assert sid not in r.ids()
+
+
+def test_manager_create_conflict_adopts_the_existing_slice(rig):
+    hidden = {"us-t-v5e-1"}
+
+    class Lagging(SimulatedProvider):  # its list does not show the slice at first
+        def list_slices(self, group=None):
+            return [s for s in super().list_slices(group) if s.slice_id not in hidden]
+
+    r = rig(group(lo=1), provider_cls=Lagging)
+    # A create that happened although its reply was lost: the retry meets ConflictError.
+    r.provider.create_slice(group(lo=1), "us-a", "us-t-v5e-1")
+    assert [d.slice_id for d in r.step()] == ["us-t-v5e-1"]
+    assert [d["action"] for d in r.mgr.status()["decisions"]] == ["create"]  # no failure
+    hidden.clear()  # the list catches up
+    assert r.step(dt=100) == []  # adopted: it counts toward the min
+    assert [(s.slice_id, s.state) for s in r.mgr.slices()] == [("us-t-v5e-1", SliceState.READY)]
+
+
 def test_manager_bad_unmet_refused_and_nothing_created(rig):
     r = rig()
     r.step()
     with pytest.raises(ValueError, match="no scale group 'h100'"):
         r.mgr.tick({}, {"h100": 1})
     assert r.ids() == [] and r.mgr.status()["in_flight"]["creates"] == []
+
+
+@pytest.mark.slow
+def test_manager_local_provider_replaces_a_killed_slice_of_real_workers(tmp_path):
+    """Real worker processes (LocalProvider) registering with a real local controller."""
+    import iris
+    from iris.controller.providers.local import LocalProvider
+
+    cpu = ScaleGroupConfig("cpu", "us", "cpu", None, 1, 0, ("us-a",), min_slices=1,
+                           provider="local")
+    clock = FakeClock(start=0.0)
+    config = AutoscalerConfig(hosts_register=False, poll_interval_s=1.0)
+    with iris.local_cluster() as cluster:
+        provider = LocalProvider(cluster.address, tmp_path, "us")
+        mgr = SliceManager("us", [cpu], provider, clock, config, id_prefix="us-l")
+        try:
+            first = _wait_ready(mgr, clock)
+            provider.preempt(first)  # SIGKILL: the cloud took the machine back
+            second = _wait_ready(mgr, clock, exclude=first)
+            assert [s.slice_id for s in provider.list_slices()] == [second]
+            decisions = [(d["action"], d["slice_id"]) for d in mgr.status()["decisions"]]
+            assert decisions == [("create", first), ("delete", first), ("create", second)]
+        finally:
+            mgr.close()
+            provider.close()
+
+
+def _wait_ready(mgr: SliceManager, clock: FakeClock, exclude: str = "") -> str:
+    """Tick until a READY slice other than `exclude` is listed (workers take seconds to
+    boot, so this polls the real processes, with a 60 s deadline)."""
+    deadline = threading.Event()
+    timer = threading.Timer(60, deadline.set)
+    timer.start()
+    try:
+        while not deadline.is_set():
+            clock.advance(1.0)
+            mgr.tick({}, {})
+            assert mgr.settle(60)
+            ready = [s.slice_id for s in mgr.slices()
+                     if s.state is SliceState.READY and s.slice_id != exclude]
+            if ready:
+                return ready[0]
+            deadline.wait(0.2)
+    finally:
+        timer.cancel()
+    raise AssertionError(f"no READY slice within 60 s: {mgr.status()}")
