@@ -5,8 +5,9 @@ Each `decide(now, slices, usage, unmet)` reads the provider's view of the slices
 controller knows of their hosts, and how many more slices pending work needs, and returns
 Create / Delete decisions. Rules:
 
-- PREEMPTED / FAILED slices are deleted at once; one preempted younger than `churn_window_s`
-  counts as churn, and `churn_limit` of them hold the group's creates for `churn_cooldown_s`.
+- PREEMPTED / FAILED slices are deleted at once; one that died younger than `churn_window_s`
+  counts as churn, and `churn_limit` of those within that window hold every create of the
+  group (min_slices too) for `churn_cooldown_s`.
 - A slice that stays CREATING (or READY with hosts that never register) past
   `boot_timeout_s` is deleted and its zone backs off; so does a zone whose create failed.
 - A READY slice whose hosts had all registered and that lost one for `host_lost_grace_s` is

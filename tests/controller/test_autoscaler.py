@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from iris.controller.autoscaler import (
     Ask,
@@ -402,8 +404,6 @@ def test_config_bad_values_refused_naming_the_field():
 
 # ---- property: random demand, preemption, stock-outs and time ---------------------------
 
-from hypothesis import HealthCheck, given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
 
 _GROUPS = [group("spot", hi=3, priority=5, hosts=2), group("ondemand", lo=1, hi=2, hosts=2),
            ScaleGroupConfig("cpu", "us", "cpu", None, 1, 0, ("us-a", "us-b"), min_slices=1,
@@ -439,9 +439,12 @@ class _Checked(Fleet):
         busy_before = {s for s in self.busy if s in self.slices}
         before = dict(self.slices)
         failures = dict(self.failed_at)
+        cooling = {g["group"] for g in self.scaler.status(self.now + dt)["groups"]
+                   if g["cooldown_s"] > 0}
         out = self.step(self.unmet, dt)
         for d in out:
             if isinstance(d, Create):
+                assert d.group not in cooling, d
                 last = failures.get((d.group, d.zone))
                 assert last is None or self.now >= last + CFG.backoff_initial_s, d
                 assert d.slice_id not in self.ids
