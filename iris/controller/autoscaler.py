@@ -27,8 +27,8 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from iris.base.resources import tpu_shape
 from iris.controller.config import ScaleGroupConfig
+from iris.controller.group_shapes import accelerator_keys, pool_key
 from iris.controller.providers.base import SliceInfo, SliceState
 
 _ID = "abcdefghijklmnopqrstuvwxyz0123456789-"
@@ -101,52 +101,6 @@ class Delete:
     hosts: tuple[str, ...] = ()  # host ids of the slice: their attempts must be requeued
 
 
-@dataclass(frozen=True)
-class Ask:
-    """Pending work that found no capacity: either a gang or N single-host tasks."""
-
-    hosts: int  # hosts the work needs (gang size, or number of single tasks)
-    whole_slices: int = 0  # >0: TPU gang needing that many whole slices
-    chips: int = 0  # accelerators per task (singles pack several per host when chips allow)
-    cpu: float = 0.0
-
-
-def unmet_slices(group: ScaleGroupConfig, asks: Sequence[Ask], *,
-                 host_cpu: float | None = None) -> int:
-    """Slices of `group` the asks need. `host_cpu`: cores per host, to pack cpu tasks (None:
-    unknown, one task per host). An ask no host of the group could run adds nothing."""
-    slices, hosts = 0, 0
-    for ask in asks:
-        if ask.whole_slices:
-            slices += ask.whole_slices
-            continue
-        if ask.chips > group.accelerators_per_host or (
-                host_cpu is not None and ask.cpu > host_cpu):
-            continue
-        per_host = group.accelerators_per_host // ask.chips if ask.chips else math.inf
-        if host_cpu is not None and ask.cpu > 0:
-            per_host = min(per_host, host_cpu // ask.cpu)
-        per_host = 1 if math.isinf(per_host) else max(1, int(per_host))
-        hosts += math.ceil(ask.hosts / per_host)
-    return slices + math.ceil(hosts / group.hosts_per_slice)
-
-
-def accelerator_keys(group: ScaleGroupConfig) -> tuple[str, ...]:
-    """Names the scheduler uses for this group's hosts: the variant ("v5litepod-16", "H100"),
-    for TPUs also the family single-host tasks are pooled by ("v5litepod"); else "cpu"."""
-    if group.accelerator_type == "cpu" or not group.accelerator_variant:
-        return ("cpu",)
-    if group.accelerator_type == "tpu":
-        return (group.accelerator_variant, tpu_shape(group.accelerator_variant).family)
-    return (group.accelerator_variant,)
-
-
-def _pool_key(g: ScaleGroupConfig) -> tuple:
-    """Groups with equal keys offer the same hosts, so they serve the same demand."""
-    return (g.accelerator_type, g.accelerator_variant, g.hosts_per_slice,
-            g.accelerators_per_host)
-
-
 @dataclass
 class _Tracked:
     group: str
@@ -192,7 +146,7 @@ class Autoscaler:
         order = sorted(groups, key=lambda g: -g.priority)  # stable: config order breaks ties
         self._pools: dict[tuple, list[ScaleGroupConfig]] = {}
         for g in order:
-            self._pools.setdefault(_pool_key(g), []).append(g)
+            self._pools.setdefault(pool_key(g), []).append(g)
         self._slices: dict[str, _Tracked] = {}
         self._backoff: dict[tuple[str, str], _Backoff] = {}
         self._churn: dict[str, list[float]] = {g: [] for g in self._groups}
@@ -372,7 +326,7 @@ class Autoscaler:
             absorbed = min(self._count(g, self._absorbs), left)
             left -= absorbed
             spare[g.name] = self._count(g, self._spare) - absorbed
-        key = _pool_key(pool[0])
+        key = pool_key(pool[0])
         if demand > 0:  # the demand itself, not what is left of it: a replacement is not new
             since = self._demand_since.setdefault(key, now)
             if now - since < self.config.scale_up_delay_s:

@@ -9,16 +9,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from iris.controller.autoscaler import (
-    Ask,
     Autoscaler,
     AutoscalerConfig,
     Create,
     Delete,
     SliceUsage,
-    accelerator_keys,
-    unmet_slices,
 )
 from iris.controller.config import ScaleGroupConfig
+from iris.controller.group_shapes import Ask, accelerator_keys, unmet_slices
 from iris.controller.providers.base import HostInfo, SliceInfo, SliceState
 
 CFG = AutoscalerConfig(scale_up_delay_s=10, scale_down_delay_s=100, backoff_initial_s=60,
