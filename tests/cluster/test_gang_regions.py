@@ -93,6 +93,9 @@ def test_gang_jobs_land_whole_in_one_region_each_and_a_third_waits_for_a_slice(
     stats = {r: _call(cluster, "stats", key=region_key(r)) for r in regions}
     assert sum(s["committed"] for s in stats.values()) == 3
     assert sum(s["released"] for s in stats.values()) == 3
+    # ...and /metrics' source, the controller snapshot, counts them (it lags by a poll)
+    wait_until(lambda: _call(cluster, "snapshot")["gang_reservations"]["committed"] == 3, 60,
+               "the snapshot to count three committed reservations")
 
 
 def test_production_gang_preempts_a_batch_gang_whole_which_resumes_and_finishes(
