@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from iris.actors.current import current_context
 from iris.base.errors import ProtocolError
+from iris.base.histogram import Histogram
 from iris.wire import messages
 
 if TYPE_CHECKING:
@@ -91,6 +92,11 @@ class HostedActor:
         self._async_running = 0
         self._async_waiting: deque = deque()
         self._async_tasks: set[asyncio.Task] = set()
+        # How long calls take to handle here (arguments decoded to reply encoded), one
+        # histogram per thread that writes it: sync methods on the actor thread, async ones
+        # on the loop. Node.served_latency() merges them.
+        self.handled_sync = Histogram()
+        self.handled_async = Histogram()
         self._thread = threading.Thread(target=self._main, args=(args, kwargs), daemon=True,
                                         name=f"iris-actor-{key}")
 
@@ -141,8 +147,15 @@ class HostedActor:
             self._start_async(*self._async_waiting.popleft())
 
     async def _run_async(self, rid: bytes, call: messages.Call, deadline: float) -> None:
-        if self.node.now() > deadline:
+        started = self.node.now()
+        if started > deadline:
             return self._reply_late(rid, call)
+        try:
+            await self._handle_async(rid, call)
+        finally:
+            self.handled_async.observe(self.node.now() - started)
+
+    async def _handle_async(self, rid: bytes, call: messages.Call) -> None:
         try:
             args, kwargs = messages.call_arguments(call)
         except ProtocolError as exc:
@@ -227,9 +240,16 @@ class HostedActor:
             hook()
 
     def _run_sync(self, rid: bytes, call: messages.Call, deadline: float) -> None:
-        node = self.node
-        if node.now() > deadline:
+        started = self.node.now()
+        if started > deadline:
             return self._reply_late(rid, call, via_post=True)
+        try:
+            self._handle_sync(rid, call)
+        finally:
+            self.handled_sync.observe(self.node.now() - started)
+
+    def _handle_sync(self, rid: bytes, call: messages.Call) -> None:
+        node = self.node
         try:
             args, kwargs = messages.call_arguments(call)
         except ProtocolError as exc:

@@ -35,6 +35,7 @@ from iris.base.errors import (
     PeerUnavailableError,
     ProtocolError,
 )
+from iris.base.histogram import merge_histograms
 from iris.base.ids import new_id
 from iris.wire import messages, remote_errors
 
@@ -228,6 +229,12 @@ class Node:
 
     def hosted(self) -> list[str]:
         return sorted(self._actors)
+
+    def served_latency(self) -> dict[str, dict]:
+        """Per hosted actor: how long its calls took to handle here, as one histogram dict
+        ({"buckets", "count", "sum_s"}). Read from any thread: copies, a sample may lag."""
+        return {key: merge_histograms(a.handled_sync.as_dict(), a.handled_async.as_dict())
+                for key, a in sorted(dict(self._actors).items())}
 
     # ------------------------------------------------------------ calling (any thread)
 

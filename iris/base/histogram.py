@@ -50,3 +50,9 @@ class Histogram:
             if running >= rank:
                 return bound
         return None
+
+
+def merge_histograms(a: dict, b: dict) -> dict:
+    """Two `as_dict()` results with the same bounds as one."""
+    return {"buckets": {le: n + b["buckets"].get(le, 0) for le, n in a["buckets"].items()},
+            "count": a["count"] + b["count"], "sum_s": a["sum_s"] + b["sum_s"]}

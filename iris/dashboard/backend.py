@@ -170,7 +170,8 @@ class Backend:
         tasks = await self._db(lambda r: r.task_states())
         stats = self.node.stats
         return metrics.render(snap, tasks, stats.as_dict(), call_outcomes=stats.call_outcomes(),
-                              call_latency=stats.latency_snapshot())
+                              call_latency=stats.latency_snapshot(),
+                              served_latency=self.node.served_latency())
 
 
 def _attempt_row(attempt_id: str, record: dict | None) -> dict:

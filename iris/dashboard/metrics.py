@@ -28,9 +28,11 @@ LATE_AFTER_S = 1.5
 
 def render(snapshot: Mapping[str, Any], task_states: Mapping[str, int],
            node_stats: Mapping[str, int], *, call_outcomes: Mapping[str, int] | None = None,
-           call_latency: Mapping | None = None) -> str:
+           call_latency: Mapping | None = None,
+           served_latency: Mapping[str, Mapping] | None = None) -> str:
     """The whole /metrics body. `node_stats`: traffic counters (NodeStats.as_dict());
-    `call_outcomes` and `call_latency`: NodeStats.call_outcomes() / latency_snapshot()."""
+    `call_outcomes` and `call_latency`: NodeStats.call_outcomes() / latency_snapshot();
+    `served_latency`: Node.served_latency(), per actor hosted by the controller's node."""
     out: list[str] = []
     jobs = snapshot.get("jobs_by_state", {})
     _family(out, "iris_jobs", "gauge", "Jobs in the controller's store by state.",
@@ -54,7 +56,7 @@ def render(snapshot: Mapping[str, Any], task_states: Mapping[str, int],
                "Duration of one scheduling pass of the controller.",
                snapshot.get("scheduling_passes"))
     _gangs(out, snapshot.get("gang_reservations"))
-    _calls(out, node_stats, call_outcomes, call_latency)
+    _calls(out, node_stats, call_outcomes, call_latency, served_latency)
     _shipping(out, snapshot.get("log_shipping") or {})
     _capacity(out, snapshot.get("capacity"))
     return "\n".join(out) + "\n"
@@ -72,7 +74,8 @@ def _gangs(out: list[str], counts: Mapping[str, int] | None) -> None:
 
 
 def _calls(out: list[str], node_stats: Mapping[str, int],
-           outcomes: Mapping[str, int] | None, latency: Mapping | None) -> None:
+           outcomes: Mapping[str, int] | None, latency: Mapping | None,
+           served: Mapping[str, Mapping] | None) -> None:
     for name, value in sorted(node_stats.items()):
         _family(out, f"iris_node_{name}_total", "counter",
                 f"Controller node traffic counter {name} (iris.actors.stats.NodeStats).",
@@ -86,6 +89,10 @@ def _calls(out: list[str], node_stats: Mapping[str, int],
                "Client-side latency of the actor calls the controller's node made, from send "
                "to reply or error reply (timeouts and dead peers are counted, not timed).",
                latency)
+    _histogram(out, "iris_actor_handling_seconds",
+               "Server-side time to handle a call, per actor the controller's process serves "
+               "(controller, registry, regions): arguments decoded to reply encoded.",
+               None, served, "actor")
 
 
 def _shipping(out: list[str], shipping: Mapping[str, Any]) -> None:
@@ -126,16 +133,23 @@ def _capacity(out: list[str], regions: list[Mapping[str, Any]] | None) -> None:
             "zones not backing off have no sample.", backoff)
 
 
-def _histogram(out: list[str], name: str, help_text: str, data: Mapping | None) -> None:
+def _histogram(out: list[str], name: str, help_text: str, data: Mapping | None,
+               labelled: Mapping[str, Mapping] | None = None, label: str = "") -> None:
+    """One histogram family: unlabelled `data`, or one series per `labelled` value."""
     out.append(f"# HELP {name} {help_text}")
     out.append(f"# TYPE {name} histogram")
-    if not data:
-        return
-    for le, n in sorted(data["buckets"].items(), key=lambda kv: float(kv[0])):
-        out.append(f'{name}_bucket{{le="{_number(float(le))}"}} {_number(n)}')
-    out.append(f'{name}_bucket{{le="+Inf"}} {_number(data["count"])}')
-    out.append(f"{name}_sum {_number(data['sum_s'])}")
-    out.append(f"{name}_count {_number(data['count'])}")
+    series = [("", data)] if data else []
+    series += [(f'{label}="{_escape(v)}"', d) for v, d in sorted((labelled or {}).items())]
+    for labels, d in series:
+        if not d:
+            continue
+        pre = labels + "," if labels else ""
+        for le, n in sorted(d["buckets"].items(), key=lambda kv: float(kv[0])):
+            out.append(f'{name}_bucket{{{pre}le="{_number(float(le))}"}} {_number(n)}')
+        out.append(f'{name}_bucket{{{pre}le="+Inf"}} {_number(d["count"])}')
+        suffix = f"{{{labels}}}" if labels else ""
+        out.append(f"{name}_sum{suffix} {_number(d['sum_s'])}")
+        out.append(f"{name}_count{suffix} {_number(d['count'])}")
 
 
 def _family(out: list[str], name: str, kind: str, help_text: str,

@@ -75,13 +75,16 @@ class Gauge:
 class Waiter:
     """Blocks its own thread until released; to prove other actors keep serving."""
 
-    def __init__(self, gate: threading.Event | None = None):
+    def __init__(self, gate: threading.Event | None = None,
+                 entered: threading.Event | None = None):
         self.gate = gate or threading.Event()
+        self.entered = entered or threading.Event()  # set once a wait_for_gate is running
 
     async def ping(self) -> str:
         return "pong"
 
     def wait_for_gate(self) -> bool:
+        self.entered.set()
         return self.gate.wait(60)
 
     async def release(self) -> None:
@@ -201,10 +204,11 @@ def test_result_timeout_bounds_the_wait_only(cluster):
 
 
 def test_calls_queued_when_the_actor_stops_get_actor_died(cluster):
-    gate = threading.Event()
-    waiter = Waiter.serve("stopping", gate)
+    gate, entered = threading.Event(), threading.Event()
+    waiter = Waiter.serve("stopping", gate, entered)
     first = waiter.wait_for_gate()
     queued = [waiter.wait_for_gate() for _ in range(3)]
+    assert entered.wait(30)  # the first call runs; the other three wait in the mailbox
     stopper = threading.Thread(target=cluster.unserve, args=("stopping",))
     stopper.start()
     with pytest.raises((ActorDiedError, iris.ActorNotFoundError)):  # probe until it refuses

@@ -65,6 +65,9 @@ def test_metrics_parse_and_count_jobs_tasks_workers_and_calls_as_a_job_runs(dash
     # Every scheduling pass the probe needed was timed too.
     passes = "iris_scheduling_pass_duration_seconds_count"
     assert _count(after, passes) > _count(before, passes)
+    # ...and the controller actor timed handling the submit and the worker's reports.
+    handled = ("iris_actor_handling_seconds_count", (("actor", "/iris/controller"),))
+    assert after[handled] > before[handled]
 
 
 def test_metrics_log_shipping_figures_appear_once_a_worker_shipped_output(dash):
