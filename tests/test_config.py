@@ -131,3 +131,19 @@ def test_default_local_config_has_one_local_cpu_group_of_n_workers():
     assert config.storage.log_dir == "/tmp/iris-logs"
     with pytest.raises(ConfigError, match="workers"):
         default_local_config(workers=0)
+
+
+def test_config_autoscaler_timings_are_read_and_checked():
+    from iris.controller.config import parse_config
+
+    base = {"name": "c", "controller": {"address": "tcp://10.0.0.1:7100"},
+            "storage": {"log_dir": "/tmp/logs"},
+            "regions": {"r1": {"zones": ["r1-a"], "scale_groups": {"cpu": {
+                "accelerator_type": "cpu", "hosts_per_slice": 1, "zones": ["r1-a"],
+                "provider": "local"}}}}}
+    config = parse_config({**base, "autoscaler": {"scale_up_delay_s": 1, "scale_down_delay_s": 30}})
+    assert config.autoscaler == {"scale_up_delay_s": 1.0, "scale_down_delay_s": 30.0}
+    with pytest.raises(ConfigError, match=r"autoscaler.scale_up_delay: unknown key"):
+        parse_config({**base, "autoscaler": {"scale_up_delay": 1}})
+    with pytest.raises(ConfigError, match=r"autoscaler.boot_timeout_s: must be >= 0"):
+        parse_config({**base, "autoscaler": {"boot_timeout_s": -1}})

@@ -97,6 +97,12 @@ class GcpConfig:
     startup_script: str | None = None  # path of the template; None = deploy/worker-startup.sh
 
 
+# Keys of the optional top-level `autoscaler:` section, all in seconds.
+AUTOSCALER_KEYS = ("scale_up_delay_s", "scale_down_delay_s", "backoff_initial_s",
+                   "backoff_max_s", "churn_window_s", "churn_cooldown_s", "boot_timeout_s",
+                   "host_lost_grace_s", "poll_interval_s")
+
+
 @dataclass(frozen=True)
 class ClusterConfig:
     """The whole cluster: named, with a controller, storage and regions."""
@@ -106,6 +112,8 @@ class ClusterConfig:
     storage: StorageConfig
     regions: dict[str, RegionConfig]
     gcp: GcpConfig | None = None
+    # Overrides of the autoscaler's timings (AUTOSCALER_KEYS); empty = its defaults.
+    autoscaler: dict[str, float] = field(default_factory=dict)
 
     def scale_groups(self) -> list[ScaleGroupConfig]:
         return [g for r in self.regions.values() for g in r.scale_groups.values()]
@@ -281,6 +289,18 @@ def _region(data: Any, path: str, name: str, seen_groups: dict[str, str]) -> Reg
     return region
 
 
+def _autoscaler(data: Any) -> dict[str, float]:
+    """Autoscaler timings (seconds; autoscaler.AutoscalerConfig has the defaults and why)."""
+    sec = _Section(data, "autoscaler", AUTOSCALER_KEYS)
+    out = {}
+    for key in sec.data:
+        value = sec.get(key, (int, float))
+        if value < 0:
+            raise ConfigError(f"{sec.key(key)}: must be >= 0, got {value}")
+        out[key] = float(value)
+    return out
+
+
 def _storage(data: Any) -> StorageConfig:
     sec = _Section(data, "storage", tuple(StorageConfig.__dataclass_fields__))
     bucket, log_dir = sec.get("log_bucket", str, None), sec.get("log_dir", str, None)
@@ -320,7 +340,7 @@ def _gcp(data: Any) -> GcpConfig:
 
 def parse_config(data: Any) -> ClusterConfig:
     """A ClusterConfig from an already-parsed YAML tree (dicts, lists, scalars)."""
-    top = _Section(data, "", ("name", "controller", "storage", "gcp", "regions"))
+    top = _Section(data, "", ("name", "controller", "storage", "gcp", "regions", "autoscaler"))
     regions_sec = _Section(top.get("regions", dict), "regions", tuple(top.data["regions"]))
     if not regions_sec.data:
         raise ConfigError("regions: list at least one region")
@@ -334,6 +354,7 @@ def parse_config(data: Any) -> ClusterConfig:
         name=top.name("name"), controller=_controller(top.get("controller", dict)),
         storage=_storage(top.get("storage", dict)), regions=regions,
         gcp=_gcp(top.data["gcp"]) if top.data.get("gcp") is not None else None,
+        autoscaler=_autoscaler(top.get("autoscaler", dict, {})),
     )
     gcp_groups = [g for g in config.scale_groups() if g.provider == "gcp"]
     if gcp_groups and config.gcp is None:

@@ -53,7 +53,11 @@ def scaling_from_config(cluster: ClusterConfig, state_dir: Path) -> tuple[Region
                               f"provider, got {', '.join(kinds)}")
         make = _provider_factory(kinds[0], cluster, name, Path(state_dir))
         # Simulated hosts run no worker, so READY alone means usable there.
-        config = AutoscalerConfig(hosts_register=kinds[0] != "simulated")
+        try:
+            config = AutoscalerConfig(hosts_register=kinds[0] != "simulated",
+                                      **cluster.autoscaler)
+        except ValueError as exc:
+            raise ConfigError(f"autoscaler: {exc}") from exc
         out.append(RegionScaling(name, groups, make, config))
     return tuple(out)
 
