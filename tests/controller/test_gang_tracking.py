@@ -1,0 +1,131 @@
+"""The controller's half of gang placement: rounds, held hosts, checks before assigning,
+releases when a gang ends, and the inventory each region's ledger is sent. Pure."""
+
+from __future__ import annotations
+
+from test_job_support import Harness, spec
+
+from iris.controller.gang_tracking import (
+    GangTracker,
+    PlaceRound,
+    ReleaseRound,
+    SyncRegion,
+    region_inventory,
+)
+from iris.controller.jobs import events as ev
+from iris.controller.scheduling.gang_placement import GangRequest
+from iris.controller.scheduling.model import Band, GangShape
+from iris.controller.workers import WorkerInfo
+
+SHAPE = GangShape("v5litepod-16", hosts=4, whole_slices=1)
+TPU = {"accelerator_type": "v5litepod-16", "accelerator_count": "4", "slice_id": "s1",
+       "zone": "r1-a"}
+
+
+def _worker(wid: str, region: str = "r1", **attrs: str) -> WorkerInfo:
+    return WorkerInfo(wid, f"tcp://127.0.0.1:{len(wid)}", region, {**TPU, **attrs}, 8.0,
+                      2**34, 4, 0.0, 0.0)
+
+
+HOSTS = [f"s1-h{i}" for i in (0, 1, 2, 10)]  # h10 sorts after h2: index order, not text
+WORKERS = {h: _worker(h) for h in HOSTS}
+
+
+def _gang_job(h: Harness) -> str:
+    return h.submit(spec("gang", resources={"tpu": "v5litepod-16", "cpu": 1}))
+
+
+def _request(job_id: str, hosts=HOSTS) -> GangRequest:
+    return GangRequest(f"{job_id}#g0", job_id, Band.BATCH,
+                       tuple(f"{job_id}[{i}]" for i in range(4)), SHAPE, ("r1", "r2"),
+                       tuple(hosts))
+
+
+def _placed(tracker: GangTracker, h: Harness, round_id: str, hosts=HOSTS):
+    return tracker.placed_round(round_id, "r1", hosts, h.state, WORKERS, {},
+                                iter(f"att-{i}" for i in range(100)).__next__)
+
+
+def test_tracker_request_holds_the_set_aside_hosts_until_the_round_settles():
+    h, tracker = Harness(), GangTracker()
+    job = _gang_job(h)
+    tracker.request(_request(job))
+    [place] = tracker.take_outbox()
+    assert isinstance(place, PlaceRound) and place.regions == ("r1", "r2")
+    assert tracker.held_hosts() == set(HOSTS)
+    placements, problem = _placed(tracker, h, place.round_id)
+    assert problem is None and tracker.held_hosts() == set()
+    assert [(p.task_index, p.worker_id) for p in placements] == list(enumerate(HOSTS))
+
+
+def test_tracker_stale_round_is_released_not_assigned():
+    h, tracker = Harness(), GangTracker()
+    job = _gang_job(h)
+    tracker.request(_request(job))
+    old = tracker.take_outbox()[0].round_id
+    tracker.unplaceable(old, {"r1": "full"}, now=0.0)
+    placements, _ = _placed(tracker, h, old)  # a late Placed for a round already given up
+    assert placements == [] and tracker.take_outbox() == [ReleaseRound(old)]
+
+
+def test_tracker_offer_on_a_host_that_filled_meanwhile_is_released_with_a_reason():
+    h, tracker = Harness(), GangTracker()
+    job = _gang_job(h)
+    other = h.submit(spec("single", resources={"cpu": 8}))
+    h.assign(other, 0, worker="s1-h1")  # the region's view lagged: h1 is taken
+    tracker.request(_request(job))
+    round_id = tracker.take_outbox()[0].round_id
+    placements, problem = _placed(tracker, h, round_id)
+    assert placements == [] and "s1-h1 is busy" in problem["message"]
+    assert tracker.take_outbox() == [ReleaseRound(round_id)]
+
+
+def test_tracker_refused_gang_waits_before_being_asked_again_and_says_why():
+    h, tracker = Harness(), GangTracker(retry_after_s=5.0)
+    job = _gang_job(h)
+    tracker.request(_request(job))
+    round_id = tracker.take_outbox()[0].round_id
+    tracker.unplaceable(round_id, {"r1": "no free slice", "r2": "no free slice"}, now=100.0)
+    reason = tracker.waiting(f"{job}#g0", now=101.0)
+    assert reason["code"] == "NO_CAPACITY" and "r2: no free slice" in reason["message"]
+    assert tracker.waiting(f"{job}#g0", now=105.0) is None
+
+
+def test_tracker_releases_a_round_once_its_gang_no_longer_runs_there():
+    h, tracker = Harness(), GangTracker()
+    job = _gang_job(h)
+    tracker.request(_request(job))
+    round_id = tracker.take_outbox()[0].round_id
+    placements, _ = _placed(tracker, h, round_id)
+    h.send(ev.Assign(h.eid(), tuple(placements)))
+    tracker.release_ended(h.state)
+    assert tracker.take_outbox() == []  # running: the hold stays
+    for p in placements:
+        h.send(ev.AttemptRunning(h.eid(), p.attempt_id))
+        h.exit(p.attempt_id, 0)
+    tracker.release_ended(h.state)
+    assert tracker.take_outbox() == [ReleaseRound(round_id)] and tracker.placed == {}
+
+
+def test_tracker_syncs_a_region_only_when_its_inventory_changed():
+    h, tracker = Harness(), GangTracker()
+    tracker.sync_regions(h.state, WORKERS.values(), {})
+    [sync] = tracker.take_outbox()
+    assert isinstance(sync, SyncRegion) and sync.region == "r1" and sync.busy == []
+    assert sync.slices[0]["hosts"] == HOSTS and sync.slices[0]["accelerator"] == "v5litepod-16"
+    tracker.sync_regions(h.state, WORKERS.values(), {})
+    assert tracker.take_outbox() == []
+    tracker.sync_regions(h.state, list(WORKERS.values())[:3], {}, unmet={"r2": {"cpu": 1}})
+    synced = {s.region: s for s in tracker.take_outbox()}
+    assert len(synced["r1"].slices[0]["hosts"]) == 3 and synced["r2"].unmet == {"cpu": 1}
+
+
+def test_region_inventory_workers_without_a_slice_are_slices_of_one_and_busy_is_per_host():
+    h = Harness()
+    job = h.submit(spec("single", resources={"cpu": 1}))
+    h.assign(job, 0, worker="c1")
+    cpu = {w: WorkerInfo(w, "tcp://x:1", "r3", {"zone": "r3-a"}, 8.0, 2**34, 0, 0.0, 0.0)
+           for w in ("c1", "c2")}
+    slices, busy = region_inventory(h.state, cpu.values(), {})["r3"]
+    assert [s["slice_id"] for s in slices] == ["c1", "c2"] and busy == ["c1"]
+    assert slices[0]["accelerator"] is None and slices[0]["attributes"] == {"zone": "r3-a"}
