@@ -361,6 +361,10 @@ class ControllerService:
 
     def gang_placed(self, round_id: str, region: str, hosts: list[str]) -> None:
         """The coordinator committed a round in `region`: assign the gang's tasks there."""
+        if not (isinstance(round_id, str) and isinstance(region, str) and isinstance(hosts, list)
+                and all(isinstance(h, str) for h in hosts)):
+            raise InvalidRequestError("gang_placed: expected a round id, a region and a list "
+                                      "of host ids", "round_id")
         placements, problem = self.gangs.placed_round(
             round_id, region, hosts, self.state, self.workers.workers, self.stopping,
             lambda: new_id("att-"))
@@ -372,6 +376,9 @@ class ControllerService:
 
     def gang_unplaceable(self, round_id: str, reasons: dict) -> None:
         """Every candidate region refused the round; the pass shows their reasons."""
+        if not (isinstance(round_id, str) and isinstance(reasons, dict)):
+            raise InvalidRequestError("gang_unplaceable: expected a round id and a dict of "
+                                      "region -> reason", "round_id")
         self.gangs.unplaceable(round_id, reasons, self.clock.monotonic())
         self._placement_due = True
         self._run_many([], schedule=True)
