@@ -4,7 +4,8 @@ Not a full emulator: nodes, long-running operations, pagination and the errors I
 handle (409 on a duplicate id, a create LRO that fails with RESOURCE_EXHAUSTED in a
 stocked-out zone, 429 for quota, PREEMPTED nodes). Shapes follow shared/recipes.md §2.
 Runs aiohttp on its own loop in a background thread; tests steer it through methods that
-take a lock, and read `requests` to see exactly what the client sent.
+take a lock, read `requests` to see exactly what the client sent, and `wait_for_request`
+instead of polling for a call made from another thread.
 """
 
 from __future__ import annotations
@@ -26,6 +27,9 @@ _META_TYPE = "type.googleapis.com/google.cloud.tpu.v2.OperationMetadata"
 _STATUS_NAMES = {400: "INVALID_ARGUMENT", 404: "NOT_FOUND", 409: "ALREADY_EXISTS",
                  429: "RESOURCE_EXHAUSTED", 500: "INTERNAL"}
 _RESOURCE_EXHAUSTED = 8  # google.rpc.Code
+# Real GCP answers a create over quota at once: HTTP 429, status RESOURCE_EXHAUSTED, and
+# "Quota limit '<metric>' has been exceeded. Limit: N in zone|region Z." (seen in the wild).
+_QUOTA_METRIC = "TPUV4PodPerProjectPerZoneForTPUAPI"
 
 
 @dataclass
@@ -61,8 +65,12 @@ class FakeTpuServer:
     _stocked_out: set[str] = field(default_factory=set)
     _no_quota: set[str] = field(default_factory=set)
     _fail_next: list[int] = field(default_factory=list)
+    _held: bool = False  # operations stay "not done" however often they are polled
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _ids: itertools.count = field(default_factory=lambda: itertools.count(1))
+
+    def __post_init__(self) -> None:
+        self._arrived = threading.Condition(self._lock)  # notified on every request logged
 
     # --- test controls -------------------------------------------------------------------
     def stock_out(self, zone: str, on: bool = True) -> None:
@@ -71,9 +79,16 @@ class FakeTpuServer:
             (self._stocked_out.add if on else self._stocked_out.discard)(zone)
 
     def exhaust_quota(self, zone: str, on: bool = True) -> None:
-        """Creates in `zone` are refused at once with HTTP 429."""
+        """Creates in `zone` are refused at once with HTTP 429 RESOURCE_EXHAUSTED, worded
+        as GCP words a quota refusal."""
         with self._lock:
             (self._no_quota.add if on else self._no_quota.discard)(zone)
+
+    def hold_operations(self, on: bool = True) -> None:
+        """While on, no operation finishes (a create stays in flight, its node CREATING);
+        off: each finishes at its next poll once its `polls_before_done` are used up."""
+        with self._lock:
+            self._held = on
 
     def fail_next_request(self, status: int = 500) -> None:
         with self._lock:
@@ -98,9 +113,27 @@ class FakeTpuServer:
                     return dict(node)
         return None
 
+    def nodes(self) -> list[dict]:
+        """Copies of every node in every zone, sorted by name."""
+        with self._lock:
+            return [dict(self._nodes[n]) for n in sorted(self._nodes)]
+
     def requests_for(self, method: str, fragment: str = "") -> list[LoggedRequest]:
         with self._lock:
             return [r for r in self.requests if r.method == method and fragment in r.path]
+
+    def wait_for_request(self, method: str, fragment: str = "", *, count: int = 1,
+                         timeout: float = 60.0) -> LoggedRequest:
+        """Block until `count` `method` requests whose path contains `fragment` have arrived
+        (counting those already logged); the count-th. TimeoutError names what never came."""
+        def matching() -> list[LoggedRequest]:
+            return [r for r in self.requests if r.method == method and fragment in r.path]
+
+        with self._arrived:
+            if not self._arrived.wait_for(lambda: len(matching()) >= count, timeout):
+                raise TimeoutError(f"fewer than {count} {method} requests for {fragment!r} "
+                                   f"within {timeout} s")
+            return matching()[count - 1]
 
     # --- lifecycle -----------------------------------------------------------------------
     def __enter__(self) -> FakeTpuServer:
@@ -144,6 +177,7 @@ class FakeTpuServer:
         with self._lock:
             self.requests.append(LoggedRequest(request.method, request.path,
                                                dict(request.query), body))
+            self._arrived.notify_all()
             status = self._fail_next.pop(0) if self._fail_next else None
         if status is not None:
             return _error(status, "injected failure")
@@ -159,7 +193,8 @@ class FakeTpuServer:
             return _error(400, str(exc))
         with self._lock:
             if zone in self._no_quota:
-                return _error(429, f"Quota 'TPUV4sPerProjectPerZone' exhausted in zone {zone}")
+                return _error(429, f"Quota limit '{_QUOTA_METRIC}' has been exceeded. "
+                                   f"Limit: 0 in zone {zone}.")
             if name in self._nodes:
                 return _error(409, f"node {name} already exists")
             ips = [f"10.0.{next(self._ids) % 250}.{i + 2}" for i in range(hosts)]
@@ -204,7 +239,7 @@ class FakeTpuServer:
             op = self._ops.get(name)
             if op is None:
                 return _error(404, f"operation {name} not found")
-            if not op.done:
+            if not op.done and not self._held:
                 op.polls_left -= 1
                 if op.polls_left <= 0:
                     self._finish(op)
@@ -215,7 +250,7 @@ class FakeTpuServer:
         op = _Operation(name=f"{parent}/operations/op-{next(self._ids)}", verb=verb,
                         target=target, polls_left=self.polls_before_done, fail_with=fail)
         self._ops[op.name] = op
-        if op.polls_left <= 0:
+        if op.polls_left <= 0 and not self._held:
             self._finish(op)
         return op
 
