@@ -185,9 +185,12 @@ class SliceManager:
             _log.warning("create %s in %s failed: %s", sid, zone, value)
             self._kernel.create_failed(group, zone, str(value),
                                        isinstance(value, CapacityError), now, slice_id=sid)
-            return
+            value = None  # nothing left behind (the contract), though GCP listed it CREATING
         self._gen += 1
-        self._view[sid] = value
+        if value is None:  # so a list asked while it ran cannot bring back a ghost slice
+            self._view.pop(sid, None)
+        else:
+            self._view[sid] = value
         self._overlay[sid] = (self._gen, value, now)
 
     def _folded_delete(self, now: float, sid: str, value: None | Exception) -> None:
