@@ -145,6 +145,10 @@ class Controller:
     def gang_unplaceable(self, round_id: str, reasons: dict) -> None:
         self._after(self._svc.gang_unplaceable(round_id, reasons))
 
+    def hosts_gone(self, gone: dict) -> None:
+        """A Region deleted slices: their workers are lost now (host id -> why)."""
+        self._after(self._svc.hosts_gone(gone))
+
     def regions(self) -> dict[str, str]:
         """Region name -> address of the node serving its Region actor."""
         return {r: self._node.address for r in sorted(self._regions)}
@@ -218,7 +222,8 @@ class Controller:
     def _ensure_region(self, region: str) -> None:
         if region not in self._regions:
             self._node.host(region_key(region), Region, (region, [], self._node.clock), {
-                "scaling": self._scaling.get(region), "controller_address": self._node.address})
+                "scaling": self._scaling.get(region), "controller_address": self._node.address,
+                "node": self._node})
             self._placer.add_region(region, self._node.address)
             self._regions.add(region)
 

@@ -286,6 +286,10 @@ def _region(data: Any, path: str, name: str, seen_groups: dict[str, str]) -> Reg
                               f"{group_name!r} is already in region {seen_groups[group_name]}")
         seen_groups[group_name] = name
         region.scale_groups[group_name] = _scale_group(group_data, key, group_name, region)
+    kinds = sorted({g.provider for g in region.scale_groups.values()})
+    if len(kinds) > 1:  # one region actor runs one provider for all its groups
+        raise ConfigError(f"{sec.key('scale_groups')}: one region's groups must use one "
+                          f"provider, got {', '.join(kinds)}")
     return region
 
 

@@ -339,15 +339,23 @@ class ControllerService:
         if scaling(reports) != scaling(self.region_reports):
             self._placement_due = True
         self.region_reports = dict(reports)
-        gone = {h: why for rep in reports.values() for h, why in rep.get("gone_hosts", {}).items()
-                if h in self.workers.workers}
-        if gone:  # their slice is gone: requeue their work now, not at the heartbeat timeout
-            for worker_id in gone:
-                del self.workers.workers[worker_id]
-                self.stopping.pop(worker_id, None)
-            self._placement_due = True
-            self._run_many([ev.WorkerLost(new_id("ev-"), w, why) for w, why in sorted(
-                gone.items())], schedule=True)
+        self.hosts_gone({h: why for rep in reports.values()
+                         for h, why in rep.get("gone_hosts", {}).items()})
+
+    def hosts_gone(self, gone: dict[str, str]) -> None:
+        """Workers whose slice a region deleted (host id -> why): lost now, their work
+        requeued, instead of at the heartbeat timeout; nothing more is placed on them."""
+        if not isinstance(gone, dict):
+            raise InvalidRequestError("gone: expected host id -> reason", "gone")
+        gone = {h: str(why) for h, why in gone.items() if h in self.workers.workers}
+        if not gone:
+            return
+        for worker_id in gone:
+            del self.workers.workers[worker_id]
+            self.stopping.pop(worker_id, None)
+        self._placement_due = True
+        self._run_many([ev.WorkerLost(new_id("ev-"), w, why) for w, why in sorted(gone.items())],
+                       schedule=True)
 
     def _scaling_up(self) -> dict[str, list[str]]:
         """Accelerator -> regions adding hosts of it now (the SCALING_UP reason)."""
