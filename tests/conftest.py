@@ -87,3 +87,22 @@ def no_leaked_iris_threads():
         t.join(timeout=10)
     leaked = [t.name for t in deadline_threads if t.is_alive()]
     assert not leaked, f"leaked Iris threads: {leaked}"
+
+
+@pytest.fixture
+def wait_until():
+    """wait(predicate, timeout_s=120, what=...) -> the predicate's first truthy value.
+
+    Polls every 50 ms, bounded: the things waited for here are other processes' files and
+    the controller's state, which offer no event to wait on from the test."""
+
+    def wait(predicate, timeout_s: float = 120.0, what: str = "condition"):
+        gate = threading.Event()
+        for _ in range(int(timeout_s / 0.05)):
+            value = predicate()
+            if value:
+                return value
+            gate.wait(0.05)
+        raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+    return wait

@@ -15,7 +15,7 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -56,18 +56,6 @@ def wait_on_fifo(path: str) -> str:
     a poll: opening a FIFO for reading blocks until a writer opens it)."""
     with open(path) as fifo:
         return fifo.readline().strip()
-
-
-def _poll(predicate: Callable[[], object], what: str, timeout_s: float = _WAIT_S) -> object:
-    """The controller's state lives in another process and offers no event to the test:
-    poll it every 0.1 s up to a generous deadline."""
-    gate = threading.Event()
-    for _ in range(int(timeout_s / 0.1)):
-        value = predicate()
-        if value:
-            return value
-        gate.wait(0.1)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
 
 
 def _serve(config: Path, state_dir: Path, stderr_path: Path) -> subprocess.Popen:
@@ -140,20 +128,21 @@ def _decided(ctx, action: str, slice_id: str) -> dict | None:
 
 
 def test_serve_config_job_runs_on_a_slice_the_autoscaler_creates_then_it_scales_down(
-        served, tmp_path):
+        served, tmp_path, wait_until):
     fifo = tmp_path / "go"
     os.mkfifo(fifo)
     with iris.connect(served) as ctx:
         assert _capacity(ctx)["groups"][0]["slices"] == []  # min_slices 0: nothing yet
         job = iris.submit(wait_on_fifo, str(fifo), resources=iris.Resources(cpu=1))
-        _poll(lambda: job.status()["state"] == "running", "the task running")
+        wait_until(lambda: job.status()["state"] == "running", _WAIT_S, "the task running")
         worker_id = job.tasks()[0]["worker_id"]
 
         workers = {w["worker_id"]: w for w in _cli(served, "worker", "list", "--json")}
         assert workers[worker_id]["region"] == "east"
         slice_id = workers[worker_id]["attributes"]["slice_id"]
         assert workers[worker_id]["attributes"]["scale_group"] == "cpu"
-        created = _poll(lambda: _decided(ctx, "create", slice_id), "the create decision")
+        created = wait_until(lambda: _decided(ctx, "create", slice_id), _WAIT_S,
+                             "the create decision")
         assert created["group"] == "cpu" and created["zone"] == "east-a"
 
         with open(fifo, "w") as gate:
@@ -162,9 +151,11 @@ def test_serve_config_job_runs_on_a_slice_the_autoscaler_creates_then_it_scales_
         assert _cli(served, "cluster", "status", "--json")["jobs"] == {"succeeded": 1}
 
         # scale_down_delay_s: 1 from the YAML (the default is 300 s): the idle slice goes.
-        deleted = _poll(lambda: _decided(ctx, "delete", slice_id), "the idle slice deleted")
+        deleted = wait_until(lambda: _decided(ctx, "delete", slice_id), _WAIT_S,
+                             "the idle slice deleted")
         assert deleted["reason"].startswith("idle")
-        _poll(lambda: _capacity(ctx)["groups"][0]["slices"] == [], "no slices left")
+        wait_until(lambda: _capacity(ctx)["groups"][0]["slices"] == [], _WAIT_S,
+                   "no slices left")
 
 
 def _replace(text: str, old: str, new: str) -> str:
