@@ -2,8 +2,9 @@
 
 The kernel (autoscaler.py) decides; this shell feeds it the provider's view and carries out
 what it returns. All state is touched on the caller's thread (the Region actor's turn).
-Provider calls block (a GCP create can take minutes), so they run on a small thread pool;
-each one's outcome is queued and folded in at the start of the next `tick`.
+Provider calls block (a GCP create can take minutes), so they run on small thread pools, one
+per kind of call (creates never hold back a list or a delete); each one's outcome is queued
+and folded in at the start of the next `tick`.
 
 The view is the last `list_slices` plus what completed since it was asked for: a list that
 started before a create or delete finished cannot show it, so such outcomes stay laid over
@@ -49,8 +50,13 @@ class SliceManager:
         # A fresh token per start keeps slice ids unique across restarts of the region.
         prefix = id_prefix or f"{region[:35].rstrip('-')}-{new_id(nbytes=2)}"
         self._kernel = Autoscaler(region, list(groups), self._config, id_prefix=prefix)
-        self._pool = concurrent.futures.ThreadPoolExecutor(
-            max_workers, thread_name_prefix=f"iris-scaler-{region}")
+        # One lane per kind of call: a GCP create holds its thread 5-15 min and a delete 1-3,
+        # so in one shared pool a burst of creates left the list (preemptions unseen) and
+        # deletes (preempted nodes still count against quota) queued behind them.
+        self._pools = {kind: concurrent.futures.ThreadPoolExecutor(
+            1 if kind == "list" else max_workers,
+            thread_name_prefix=f"iris-scaler-{region}-{kind}")
+            for kind in ("create", "delete", "list")}
         self._futures: set[concurrent.futures.Future] = set()
         self._results: queue.SimpleQueue = queue.SimpleQueue()
         self._view: dict[str, SliceInfo] = {}
@@ -121,9 +127,10 @@ class SliceManager:
         return not pending
 
     def close(self) -> None:
-        """Stop the pool, waiting for calls already running; slices are left as they are."""
+        """Stop the pools, waiting for calls already running; slices are left as they are."""
         self._closed = True
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        for pool in self._pools.values():
+            pool.shutdown(wait=True, cancel_futures=True)
 
     # ---- provider calls -----------------------------------------------------------------
 
@@ -136,7 +143,7 @@ class SliceManager:
             self._results.put((kind, slice_id, value))
 
         self._futures = {f for f in self._futures if not f.done()}
-        self._futures.add(self._pool.submit(call))
+        self._futures.add(self._pools[kind].submit(call))
 
     def _maybe_list(self, now: float) -> None:
         if self._listing or not (self._dirty or

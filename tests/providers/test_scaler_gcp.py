@@ -1,19 +1,22 @@
 """SliceManager over GcpTpuProvider: the real tpu_v2 REST client against the fake TPU server.
 
 The manager runs on a FakeClock; its provider calls are real HTTP to 127.0.0.1 on the
-manager's pool. Work fills READY nodes (what their registered workers would report) and what
+manager's pools. Work fills READY nodes (what their registered workers would report) and what
 does not fit is the unmet demand, as in tests/controller/test_scaler.py. Deterministic:
 each step ticks, settles the provider calls, and ticks again until nothing is in flight.
 """
 
 from __future__ import annotations
 
+import threading
+
 import pytest
-from conftest import FAST_GCP, REGION, ZONE_A, ZONE_B, cluster_config
+from conftest import FAST_GCP, REGION, ZONE_A, ZONE_B
 from fake_tpu_server import FakeTpuServer
 
 from iris.base.clock import FakeClock
 from iris.controller.autoscaler import AutoscalerConfig, Create, Delete, SliceUsage
+from iris.controller.config import ClusterConfig, parse_config
 from iris.controller.providers.base import SliceState
 from iris.controller.providers.gcp_tpu import GcpTpuProvider, make_tpu_client
 from iris.controller.scaler import SliceManager
@@ -24,6 +27,19 @@ CFG = AutoscalerConfig(scale_up_delay_s=10, scale_down_delay_s=100, backoff_init
                        poll_interval_s=2)
 
 
+def _config() -> ClusterConfig:
+    """One region with one GCP group (the shared cluster_config's region mixes providers)."""
+    return parse_config({
+        "name": "test",
+        "controller": {"address": "tcp://10.1.2.3:7100"},
+        "storage": {"log_bucket": "iris-test-logs"},
+        "gcp": {"project": "test-proj", "iris_package": "iris==0.1.0"},
+        "regions": {REGION: {"zones": [ZONE_A, ZONE_B], "scale_groups": {
+            GROUP: {"accelerator_type": "tpu", "accelerator_variant": ACCEL,
+                    "max_slices": 8, "preemptible": True}}}},
+    })
+
+
 class GcpRig:
     """Managers over one fake server and clock; `work` says how many slices' worth of work
     the group has. Each manager gets its own provider (client), as a restarted region would."""
@@ -31,7 +47,7 @@ class GcpRig:
     def __init__(self, server: FakeTpuServer):
         self.server = server
         self.clock = FakeClock(start=0.0)
-        self.config = cluster_config()
+        self.config = _config()
         self.providers: list[GcpTpuProvider] = []
         self.managers: list[SliceManager] = []
         self.work: dict[str, int] = {}
@@ -211,6 +227,48 @@ def test_scaler_gcp_preempted_node_deleted_and_replaced_while_work_remains(rig, 
     assert rig.ids() == rig.ids("READY") == [new.slice_id]
 
 
+def test_scaler_gcp_preemption_handled_while_long_creates_fill_every_thread(rig):
+    """A GCP create holds its thread for the minutes its operation runs. While as many as
+    the manager has threads are running, a preempted node must still be listed, deleted on
+    the server (it counts against quota until then) and replaced."""
+    rig.work = {GROUP: 1}
+    rig.step()
+    rig.step(dt=10)
+    [old] = rig.ids()
+    rig.work = {GROUP: 3}  # two more: one create per thread of the manager (max_workers=2)
+    rig.step()
+    rig.step(dt=9)  # list now, so that no list runs beside the creates below
+    rig.server.hold_operations()
+    posts = len(rig.server.requests_for("POST", "/nodes"))
+    rig.clock.advance(1)
+    assert [d.zone for d in rig.mgr.tick(*rig.demand())] == [ZONE_A, ZONE_A]
+    rig.server.wait_for_request("POST", "/nodes", count=posts + 2)
+    rig.server.preempt(old)
+    rig.clock.advance(CFG.poll_interval_s)
+    decisions: list[Create | Delete] = []
+    stop = threading.Event()
+
+    def region_turns() -> None:  # the region actor ticks on its own; the clock stands still
+        while not stop.wait(0.01):
+            decisions.extend(rig.mgr.tick(*rig.demand()))
+
+    ticker = threading.Thread(target=region_turns, name="test-region-turns")
+    ticker.start()
+    try:
+        rig.server.wait_for_request("DELETE", f"/nodes/{old}", timeout=60)
+    finally:
+        stop.set()
+        ticker.join(60)
+    # Its work was pending all along, so its replacement is asked for at once (queued
+    # behind the running creates).
+    assert sorted((type(d).__name__, getattr(d, "cause", "")) for d in decisions) == [
+        ("Create", ""), ("Delete", "preempted")]
+    rig.server.hold_operations(False)
+    assert rig.step() == []
+    assert len(rig.ids("READY")) == 3 and old not in rig.ids()
+    assert len(rig.server.requests_for("POST", "/nodes")) == posts + 3
+
+
 def test_scaler_gcp_idle_node_deleted_on_server_after_scale_down_delay(rig):
     rig.work = {GROUP: 1}
     rig.step()
@@ -233,6 +291,7 @@ def test_scaler_gcp_restarted_manager_adopts_nodes_without_creating_again(rig):
     assert len(before) == 2
     rig.mgr.close()  # the region restarts; its nodes stay
     rig.server.set_state(before[1], "RESTARTING")  # one is booting again as it comes back
+    rig.server.max_page_size = 1  # the restarted region's list pages through them
     posts = len(rig.server.requests_for("POST", "/nodes"))
     again = rig.manager("uc2-u")
     assert again.tick(*rig.demand()) == []  # nothing decided before the first list
