@@ -38,7 +38,7 @@ def cluster_config(name: str = "test") -> ClusterConfig:
                        "max_slices": 8, "preemptible": True},
             "v4-8": {"accelerator_type": "tpu", "accelerator_variant": "v4-8",
                      "zones": [ZONE_B], "max_slices": 8, "spot": True},
-            "cpu": {"accelerator_type": "cpu", "hosts_per_slice": 2, "provider": "simulated"},
+            "cpu": {"accelerator_type": "cpu", "hosts_per_slice": 2},
         }}},
     })
 
