@@ -180,8 +180,9 @@ class GangTracker:
         return sorted(self._synced)
 
     def take_outbox(self) -> list[SyncRegion | PlaceRound | ReleaseRound]:
+        """Inventory first: a round asked for in the same pass relies on it."""
         out, self.outbox = self.outbox, []
-        return out
+        return sorted(out, key=lambda m: not isinstance(m, SyncRegion))
 
 
 def region_inventory(state: KernelState, workers: Iterable[WorkerInfo],
