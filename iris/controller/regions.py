@@ -100,6 +100,8 @@ class Region:
         self._ledger.set_inventory(specs, busy)
         self._hosts = {spec.slice_id: spec.hosts for spec in specs}
         self._busy = set(busy)
+        if unmet != self._unmet:
+            self._next_decide = 0.0  # new demand is acted on at the next tick
         self._unmet = unmet
 
     def stats(self) -> dict:
