@@ -8,6 +8,7 @@ The controller's Region actor runs the autoscaler over a LocalProvider, whose sl
 from __future__ import annotations
 
 import os
+import threading
 import time
 
 import pytest
@@ -103,3 +104,34 @@ def test_preempted_slice_task_finishes_on_a_replacement_slice(scaled, tmp_path, 
     assert task["worker_id"].rsplit("-h", 1)[0] != first.rsplit("-h", 1)[0]  # another slice
     wait_until(lambda: all(s.state is not SliceState.PREEMPTED
                            for s in provider.list_slices()), 60, "the preempted slice deleted")
+
+
+class _GatedProvider(LocalProvider):
+    """A LocalProvider whose creates wait for the test, as a cloud's slow create would."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.gate = threading.Event()
+
+    def create_slice(self, group, zone, slice_id):
+        self.gate.wait(120)
+        return super().create_slice(group, zone, slice_id)
+
+
+def test_pending_reason_says_scaling_up_in_the_region_while_a_slice_is_created(tmp_path,
+                                                                               wait_until):
+    made: list[_GatedProvider] = []
+
+    def provider(address: str) -> _GatedProvider:
+        made.append(_GatedProvider(address, tmp_path / "hosts", "east"))
+        return made[0]
+
+    scaling = RegionScaling("east", (GROUP,), provider, FAST)
+    with iris.local_cluster(state_dir=tmp_path / "c", autoscale=[scaling]):
+        job = iris.submit(lambda: "done", resources=iris.Resources(cpu=1))
+        reason = wait_until(lambda: (job.status().get("pending_reason") or {}).get("code")
+                            == "SCALING_UP" and job.status()["pending_reason"], 120,
+                            "a SCALING_UP reason")
+        assert reason["details"]["regions"] == ["east"] and "east" in reason["message"]
+        made[0].gate.set()
+        assert job.result(timeout=180) == "done"
