@@ -10,9 +10,7 @@ otherwise claim what the disk does not hold.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
-import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,10 +26,10 @@ from iris.controller.capacity import Offer, fits_checker
 from iris.controller.gang_tracking import GangTracker
 from iris.controller.jobs import events as ev
 from iris.controller.jobs import kernel, views
-from iris.controller.jobs.env import gang_leader, task_environment
 from iris.controller.jobs.spec import JobSpec, validate_submit
 from iris.controller.jobs.state import KernelConfig
 from iris.controller.jobs.store import JobStore
+from iris.controller.launch import start_body
 from iris.controller.regions import RegionScaling
 from iris.controller.scheduling.dry_run import dry_run
 from iris.controller.scheduling.reasons import ReasonCode
@@ -457,32 +455,8 @@ class ControllerService:
         worker = self.workers.workers.get(start.worker_id)
         if worker is None:
             return  # lost meanwhile: the WorkerLost event requeues the task
-        spec: JobSpec = self.state.jobs[start.job_id].spec
-        attempt = self.state.attempts[start.attempt_id]
-        env = task_environment(spec, start.task_index, start.attempt_id,
-                               controller_address=self.address,
-                               coordinator_address=self._coordinator(spec, start))
-        env["IRIS_NAMESPACE"] = _namespace(spec.name)
-        self.commands.append(Command("start", worker.worker_id, worker.address, {
-            "attempt_id": start.attempt_id, "job_id": start.job_id,
-            "task_index": start.task_index, "attempt_number": attempt.number,
-            "entrypoint": {"kind": spec.entrypoint.kind, "payload": spec.entrypoint.payload,
-                           "argv": list(spec.entrypoint.argv)},
-            "env": env, "pip": list(spec.pip), "resources": spec.resources.to_dict(),
-            "bundle": spec.bundle,
-            "log_store": dataclasses.asdict(self.log_store),
-        }))
-
-    def _coordinator(self, spec: JobSpec, start: ev.StartAttempt) -> str | None:
-        """host:port of the gang leader's worker, for JAX (a port derived from the attempt)."""
-        if spec.gang_size <= 1:
-            return None
-        leader = self.state.tasks[(spec.name, gang_leader(spec, start.task_index))]
-        attempt = self.state.attempts.get(leader.attempt_id or "")
-        worker = self.workers.workers.get(attempt.worker_id if attempt else "")
-        host = worker.address.split("//")[-1].rsplit(":", 1)[0] if worker else "127.0.0.1"
-        port = 20000 + zlib.crc32((leader.attempt_id or spec.name).encode()) % 20000
-        return f"{host}:{port}"
+        self.commands.append(Command("start", worker.worker_id, worker.address, start_body(
+            self.state, self.workers.workers, start, self.address, self.log_store)))
 
     @property
     def log_store(self) -> LogStoreConfig:
@@ -505,8 +479,3 @@ class ControllerService:
     def close(self) -> None:
         self.store.close()
 
-
-def _namespace(job_id: str) -> str:
-    """Actors of a job tree share the root job's namespace: `/alice/rl/rollout` -> `/alice/rl`."""
-    parts = job_id.strip("/").split("/")
-    return "/" + "/".join(parts[:2]) if len(parts) >= 2 else job_id

@@ -1,0 +1,56 @@
+"""What a worker is told to start an attempt: the start command's body. Pure.
+
+Not the decision to start it (the kernel's StartAttempt) nor the sending (actor.py). Builds
+the task's environment, including the JAX coordinates of a gang (its leader's host and a
+port derived from the leader's attempt) and the actor namespace shared by a job tree.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import zlib
+from collections.abc import Mapping
+
+from iris.controller.jobs import events as ev
+from iris.controller.jobs.env import gang_leader, task_environment
+from iris.controller.jobs.spec import JobSpec
+from iris.controller.jobs.state import KernelState
+from iris.controller.workers import WorkerInfo
+from iris.logstore.config import LogStoreConfig
+
+
+def start_body(state: KernelState, workers: Mapping[str, WorkerInfo], start: ev.StartAttempt,
+               controller_address: str, log_store: LogStoreConfig) -> dict:
+    spec: JobSpec = state.jobs[start.job_id].spec
+    attempt = state.attempts[start.attempt_id]
+    env = task_environment(spec, start.task_index, start.attempt_id,
+                           controller_address=controller_address,
+                           coordinator_address=_coordinator(state, workers, spec, start))
+    env["IRIS_NAMESPACE"] = namespace(spec.name)
+    return {
+        "attempt_id": start.attempt_id, "job_id": start.job_id,
+        "task_index": start.task_index, "attempt_number": attempt.number,
+        "entrypoint": {"kind": spec.entrypoint.kind, "payload": spec.entrypoint.payload,
+                       "argv": list(spec.entrypoint.argv)},
+        "env": env, "pip": list(spec.pip), "resources": spec.resources.to_dict(),
+        "bundle": spec.bundle, "log_store": dataclasses.asdict(log_store),
+    }
+
+
+def _coordinator(state: KernelState, workers: Mapping[str, WorkerInfo], spec: JobSpec,
+                 start: ev.StartAttempt) -> str | None:
+    """host:port of the gang leader's worker, for JAX (a port derived from the attempt)."""
+    if spec.gang_size <= 1:
+        return None
+    leader = state.tasks[(spec.name, gang_leader(spec, start.task_index))]
+    attempt = state.attempts.get(leader.attempt_id or "")
+    worker = workers.get(attempt.worker_id if attempt else "")
+    host = worker.address.split("//")[-1].rsplit(":", 1)[0] if worker else "127.0.0.1"
+    port = 20000 + zlib.crc32((leader.attempt_id or spec.name).encode()) % 20000
+    return f"{host}:{port}"
+
+
+def namespace(job_id: str) -> str:
+    """Actors of a job tree share the root job's namespace: `/alice/rl/rollout` -> `/alice/rl`."""
+    parts = job_id.strip("/").split("/")
+    return "/" + "/".join(parts[:2]) if len(parts) >= 2 else job_id
