@@ -19,6 +19,7 @@ from iris.controller.group_shapes import Ask, accelerator_keys, unmet_slices
 from iris.controller.jobs.spec import JobSpec
 from iris.controller.scheduling.constraints import matches_all, parse_constraints
 from iris.controller.scheduling.model import per_host_demand
+from iris.controller.scheduling.reasons import ReasonCode
 
 
 def accelerator_of(spec: JobSpec) -> str:
@@ -98,3 +99,33 @@ def _fits_host(spec: JobSpec, group: ScaleGroupConfig) -> bool:
     if shape is not None and shape.hosts > 1:
         return group.accelerator_variant == shape.name
     return per_host_demand(spec.resources).chips <= max(group.accelerators_per_host, 0)
+
+
+def plan_growth(unplaced: Iterable[tuple[JobSpec, int]],
+                groups: Mapping[str, Sequence[ScaleGroupConfig]],
+                reports: Mapping[str, Mapping], reasons: dict[str, dict]) -> dict[str, dict]:
+    """After a pass: the demand for each region's autoscaler (`route`), and in `reasons`
+    (job -> pending reason, updated in place) why work every region holds back from
+    growing for still waits: a zone stocked out, a cooldown, a group at max."""
+    unplaced = list(unplaced)
+    blocked = {r: rep.get("blocked", {}) for r, rep in reports.items()}
+    for spec, _ in unplaced:
+        held = held_back(spec, groups, blocked)
+        if held:
+            said = "; ".join(f"region {r}: {why}" for r, why in held.items())
+            reason = reasons.get(spec.name, {})
+            reasons[spec.name] = {
+                "code": ReasonCode.NO_CAPACITY.value,
+                "message": f"{reason.get('message', 'no capacity')}; autoscaling is held "
+                           f"back: {said}",
+                "details": {**reason.get("details", {}), "autoscaler": held}}
+    return route(unplaced, groups, blocked)
+
+
+def scaling_up(reports: Mapping[str, Mapping]) -> dict[str, list[str]]:
+    """Accelerator -> regions adding hosts of it now (the SCALING_UP reason)."""
+    out: dict[str, list[str]] = {}
+    for region, report in sorted(reports.items()):
+        for accel in report.get("scaling_up", {}):
+            out.setdefault(accel, []).append(region)
+    return out

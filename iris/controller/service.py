@@ -287,7 +287,7 @@ class ControllerService:
                                           self.stopping, held=self.gangs.held_hosts())
         started = self.clock.monotonic()
         plan = schedule(hosts, demands, reserving_gangs=set(self.gangs.reserving),
-                        scaling_up=self._scaling_up())
+                        scaling_up=demand.scaling_up(self.region_reports))
         self.pass_seconds.observe(self.clock.monotonic() - started)
         events: list[ev.Event] = []
         for a in plan.assignments:
@@ -305,25 +305,10 @@ class ControllerService:
             if reason.code in (ReasonCode.NO_CAPACITY, ReasonCode.SCALING_UP):
                 unplaced[job_id] = unplaced.get(job_id, 0) + 1
         if self.region_groups and unplaced:
-            self._route_demand(unplaced)
+            self.unmet = demand.plan_growth(
+                [(self.state.jobs[j].spec, n) for j, n in unplaced.items()],
+                self.region_groups, self.region_reports, self.pending_reasons)
         return events
-
-    def _route_demand(self, unplaced: dict[str, int]) -> None:
-        """Unplaced work -> each region's autoscaler; work every region holds back from
-        growing for says why in its pending reason (zone stocked out, cooldown, at max)."""
-        blocked = {r: rep.get("blocked", {}) for r, rep in self.region_reports.items()}
-        specs = [(self.state.jobs[j].spec, n) for j, n in unplaced.items()]
-        self.unmet = demand.route(specs, self.region_groups, blocked)
-        for spec, _ in specs:
-            held = demand.held_back(spec, self.region_groups, blocked)
-            if held:
-                said = "; ".join(f"region {r}: {why}" for r, why in held.items())
-                reason = self.pending_reasons.get(spec.name, {})
-                self.pending_reasons[spec.name] = {
-                    "code": ReasonCode.NO_CAPACITY.value,
-                    "message": f"{reason.get('message', 'no capacity')}; autoscaling is held "
-                               f"back: {said}",
-                    "details": {**reason.get("details", {}), "autoscaler": held}}
 
     # ------------------------------------------------------------ regions
 
@@ -354,14 +339,6 @@ class ControllerService:
         self._placement_due = True
         self._run_many([ev.WorkerLost(new_id("ev-"), w, why) for w, why in sorted(gone.items())],
                        schedule=True)
-
-    def _scaling_up(self) -> dict[str, list[str]]:
-        """Accelerator -> regions adding hosts of it now (the SCALING_UP reason)."""
-        out: dict[str, list[str]] = {}
-        for region, report in sorted(self.region_reports.items()):
-            for accel in report.get("scaling_up", {}):
-                out.setdefault(accel, []).append(region)
-        return out
 
     # ------------------------------------------------------------ gangs
 
