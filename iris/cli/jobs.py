@@ -168,13 +168,32 @@ def cluster_status(args: argparse.Namespace) -> int:
     for job in jobs:
         by_state[job["state"]] = by_state.get(job["state"], 0) + 1
     summary = {"address": ctx.address, "workers": len(workers), "jobs": by_state,
-               "active_jobs": sum(n for s, n in by_state.items() if s not in TERMINAL)}
+               "active_jobs": sum(n for s, n in by_state.items() if s not in TERMINAL),
+               "scale_groups": _scale_groups(_controller(ctx, "snapshot"))}
     if args.json:
         print(json.dumps(summary))
-    else:
-        print(f"cluster {summary['address']}: {summary['workers']} workers, "
-              f"{summary['active_jobs']} active jobs; by state: {by_state}")
+        return 0
+    print(f"cluster {summary['address']}: {summary['workers']} workers, "
+          f"{summary['active_jobs']} active jobs; by state: {by_state}")
+    for g in summary["scale_groups"]:
+        print(f"  {g['region']}/{g['group']} ({g['accelerator']}): {g['ready']} ready, "
+              f"{g['booting']} booting, {g['preempted']} preempted (min {g['min']}, "
+              f"max {g['max']}){'; held back: ' + g['held'] if g['held'] else ''}")
     return 0
+
+
+def _scale_groups(snapshot: dict) -> list[dict]:
+    """Autoscaled groups from the controller's snapshot: slices by state, bounds, holds."""
+    rows = []
+    for region in snapshot.get("capacity") or []:
+        for g in region.get("groups", []):
+            states = [s.get("state") for s in g.get("slices", [])]
+            rows.append({"region": region.get("region"), "group": g.get("group"),
+                         "accelerator": g.get("accelerator"), "min": g.get("min"),
+                         "max": g.get("max"), "ready": states.count("READY"),
+                         "booting": states.count("CREATING"),
+                         "preempted": states.count("PREEMPTED"), "held": g.get("held", "")})
+    return rows
 
 
 def print_rows(rows: list[dict[str, Any]], columns: list[str], as_json: bool) -> None:

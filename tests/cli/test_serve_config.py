@@ -148,7 +148,10 @@ def test_serve_config_job_runs_on_a_slice_the_autoscaler_creates_then_it_scales_
         with open(fifo, "w") as gate:
             gate.write("released\n")
         assert job.result(timeout=_WAIT_S) == "released"
-        assert _cli(served, "cluster", "status", "--json")["jobs"] == {"succeeded": 1}
+        status = _cli(served, "cluster", "status", "--json")
+        assert status["jobs"] == {"succeeded": 1}
+        [group] = status["scale_groups"]  # the autoscaled group, as the dashboard sees it
+        assert (group["region"], group["group"], group["max"]) == ("east", "cpu", 2)
 
         # scale_down_delay_s: 1 from the YAML (the default is 300 s): the idle slice goes.
         deleted = wait_until(lambda: _decided(ctx, "delete", slice_id), _WAIT_S,
