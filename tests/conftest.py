@@ -96,13 +96,15 @@ def wait_until():
     Polls every 50 ms, bounded: the things waited for here are other processes' files and
     the controller's state, which offer no event to wait on from the test."""
 
-    def wait(predicate, timeout_s: float = 120.0, what: str = "condition"):
+    def wait(predicate, timeout_s: float = 120.0, what: str = "condition", explain=None):
+        """`explain()`, if given, describes the state when the wait times out."""
         gate = threading.Event()
         for _ in range(int(timeout_s / 0.05)):
             value = predicate()
             if value:
                 return value
             gate.wait(0.05)
-        raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+        detail = f"; state: {explain()}" if explain else ""
+        raise AssertionError(f"timed out after {timeout_s} s waiting for {what}{detail}")
 
     return wait

@@ -112,7 +112,11 @@ def test_production_gang_preempts_a_batch_gang_whole_which_resumes_and_finishes(
             wait_until(lambda: batch.status()["state"] == "running", 120, "batch running")
             prod = iris.submit(hold_until, str(prod_gate), resources=TPU_JOB,
                                name="prod-gang", priority="production")
-            wait_until(lambda: prod.status()["state"] == "running", 120, "production running")
+            wait_until(lambda: prod.status()["state"] == "running", 120, "production running",
+                       explain=lambda: {"prod": prod.status(), "batch": batch.tasks(),
+                                        "region": _call(cluster, "stats",
+                                                        key=region_key("us-central")),
+                                        "workers": _call(cluster, "list_workers")})
             # the whole batch gang gave the slice up: none of its tasks still runs
             assert {t["state"] for t in batch.tasks()} == {"pending"}
             prod_gate.touch()
