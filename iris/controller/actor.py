@@ -131,8 +131,9 @@ class Controller:
         return self._after(self._svc.register_worker(worker_id, address, attributes, running,
                                                      list(updates)))
 
-    def report(self, worker_id: str, updates: list[dict], stats: dict | None = None) -> dict:
-        return self._after(self._svc.report(worker_id, updates, stats))
+    def report(self, worker_id: str, updates: list[dict], stats: dict | None = None,
+               running: list[str] | None = None) -> dict:
+        return self._after(self._svc.report(worker_id, updates, stats, running))
 
     def list_workers(self) -> list[dict]:
         return self._svc.list_workers()

@@ -31,10 +31,11 @@ from iris.controller.jobs.state import KernelConfig
 from iris.controller.jobs.store import JobStore
 from iris.controller.launch import start_body
 from iris.controller.regions import RegionScaling
+from iris.controller.repair import repairs
 from iris.controller.scheduling.dry_run import dry_run
 from iris.controller.scheduling.reasons import ReasonCode
 from iris.controller.scheduling.scheduler import schedule
-from iris.controller.workers import DEFAULT_DEAD_AFTER_S, WorkerTable
+from iris.controller.workers import DEFAULT_DEAD_AFTER_S, WorkerInfo, WorkerTable
 from iris.logstore.config import LogStoreConfig
 
 _log = logging.getLogger(__name__)
@@ -97,6 +98,7 @@ class ControllerService:
         # Attempts told to stop whose exit is not reported yet: they still hold their
         # worker's resources (a grace period can last 10 s), so placement counts them.
         self.stopping: dict[str, dict[str, Resources]] = {}
+        self._stop_sent: dict[str, tuple[float, float]] = {}  # attempt -> (sent at, grace)
         self._fits = fits_checker(config.offers) if config.offers is not None else None
         # Multi-host gangs are reserved through the Region actors; this is the controller's
         # half (rounds in flight, hosts held, what each region's ledger should own).
@@ -208,17 +210,45 @@ class ControllerService:
         self._run_many([e for e in events if e is not None], schedule=True)
         return views.desired_attempts(self.state, worker_id)
 
-    def report(self, worker_id: str, updates: list[dict], stats: dict | None = None) -> dict:
+    def report(self, worker_id: str, updates: list[dict], stats: dict | None = None,
+               running: list[str] | None = None) -> dict:
         """Attempt updates from a worker (also its heartbeat). Unknown worker: re-register.
         `stats`: the worker's own figures for /metrics, e.g. {"log_shipping":
-        {"max_flush_lag_s": x, "dropped_lines": n}}; kept as last reported."""
+        {"max_flush_lag_s": x, "dropped_lines": n}}; kept as last reported. `running`: the
+        attempts it runs now, to repair lost start and stop commands (repair.py)."""
         if not self.workers.heard(worker_id, self.clock.monotonic()):
             return {"acked": [], "reregister": True}
         if isinstance(stats, dict):
             self.worker_stats[worker_id] = stats
         batch = [self._update_event(u) for u in updates]
         self._run_many([e for e in batch if e is not None], schedule=bool(updates))
+        if isinstance(running, list) and all(isinstance(a, str) for a in running):
+            self._repair(worker_id, running)
         return {"acked": [u["attempt_id"] for u in updates], "reregister": False}
+
+    def _repair(self, worker_id: str, running: list[str]) -> None:
+        """Send again what a lost call never delivered (see repair.py)."""
+        worker = self.workers.workers[worker_id]
+        fix = repairs(self.state, worker_id, running, self.stopping.get(worker_id, {}),
+                      self._stop_sent, self.clock.wall(), self.clock.monotonic())
+        for attempt_id in fix.stopped:
+            self._stopped(attempt_id)
+        for attempt_id in fix.start_again:
+            _log.warning("worker %s never started %s: sending the start again", worker_id,
+                         attempt_id)
+            attempt = self.state.attempts[attempt_id]
+            spec = self.state.jobs[attempt.job_id].spec
+            self._queue_start(ev.StartAttempt(worker_id, attempt_id, attempt.job_id,
+                                              attempt.task_index, spec.num_tasks,
+                                              spec.gang_size))
+        for attempt_id in fix.orphans:  # then stopped like any other, until it is gone
+            self.stopping.setdefault(worker_id, {})[attempt_id] = Resources()
+        for attempt_id in fix.stop_again + fix.orphans:
+            _log.warning("worker %s still runs %s: sending the stop again", worker_id,
+                         attempt_id)
+            self._queue_stop(worker, attempt_id, self.config.stop_grace_s,
+                             "stopped again: the first stop was lost, or nobody wants it")
+
 
     def _update_event(self, update: dict) -> ev.Event | None:
         attempt_id, status = update["attempt_id"], update["status"]
@@ -237,7 +267,13 @@ class ControllerService:
         _log.warning("worker sent unknown attempt status %r for %s", status, attempt_id)
         return None
 
+    def _forget_stops(self, worker_id: str) -> None:
+        """A worker is gone, and with it whatever it was stopping."""
+        for attempt_id in self.stopping.pop(worker_id, {}):
+            self._stop_sent.pop(attempt_id, None)
+
     def _stopped(self, attempt_id: str) -> None:
+        self._stop_sent.pop(attempt_id, None)
         for worker_id, attempts in list(self.stopping.items()):
             if attempts.pop(attempt_id, None) is not None:
                 self._placement_due = True
@@ -252,7 +288,7 @@ class ControllerService:
         lost = self.workers.lost(now)
         events += [ev.WorkerLost(new_id("ev-"), w, "no heartbeat") for w in lost]
         for worker_id in lost:  # its processes are gone with it
-            self.stopping.pop(worker_id, None)
+            self._forget_stops(worker_id)
         self._placement_due = self._placement_due or bool(lost)
         if self._unclaimed and now - self._started > self.config.restart_grace_s:
             events += [ev.WorkerLost(new_id("ev-"), w, "did not come back after a controller "
@@ -335,7 +371,7 @@ class ControllerService:
             return
         for worker_id in gone:
             del self.workers.workers[worker_id]
-            self.stopping.pop(worker_id, None)
+            self._forget_stops(worker_id)
         self._placement_due = True
         self._run_many([ev.WorkerLost(new_id("ev-"), w, why) for w, why in sorted(gone.items())],
                        schedule=True)
@@ -419,14 +455,18 @@ class ControllerService:
                 self.stopping.setdefault(worker.worker_id, {})[effect.attempt_id] = \
                     self.state.jobs[attempt.job_id].spec.resources
             if worker is not None:
-                self.commands.append(Command("stop", worker.worker_id, worker.address, {
-                    "attempt_id": effect.attempt_id, "grace_s": effect.grace_s,
-                    "reason": effect.reason}))
+                self._queue_stop(worker, effect.attempt_id, effect.grace_s, effect.reason)
         elif isinstance(effect, ev.JobFinished):
             self.finished.append(effect.job_id)
             self.pending_reasons.pop(effect.job_id, None)
         elif isinstance(effect, ev.Ignored):
             _log.info("event %s ignored: %s", effect.event_id, effect.reason)
+
+    def _queue_stop(self, worker: WorkerInfo, attempt_id: str, grace_s: float,
+                    reason: str) -> None:
+        self._stop_sent[attempt_id] = (self.clock.monotonic(), grace_s)
+        self.commands.append(Command("stop", worker.worker_id, worker.address, {
+            "attempt_id": attempt_id, "grace_s": grace_s, "reason": reason}))
 
     def _queue_start(self, start: ev.StartAttempt) -> None:
         worker = self.workers.workers.get(start.worker_id)

@@ -147,11 +147,12 @@ class Worker:
         self._acknowledge(sent, {update["attempt_id"] for _, update in sent})
 
     def _report(self) -> None:
-        with self._lock:
+        with self._lock:  # one view: an attempt is either running or has its update here
             sent = list(self._updates.items())
+            running = sorted(self._running)
         try:
             answer = self._call("report", self.worker_id, [update for _, update in sent],
-                                {"log_shipping": self._shipping_stats()})
+                                {"log_shipping": self._shipping_stats()}, running)
         except IrisError as exc:
             _log.warning("worker %s: report failed (will retry): %s", self.worker_id, exc)
             return
