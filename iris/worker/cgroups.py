@@ -14,6 +14,7 @@ pid in the forked child before calling user code.
 from __future__ import annotations
 
 import enum
+import errno
 import logging
 import os
 from dataclasses import dataclass
@@ -99,8 +100,12 @@ class AttemptCgroup:
     def pids(self) -> list[int]:
         try:
             return [int(x) for x in self.procs_file.read_text().split()]
-        except FileNotFoundError:
-            return []
+        except OSError as exc:
+            # Gone: ENOENT, or ENODEV when cgroup v1 removed it while we read (a restarted
+            # runner watching the same adopted attempt removed it first).
+            if exc.errno in (errno.ENOENT, errno.ENODEV):
+                return []
+            raise
 
     def kill_all(self, timeout_s: float = 10.0) -> None:
         """SIGKILL every process in the cgroup and wait until they are gone."""

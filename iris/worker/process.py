@@ -269,7 +269,17 @@ class AttemptProcess:
             self._cgroup.kill_all()  # anything forked while we were killing
 
     def _watch(self) -> None:
-        returncode = self._leader.wait_returncode()
+        try:
+            self._finish(self._leader.wait_returncode())
+        except Exception as exc:  # `done` must be set whatever happens, or stop() hangs
+            _log.exception("attempt %s/%s: cleanup failed", self.spec.task_id,
+                           self.spec.attempt)
+            if self._outcome is None:
+                self._outcome = unknown_outcome(f"cleanup failed: {exc}")
+        finally:
+            self._done.set()
+
+    def _finish(self, returncode: int | None) -> None:
         self._kill_everything()  # leftovers of a leader that exited (or was killed)
         for reader in self._readers:
             if not reader.join(_DRAIN_TIMEOUT_S):
@@ -297,4 +307,3 @@ class AttemptProcess:
                 self._on_exit(self, outcome)
             except Exception:
                 _log.exception("on_exit callback failed")
-        self._done.set()
