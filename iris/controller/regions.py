@@ -100,8 +100,8 @@ class Region:
         self._ledger.set_inventory(specs, busy)
         self._hosts = {spec.slice_id: spec.hosts for spec in specs}
         self._busy = set(busy)
-        if unmet != self._unmet:
-            self._next_decide = 0.0  # new demand is acted on at the next tick
+        if any(n > self._unmet.get(g, 0) for g, n in unmet.items()):
+            self._next_decide = 0.0  # more demand is acted on at the next tick
         self._unmet = unmet
 
     def stats(self) -> dict:
