@@ -146,6 +146,13 @@ class Controller:
     def gang_unplaceable(self, round_id: str, reasons: dict) -> None:
         self._after(self._svc.gang_unplaceable(round_id, reasons))
 
+    def drain_hosts(self, hosts: dict) -> None:
+        """A Region will delete these hosts' idle slice once they take no more work."""
+        self._after(self._svc.drain_hosts(hosts))
+
+    def undrain_hosts(self, hosts: list) -> None:
+        self._after(self._svc.undrain_hosts(hosts))
+
     def hosts_gone(self, gone: dict) -> None:
         """A Region deleted slices: their workers are lost now (host id -> why)."""
         self._after(self._svc.hosts_gone(gone))
@@ -213,7 +220,8 @@ class Controller:
             if isinstance(msg, SyncRegion):
                 self._ensure_region(msg.region)
                 fut = self._node.call(self._node.address, region_key(msg.region), "sync",
-                                      (msg.slices, msg.busy, msg.unmet), timeout_s=30.0)
+                                      (msg.slices, msg.busy, msg.unmet, list(msg.drained)),
+                                      timeout_s=30.0)
                 fut.add_done_callback(_log_failure)
             elif isinstance(msg, PlaceRound):
                 self._placer.place(msg.round_id, msg.shape, msg.regions)

@@ -45,6 +45,7 @@ class SyncRegion:
     slices: list[dict]
     busy: list[str]
     unmet: dict[str, int]  # scale group -> more slices wanted (autoscaled regions only)
+    drained: list[str] = ()  # hosts asked to drain that take no work and run nothing now
 
 
 @dataclass(frozen=True)
@@ -77,7 +78,7 @@ class GangTracker:
         self.placed: dict[str, Round] = {}  # round id -> round whose gang holds hosts
         self.cooling: dict[str, tuple[float, dict]] = {}  # gang id -> (until, pending reason)
         self.outbox: list[SyncRegion | PlaceRound | ReleaseRound] = []
-        self._synced: dict[str, tuple[list[dict], list[str], dict[str, int]]] = {}
+        self._synced: dict[str, tuple[list[dict], list[str], dict[str, int], list[str]]] = {}
         self._seq = 0
 
     # ---- asking -----------------------------------------------------------------------
@@ -163,15 +164,21 @@ class GangTracker:
     def sync_regions(self, state: KernelState, workers: Iterable[WorkerInfo],
                      stopping: dict[str, dict[str, Resources]],
                      unmet: Mapping[str, dict[str, int]] | None = None,
-                     regions: Iterable[str] = ()) -> None:
-        """Queue each region's inventory (slices of registered hosts, busy hosts) and the
-        demand routed to it, when changed. `regions`: ones to sync even without workers
-        (autoscaled regions that have not grown yet)."""
+                     regions: Iterable[str] = (), draining: Iterable[str] = ()) -> None:
+        """Queue each region's inventory (slices of registered hosts, busy hosts), the
+        demand routed to it, and which of its draining hosts are drained, when changed.
+        `regions`: ones to sync even without workers (autoscaled regions not grown yet)."""
+        workers = list(workers)
         inventory = region_inventory(state, workers, stopping)
         unmet = unmet or {}
+        region_of = {w.worker_id: w.region for w in workers}
+        drained: dict[str, list[str]] = {}
+        for host in sorted(draining):
+            if host in region_of and not state.by_worker.get(host) and not stopping.get(host):
+                drained.setdefault(region_of[host], []).append(host)
         for region in sorted(set(self._synced) | set(inventory) | set(unmet) | set(regions)):
             slices, busy = inventory.get(region, ([], []))
-            now = (slices, busy, dict(unmet.get(region, {})))
+            now = (slices, busy, dict(unmet.get(region, {})), drained.get(region, []))
             if self._synced.get(region) != now:
                 self._synced[region] = now
                 self.outbox.append(SyncRegion(region, *now))

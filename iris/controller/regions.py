@@ -31,6 +31,9 @@ from iris.controller.scheduling.wire_format import from_wire, to_wire
 
 _GONE_KEPT_S = 60.0
 _DECIDE_EVERY_S = 0.5
+# A drain the controller has not confirmed by then is abandoned (the slice is kept and
+# decided on again later): the controller answers within one sync, normally milliseconds.
+_DRAIN_TIMEOUT_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -64,6 +67,7 @@ class Region:
         # heartbeat timeout. Kept a minute, long past the next stats poll.
         self._gone: dict[str, tuple[float, str]] = {}
         self._node, self._controller = node, controller_address
+        self._drain_started: dict[str, float] = {}  # slice id -> when its drain was asked
         # Deciding walks every slice (37 ms at 10,000 slices): twice a second is plenty for
         # delays of seconds to minutes, while leases are still checked every tick.
         self._next_decide = 0.0
@@ -86,10 +90,12 @@ class Region:
         replies = [self._ledger.handle(from_wire(m), now) for m in messages]
         return [to_wire(r) if r is not None else None for r in replies]
 
-    def sync(self, slices: list[dict], busy: list[str], unmet: dict | None = None) -> None:
+    def sync(self, slices: list[dict], busy: list[str], unmet: dict | None = None,
+             drained: list[str] | None = None) -> None:
         """The region's whole inventory now: slices as {"slice_id", "accelerator", "hosts",
         "attributes"}; the hosts busy with work; `unmet`: scale group -> more slices the
-        pending work routed here needs (the autoscaler's demand)."""
+        pending work routed here needs (the autoscaler's demand); `drained`: hosts asked to
+        drain that the controller no longer places on and that run nothing."""
         specs = [_slice_spec(raw) for raw in slices]
         hosts = [h for spec in specs for h in spec.hosts]
         if len(hosts) != len(set(hosts)):
@@ -103,6 +109,10 @@ class Region:
         if any(n > self._unmet.get(g, 0) for g, n in unmet.items()):
             self._next_decide = 0.0  # more demand is acted on at the next tick
         self._unmet = unmet
+        if not isinstance(drained, list | None) or not all(
+                isinstance(h, str) for h in drained or ()):
+            raise InvalidRequestError("drained: expected a list of host ids", "drained")
+        self._settle_drains(set(drained or ()), set(busy))
 
     def stats(self) -> dict:
         """Reservation outcomes so far, holds live now and, when autoscaling, the capacity
@@ -128,17 +138,54 @@ class Region:
         if self._manager is None or now < self._next_decide:
             return
         self._next_decide = now + _DECIDE_EVERY_S
-        gone = {}
-        for d in self._manager.tick(self._usage(), self._unmet):
-            if isinstance(d, Delete):
-                for host in d.hosts:
-                    gone[host] = f"slice {d.slice_id} deleted: {d.reason}"
-        if gone and self._node is not None:  # tell the controller now, not at its next poll
-            self._node.call(self._controller, CONTROLLER_KEY, "hosts_gone", (gone,),
-                            oneway=True)
-        self._gone.update({h: (now, why) for h, why in gone.items()})
+        gone, drain = {}, {}
+        # Idle slices are drained before they are deleted (when a controller can confirm):
+        # work placed on a slice that is going away would be lost with it.
+        for d in self._manager.tick(self._usage(), self._unmet,
+                                    drain_idle=self._node is not None):
+            if not isinstance(d, Delete):
+                continue
+            if d.slice_id in self._manager.draining():
+                self._drain_started[d.slice_id] = now
+                drain.update(dict.fromkeys(d.hosts, d.slice_id))
+            else:
+                gone.update({h: f"slice {d.slice_id} deleted: {d.reason}" for h in d.hosts})
+        if drain:
+            self._tell("drain_hosts", drain)
+        for sid, started in list(self._drain_started.items()):
+            if now - started > _DRAIN_TIMEOUT_S:  # never confirmed: keep the slice
+                self._keep(sid, "the controller did not confirm the drain")
+        self._went(gone, now)
         for host in [h for h, (at, _) in self._gone.items() if now - at > _GONE_KEPT_S]:
             del self._gone[host]
+
+    def _settle_drains(self, drained: set[str], busy: set[str]) -> None:
+        if self._manager is None:
+            return
+        now = self._clock.monotonic()
+        for sid, d in self._manager.draining().items():
+            if d.hosts and all(h in drained for h in d.hosts):
+                self._drain_started.pop(sid, None)
+                self._manager.delete_drained(sid)
+                self._went({h: f"slice {sid} deleted: {d.reason}" for h in d.hosts}, now)
+            elif any(h in busy for h in d.hosts):
+                self._keep(sid, "work reached it before the drain")
+
+    def _keep(self, slice_id: str, why: str) -> None:
+        d = self._manager.draining().get(slice_id)
+        self._drain_started.pop(slice_id, None)
+        self._manager.keep(slice_id, why)
+        if d is not None:
+            self._tell("undrain_hosts", list(d.hosts))
+
+    def _went(self, gone: dict[str, str], now: float) -> None:
+        if gone:  # tell the controller now, not at its next stats poll
+            self._tell("hosts_gone", gone)
+        self._gone.update({h: (now, why) for h, why in gone.items()})
+
+    def _tell(self, method: str, arg: object) -> None:
+        if self._node is not None:
+            self._node.call(self._controller, CONTROLLER_KEY, method, (arg,), oneway=True)
 
     def on_stop(self) -> None:
         """Stop scaling. Slices stay (a controller restart must not delete a cloud fleet);

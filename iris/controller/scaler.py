@@ -62,6 +62,7 @@ class SliceManager:
         self._view: dict[str, SliceInfo] = {}
         self._creating: dict[str, tuple[str, str]] = {}  # slice id -> (group, zone)
         self._deleting: set[str] = set()
+        self._draining: dict[str, Delete] = {}  # idle deletes held for a drain
         self._gen = 0  # counts completed creates and deletes
         # slice id -> (gen, info or None if deleted, when it completed)
         self._overlay: dict[str, tuple[int, SliceInfo | None, float]] = {}
@@ -75,10 +76,12 @@ class SliceManager:
 
     # ---- the caller's turn -----------------------------------------------------------
 
-    def tick(self, usage: Mapping[str, SliceUsage],
-             unmet: Mapping[str, int]) -> list[Create | Delete]:
+    def tick(self, usage: Mapping[str, SliceUsage], unmet: Mapping[str, int], *,
+             drain_idle: bool = False) -> list[Create | Delete]:
         """Fold in finished provider calls, decide, start the calls decided on; the
-        decisions issued this tick (none until the first list of slices arrived)."""
+        decisions issued this tick (none until the first list of slices arrived).
+        `drain_idle`: idle deletes are not started but held, until the caller confirms
+        nothing will be placed on the slice (`delete_drained`) or keeps it (`keep`)."""
         if self._closed:
             raise RuntimeError("SliceManager.tick: the manager is closed")
         now = self._clock.monotonic()
@@ -92,10 +95,29 @@ class SliceManager:
                 self._creating[d.slice_id] = (d.group, d.zone)
                 self._run("create", d.slice_id, self._provider.create_slice,
                           self._groups[d.group], d.zone, d.slice_id)
+            elif drain_idle and d.cause == "idle":
+                self._draining[d.slice_id] = d
             else:
-                self._deleting.add(d.slice_id)
-                self._run("delete", d.slice_id, self._provider.delete_slice, d.slice_id)
+                self._delete(d.slice_id)
         return decisions
+
+    def draining(self) -> dict[str, Delete]:
+        """Idle deletes held until their slice is drained (slice id -> decision)."""
+        return dict(self._draining)
+
+    def delete_drained(self, slice_id: str) -> None:
+        """Nothing will be placed on the slice any more: delete it now."""
+        if self._draining.pop(slice_id, None) is not None:
+            self._delete(slice_id)
+
+    def keep(self, slice_id: str, why: str) -> None:
+        """Work reached the slice before the drain did: it stays (decided again later)."""
+        if self._draining.pop(slice_id, None) is not None:
+            self._kernel.delete_failed(slice_id, why, self._clock.monotonic())
+
+    def _delete(self, slice_id: str) -> None:
+        self._deleting.add(slice_id)
+        self._run("delete", slice_id, self._provider.delete_slice, slice_id)
 
     def slices(self) -> list[SliceInfo]:
         """The latest known slices: the provider's, plus creates in flight as CREATING."""

@@ -108,6 +108,9 @@ class ControllerService:
         self.region_groups = {r.region: list(r.groups) for r in config.autoscale}
         self.region_reports: dict[str, dict] = {}
         self.unmet: dict[str, dict[str, int]] = {}
+        # Hosts whose idle slice a region is about to delete (host -> slice): nothing new
+        # is placed on them (drain, then delete: work is never started on a dying slice).
+        self.draining: dict[str, str] = {}
 
     # ------------------------------------------------------------ requests
 
@@ -289,6 +292,7 @@ class ControllerService:
         events += [ev.WorkerLost(new_id("ev-"), w, "no heartbeat") for w in lost]
         for worker_id in lost:  # its processes are gone with it
             self._forget_stops(worker_id)
+            self.draining.pop(worker_id, None)
         self._placement_due = self._placement_due or bool(lost)
         if self._unclaimed and now - self._started > self.config.restart_grace_s:
             events += [ev.WorkerLost(new_id("ev-"), w, "did not come back after a controller "
@@ -320,7 +324,8 @@ class ControllerService:
                     continue
             demands += scheduler_view.task_demands(job.spec, job.submitted_at, (index,))
         hosts = scheduler_view.host_views(self.state, self.workers.workers.values(),
-                                          self.stopping, held=self.gangs.held_hosts())
+                                          self.stopping,
+                                          held=self.gangs.held_hosts() | set(self.draining))
         started = self.clock.monotonic()
         plan = schedule(hosts, demands, reserving_gangs=set(self.gangs.reserving),
                         scaling_up=demand.scaling_up(self.region_reports))
@@ -361,11 +366,31 @@ class ControllerService:
         self.hosts_gone({h: why for rep in reports.values()
                          for h, why in rep.get("gone_hosts", {}).items()})
 
+    def drain_hosts(self, hosts: dict[str, str]) -> None:
+        """A region wants to delete these hosts' idle slice (host -> slice): place nothing
+        more on them; the next sync tells it which run nothing (then it deletes)."""
+        if not isinstance(hosts, dict):
+            raise InvalidRequestError("hosts: expected host id -> slice id", "hosts")
+        self.draining.update({h: str(s) for h, s in hosts.items() if h in self.workers.workers})
+        self._placement_due = True
+        self._run_many([], schedule=True)
+
+    def undrain_hosts(self, hosts: list[str]) -> None:
+        """The region kept the slice after all (work reached it first): place on it again."""
+        if not isinstance(hosts, list):
+            raise InvalidRequestError("hosts: expected a list of host ids", "hosts")
+        for host in hosts:
+            self.draining.pop(host, None)
+        self._placement_due = True
+        self._run_many([], schedule=True)
+
     def hosts_gone(self, gone: dict[str, str]) -> None:
         """Workers whose slice a region deleted (host id -> why): lost now, their work
         requeued, instead of at the heartbeat timeout; nothing more is placed on them."""
         if not isinstance(gone, dict):
             raise InvalidRequestError("gone: expected host id -> reason", "gone")
+        for host in gone:
+            self.draining.pop(host, None)
         gone = {h: str(why) for h, why in gone.items() if h in self.workers.workers}
         if not gone:
             return
@@ -432,7 +457,7 @@ class ControllerService:
             # Rounds whose gang ended are released; each region's ledger learns its hosts.
             self.gangs.release_ended(self.state)
             self.gangs.sync_regions(self.state, self.workers.workers.values(), self.stopping,
-                                    self.unmet, self.region_groups)
+                                    self.unmet, self.region_groups, self.draining)
         if not effects:
             return effects
         persists = [e for e in effects if isinstance(e, ev.Persist)]
