@@ -7,9 +7,7 @@ The controller's Region actor runs the autoscaler over a LocalProvider, whose sl
 
 from __future__ import annotations
 
-import os
 import threading
-import time
 
 import pytest
 
@@ -20,18 +18,12 @@ from iris.controller.config import ScaleGroupConfig
 from iris.controller.providers.base import SliceState
 from iris.controller.providers.local import LocalProvider
 from iris.controller.regions import RegionScaling
+from tests.cluster.tasks import hold_until
 
 GROUP = ScaleGroupConfig("cpu", "east", "cpu", None, 1, 0, ("east-a",), min_slices=0,
                          max_slices=2)
 FAST = AutoscalerConfig(scale_up_delay_s=0.2, scale_down_delay_s=2.0, backoff_initial_s=1.0,
                         backoff_max_s=2.0, host_lost_grace_s=2.0, poll_interval_s=0.5)
-
-
-def hold_until(path: str) -> str:
-    deadline = time.monotonic() + 300
-    while not os.path.exists(path) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return os.environ.get("IRIS_TASK_INDEX", "")
 
 
 @pytest.fixture

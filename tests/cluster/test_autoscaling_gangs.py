@@ -4,9 +4,6 @@ finishes on a replacement. Slices are LocalProvider processes with TPU VM attrib
 
 from __future__ import annotations
 
-import os
-import time
-
 import pytest
 
 import iris
@@ -15,6 +12,7 @@ from iris.controller.config import ScaleGroupConfig
 from iris.controller.providers.base import SliceState
 from iris.controller.providers.local import LocalProvider
 from iris.controller.regions import RegionScaling
+from tests.cluster.tasks import hold_until
 
 GROUP = ScaleGroupConfig("v5e-16", "east", "tpu", "v5litepod-16", 4, 4, ("east-a",),
                          min_slices=0, max_slices=2)
@@ -22,13 +20,6 @@ FAST = AutoscalerConfig(scale_up_delay_s=0.2, scale_down_delay_s=2.0, backoff_in
                         backoff_max_s=2.0, host_lost_grace_s=2.0, churn_window_s=0.0,
                         poll_interval_s=0.5)
 GANG = iris.Resources(tpu="v5litepod-16", cpu=1)
-
-
-def hold_until(path: str) -> str:
-    deadline = time.monotonic() + 300
-    while not os.path.exists(path) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return os.environ.get("JAX_PROCESS_ID", "")
 
 
 @pytest.fixture

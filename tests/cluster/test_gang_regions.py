@@ -8,15 +8,13 @@ third wait with a reason until a slice frees, and the reservations must all end 
 
 from __future__ import annotations
 
-import os
-import time
-
 import pytest
 
 import iris
 from iris.actors.keys import CONTROLLER_KEY, region_key
 from iris.controller.config import ScaleGroupConfig
 from iris.controller.providers.local import LocalProvider
+from tests.cluster.tasks import hold_until
 
 TPU = {"accelerator_type": "v5litepod-16", "accelerator_count": "4"}
 TPU_JOB = iris.Resources(tpu="v5litepod-16", cpu=1)
@@ -24,14 +22,6 @@ TPU_JOB = iris.Resources(tpu="v5litepod-16", cpu=1)
 
 def _tpu_group(region: str) -> ScaleGroupConfig:
     return ScaleGroupConfig("v5e-16", region, "tpu", "v5litepod-16", 4, 4, (f"{region}-a",))
-
-
-def hold_until(path: str) -> str:
-    """A gang member that keeps its host until the test says so (bounded: 300 s)."""
-    deadline = time.monotonic() + 300
-    while not os.path.exists(path) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return os.environ.get("IRIS_TASK_INDEX", "")
 
 
 def _call(cluster, method, *args, key=CONTROLLER_KEY):

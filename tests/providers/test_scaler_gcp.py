@@ -20,6 +20,7 @@ from iris.controller.config import ClusterConfig, parse_config
 from iris.controller.providers.base import SliceState
 from iris.controller.providers.gcp_tpu import GcpTpuProvider, make_tpu_client
 from iris.controller.scaler import SliceManager
+from tests.scaler_steps import settle
 
 GROUP, ACCEL = "v5e-16", "v5litepod-16"  # 4 hosts a slice, zones A then B
 CFG = AutoscalerConfig(scale_up_delay_s=10, scale_down_delay_s=100, backoff_initial_s=60,
@@ -78,21 +79,8 @@ class GcpRig:
         return usage, {g: w - placed for g, w in self.work.items()}
 
     def step(self, dt: float = 0.0, mgr: SliceManager | None = None) -> list[Create | Delete]:
-        """Advance, then tick until the provider's view is folded in and nothing is in
-        flight; every decision made on the way."""
-        mgr = mgr or self.mgr
-        self.clock.advance(dt)
-        out: list[Create | Delete] = []
-        for _ in range(20):
-            out += mgr.tick(*self.demand())
-            assert mgr.settle(60), "provider calls did not finish in 60 s"
-            flight = mgr.status()["in_flight"]
-            if not (flight["creates"] or flight["deletes"] or flight["listing"]):
-                out += mgr.tick(*self.demand())
-                flight = mgr.status()["in_flight"]
-                if not (flight["creates"] or flight["deletes"]):
-                    return out
-        raise AssertionError(f"manager never settled: {mgr.status()['in_flight']}")
+        """Advance, then tick until settled; every decision made on the way."""
+        return settle(mgr or self.mgr, self.clock, self.demand, dt)
 
     def close(self) -> None:
         for mgr in self.managers:
