@@ -10,7 +10,10 @@ Its inventory (which slices and hosts have registered workers, which are busy) a
 demand routed to it (scale group -> more slices wanted) are pushed by the controller, which
 is where workers register: `sync` replaces both whole. A region with `RegionScaling` also
 grows and shrinks its scale groups: every tick hands the SliceManager what each slice's
-hosts are doing, and the manager's provider calls run off this thread.
+hosts are doing, and the manager's provider calls run off this thread. An idle slice is
+drained before it is deleted: the region asks the controller (`drain_hosts`) to place
+nothing more there and deletes only once a sync reports its hosts run nothing; hosts of
+any deleted slice are reported at once (`hosts_gone`) so their work is requeued.
 """
 
 from __future__ import annotations
