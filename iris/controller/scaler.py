@@ -131,7 +131,7 @@ class SliceManager:
         now = self._clock.monotonic()
         out = self._kernel.status(now)
         out["in_flight"] = {"creates": sorted(self._creating), "deletes": sorted(self._deleting),
-                            "listing": self._listing}
+                            "draining": sorted(self._draining), "listing": self._listing}
         out["list_error"] = self._list_error
         return out
 

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from test_job_support import spec
-
 from iris.controller.config import ScaleGroupConfig
 from iris.controller.demand import route
+from tests.controller.test_job_support import spec
 
 
 def _tpu(region: str, priority: int = 0) -> ScaleGroupConfig:

@@ -3,8 +3,6 @@ releases when a gang ends, and the inventory each region's ledger is sent. Pure.
 
 from __future__ import annotations
 
-from test_job_support import Harness, spec
-
 from iris.controller.gang_tracking import (
     GangTracker,
     PlaceRound,
@@ -16,6 +14,7 @@ from iris.controller.jobs import events as ev
 from iris.controller.scheduling.gang_placement import GangRequest
 from iris.controller.scheduling.model import Band, GangShape
 from iris.controller.workers import WorkerInfo
+from tests.controller.test_job_support import Harness, spec
 
 SHAPE = GangShape("v5litepod-16", hosts=4, whole_slices=1)
 TPU = {"accelerator_type": "v5litepod-16", "accelerator_count": "4", "slice_id": "s1",

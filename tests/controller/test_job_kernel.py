@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import pytest
-from test_job_support import T0, Harness, of, snapshot, spec
 
 from iris.base.errors import ConflictError, InvalidRequestError, NotFoundError
 from iris.controller.jobs import events as ev
 from iris.controller.jobs.kernel import handle
 from iris.controller.jobs.model import TERMINAL_JOB, JobState, TaskState
 from iris.controller.jobs.state import KernelState
+from tests.controller.test_job_support import T0, Harness, of, snapshot, spec
 
 # ------------------------------------------------------------------------- submit & results
 

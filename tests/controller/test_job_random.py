@@ -10,7 +10,6 @@ import tempfile
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_job_support import Harness, check_invariants, snapshot, spec
 
 from iris.base.errors import ConflictError, InvalidRequestError, NotFoundError
 from iris.controller.jobs import events as ev
@@ -18,6 +17,7 @@ from iris.controller.jobs.kernel import handle
 from iris.controller.jobs.model import TERMINAL_JOB, TaskState
 from iris.controller.jobs.state import KernelState
 from iris.controller.jobs.store import JobStore
+from tests.controller.test_job_support import Harness, check_invariants, snapshot, spec
 
 _WORKERS = ("w0", "w1", "w2")
 _NAMES = ("a", "b", "c")

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from test_job_support import spec
 
 from iris.base.errors import InvalidRequestError, UnschedulableError
 from iris.base.resources import Resources
 from iris.controller.jobs.env import gang_leader, task_environment
 from iris.controller.jobs.spec import JobSpec, validate_submit
+from tests.controller.test_job_support import spec
 
 _GOOD = {"name": "train", "user": "alice",
          "entrypoint": {"kind": "command", "argv": ["python", "train.py"]}}

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_job_support import Harness, spec
 
 from iris.base.errors import NotFoundError
 from iris.controller.jobs.views import desired_attempts, job_view, list_jobs
+from tests.controller.test_job_support import Harness, spec
 
 
 def test_job_view_shows_task_states_workers_and_error():

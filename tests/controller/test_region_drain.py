@@ -78,6 +78,7 @@ def test_region_idle_slice_is_drained_then_deleted(region):
     hosts = _idle_slice(r, clock, provider)
     assert heard.get(timeout=30) == ("drain", hosts)
     assert len(provider.list_slices()) == 1  # nothing deleted before the controller answers
+    assert r.stats()["capacity"]["in_flight"]["draining"] == [provider.list_slices()[0].slice_id]
     [info] = provider.list_slices()
     r.sync([{"slice_id": info.slice_id, "hosts": hosts}], [], {}, drained=hosts)
     assert heard.get(timeout=30) == ("gone", hosts)

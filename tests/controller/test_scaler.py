@@ -91,7 +91,8 @@ def test_manager_first_list_before_deciding_then_min_slices_created(rig):
     assert r.mgr.tick({}, {}) == []  # the first list is not back: nothing is decided yet
     r.step()
     assert len(r.ids(SliceState.READY)) == 2
-    assert r.mgr.status()["in_flight"] == {"creates": [], "deletes": [], "listing": False}
+    assert r.mgr.status()["in_flight"] == {"creates": [], "deletes": [], "draining": [],
+                                           "listing": False}
 
 
 def test_manager_restarted_region_adopts_its_slices_instead_of_duplicating(rig):

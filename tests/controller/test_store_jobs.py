@@ -13,12 +13,12 @@ import time
 from pathlib import Path
 
 import pytest
-from test_job_support import Harness, of, snapshot, spec
 
 from iris.base.errors import ConfigError, NotFoundError, StorageError
 from iris.controller.jobs import events as ev
 from iris.controller.jobs.model import JobState, TaskState
 from iris.controller.jobs.store import JobStore, StoreConfig
+from tests.controller.test_job_support import Harness, of, snapshot, spec
 
 _REPO = Path(__file__).resolve().parents[2]
 

@@ -11,13 +11,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from fake_tpu_server import FakeTpuServer
 
 from iris.base.clock import FakeClock
 from iris.controller.config import ClusterConfig, parse_config
 from iris.controller.providers.base import Provider
 from iris.controller.providers.gcp_tpu import GcpTpuProvider, make_tpu_client
 from iris.controller.providers.simulated import SimulatedProvider
+from tests.providers.fake_tpu_server import FakeTpuServer
 
 REGION = "us-central2"
 ZONE_A, ZONE_B = "us-central2-a", "us-central2-b"

@@ -5,10 +5,10 @@ from __future__ import annotations
 import threading
 
 import pytest
-from conftest import ZONE_A, ZONE_B, ProviderHarness
 
 from iris.base.errors import CapacityError, ConflictError, InvalidRequestError
 from iris.controller.providers.base import SliceInfo, SliceState
+from tests.providers.conftest import ZONE_A, ZONE_B, ProviderHarness
 
 # Only a provider with real machines (LocalProvider) needs more than one round; the others
 # settle at once. 30 s is the floor for polling anything external on a loaded machine.

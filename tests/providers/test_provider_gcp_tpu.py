@@ -6,7 +6,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import FAST_GCP, REGION, ZONE_A, ZONE_B, cluster_config
 from google.api_core import exceptions as gexc
 
 from iris.base.errors import (
@@ -23,6 +22,7 @@ from iris.controller.providers.gcp_tpu import (
     make_tpu_client,
     render_startup_script,
 )
+from tests.providers.conftest import FAST_GCP, REGION, ZONE_A, ZONE_B, cluster_config
 
 
 def test_create_slice_slow_operation_polls_until_done_then_ready(fake_tpu, gcp_provider):

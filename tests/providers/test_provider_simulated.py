@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from conftest import ZONE_A, ZONE_B, cluster_config
 
 from iris.base.clock import FakeClock
 from iris.base.errors import CapacityError, NotFoundError
 from iris.controller.providers.base import SliceState
 from iris.controller.providers.simulated import SimulatedProvider
+from tests.providers.conftest import ZONE_A, ZONE_B, cluster_config
 
 V5E = cluster_config().scale_group("v5e-16")
 

@@ -11,8 +11,6 @@ from __future__ import annotations
 import threading
 
 import pytest
-from conftest import FAST_GCP, REGION, ZONE_A, ZONE_B
-from fake_tpu_server import FakeTpuServer
 
 from iris.base.clock import FakeClock
 from iris.controller.autoscaler import AutoscalerConfig, Create, Delete, SliceUsage
@@ -20,6 +18,8 @@ from iris.controller.config import ClusterConfig, parse_config
 from iris.controller.providers.base import SliceState
 from iris.controller.providers.gcp_tpu import GcpTpuProvider, make_tpu_client
 from iris.controller.scaler import SliceManager
+from tests.providers.conftest import FAST_GCP, REGION, ZONE_A, ZONE_B
+from tests.providers.fake_tpu_server import FakeTpuServer
 from tests.scaler_steps import settle
 
 GROUP, ACCEL = "v5e-16", "v5litepod-16"  # 4 hosts a slice, zones A then B
