@@ -20,7 +20,7 @@ _PENDING, _RESULT, _ERROR = 0, 1, 2
 
 class ActorFuture:
     __slots__ = ("_lock", "_state", "_value", "_waiters", "_callbacks", "actor", "method",
-                 "address", "_loop_thread", "on_error")
+                 "address", "_loop_thread", "on_error", "sent_at")
 
     def __init__(self, actor: str, method: str, address: str, loop_thread: int = 0):
         self._lock = threading.Lock()
@@ -35,6 +35,7 @@ class ActorFuture:
         # Called with the exception when the call fails; cheaper than a done-callback on
         # every call for what only failures need (a ref forgetting a dead address).
         self.on_error: Callable[[BaseException], Any] | None = None
+        self.sent_at = 0.0  # loop-clock time the call was sent (for the latency histogram)
 
     def __repr__(self) -> str:
         state = {_PENDING: "pending", _RESULT: "done", _ERROR: "failed"}[self._state]

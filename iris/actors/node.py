@@ -45,9 +45,6 @@ _log = logging.getLogger(__name__)
 # us for these loops (measured here on a 2-frame message).
 _NOBLOCK = int(zmq.NOBLOCK)
 _SNDMORE = int(zmq.SNDMORE)
-# How often calls failed by a dropped connection are found and counted: a sum over every
-# peer's pending calls; once a second keeps it off the 50 ms sweep for thousands of peers.
-_RECOUNT_INTERVAL_S = 1.0
 
 
 def _recv_frames(sock: zmq.Socket) -> list:
@@ -95,10 +92,6 @@ class Node:
         self._router_dirty = False
         self._drain_scheduled = False
         self._call_ids = itertools.count(1)
-        # Send time of each call awaiting its reply (loop thread only), for the latency
-        # histogram: Peer.pending holds only futures, and a dict entry costs ~0.1 us a call.
-        self._sent_at: dict[int, float] = {}
-        self._recount_at = 0.0
         self._stopped = False
 
     # ------------------------------------------------------------ lifecycle
@@ -135,7 +128,7 @@ class Node:
     def _fail_pending(self, done: threading.Event) -> None:
         try:
             for peer in self._peers.values():
-                peer.fail_all("this node is stopping")
+                peer.fail_all("this node is stopping", counted=False)
         finally:
             done.set()
 
@@ -181,7 +174,7 @@ class Node:
         try:
             self._flush_outbox()
             for peer in self._peers.values():
-                peer.fail_all("this node is stopping")
+                peer.fail_all("this node is stopping", counted=False)
                 peer.close()
             self._peers.clear()
             if self._router is not None:
@@ -320,8 +313,6 @@ class Node:
                 self.stats.calls_peer_unavailable += 1
         elif oneway:
             fut.set_result(None)
-        else:
-            self._sent_at[call_id] = now
         self.stats.calls_sent += 1
 
     def send_to_peer(self, peer: Peer, frames: list) -> bool:
@@ -435,9 +426,7 @@ class Node:
         if fut is None:
             stats.late_replies += 1  # answered after its deadline, or a stray
             return
-        sent = self._sent_at.pop(msg[2], None)
-        if sent is not None:
-            stats.call_latency.observe(now - sent)
+        stats.call_latency.observe(now - fut.sent_at)
         if kind == messages.REPLY:
             try:
                 value = messages.decode_payload(msg[3], msg[4], frames[1:])
@@ -461,7 +450,6 @@ class Node:
         stats = self.stats
         for call_id, peer in self._deadlines.pop_expired(now):
             fut = peer.pending.pop(call_id)
-            self._sent_at.pop(call_id, None)
             stats.calls_timeout += 1
             fut.set_exception(DeadlineExceededError(
                 f"{fut.actor}.{fut.method} at {peer.address}: no reply before its deadline",
@@ -469,26 +457,10 @@ class Node:
         cfg = self.config
         for address, peer in list(self._peers.items()):
             if not peer.check_liveness(now, cfg.heartbeat_interval_s, cfg.peer_dead_after_s):
-                stats.calls_peer_unavailable += len(peer.pending)
-                for call_id in peer.pending:
-                    self._sent_at.pop(call_id, None)
                 peer.fail_all(f"no reply or heartbeat for {cfg.peer_dead_after_s} s "
                               "(the peer is dead or unreachable)")
                 peer.close()
                 del self._peers[address]
                 stats.peers_declared_dead += 1
-        if now >= self._recount_at:
-            self._recount_at = now + _RECOUNT_INTERVAL_S
-            self._count_dropped_calls()
         self._drain_dirty()
         self.loop.call_later(cfg.sweep_interval_s, self._sweep)
-
-    def _count_dropped_calls(self) -> None:
-        """Count as peer_unavailable the calls a peer failed by itself (a lost connection or
-        a failed handshake: peers.py fails them without telling the node), and forget them."""
-        pending = sum(len(p.pending) for p in self._peers.values())
-        if len(self._sent_at) <= pending:
-            return
-        live = self._sent_at.keys() & {c for p in self._peers.values() for c in p.pending}
-        self.stats.calls_peer_unavailable += len(self._sent_at) - len(live)
-        self._sent_at = {c: self._sent_at[c] for c in live}

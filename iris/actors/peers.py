@@ -58,6 +58,7 @@ class Peer:
         if not self.pending:
             self.last_heard = now  # the silence clock starts when we start waiting
             self.ping_sent = False
+        fut.sent_at = now
         self.pending[call_id] = fut
 
     def heard(self, now: float) -> None:
@@ -76,8 +77,12 @@ class Peer:
             self._node.send_to_peer(self, messages.encode_ping(0))
         return True
 
-    def fail_all(self, reason: str) -> None:
+    def fail_all(self, reason: str, counted: bool = True) -> None:
+        """Fail every pending call; `counted`: as peer_unavailable outcomes (not when the
+        node itself is stopping)."""
         pending, self.pending = self.pending, {}
+        if counted:
+            self._node.stats.calls_peer_unavailable += len(pending)
         for fut in pending.values():
             fut.set_exception(PeerUnavailableError(
                 f"call {fut.actor}.{fut.method} to {self.address} failed: {reason}",

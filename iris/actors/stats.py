@@ -6,8 +6,8 @@ benchmark): plain ints and one Histogram, so a reader sees values at most one up
 Call outcomes, for calls this node made and waited on (casts have no outcome):
 - ok: a reply arrived; error: the remote answered with an error (the method raised, no such
   actor, ...); timeout: no answer before the call's deadline; peer_unavailable: the call
-  failed because the peer was declared dead, the connection dropped (counted within a
-  second) or the send queue was full. Calls failed by this node stopping are not counted.
+  failed because the peer was declared dead, the connection dropped or the send queue
+  was full (counted where the peer fails them: Peer.fail_all). Calls failed by this node stopping are not counted.
 `call_latency` is the client-side time from send to reply or error reply, as seen on the
 loop thread; timeouts and dead peers are counted, not timed (their "latency" is the
 deadline or the liveness limit, which says nothing about the callee).
