@@ -150,29 +150,26 @@ class HostedActor:
         started = self.node.now()
         if started > deadline:
             return self._reply_late(rid, call)
-        try:
-            await self._handle_async(rid, call)
+        try:  # one coroutine frame per call: the finally times it without a wrapper
+            try:
+                args, kwargs = messages.call_arguments(call)
+            except ProtocolError as exc:
+                return self._reply_error(rid, call, messages.E_PROTOCOL, str(exc))
+            try:
+                coro = getattr(self.instance, call.method)(*args, **kwargs)
+            except BaseException as exc:
+                return self._reply_exception(rid, call, exc, at_call_site=True)
+            try:
+                result = await coro
+            except asyncio.CancelledError:
+                self._reply_died(rid, call)
+                raise
+            except BaseException as exc:
+                return self._reply_exception(rid, call, exc, at_call_site=False)
+            if not call.oneway:
+                self.node.send_reply(rid, self._encode_result(call, result))
         finally:
             self.handled_async.observe(self.node.now() - started)
-
-    async def _handle_async(self, rid: bytes, call: messages.Call) -> None:
-        try:
-            args, kwargs = messages.call_arguments(call)
-        except ProtocolError as exc:
-            return self._reply_error(rid, call, messages.E_PROTOCOL, str(exc))
-        try:
-            coro = getattr(self.instance, call.method)(*args, **kwargs)
-        except BaseException as exc:
-            return self._reply_exception(rid, call, exc, at_call_site=True)
-        try:
-            result = await coro
-        except asyncio.CancelledError:
-            self._reply_died(rid, call)
-            raise
-        except BaseException as exc:
-            return self._reply_exception(rid, call, exc, at_call_site=False)
-        if not call.oneway:
-            self.node.send_reply(rid, self._encode_result(call, result))
 
     # ------------------------------------------------------------ actor thread
 
