@@ -43,6 +43,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from bench._procs import Children, exit_cleanly_on_signals, exit_with_parent
+from bench._report import fmt, step
 
 SMALL = b"0123456789abcdef"
 BIG_BYTES = 64 * 2**20
@@ -162,12 +163,12 @@ def one_to_one(system: str, cfg: Settings, pids: list[int], async_pids: list[int
                call: Callable[[object], object], echo_round: Callable[[], object],
                aecho_round: Callable[[], object]) -> dict:
     """The 1:1 figures of one system; `pids` are the actor processes whose CPU counts too."""
-    _step(f"{system} sync")
+    step(f"{system} sync")
     lat = measure_latency(lambda: call(SMALL), cfg.seconds, pids)
-    _step(f"{system} async")
+    step(f"{system} async")
     rate = measure_rate(echo_round, WINDOW, cfg.seconds, pids)
     async_rate = measure_rate(aecho_round, WINDOW, cfg.seconds, async_pids)
-    _step(f"{system} 64 MiB")
+    step(f"{system} 64 MiB")
     big = measure_big(call, cfg.big_reps)
     return {"sync_median_us": lat["median_us"], "sync_p99_us": lat["p99_us"],
             "sync_calls_s": lat["calls_s"], "sync_cpu_us": lat["cpu_us"],
@@ -245,9 +246,9 @@ def bench_iris(cfg: Settings, children: Children) -> dict:
             aecho_round=lambda: [f.result(_CALL_TIMEOUT_S)
                                  for f in [aecho(SMALL) for _ in range(WINDOW)]])
         actor.kill()
-        _step("iris n:n")
+        step("iris n:n")
         out["nn_calls_s"] = _iris_nn(cfg, children, serve, env)
-        _step("iris new actor")
+        step("iris new actor")
         out["new_actor_ms"] = _iris_new_actor(cfg, serve)
     return out
 
@@ -313,7 +314,7 @@ def bench_zmq(cfg: Settings, children: Children) -> dict:
             dealer.send(x, copy=False)
             return dealer.recv(copy=False).buffer
 
-        _step("raw pyzmq")
+        step("raw pyzmq")
         lat = measure_latency(lambda: call(SMALL), min(cfg.seconds, 2.0), [child.proc.pid])
         big = measure_big(call, cfg.big_reps)
         return {"zmq_sync_median_us": lat["median_us"], "zmq_big_gbps": big["gbps"]}
@@ -377,14 +378,14 @@ def _ray_figures(ray, cfg: Settings) -> dict:
         aecho_round=lambda: ray.get([aecho.remote(SMALL) for _ in range(WINDOW)]))
     ray.kill(a)
     ray.kill(b)
-    _step("ray n:n")
+    step("ray n:n")
     actors = [Echo.remote() for _ in range(cfg.n)]
     clients = [Client.remote(actors) for _ in range(cfg.n)]
     ray.get([c.run.remote(0.3) for c in clients])
     out["nn_calls_s"] = combine_clients(ray.get([c.run.remote(cfg.seconds) for c in clients]))
     for actor in [*actors, *clients]:
         ray.kill(actor)
-    _step("ray new actor")
+    step("ray new actor")
     times = []
     for _ in range(cfg.new_reps):
         t0 = time.perf_counter()
@@ -424,19 +425,9 @@ def print_table(figures: dict, cfg: Settings) -> None:
         ratio = ""
         if mine and theirs:
             ratio = f"{(mine / theirs if higher else theirs / mine):.2f}x"
-        print(f"{label:36} {unit:>8} {_fmt(mine):>12} {_fmt(theirs):>12} {ratio:>7}")
+        print(f"{label:36} {unit:>8} {fmt(mine):>12} {fmt(theirs):>12} {ratio:>7}")
     print(f"floor, raw pyzmq DEALER/ROUTER echo (no decoding, no copies): sync median "
-          f"{_fmt(figures['zmq_sync_median_us'])} us, 64 MiB {_fmt(figures['zmq_big_gbps'])} GB/s")
-
-
-def _fmt(value: float | None) -> str:
-    if value is None:
-        return "-"
-    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
-
-
-def _step(what: str) -> None:
-    print(f"  measuring {what} ...", file=sys.stderr, flush=True)
+          f"{fmt(figures['zmq_sync_median_us'])} us, 64 MiB {fmt(figures['zmq_big_gbps'])} GB/s")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -47,7 +47,6 @@ import contextvars
 import json
 import os
 import statistics
-import sys
 import tempfile
 import threading
 from dataclasses import dataclass
@@ -61,6 +60,7 @@ from bench._jobs_procs import (
     worker_kill_once,
 )
 from bench._procs import exit_cleanly_on_signals
+from bench._report import fmt, step
 from iris.base.clock import SYSTEM_CLOCK
 
 
@@ -199,14 +199,14 @@ def bench_iris(cfg: Settings) -> dict:
         worker_pids = [int(w["attributes"]["pid"]) for w in rows]
         # Both workers build the job environment and start its zygote before anything counts.
         iris.submit(noop, replicas=2, resources=iris.Resources(cpu=8)).result(timeout=300)
-        _step("iris: one job at a time")
+        step("iris: one job at a time")
         seq = _sequential(iris, cfg.seq)
-        _step(f"iris: {cfg.jobs} jobs from 1 thread")
+        step(f"iris: {cfg.jobs} jobs from 1 thread")
         pipelined: list[float] = []
         meter = _CpuMeter(worker_pids)
         first, last = _submit_then_await(iris, cfg.jobs, pipelined)
         one = cfg.jobs / (last - first)
-        _step(f"iris: {cfg.jobs} jobs from {cfg.threads} threads")
+        step(f"iris: {cfg.jobs} jobs from {cfg.threads} threads")
         first, last = _threaded(iris, cfg.jobs, cfg.threads)
         many = cfg.jobs / (last - first)
         cpu = meter.figures(2 * cfg.jobs)
@@ -231,7 +231,7 @@ def _ms(values: list[float], name: str) -> dict:
 def bench_cold_iris(cfg: Settings) -> dict:
     runs = []
     for i in range(cfg.cold_reps):
-        _step(f"iris: cold start {i + 1}/{cfg.cold_reps} (fresh interpreter)")
+        step(f"iris: cold start {i + 1}/{cfg.cold_reps} (fresh interpreter)")
         runs.append(run_child("iris-cold"))
     return _cold_figures(runs, "")
 
@@ -252,7 +252,7 @@ def bench_ray(cfg: Settings) -> dict:
     runs = []
     reps = max(1, min(cfg.cold_reps, 2))  # each is a full ray.init + shutdown (~6 s here)
     for i in range(reps):
-        _step(f"ray: fresh interpreter {i + 1}/{reps}: ray.init, first task, {cfg.jobs} tasks")
+        step(f"ray: fresh interpreter {i + 1}/{reps}: ray.init, first task, {cfg.jobs} tasks")
         runs.append(run_child("ray", "--tasks", str(cfg.jobs), "--rounds", str(cfg.ray_rounds),
                               "--seq", str(cfg.seq)))
     rounds = [s for r in runs for s in r["round_s"]]
@@ -266,7 +266,7 @@ def bench_ray(cfg: Settings) -> dict:
 def bench_kills(cfg: Settings) -> dict:
     runs = []
     for i in range(cfg.kill_reps):
-        _step(f"iris: worker SIGKILL {i + 1}/{cfg.kill_reps}")
+        step(f"iris: worker SIGKILL {i + 1}/{cfg.kill_reps}")
         with tempfile.TemporaryDirectory(prefix="iris-bench-kill-") as tmp:
             run = worker_kill_once(Path(tmp))
         if not run["moved"] or run["preemptions"] != 1 or run["failures"] != 0:
@@ -321,18 +321,8 @@ def print_table(figures: dict, cfg: Settings) -> None:
     print(f"{'metric':42} {'unit':>7} {'iris':>10} {'ray':>10}")
     for key, label, unit, ray_key in _rows(cfg):
         if key in figures or (ray_key and ray_key in figures):
-            print(f"{label:42} {unit:>7} {_fmt(figures.get(key)):>10} "
-                  f"{_fmt(figures.get(ray_key) if ray_key else None):>10}")
-
-
-def _fmt(value: float | None) -> str:
-    if value is None:
-        return "-"
-    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
-
-
-def _step(what: str) -> None:
-    print(f"  measuring {what} ...", file=sys.stderr, flush=True)
+            print(f"{label:42} {unit:>7} {fmt(figures.get(key)):>10} "
+                  f"{fmt(figures.get(ray_key) if ray_key else None):>10}")
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -1,0 +1,17 @@
+"""Printing benchmark figures: number formatting and progress lines (stderr)."""
+
+from __future__ import annotations
+
+import sys
+
+
+def fmt(value: float | None) -> str:
+    """A figure for a table: thousands separated from 100 up, 3 significant digits below."""
+    if value is None:
+        return "-"
+    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
+
+
+def step(what: str) -> None:
+    """Say on stderr what is being measured now (stdout keeps the figures)."""
+    print(f"  measuring {what} ...", file=sys.stderr, flush=True)
