@@ -240,8 +240,11 @@ class Controller:
         for region in self._regions:
             fut = self._node.call(self._node.address, region_key(region), "stats",
                                   timeout_s=5.0)
-            fut.add_done_callback(lambda f, r=region: self._region_stats.__setitem__(
-                r, f.result()) if f.exception() is None else None)
+            fut.add_done_callback(lambda f, r=region: self._got_region_stats(r, f))
+
+    def _got_region_stats(self, region: str, fut: Any) -> None:  # on the loop thread
+        if fut.exception() is None:  # a missed poll is retried in half a second
+            self._region_stats[region] = fut.result()
 
     def _wake(self, job_ids: list[str]) -> None:
         for job_id in job_ids:

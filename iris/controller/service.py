@@ -357,9 +357,8 @@ class ControllerService:
         """The Region actors' latest stats (reservations, capacity, scaling_up, blocked).
         A change in what is scaling or held back re-runs placement: reasons and routing
         depend on it."""
-        def scaling(reps: dict) -> tuple:
-            return tuple(sorted((r, str(rep.get("scaling_up")), str(rep.get("blocked")))
-                                for r, rep in reps.items()))
+        def scaling(reps: dict) -> dict:
+            return {r: (rep.get("scaling_up"), rep.get("blocked")) for r, rep in reps.items()}
         if scaling(reports) != scaling(self.region_reports):
             self._placement_due = True
         self.region_reports = dict(reports)
