@@ -9,7 +9,6 @@ import pytest
 import zmq
 
 from iris.actors import Node, NodeConfig, actor
-from iris.base.clock import SYSTEM_CLOCK
 from iris.base.errors import DeadlineExceededError, PeerUnavailableError
 
 WAIT_S = 30.0
@@ -53,15 +52,6 @@ def _call(client: Node, server: Node, method: str, timeout_s: float = WAIT_S):
     return client.call(server.address, "svc", method, (), timeout_s=timeout_s)
 
 
-def _eventually(predicate, what: str):
-    """The loop thread records an outcome just after it completes the future: wait for it."""
-    deadline = SYSTEM_CLOCK.monotonic() + WAIT_S
-    while not predicate():
-        if SYSTEM_CLOCK.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        SYSTEM_CLOCK.sleep(0.01)
-
-
 def test_call_stats_replies_and_errors_are_counted_and_timed(pair):
     server, client, _ = pair
     for i in range(20):
@@ -79,12 +69,12 @@ def test_call_stats_replies_and_errors_are_counted_and_timed(pair):
     assert server.stats.calls_received == 21
 
 
-def test_call_stats_deadline_counts_a_timeout_without_timing_it(pair):
+def test_call_stats_deadline_counts_a_timeout_without_timing_it(pair, wait_until):
     server, client, gate = pair
     with pytest.raises(DeadlineExceededError):
         _call(client, server, "park", timeout_s=0.3).result(WAIT_S)
     gate.set()  # the late reply arrives and is counted as late, not as a second outcome
-    _eventually(lambda: client.stats.late_replies == 1, "the late reply")
+    wait_until(lambda: client.stats.late_replies == 1, WAIT_S, "the late reply")
     assert client.stats.call_outcomes()["timeout"] == 1
     assert client.stats.call_outcomes()["ok"] == 0
     assert client.stats.latency_snapshot()["count"] == 0
@@ -115,7 +105,8 @@ def test_call_stats_silent_peer_declared_dead_counts_peer_unavailable(pair, mute
     assert client.stats.latency_snapshot()["count"] == 0
 
 
-def test_call_stats_connection_closed_mid_call_counts_peer_unavailable(mute_peer):
+def test_call_stats_connection_closed_mid_call_counts_peer_unavailable(mute_peer,
+                                                                    wait_until):
     address, router = mute_peer
     # Liveness slower than the test: the call can only fail through the lost connection.
     with Node(NodeConfig(peer_dead_after_s=WAIT_S * 2)) as client:
@@ -124,17 +115,17 @@ def test_call_stats_connection_closed_mid_call_counts_peer_unavailable(mute_peer
         router.close(linger=0)  # the connection drops while the call waits for its reply
         with pytest.raises(PeerUnavailableError, match="connection was lost"):
             fut.result(_LOST_CONNECTION_S)
-        _eventually(lambda: client.stats.calls_peer_unavailable == 1,
-                    "the lost call to be counted")
+        wait_until(lambda: client.stats.calls_peer_unavailable == 1, WAIT_S,
+                   "the lost call to be counted")
         assert client.stats.call_outcomes()["ok"] == 0
         assert client.stats.latency_snapshot()["count"] == 0
 
 
-def test_call_stats_casts_have_no_outcome(pair):
+def test_call_stats_casts_have_no_outcome(pair, wait_until):
     server, client, _ = pair
     client.call(server.address, "svc", "echo", (1,), oneway=True).result(WAIT_S)
     assert client.call(server.address, "svc", "echo", (2,)).result(WAIT_S) == 2
-    _eventually(lambda: server.stats.calls_received == 2, "both calls to arrive")
+    wait_until(lambda: server.stats.calls_received == 2, WAIT_S, "both calls to arrive")
     assert client.stats.calls_sent == 2
     assert sum(client.stats.call_outcomes().values()) == 1
     assert "calls_ok" not in client.stats.as_dict()  # traffic counters stay separate
