@@ -91,16 +91,26 @@ def run_controller(state_dir: Path, *, bind: str = "tcp://127.0.0.1:0",
         extra["autoscale"] = scaling_from_config(cluster, Path(state_dir))
     if worker_dead_after_s is not None:
         extra["worker_dead_after_s"] = worker_dead_after_s
+    stop = stop or threading.Event()
+    fatal: list[str] = []
+
+    def on_fatal(reason: str) -> None:
+        fatal.append(reason)
+        stop.set()
+
+    extra["on_fatal"] = on_fatal
     try:
         host_controller(node, ControllerConfig(state_dir=Path(state_dir), **extra))
         ctx = ClusterContext(node, node.address, owns_node=True)
         print(f"controller serving at {node.address} (state in {state_dir})", flush=True)
         stop_extra = on_start(node) if on_start else None
         try:
-            (stop or threading.Event()).wait()
+            stop.wait()
         finally:
             if stop_extra:
                 stop_extra()
         ctx.close()
     finally:
         node.stop()
+    if fatal:  # a supervisor restarts us from the state file; say why we went
+        raise SystemExit(f"controller halted: the job store failed: {fatal[0]}")

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from iris.actors import Node, actor
 from iris.actors.keys import CONTROLLER_KEY
@@ -31,6 +32,7 @@ from iris.controller.providers.base import Provider
 from iris.controller.scaler import SliceManager
 from iris.controller.scheduling.ledger import ReservationLedger, SliceSpec
 from iris.controller.scheduling.wire_format import from_wire, to_wire
+from iris.wire import control
 
 _GONE_KEPT_S = 60.0
 _DECIDE_EVERY_S = 0.5
@@ -93,29 +95,31 @@ class Region:
         replies = [self._ledger.handle(from_wire(m), now) for m in messages]
         return [to_wire(r) if r is not None else None for r in replies]
 
-    def sync(self, slices: list[dict], busy: list[str], unmet: dict | None = None,
-             drained: list[str] | None = None) -> None:
+    def sync(self, slices: Any, busy: Any, unmet: Any = None, drained: Any = None) -> None:
         """The region's whole inventory now: slices as {"slice_id", "accelerator", "hosts",
         "attributes"}; the hosts busy with work; `unmet`: scale group -> more slices the
         pending work routed here needs (the autoscaler's demand); `drained`: hosts asked to
-        drain that the controller no longer places on and that run nothing."""
-        specs = [_slice_spec(raw) for raw in slices]
+        drain that the controller no longer places on and that run nothing. Checked whole
+        (control.RegionSync) before anything changes."""
+        msg = control.decode(control.RegionSync, {"slices": slices, "busy": busy,
+                                                  "unmet": unmet or {}, "drained": drained or []})
+        specs = [SliceSpec(s.slice_id, s.accelerator, s.hosts, dict(s.attributes))
+                 for s in msg.slices]
         hosts = [h for spec in specs for h in spec.hosts]
         if len(hosts) != len(set(hosts)):
             raise InvalidRequestError("slices: a host is listed in two slices", "slices")
-        if not isinstance(busy, list) or not all(isinstance(h, str) for h in busy):
-            raise InvalidRequestError("busy: expected a list of host ids", "busy")
-        unmet = _unmet(unmet or {}, self._groups)
-        self._ledger.set_inventory(specs, busy)
+        unknown = sorted(set(msg.unmet) - self._groups)
+        if unknown:
+            raise InvalidRequestError(
+                f"unmet: no scale group {unknown[0]!r} in this region (its groups: "
+                f"{', '.join(sorted(self._groups)) or 'none'})", "unmet")
+        self._ledger.set_inventory(specs, list(msg.busy))
         self._hosts = {spec.slice_id: spec.hosts for spec in specs}
-        self._busy = set(busy)
-        if any(n > self._unmet.get(g, 0) for g, n in unmet.items()):
+        self._busy = set(msg.busy)
+        if any(n > self._unmet.get(g, 0) for g, n in msg.unmet.items()):
             self._next_decide = 0.0  # more demand is acted on at the next tick
-        self._unmet = unmet
-        if not isinstance(drained, list | None) or not all(
-                isinstance(h, str) for h in drained or ()):
-            raise InvalidRequestError("drained: expected a list of host ids", "drained")
-        self._settle_drains(set(drained or ()), set(busy))
+        self._unmet = dict(msg.unmet)
+        self._settle_drains(set(msg.drained), self._busy)
 
     def stats(self) -> dict:
         """Reservation outcomes so far, holds live now and, when autoscaling, the capacity
@@ -202,31 +206,3 @@ class Region:
         return {sid: SliceUsage(len(hosts), sum(1 for h in hosts if h in self._busy
                                                 or self._ledger.holder(h) is not None))
                 for sid, hosts in self._hosts.items()}
-
-
-def _unmet(raw: object, groups: set[str]) -> dict[str, int]:
-    if not isinstance(raw, dict) or not all(
-            isinstance(k, str) and isinstance(v, int) and v >= 0 for k, v in raw.items()):
-        raise InvalidRequestError(f"unmet: expected scale group -> slices >= 0, got {raw!r:.80}",
-                                  "unmet")
-    unknown = sorted(set(raw) - groups)
-    if unknown:
-        raise InvalidRequestError(f"unmet: no scale group {unknown[0]!r} in this region "
-                                  f"(its groups: {', '.join(sorted(groups)) or 'none'})", "unmet")
-    return dict(raw)
-
-
-def _slice_spec(raw: object) -> SliceSpec:
-    if not isinstance(raw, dict) or not isinstance(raw.get("slice_id"), str):
-        raise InvalidRequestError(f"slices: expected dicts with a slice_id, got {raw!r:.80}",
-                                  "slices")
-    hosts = raw.get("hosts")
-    if not isinstance(hosts, list | tuple) or not hosts or not all(
-            isinstance(h, str) for h in hosts):
-        raise InvalidRequestError(f"slices: slice {raw['slice_id']} needs a non-empty list "
-                                  "of host ids", "slices")
-    accelerator = raw.get("accelerator")
-    if accelerator is not None and not isinstance(accelerator, str):
-        raise InvalidRequestError(f"slices: accelerator of {raw['slice_id']} must be a string",
-                                  "slices")
-    return SliceSpec(raw["slice_id"], accelerator, tuple(hosts), dict(raw.get("attributes") or {}))

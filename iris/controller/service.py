@@ -11,6 +11,8 @@ otherwise claim what the disk does not hold.
 from __future__ import annotations
 
 import logging
+import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,8 +39,10 @@ from iris.controller.scheduling.reasons import ReasonCode
 from iris.controller.scheduling.scheduler import schedule
 from iris.controller.workers import DEFAULT_DEAD_AFTER_S, WorkerInfo, WorkerTable
 from iris.logstore.config import LogStoreConfig
+from iris.wire import control
 
 _log = logging.getLogger(__name__)
+_REGION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 
 @dataclass(frozen=True)
@@ -62,6 +66,13 @@ class ControllerConfig:
     # Regions that grow and shrink their scale groups through a provider (issue 7); other
     # regions are whatever workers register.
     autoscale: tuple[RegionScaling, ...] = ()
+    # Each region is an actor with its own thread in this process, made when a worker first
+    # names it: 200 fake workers with made-up regions once took the controller from 12 to 212
+    # threads. Real fleets span a handful of regions; past this a new one is refused.
+    max_regions: int = 64
+    # Called once when the job store fails (disk full, I/O error): `iris controller serve`
+    # exits non-zero so its supervisor restarts it; None leaves the controller refusing.
+    on_fatal: Callable[[str], None] | None = None
 
 
 @dataclass
@@ -195,39 +206,62 @@ class ControllerService:
 
     # ------------------------------------------------------------ workers
 
-    def register_worker(self, worker_id: str, address: str, attributes: dict,
-                        running: list[str], updates: list[dict] = ()) -> list[dict]:
+    def register_worker(self, worker_id: Any, address: Any, attributes: Any, running: Any,
+                        updates: Any = ()) -> list[dict]:
         """(Re)register. `updates` are what the worker has not had acknowledged: they are
         applied before the reconcile, so an attempt that finished while the controller was
-        away counts as finished, not as lost."""
-        self.workers.register(worker_id, address, attributes, self.clock.monotonic())
-        self._unclaimed.discard(worker_id)
+        away counts as finished, not as lost. Checked whole before anything changes."""
+        msg = control.decode(control.WorkerRegistration, {
+            "worker_id": worker_id, "address": address, "attributes": attributes,
+            "running": running, "updates": updates})
+        self._check_region(msg.attributes.get("region", "local"), msg.worker_id)
+        self.workers.register(msg.worker_id, msg.address, msg.attributes,
+                              self.clock.monotonic())
+        self._unclaimed.discard(msg.worker_id)
         self._placement_due = True
-        _log.info("worker %s registered at %s running %d attempts: %s", worker_id, address,
-                  len(running), ", ".join(running))
-        events = [self._update_event(u) for u in updates]
-        still = set(running)  # what it no longer runs is not stopping any more
-        for attempt_id in [a for a in self.stopping.get(worker_id, {}) if a not in still]:
+        _log.info("worker %s registered at %s running %d attempts: %s", msg.worker_id,
+                  msg.address, len(msg.running), ", ".join(msg.running))
+        events = [self._update_event(msg.worker_id, u) for u in msg.updates]
+        still = set(msg.running)  # what it no longer runs is not stopping any more
+        for attempt_id in [a for a in self.stopping.get(msg.worker_id, {}) if a not in still]:
             self._stopped(attempt_id)
-        events.append(ev.Reconcile(new_id("ev-"), worker_id, tuple(running)))
+        events.append(ev.Reconcile(new_id("ev-"), msg.worker_id, msg.running))
         self._run_many([e for e in events if e is not None], schedule=True)
-        return views.desired_attempts(self.state, worker_id)
+        return views.desired_attempts(self.state, msg.worker_id)
 
-    def report(self, worker_id: str, updates: list[dict], stats: dict | None = None,
-               running: list[str] | None = None) -> dict:
+    def report(self, worker_id: Any, updates: Any, stats: Any = None,
+               running: Any = None) -> dict:
         """Attempt updates from a worker (also its heartbeat). Unknown worker: re-register.
         `stats`: the worker's own figures for /metrics, e.g. {"log_shipping":
         {"max_flush_lag_s": x, "dropped_lines": n}}; kept as last reported. `running`: the
         attempts it runs now, to repair lost start and stop commands (repair.py)."""
-        if not self.workers.heard(worker_id, self.clock.monotonic()):
+        msg = control.decode(control.WorkerReport, {
+            "worker_id": worker_id, "updates": updates, "stats": stats, "running": running})
+        if not self.workers.heard(msg.worker_id, self.clock.monotonic()):
             return {"acked": [], "reregister": True}
-        if isinstance(stats, dict):
-            self.worker_stats[worker_id] = stats
-        batch = [self._update_event(u) for u in updates]
-        self._run_many([e for e in batch if e is not None], schedule=bool(updates))
-        if isinstance(running, list) and all(isinstance(a, str) for a in running):
-            self._repair(worker_id, running)
-        return {"acked": [u["attempt_id"] for u in updates], "reregister": False}
+        if msg.stats is not None:
+            self.worker_stats[msg.worker_id] = msg.stats
+        batch = [self._update_event(msg.worker_id, u) for u in msg.updates]
+        self._run_many([e for e in batch if e is not None], schedule=bool(msg.updates))
+        if msg.running is not None:
+            self._repair(msg.worker_id, list(msg.running))
+        return {"acked": [u.attempt_id for u in msg.updates], "reregister": False}
+
+    def _check_region(self, region: str, worker_id: str) -> None:
+        """A region name must be well formed, and a new one must fit under max_regions."""
+        if not _REGION_NAME.fullmatch(region):
+            raise InvalidRequestError(f"attributes.region: {region[:80]!r} is not a region name "
+                                      "(letters, digits, '.', '_' and '-', at most 64)",
+                                      "attributes.region")
+        known = set(self.gangs.regions()) | set(self.region_groups)
+        old = self.workers.workers.get(worker_id)
+        if old is not None:
+            known.add(old.region)
+        if region not in known and len(known) >= self.config.max_regions:
+            raise InvalidRequestError(
+                f"attributes.region: {region!r} would be region {len(known) + 1}; this "
+                f"controller serves at most {self.config.max_regions} (max_regions)",
+                "attributes.region")
 
     def _repair(self, worker_id: str, running: list[str]) -> None:
         """Send again what a lost call never delivered (see repair.py)."""
@@ -253,22 +287,23 @@ class ControllerService:
                              "stopped again: the first stop was lost, or nobody wants it")
 
 
-    def _update_event(self, update: dict) -> ev.Event | None:
-        attempt_id, status = update["attempt_id"], update["status"]
-        if status in ("exited", "preempted"):
-            self._stopped(attempt_id)
+    def _update_event(self, worker_id: str, update: control.AttemptUpdate) -> ev.Event | None:
+        """The kernel event for a worker's update; None for an attempt that is not this
+        worker's (fenced: a stale or foreign attempt can never report for a task)."""
+        attempt = self.state.attempts.get(update.attempt_id)
+        if attempt is not None and attempt.worker_id != worker_id:
+            _log.warning("worker %s reported %s on attempt %s of worker %s: ignored",
+                         worker_id, update.status, update.attempt_id, attempt.worker_id)
+            return None
+        if update.status == "exited":
+            self._stopped(update.attempt_id)
         eid = new_id("ev-")
-        if status == "building":
-            return ev.AttemptBuilding(eid, attempt_id)
-        if status == "running":
-            return ev.AttemptRunning(eid, attempt_id)
-        if status == "preempted":
-            return ev.Preempted(eid, attempt_id, update.get("error") or "preempted")
-        if status == "exited":
-            return ev.AttemptExited(eid, attempt_id, int(update.get("exit_code", 1)),
-                                    update.get("error", ""), update.get("result"))
-        _log.warning("worker sent unknown attempt status %r for %s", status, attempt_id)
-        return None
+        if update.status == "building":
+            return ev.AttemptBuilding(eid, update.attempt_id)
+        if update.status == "running":
+            return ev.AttemptRunning(eid, update.attempt_id)
+        code = update.exit_code if update.exit_code is not None else 1
+        return ev.AttemptExited(eid, update.attempt_id, code, update.error, update.result)
 
     def _forget_stops(self, worker_id: str) -> None:
         """A worker is gone, and with it whatever it was stopping."""
@@ -322,7 +357,11 @@ class ControllerService:
                     self.pending_reasons[job_id] = cooling
                     unplaced[job_id] = unplaced.get(job_id, 0) + 1
                     continue
-            demands += scheduler_view.task_demands(job.spec, job.submitted_at, (index,))
+            try:
+                demands += scheduler_view.task_demands(job.spec, job.submitted_at, (index,))
+            except InvalidRequestError as exc:  # one bad job must not stop every pass
+                self.pending_reasons[job_id] = {"code": "INVALID", "message": str(exc),
+                                                "details": {}}
         hosts = scheduler_view.host_views(self.state, self.workers.workers.values(),
                                           self.stopping,
                                           held=self.gangs.held_hosts() | set(self.draining))
@@ -362,35 +401,32 @@ class ControllerService:
         if scaling(reports) != scaling(self.region_reports):
             self._placement_due = True
         self.region_reports = dict(reports)
-        self.hosts_gone({h: why for rep in reports.values()
+        self.hosts_gone({h: str(why) for rep in reports.values()
                          for h, why in rep.get("gone_hosts", {}).items()})
 
-    def drain_hosts(self, hosts: dict[str, str]) -> None:
+    def drain_hosts(self, hosts: Any) -> None:
         """A region wants to delete these hosts' idle slice (host -> slice): place nothing
         more on them; the next sync tells it which run nothing (then it deletes)."""
-        if not isinstance(hosts, dict):
-            raise InvalidRequestError("hosts: expected host id -> slice id", "hosts")
-        self.draining.update({h: str(s) for h, s in hosts.items() if h in self.workers.workers})
+        msg = control.decode(control.DrainHosts, {"hosts": hosts})
+        self.draining.update({h: s for h, s in msg.hosts.items() if h in self.workers.workers})
         self._placement_due = True
         self._run_many([], schedule=True)
 
-    def undrain_hosts(self, hosts: list[str]) -> None:
+    def undrain_hosts(self, hosts: Any) -> None:
         """The region kept the slice after all (work reached it first): place on it again."""
-        if not isinstance(hosts, list):
-            raise InvalidRequestError("hosts: expected a list of host ids", "hosts")
-        for host in hosts:
+        msg = control.decode(control.UndrainHosts, {"hosts": hosts})
+        for host in msg.hosts:
             self.draining.pop(host, None)
         self._placement_due = True
         self._run_many([], schedule=True)
 
-    def hosts_gone(self, gone: dict[str, str]) -> None:
+    def hosts_gone(self, gone: Any) -> None:
         """Workers whose slice a region deleted (host id -> why): lost now, their work
         requeued, instead of at the heartbeat timeout; nothing more is placed on them."""
-        if not isinstance(gone, dict):
-            raise InvalidRequestError("gone: expected host id -> reason", "gone")
-        for host in gone:
+        msg = control.decode(control.HostsGone, {"gone": gone})
+        for host in msg.gone:
             self.draining.pop(host, None)
-        gone = {h: str(why) for h, why in gone.items() if h in self.workers.workers}
+        gone = {h: why for h, why in msg.gone.items() if h in self.workers.workers}
         if not gone:
             return
         for worker_id in gone:
@@ -462,8 +498,19 @@ class ControllerService:
         persists = [e for e in effects if isinstance(e, ev.Persist)]
         try:
             self.store.apply(persists)
+        except InvalidRequestError:
+            # Memory ran ahead of the disk with data the disk refused: go back to what the
+            # disk holds (crash-only, without the crash). Only this request fails.
+            self.state = self.store.load(KernelConfig(stop_grace_s=self.config.stop_grace_s))
+            self._placement_due = True
+            raise
         except StorageError as exc:
+            # The disk failed: memory now claims what the disk does not hold. Stop for good
+            # and say so, so that a supervisor restarts the controller from its file.
             self._broken = str(exc)
+            _log.critical("controller halted: job store failed: %s", exc)
+            if self.config.on_fatal is not None:
+                self.config.on_fatal(self._broken)
             raise
         for effect in effects:
             self._act(effect)

@@ -24,6 +24,7 @@ from iris.base.resources import Resources
 from iris.logstore.config import LogStoreConfig, open_sink
 from iris.logstore.shipper import LogShipper
 from iris.logstore.sinks import LogSink
+from iris.wire import control
 from iris.worker import cgroups
 from iris.worker.outcome import Outcome, OutcomeKind
 from iris.worker.process import AttemptProcess
@@ -71,6 +72,7 @@ class Worker:
     # ------------------------------------------------------------ called by the controller
 
     def start_attempt(self, launch: dict) -> bool:
+        control.decode(control.Launch, launch)  # checked whole before anything changes
         attempt_id = launch["attempt_id"]
         with self._lock:
             if attempt_id in self._running:
@@ -83,6 +85,7 @@ class Worker:
         return True
 
     def stop_attempt(self, body: dict) -> bool:
+        control.decode(control.StopRequest, body)
         with self._lock:
             run = self._running.get(body["attempt_id"])
         if run is None:

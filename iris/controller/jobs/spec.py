@@ -22,6 +22,7 @@ from typing import Any
 from iris.base.errors import InvalidRequestError, UnschedulableError
 from iris.base.ids import join_path, normalize_path, validate_component
 from iris.base.resources import Resources
+from iris.controller.scheduling.constraints import parse_constraints
 
 PRIORITIES = ("production", "interactive", "batch")
 """Priority bands, highest first."""
@@ -297,10 +298,14 @@ def _constraints(value: Any) -> dict[str, Any]:
     """Plain JSON data (the scheduler parses it); normalized so it reads back equal."""
     value = _mapping(value, "constraints")
     try:
-        return json.loads(json.dumps(value, allow_nan=False))
+        value = json.loads(json.dumps(value, allow_nan=False))
     except (TypeError, ValueError) as exc:
         raise InvalidRequestError(f"constraints: must be plain JSON data ({exc})",
                                   "constraints") from exc
+    # Parsed here as well as by the scheduler, so a bad operator is refused at submit and
+    # never reaches a scheduling pass (where it once failed every later pass).
+    parse_constraints(value)
+    return value
 
 
 def _bundle(value: Any, inherited: str | None) -> str | None:

@@ -28,7 +28,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from iris.base.errors import ConfigError, NotFoundError, StorageError
+from iris.base.errors import ConfigError, InvalidRequestError, NotFoundError, StorageError
 from iris.controller.jobs.events import Persist
 from iris.controller.jobs.model import Attempt, Job, Task
 from iris.controller.jobs.spec import JobSpec
@@ -131,6 +131,11 @@ class JobStore:
             except BaseException:
                 db.execute("ROLLBACK")
                 raise
+        except (sqlite3.InterfaceError, sqlite3.ProgrammingError, sqlite3.IntegrityError,
+                TypeError, ValueError, OverflowError) as exc:
+            # The data, not the disk: a value SQLite cannot bind or JSON cannot encode. The
+            # transaction was rolled back; the request that brought it fails alone.
+            raise InvalidRequestError(f"cannot be stored: {exc}") from exc
         except sqlite3.Error as exc:
             raise StorageError(f"job store commit failed: {exc}") from exc
 

@@ -1,0 +1,154 @@
+"""The control plane's messages: every call between controller, workers and regions, typed.
+
+Not the envelope (messages.py) nor the decisions (controller, worker). Each message is a
+frozen dataclass; `decode(Cls, raw)` checks a peer's plain data completely (types, bounds,
+missing and unknown fields) before anything acts on it, and names the first wrong field, so a
+refused message changes no state anywhere. `encode(msg)` gives the plain data to send.
+
+    worker -> controller   WorkerRegistration (register_worker), WorkerReport (report)
+    controller -> worker   Launch (start_attempt), StopRequest (stop_attempt)
+    controller -> region   RegionSync (sync)
+    region -> controller   DrainHosts, UndrainHosts, HostsGone
+
+The method names and positional arguments on the wire are those of docs/protocol.md; the
+shells build these messages from them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from iris.base.errors import InvalidRequestError
+from iris.wire.schema import decode, encode, limits
+
+__all__ = [
+    "AttemptUpdate", "DrainHosts", "Entrypoint", "HostsGone", "Launch", "RegionSync",
+    "SliceInfo", "StopRequest", "UndrainHosts", "WorkerRegistration", "WorkerReport",
+    "arguments", "decode", "encode",
+]
+
+# Ids (workers, attempts, jobs, hosts, slices) are short: 256 characters is far above any the
+# system makes, and bounds what a hostile peer can make the controller keep per entry.
+_ID = limits(max_len=256, non_empty=True)
+# One worker runs at most a few hundred attempts; 4,096 leaves room and bounds a report.
+_ATTEMPTS = limits(max_items=4096, max_len=256, non_empty=True)
+# Attribute maps: a few dozen keys in practice.
+_ATTRS = limits(max_items=256, max_len=4096)
+
+
+@dataclass(frozen=True)
+class AttemptUpdate:
+    """A change in one attempt, as its worker saw it. Acknowledged by `attempt_id`."""
+
+    attempt_id: str = field(metadata=_ID)
+    status: Literal["building", "running", "exited"]
+    exit_code: int | None = field(default=None, metadata=limits(min_value=-(1 << 31),
+                                                                   max_value=1 << 31))
+    error: str = ""
+    # The task's pickled return value (exited with code 0), kept as the job's result.
+    result: bytes | None = None
+
+
+@dataclass(frozen=True)
+class WorkerRegistration:
+    """A worker (re)joins: who, where, what it offers, what it runs, what is unacknowledged."""
+
+    worker_id: str = field(metadata=_ID)
+    address: str = field(metadata=limits(max_len=512, non_empty=True))
+    attributes: dict[str, str] = field(metadata=_ATTRS)
+    running: tuple[str, ...] = field(metadata=_ATTEMPTS)
+    updates: tuple[AttemptUpdate, ...] = field(default=(), metadata=limits(max_items=4096))
+
+
+@dataclass(frozen=True)
+class WorkerReport:
+    """The worker's heartbeat: updates since the last acknowledgement, its figures for
+    /metrics (e.g. {"log_shipping": {...}}), and the attempts it runs now."""
+
+    worker_id: str = field(metadata=_ID)
+    updates: tuple[AttemptUpdate, ...] = field(metadata=limits(max_items=4096))
+    stats: dict[str, Any] | None = field(default=None, metadata=limits(max_items=64))
+    running: tuple[str, ...] | None = field(default=None, metadata=_ATTEMPTS)
+
+
+@dataclass(frozen=True)
+class Entrypoint:
+    """What a task runs: a cloudpickled callable (`payload`) or a command line (`argv`)."""
+
+    kind: Literal["callable", "command"]
+    payload: bytes | None = None
+    argv: tuple[str, ...] = field(default=(), metadata=limits(max_items=4096))
+
+
+@dataclass(frozen=True)
+class Launch:
+    """Start one attempt (idempotent by attempt id)."""
+
+    attempt_id: str = field(metadata=_ID)
+    job_id: str = field(metadata=limits(max_len=1024, non_empty=True))
+    task_index: int = field(metadata=limits(min_value=0))
+    attempt_number: int = field(metadata=limits(min_value=0))
+    entrypoint: Entrypoint
+    env: dict[str, str] = field(metadata=limits(max_items=1024))
+    pip: tuple[str, ...] = field(default=(), metadata=limits(max_items=1024, max_len=4096))
+    resources: dict[str, Any] = field(default_factory=dict, metadata=limits(max_items=32))
+    bundle: str | None = field(default=None, metadata=limits(max_len=256))
+    log_store: dict[str, Any] = field(default_factory=dict, metadata=limits(max_items=32))
+
+
+@dataclass(frozen=True)
+class StopRequest:
+    """Stop one attempt: SIGTERM, `grace_s`, then SIGKILL."""
+
+    attempt_id: str = field(metadata=_ID)
+    grace_s: float = field(default=10.0, metadata=limits(min_value=0.0, max_value=3600.0))
+    reason: str = field(default="stopped", metadata=limits(max_len=4096))
+
+
+@dataclass(frozen=True)
+class SliceInfo:
+    slice_id: str = field(metadata=_ID)
+    accelerator: str | None = None
+    hosts: tuple[str, ...] = field(metadata=limits(max_items=4096, max_len=256,
+                                                   non_empty=True))
+    attributes: dict[str, str] = field(default_factory=dict, metadata=_ATTRS)
+
+
+@dataclass(frozen=True)
+class RegionSync:
+    """A region's whole inventory, the autoscaler's demand, and which drains are done."""
+
+    slices: tuple[SliceInfo, ...] = field(metadata=limits(max_items=100_000))
+    busy: tuple[str, ...] = field(metadata=limits(max_items=1_000_000, max_len=256))
+    unmet: dict[str, int] = field(default_factory=dict, metadata=limits(min_value=0))
+    drained: tuple[str, ...] = field(default=(), metadata=limits(max_items=1_000_000,
+                                                                  max_len=256))
+
+
+@dataclass(frozen=True)
+class DrainHosts:
+    """A region will delete these hosts' idle slice: host id -> slice id."""
+
+    hosts: dict[str, str] = field(metadata=limits(max_items=100_000, max_len=256))
+
+
+@dataclass(frozen=True)
+class UndrainHosts:
+    hosts: tuple[str, ...] = field(metadata=limits(max_items=100_000, max_len=256))
+
+
+@dataclass(frozen=True)
+class HostsGone:
+    """Hosts of slices a region deleted: host id -> why."""
+
+    gone: dict[str, str] = field(metadata=limits(max_items=100_000, max_len=4096))
+
+
+def arguments(cls: type, names: tuple[str, ...], args: tuple) -> Any:
+    """A message from a call's positional arguments (the wire's calling convention)."""
+    if len(args) > len(names):
+        raise InvalidRequestError(f"{cls.__name__}: at most {len(names)} arguments "
+                                  f"({', '.join(names)}), got {len(args)}")
+    return decode(cls, dict(zip(names, args, strict=False)))
+

@@ -1,0 +1,203 @@
+"""Checking plain wire data against a frozen dataclass, completely, before anyone acts on it.
+
+Not the messages themselves (control.py). `decode(cls, raw, where)` takes the msgpack-level
+value a peer sent (dicts, lists, str, int, float, bytes, None) and either returns an instance
+of `cls` or raises InvalidRequestError naming the first wrong field by its path
+(`updates[2].result: expected bytes or None, got dict`). Nothing is half-built: the caller
+gets a whole, valid message or an error, so a refusal can never leave state changed.
+
+Field types are read from the dataclass annotations; a field may add bounds through
+`field(metadata=limits(...))`. Supported: str, int (never bool), float (finite, ints allowed),
+bool, bytes, None unions, Literal[...], tuple[T, ...], dict[str, T], nested message classes.
+Every string, sequence and map is bounded so one message cannot make the receiver hold an
+unbounded amount of memory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+import typing
+from typing import Any, Literal, get_args, get_origin
+
+from iris.base.errors import InvalidRequestError
+
+# Defaults for every field that does not say otherwise. Ids and names are short; 4,096 items
+# covers a worker running thousands of attempts; 1 MiB strings cover error tails and argv.
+MAX_STR = 1 << 20
+MAX_ITEMS = 4096
+
+
+def limits(*, max_len: int | None = None, max_items: int | None = None,
+           min_value: float | None = None, max_value: float | None = None,
+           non_empty: bool = False) -> dict:
+    """Bounds for one field, to pass as `field(metadata=limits(...))`."""
+    return {"max_len": max_len, "max_items": max_items, "min_value": min_value,
+            "max_value": max_value, "non_empty": non_empty}
+
+
+def decode(cls: type, raw: Any, where: str = "") -> Any:
+    """An instance of the dataclass `cls` from `raw` (a dict), or InvalidRequestError."""
+    if not isinstance(raw, dict):
+        _fail(where or cls.__name__, f"expected a map of {cls.__name__} fields", raw)
+    hints = _hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(str(k) for k in raw if k not in fields)
+    if unknown:
+        raise InvalidRequestError(
+            f"{_join(where, unknown[0])}: unknown field (expected: {', '.join(fields)})",
+            _join(where, unknown[0]))
+    values = {}
+    for name, f in fields.items():
+        path = _join(where, name)
+        if name not in raw:
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise InvalidRequestError(f"{path}: missing", path)
+            continue
+        values[name] = _value(hints[name], raw[name], path, f.metadata or {})
+    return cls(**values)
+
+
+def encode(message: Any) -> dict:
+    """The plain-data form of a message (the inverse of `decode`)."""
+    return {f.name: _plain(getattr(message, f.name)) for f in dataclasses.fields(message)}
+
+
+# ---------------------------------------------------------------- internals
+
+_HINTS: dict[type, dict] = {}
+
+
+def _hints(cls: type) -> dict:
+    hints = _HINTS.get(cls)
+    if hints is None:
+        hints = _HINTS[cls] = typing.get_type_hints(cls)
+    return hints
+
+
+def _value(hint: Any, value: Any, path: str, meta: dict) -> Any:
+    origin = get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        options = get_args(hint)
+        if value is None and type(None) in options:
+            return None
+        concrete = [o for o in options if o is not type(None)]
+        if len(concrete) == 1:
+            return _value(concrete[0], value, path, meta)
+        for option in concrete:
+            try:
+                return _value(option, value, path, meta)
+            except InvalidRequestError:
+                continue
+        _fail(path, f"expected {_name(hint)}", value)
+    if origin is Literal:
+        if value not in get_args(hint) or type(value) is bool:
+            choices = ", ".join(repr(c) for c in get_args(hint))
+            _fail(path, f"expected one of {choices}", value)
+        return value
+    if origin is tuple:
+        return _sequence(get_args(hint)[0], value, path, meta)
+    if origin is dict:
+        return _mapping(get_args(hint)[1], value, path, meta)
+    if dataclasses.is_dataclass(hint):
+        return decode(hint, value, path)
+    return _scalar(hint, value, path, meta)
+
+
+def _scalar(hint: Any, value: Any, path: str, meta: dict) -> Any:
+    if hint is str:
+        if not isinstance(value, str):
+            _fail(path, "expected a string", value)
+        if len(value) > (meta.get("max_len") or MAX_STR):
+            _fail(path, f"longer than {meta.get('max_len') or MAX_STR} characters", value)
+        if meta.get("non_empty") and not value:
+            _fail(path, "must not be empty", value)
+        return value
+    if hint is bool:
+        if not isinstance(value, bool):
+            _fail(path, "expected true or false", value)
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            _fail(path, "expected an integer", value)
+        return _bounded(value, path, meta)
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            _fail(path, "expected a number", value)
+        if not math.isfinite(value):
+            _fail(path, "must be a finite number", value)
+        return _bounded(float(value), path, meta)
+    if hint is bytes:
+        if not isinstance(value, bytes | bytearray | memoryview):
+            _fail(path, "expected bytes", value)
+        return bytes(value)
+    if hint is Any:
+        return value
+    raise TypeError(f"schema: unsupported field type {hint!r} at {path}")
+
+
+def _bounded(value: float, path: str, meta: dict) -> Any:
+    low, high = meta.get("min_value"), meta.get("max_value")
+    if low is not None and value < low:
+        _fail(path, f"must be >= {low}", value)
+    if high is not None and value > high:
+        _fail(path, f"must be <= {high}", value)
+    return value
+
+
+def _sequence(item: Any, value: Any, path: str, meta: dict) -> tuple:
+    if not isinstance(value, list | tuple):
+        _fail(path, "expected a list", value)
+    if len(value) > (meta.get("max_items") or MAX_ITEMS):
+        _fail(path, f"more than {meta.get('max_items') or MAX_ITEMS} items", value)
+    return tuple(_value(item, v, f"{path}[{i}]", _item_meta(meta)) for i, v in enumerate(value))
+
+
+def _mapping(item: Any, value: Any, path: str, meta: dict) -> dict:
+    if not isinstance(value, dict):
+        _fail(path, "expected a map", value)
+    if len(value) > (meta.get("max_items") or MAX_ITEMS):
+        _fail(path, f"more than {meta.get('max_items') or MAX_ITEMS} entries", value)
+    out = {}
+    for key, v in value.items():
+        if not isinstance(key, str) or len(key) > 1024:
+            _fail(f"{path} key", "expected a string of at most 1024 characters", key)
+        out[key] = _value(item, v, f"{path}[{key!r}]", _item_meta(meta))
+    return out
+
+
+def _item_meta(meta: dict) -> dict:
+    """Bounds on a container's items: the string and number bounds, not the count."""
+    return {k: v for k, v in meta.items() if k != "max_items"}
+
+
+def _plain(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return encode(value)
+    if isinstance(value, tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+def _fail(path: str, expected: str, value: Any) -> typing.NoReturn:
+    raise InvalidRequestError(f"{path}: {expected}, got {_describe(value)}", path)
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, str | int | float) and not isinstance(value, bool):
+        text = repr(value)
+        return f"{type(value).__name__} {text[:40] + '...' if len(text) > 40 else text}"
+    if value is None:
+        return "nothing (null)"
+    return type(value).__name__
+
+
+def _join(where: str, name: str) -> str:
+    return f"{where}.{name}" if where else name
+
+
+def _name(hint: Any) -> str:
+    return " or ".join(getattr(a, "__name__", str(a)) for a in get_args(hint))
