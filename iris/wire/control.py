@@ -109,9 +109,9 @@ class StopRequest:
 @dataclass(frozen=True)
 class SliceInfo:
     slice_id: str = field(metadata=_ID)
-    accelerator: str | None = None
     hosts: tuple[str, ...] = field(metadata=limits(max_items=4096, max_len=256,
                                                    non_empty=True))
+    accelerator: str | None = None
     attributes: dict[str, str] = field(default_factory=dict, metadata=_ATTRS)
 
 
