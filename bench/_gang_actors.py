@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import queue
+import secrets
 import subprocess
 import sys
 import textwrap
@@ -22,10 +23,12 @@ from iris.base.clock import SYSTEM_CLOCK
 from iris.controller.gangs import GangPlacer
 from iris.controller.scheduling.model import GangShape
 
+# Regions in their own processes grant this token; the placer presents it (roles).
+TOKEN = secrets.token_bytes(32)
 ROOT = Path(__file__).resolve().parents[1]
 REGIONS = ("us-east", "us-central", "eu-west")
 _REGION_PROC = """
-import sys, threading
+import os, sys, threading
 import iris
 from iris.actors.keys import region_key
 from iris.controller.regions import Region
@@ -34,6 +37,7 @@ region = sys.argv[1]
 ctx = iris.connect()
 specs = [SliceSpec(f"{region}-s{i}", "v5litepod-16", tuple(f"{region}-s{i}-h{j}" for j in range(4)))
          for i in range(200)]
+ctx.node.grant(bytes.fromhex(os.environ['REGION_TOKEN']), 'member')  # the placer's token
 ctx.node.host(region_key(region), Region, (region, specs))
 print("READY", ctx.node.address, flush=True)
 sys.stdin.read()
@@ -48,7 +52,8 @@ def bench_gangs_actors(n_gangs: int, in_flight: int = 64) -> dict:
                 proc = subprocess.Popen(
                     [sys.executable, "-c", textwrap.dedent(_REGION_PROC), region],
                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                    env={**os.environ, "PYTHONPATH": str(ROOT), "IRIS_ADDRESS": cluster.address})
+                    env={**os.environ, "PYTHONPATH": str(ROOT), "IRIS_ADDRESS": cluster.address,
+                         "REGION_TOKEN": TOKEN.hex()})
                 procs.append(proc)
                 addresses[region] = proc.stdout.readline().split()[1]
             return _run(cluster, addresses, n_gangs, in_flight)
@@ -66,7 +71,7 @@ def _run(cluster, addresses: dict, n_gangs: int, in_flight: int) -> dict:
     def placed(effect) -> None:
         placer.release(effect.gang_id)
 
-    placer = GangPlacer(cluster.node, addresses, on_placed=placed, on_released=released.put,
+    placer = GangPlacer(cluster.node, addresses, auth=TOKEN, on_placed=placed, on_released=released.put,
                         on_unplaceable=failed.append).start()
     shape = GangShape("v5litepod-16", hosts=4, whole_slices=1)
     try:

@@ -37,6 +37,21 @@ class ActorSpec:
     cls: type
     methods: dict[str, bool]  # public method name -> is it `async def`
     max_concurrency: int | None
+    roles: dict[str, frozenset[str]]  # method -> roles allowed to call it (absent: anyone)
+
+
+# Roles a call can carry (docs/protocol.md, Roles). "internal" is a call from this very
+# process (delivered in process, never over a socket) and may call anything.
+INTERNAL = "internal"
+
+
+def requires(*roles: str):
+    """Method decorator: only callers holding one of `roles` may call it; the rest get
+    PermissionDeniedError and nothing runs. `@requires()` means in-process callers only."""
+    def mark(fn):
+        fn.__iris_roles__ = frozenset(roles)
+        return fn
+    return mark
 
 
 def actor(cls: type | None = None, *, max_concurrency: int | None = None):
@@ -54,7 +69,10 @@ def actor(cls: type | None = None, *, max_concurrency: int | None = None):
             if not name.startswith("_") and name not in _HOOKS
             and not isinstance(inspect.getattr_static(target, name), staticmethod | classmethod)
         }
-        target.__iris_actor__ = ActorSpec(target, methods, max_concurrency)
+        roles = {name: getattr(getattr(target, name), "__iris_roles__", None)
+                 for name in methods}
+        target.__iris_actor__ = ActorSpec(target, methods, max_concurrency,
+                                          {n: r for n, r in roles.items() if r is not None})
         target.serve = classmethod(_serve)
         return target
 
@@ -125,6 +143,8 @@ class HostedActor:
             self._reply_error(rid, call, messages.E_METHOD_NOT_FOUND,
                               f"actor {self.key!r} at {self.node.address} has no method "
                               f"{call.method!r} (public methods: {known})")
+        elif call.method in self.spec.roles and not self._permitted(call):
+            self._reply_error(rid, call, messages.E_PERMISSION, _denied(self, call))
         elif self._stopping:
             self._reply_died(rid, call)
         elif not is_async:
@@ -133,6 +153,9 @@ class HostedActor:
             self._start_async(rid, call, deadline)
         else:
             self._async_waiting.append((rid, call, deadline))
+
+    def _permitted(self, call: messages.Call) -> bool:
+        return call.role == INTERNAL or call.role in self.spec.roles[call.method]
 
     def _start_async(self, rid: bytes, call: messages.Call, deadline: float) -> None:
         self._async_running += 1
@@ -318,3 +341,9 @@ class HostedActor:
             self.node.post_reply(rid, frames)
         else:
             self.node.send_reply(rid, frames)
+
+
+def _denied(hosted: HostedActor, call: messages.Call) -> str:
+    allowed = sorted(hosted.spec.roles[call.method]) or ["this process itself"]
+    return (f"{hosted.key}.{call.method} at {hosted.node.address} is for "
+            f"{' or '.join(allowed)} only; this caller is a {call.role} (not permitted)")

@@ -24,8 +24,8 @@ import zmq
 
 from iris.actors.config import NodeConfig
 from iris.actors.future import ActorFuture
-from iris.actors.hosting import HostedActor, spec_of
-from iris.actors.peers import DeadlineQueue, Peer
+from iris.actors.hosting import INTERNAL, HostedActor, spec_of
+from iris.actors.peers import DeadlineQueue, LocalPeer, LocalReturn, Peer
 from iris.actors.security import Security, check_bind_allowed
 from iris.actors.stats import NodeStats
 from iris.base.clock import SYSTEM_CLOCK, Clock
@@ -93,6 +93,8 @@ class Node:
         self._drain_scheduled = False
         self._call_ids = itertools.count(1)
         self._stopped = False
+        self._grants: dict[bytes, str] = {}  # auth token -> the role its calls hold here
+        self._local: LocalPeer | None = None  # made once the address is known
 
     # ------------------------------------------------------------ lifecycle
 
@@ -127,7 +129,7 @@ class Node:
 
     def _fail_pending(self, done: threading.Event) -> None:
         try:
-            for peer in self._peers.values():
+            for peer in [*self._peers.values(), *([self._local] if self._local else [])]:
                 peer.fail_all("this node is stopping", counted=False)
         finally:
             done.set()
@@ -231,16 +233,21 @@ class Node:
 
     # ------------------------------------------------------------ calling (any thread)
 
+    def grant(self, token: bytes, role: str) -> None:
+        """Calls carrying `token` as their auth hold `role` here (docs/protocol.md, Roles)."""
+        self._grants[bytes(token)] = role
+
     def call(self, address: str, actor: str, method: str, args: tuple = (),
              kwargs: dict | None = None, *, timeout_s: float | None = None,
-             oneway: bool = False) -> ActorFuture:
-        """Send a call; returns at once. Thread-safe."""
+             oneway: bool = False, auth: bytes | None = None) -> ActorFuture:
+        """Send a call; returns at once. Thread-safe. `auth`: a cluster token that gives the
+        call a control-plane role at the receiver."""
         timeout_s = self.config.default_timeout_s if timeout_s is None else timeout_s
         call_id = next(self._call_ids)
         fut = ActorFuture(actor, method, address, self._loop_thread_id)
         try:
             frames = messages.encode_call(call_id, actor, method, int(timeout_s * 1000),
-                                          args, kwargs or {}, oneway)
+                                          args, kwargs or {}, oneway, auth)
         except Exception as exc:
             fut.set_exception(TypeError(f"arguments of {actor}.{method} cannot be sent: {exc}"))
             return fut
@@ -289,6 +296,8 @@ class Node:
 
     def _send_call(self, address: str, call_id: int, fut: ActorFuture, frames: list,
                    timeout_s: float, oneway: bool) -> None:
+        if address == self.address and fut.actor in self._actors:
+            return self._call_local(call_id, fut, frames, timeout_s, oneway)
         peer = self._peers.get(address)
         if peer is None:
             try:
@@ -315,6 +324,21 @@ class Node:
             fut.set_result(None)
         self.stats.calls_sent += 1
 
+    def _call_local(self, call_id: int, fut: ActorFuture, frames: list, timeout_s: float,
+                    oneway: bool) -> None:
+        """A call to an actor this node hosts, through its mailbox (see LocalPeer)."""
+        local = self._local
+        if local is None:
+            local = self._local = LocalPeer(self)
+        if not oneway:
+            now = self.now()
+            local.track(call_id, fut, now)
+            self._deadlines.push(now + timeout_s, call_id, local)
+        self.stats.calls_sent += 1
+        self._on_request([LocalReturn(local), *(zmq.Frame(f) for f in frames)], INTERNAL)
+        if oneway:
+            fut.set_result(None)
+
     def send_to_peer(self, peer: Peer, frames: list) -> bool:
         try:
             _send_frames(peer.dealer, frames)
@@ -326,6 +350,10 @@ class Node:
         return True
 
     def send_reply(self, rid: bytes, frames: list) -> None:
+        if type(rid) is LocalReturn:  # an in-process call: straight back to its future
+            rid.peer.heard(self.now())
+            self._on_reply(rid.peer, [zmq.Frame(f) for f in frames], self.now())
+            return
         try:
             _send_frames(self._router, [rid, *frames])
         except (zmq.Again, zmq.ZMQError):  # caller vanished or is flooding: it will time out
@@ -363,7 +391,7 @@ class Node:
                 self.stats.malformed += 1
                 _log.exception("node %s: failed handling a request", self.id)
 
-    def _on_request(self, frames: list) -> None:
+    def _on_request(self, frames: list, role: str | None = None) -> None:
         if len(frames) < 2:
             self.stats.malformed += 1
             return
@@ -377,6 +405,8 @@ class Node:
         kind = msg[1]
         if kind == messages.CALL or kind == messages.CAST:
             call = messages.call_from(msg, frames[2:])
+            call.role = role or (self._grants.get(call.auth, "client") if call.auth
+                                 else "client")
             self.stats.calls_received += 1
             hosted = self._actors.get(call.actor)
             if hosted is None:

@@ -143,3 +143,36 @@ class DeadlineQueue:
             if call_id in peer.pending:
                 expired.append((call_id, peer))
         return expired
+
+
+class LocalPeer(Peer):
+    """This node itself, as a peer: the pending calls it made to actors it hosts. Those are
+    delivered through the actor's mailbox in this process, never over a socket (the
+    controller once called its own Region actors and itself over TCP loopback), with the same
+    encoding, deadlines and errors as a remote call. Never declared dead: it is us."""
+
+    __slots__ = ()
+
+    def __init__(self, node: Node):  # no socket: nothing to connect, monitor or close
+        self._node = node
+        self.address = node.address
+        self.pending = {}
+        self.last_heard = 0.0
+        self.ping_sent = False
+        self.dealer = self.monitor = None
+
+    def close(self) -> None:
+        pass
+
+
+class LocalReturn:
+    """The routing id of an in-process call: its reply goes back to the LocalPeer."""
+
+    __slots__ = ("peer",)
+
+    def __init__(self, peer: LocalPeer):
+        self.peer = peer
+
+    @property
+    def bytes(self) -> LocalReturn:  # read where a ROUTER frame's routing id would be
+        return self

@@ -17,6 +17,7 @@
         ├── ActorNotFoundError      no actor of that name at that address, or not registered
         ├── MethodNotFoundError     the actor has no public method of that name
         ├── BadArgumentsError       the arguments do not fit the method's signature
+        ├── PermissionDeniedError   the method is for a role the caller does not hold
         ├── DeadlineExceededError   no reply before the call's deadline (also a TimeoutError)
         ├── PeerUnavailableError    the peer died, its connection was lost, or the node stopped
         │   └── ActorDiedError      the actor stopped while the call was queued or running
@@ -111,6 +112,11 @@ class MethodNotFoundError(ActorCallError):
 
 class BadArgumentsError(ActorCallError, TypeError):
     pass
+
+
+class PermissionDeniedError(ActorCallError, PermissionError):
+    """A control-plane method called by a peer without its role (e.g. a client calling a
+    worker-only method). Nothing was changed."""
 
 
 class DeadlineExceededError(ActorCallError, TimeoutError):

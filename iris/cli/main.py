@@ -61,6 +61,9 @@ def _parser() -> argparse.ArgumentParser:
     worker.add_argument("--worker-id")
     worker.add_argument("--bind", default="tcp://127.0.0.1:0")
     worker.add_argument("--keys", help="CURVE keys directory")
+    worker.add_argument("--token-file", type=Path,
+                        help="the cluster token (the controller's STATE_DIR/cluster.token); on "
+                        "the controller's own host it is found without this")
     worker.add_argument("--json", action="store_true")
     worker.add_argument("--exit-with-parent", action="store_true",
                         help="stop when the process that started this worker exits")
@@ -180,9 +183,12 @@ def _worker(args: argparse.Namespace) -> int:
         from iris.worker.main import stop_with_parent
 
         stop_with_parent(os.getppid(), stop)
+    from iris.actors import tokens
+
+    token = tokens.read(args.token_file) if args.token_file else None
     run_worker(controller, region=args.region, attrs=parse_attrs(args.attr),
                root=args.work_dir, worker_id=args.worker_id, bind=args.bind,
-               keys_dir=args.keys, stop=stop)
+               keys_dir=args.keys, stop=stop, token=token)
     return 0
 
 

@@ -7,6 +7,7 @@ same programs operators run on real hosts; it waits until they have registered.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import tempfile
@@ -14,7 +15,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
-from iris.actors import ClusterContext, Node, NodeConfig, Security
+from iris.actors import ClusterContext, Node, NodeConfig, Security, tokens
 from iris.actors.context import join, security_from_env
 from iris.actors.current import current_context
 from iris.actors.keys import CONTROLLER_KEY
@@ -60,8 +61,9 @@ def local_cluster(workers: int = 0, *, bind: str = "tcp://127.0.0.1:0",
                                                stop_grace_s=stop_grace_s, log_store=log_store,
                                                offers=offers, autoscale=tuple(autoscale)))
         ctx = ClusterContext(node, node.address)
+        token = (root / "controller" / tokens.CLUSTER_TOKEN_FILE).read_text().strip()
         procs = [_start_worker(node.address, root / f"worker-{i}", worker_cpu,
-                               worker_attrs or {}) for i in range(workers)]
+                               worker_attrs or {}, token) for i in range(workers)]
         # Unwound first: workers stop (and stop their attempts) while the controller they
         # report to is still up; then the node with the controller and registry.
         stack.callback(_stop_workers, procs)
@@ -70,7 +72,8 @@ def local_cluster(workers: int = 0, *, bind: str = "tcp://127.0.0.1:0",
             yield ctx
 
 
-def _start_worker(address: str, root: Path, cpu: float, attrs: dict[str, str]) -> subprocess.Popen:
+def _start_worker(address: str, root: Path, cpu: float, attrs: dict[str, str],
+                  token: str) -> subprocess.Popen:
     root.mkdir(parents=True, exist_ok=True)
     argv = [sys.executable, "-m", "iris", "worker", "--controller", address,
             "--work-dir", str(root), "--attr", f"cpu={cpu}", "--exit-with-parent"]
@@ -78,8 +81,10 @@ def _start_worker(address: str, root: Path, cpu: float, attrs: dict[str, str]) -
         argv += ["--attr", f"{key}={value}"]
     log = open(root / "worker.log", "ab")  # noqa: SIM115 - the child owns it from here
     try:
+        # Our own workers get the cluster token (their role) in their environment only.
         return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+                                stdin=subprocess.DEVNULL, start_new_session=True,
+                                env={**os.environ, tokens.ENV_TOKEN: token})
     finally:
         log.close()
 

@@ -183,7 +183,7 @@ def submit(entry: Callable | Sequence[str], *args: Any, name: str | None = None,
             if isinstance(arg, type):
                 _ship_by_value(arg)
         entrypoint = {"kind": "callable", "payload": cloudpickle.dumps((entry, args, {}))}
-        default_name = getattr(entry, "__name__", "job").strip("<>").replace("_", "-")
+        default_name = getattr(entry, "__name__", "job").strip("<>").replace("_", "-").strip("-") or "job"
     else:
         if args:
             raise TypeError("arguments go inside the command list, not after it")

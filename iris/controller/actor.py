@@ -13,7 +13,8 @@ import dataclasses
 import logging
 from typing import Any
 
-from iris.actors import Node, actor
+from iris.actors import Node, actor, tokens
+from iris.actors.hosting import requires
 from iris.actors.keys import CONTROLLER_KEY, region_key, worker_key
 from iris.base.errors import NotFoundError
 from iris.controller.gang_tracking import PlaceRound, ReleaseRound, SyncRegion
@@ -41,6 +42,12 @@ class Controller:
     def __init__(self, config: ControllerConfig, node: Node):
         self._node = node
         self._svc = ControllerService(config, node.address, node.clock)
+        # Roles (docs/protocol.md): workers and this controller hold the cluster token,
+        # operators the admin token; both live in the state directory across restarts.
+        self._token = tokens.load_or_create(config.state_dir / tokens.CLUSTER_TOKEN_FILE)
+        node.grant(self._token, tokens.MEMBER)
+        node.grant(tokens.load_or_create(config.state_dir / tokens.ADMIN_TOKEN_FILE),
+                   tokens.ADMIN)
         self._waiters: dict[str, list[asyncio.Future]] = {}  # touched on the loop thread only
         self._last_prune = node.clock.monotonic()
         self._snapshot: dict = {}  # replaced whole, never mutated; read by `snapshot()`
@@ -126,11 +133,13 @@ class Controller:
 
     # ------------------------------------------------------------ workers
 
+    @requires(tokens.MEMBER)
     def register_worker(self, worker_id: str, address: str, attributes: dict,
                         running: list[str], updates: list[dict] = ()) -> list[dict]:
         return self._after(self._svc.register_worker(worker_id, address, attributes, running,
                                                      list(updates)))
 
+    @requires(tokens.MEMBER)
     def report(self, worker_id: str, updates: list[dict], stats: dict | None = None,
                running: list[str] | None = None) -> dict:
         return self._after(self._svc.report(worker_id, updates, stats, running))
@@ -140,19 +149,24 @@ class Controller:
 
     # ------------------------------------------------------------ gangs (from the placer)
 
+    @requires()  # the controller's own Region actors and gang placer, in process
     def gang_placed(self, round_id: str, region: str, hosts: list[str]) -> None:
         self._after(self._svc.gang_placed(round_id, region, hosts))
 
+    @requires()  # the controller's own Region actors and gang placer, in process
     def gang_unplaceable(self, round_id: str, reasons: dict) -> None:
         self._after(self._svc.gang_unplaceable(round_id, reasons))
 
+    @requires()  # the controller's own Region actors and gang placer, in process
     def drain_hosts(self, hosts: dict) -> None:
         """A Region will delete these hosts' idle slice once they take no more work."""
         self._after(self._svc.drain_hosts(hosts))
 
+    @requires()  # the controller's own Region actors and gang placer, in process
     def undrain_hosts(self, hosts: list) -> None:
         self._after(self._svc.undrain_hosts(hosts))
 
+    @requires()  # the controller's own Region actors and gang placer, in process
     def hosts_gone(self, gone: dict) -> None:
         """A Region deleted slices: their workers are lost now (host id -> why)."""
         self._after(self._svc.hosts_gone(gone))
@@ -207,7 +221,7 @@ class Controller:
         for cmd in self._svc.take_commands():
             method = "start_attempt" if cmd.kind == "start" else "stop_attempt"
             fut = self._node.call(cmd.address, worker_key(cmd.worker_id), method, (cmd.body,),
-                                  timeout_s=30.0)
+                                  timeout_s=30.0, auth=self._token)
             fut.add_done_callback(_log_failure)
         self._send_gang_messages()
         finished = self._svc.take_finished()

@@ -44,9 +44,12 @@ class GangPlacer:
                  config: CoordinatorConfig | None = None,
                  on_placed: Callable[[Placed], Any] | None = None,
                  on_unplaceable: Callable[[Unplaceable], Any] | None = None,
-                 on_released: Callable[[GangReleased], Any] | None = None):
-        """`regions` maps a region name to the address of the node serving its actor."""
+                 on_released: Callable[[GangReleased], Any] | None = None,
+                 auth: bytes | None = None):
+        """`regions` maps a region name to the address of the node serving its actor;
+        `auth`: the cluster token that Region actors in other processes require."""
         self._node = node
+        self._auth = auth
         self._regions = dict(regions)
         self._clock = clock
         self._coordinator = GangCoordinator(config or CoordinatorConfig())
@@ -92,7 +95,8 @@ class GangPlacer:
                     self._route(effect, outbox)
             for region, messages in outbox.items():
                 fut = self._node.call(self._regions[region], region_key(region), "handle_many",
-                                      (messages,), timeout_s=_CALL_TIMEOUT_S)
+                                      (messages,), timeout_s=_CALL_TIMEOUT_S,
+                                      auth=self._auth)
                 fut.add_done_callback(lambda f, r=region: self._replied(r, f))
 
     def _next_batch(self) -> list | None:

@@ -22,7 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from iris.actors import Node, actor
+from iris.actors import Node, actor, tokens
+from iris.actors.hosting import requires
 from iris.actors.keys import CONTROLLER_KEY
 from iris.base.clock import SYSTEM_CLOCK, Clock
 from iris.base.errors import InvalidRequestError
@@ -84,17 +85,20 @@ class Region:
             self._manager = SliceManager(region, scaling.groups, self._provider, clock,
                                          scaling.autoscaler)
 
+    @requires(tokens.MEMBER)  # the controller (in process, or holding the cluster token)
     def handle(self, message: dict) -> dict | None:
         """One request (reserve / commit / abort / release); its reply, or None."""
         reply = self._ledger.handle(from_wire(message), self._clock.monotonic())
         return to_wire(reply) if reply is not None else None
 
+    @requires(tokens.MEMBER)  # the controller (in process, or holding the cluster token)
     def handle_many(self, messages: list[dict]) -> list[dict | None]:
         """Several requests in one call (a coordinator under load batches its sends)."""
         now = self._clock.monotonic()
         replies = [self._ledger.handle(from_wire(m), now) for m in messages]
         return [to_wire(r) if r is not None else None for r in replies]
 
+    @requires(tokens.MEMBER)  # the controller (in process, or holding the cluster token)
     def sync(self, slices: Any, busy: Any, unmet: Any = None, drained: Any = None) -> None:
         """The region's whole inventory now: slices as {"slice_id", "accelerator", "hosts",
         "attributes"}; the hosts busy with work; `unmet`: scale group -> more slices the
@@ -105,6 +109,9 @@ class Region:
                                                   "unmet": unmet or {}, "drained": drained or []})
         specs = [SliceSpec(s.slice_id, s.accelerator, s.hosts, dict(s.attributes))
                  for s in msg.slices]
+        if any(not spec.hosts for spec in specs):
+            raise InvalidRequestError("slices: every slice needs a non-empty list of host ids",
+                                      "slices")
         hosts = [h for spec in specs for h in spec.hosts]
         if len(hosts) != len(set(hosts)):
             raise InvalidRequestError("slices: a host is listed in two slices", "slices")

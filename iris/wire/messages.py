@@ -4,14 +4,15 @@ Only this module knows the header layout. The full spec (frames, kinds, errors, 
 docs/protocol.md. In short, a message is one msgpack header frame plus zero or more
 buffer frames; the ROUTER side sees a routing-id frame first.
 
-    CALL   [1, CALL,  call_id, actor, method, timeout_ms, fmt, payload]  reply expected
-    CAST   [1, CAST,  0,       actor, method, timeout_ms, fmt, payload]  no reply
+    CALL   [1, CALL,  call_id, actor, method, timeout_ms, fmt, payload(, auth)]  reply expected
+    CAST   [1, CAST,  0,       actor, method, timeout_ms, fmt, payload(, auth)]  no reply
     REPLY  [1, REPLY, call_id, fmt, payload]
     ERROR  [1, ERROR, call_id, code, message, detail]
     PING   [1, PING,  nonce]
     PONG   [1, PONG,  nonce]
 
-For CALL/CAST the payload is [args, kwargs]. fmt is codec.FORMAT_MSGPACK (payload inline)
+For CALL/CAST the payload is [args, kwargs]; the optional `auth` (bin) is a cluster token that
+gives the caller a control-plane role at the receiver (see docs/protocol.md, Roles). fmt is codec.FORMAT_MSGPACK (payload inline)
 or codec.FORMAT_PICKLE (payload is pickle bytes).
 """
 
@@ -41,10 +42,13 @@ E_BAD_ARGUMENTS = "bad_arguments"
 E_DEADLINE = "deadline_exceeded"
 E_ACTOR_DIED = "actor_died"
 E_PROTOCOL = "protocol"
+E_PERMISSION = "permission_denied"  # the method needs a role the caller does not hold
 ERROR_CODES = frozenset(
     {E_APP, E_ACTOR_NOT_FOUND, E_METHOD_NOT_FOUND, E_BAD_ARGUMENTS, E_DEADLINE, E_ACTOR_DIED,
-     E_PROTOCOL}
+     E_PROTOCOL, E_PERMISSION}
 )
+# Longest accepted auth token: tokens are 32 random bytes; more is malformed.
+MAX_AUTH = 256
 
 
 @dataclass(slots=True)
@@ -57,25 +61,28 @@ class Call:
     payload: Any
     buffers: list
     oneway: bool
+    auth: bytes | None = None
+    role: str = "client"  # set by the receiving node from auth (or "internal" in process)
 
 
 # ---------------------------------------------------------------- encoding
 
 
 def encode_call(call_id: int, actor: str, method: str, timeout_ms: int, args: tuple,
-                kwargs: dict, oneway: bool = False) -> list:
+                kwargs: dict, oneway: bool = False, auth: bytes | None = None) -> list:
     """Frames for a CALL (or CAST when oneway). Tries inline msgpack, falls back to pickle."""
     kind = CAST if oneway else CALL
+    extra = [auth] if auth else []
     buffers: list = []
     try:
         body = codec.lift_call_buffers(args, kwargs, buffers)
         header = codec.packb([VERSION, kind, call_id, actor, method, timeout_ms,
-                              codec.FORMAT_MSGPACK, body])
+                              codec.FORMAT_MSGPACK, body, *extra])
     except (TypeError, ValueError, OverflowError):
         buffers = []
         pickled = codec.pickle_value((args, kwargs), buffers)
         header = codec.packb([VERSION, kind, call_id, actor, method, timeout_ms,
-                              codec.FORMAT_PICKLE, pickled])
+                              codec.FORMAT_PICKLE, pickled, *extra])
     return [header, *buffers] if buffers else [header]
 
 
@@ -133,7 +140,10 @@ def decode(header: bytes, buffers: list) -> list:
     shape = _SHAPES.get(kind) if type(kind) is int else None
     if shape is None:
         raise ProtocolError(f"unknown message kind {kind!r}")
-    if len(msg) != len(shape) + 2:
+    if kind in (CALL, CAST) and len(msg) == len(shape) + 3:  # with an auth token
+        if type(msg[-1]) is not bytes or not 0 < len(msg[-1]) <= MAX_AUTH:
+            raise ProtocolError(f"{KIND_NAMES[kind]} auth must be 1-{MAX_AUTH} bytes")
+    elif len(msg) != len(shape) + 2:
         raise ProtocolError(f"{KIND_NAMES[kind]} needs {len(shape) + 2} fields, got {len(msg)}")
     for i, expected in enumerate(shape):
         if expected is not None and type(msg[i + 2]) is not expected:
@@ -160,7 +170,8 @@ _SHAPES: dict[int, tuple] = {
 
 
 def call_from(msg: list, buffers: list) -> Call:
-    return Call(msg[2], msg[3], msg[4], msg[5], msg[6], msg[7], buffers, msg[1] == CAST)
+    return Call(msg[2], msg[3], msg[4], msg[5], msg[6], msg[7], buffers, msg[1] == CAST,
+                msg[8] if len(msg) > 8 else None)
 
 
 def decode_payload(fmt: int, payload: Any, buffers: list) -> Any:

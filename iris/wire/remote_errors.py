@@ -19,6 +19,7 @@ _CODE_TO_ERROR = {
     messages.E_DEADLINE: errors.DeadlineExceededError,
     messages.E_ACTOR_DIED: errors.ActorDiedError,
     messages.E_PROTOCOL: errors.ProtocolError,
+    messages.E_PERMISSION: errors.PermissionDeniedError,
 }
 
 

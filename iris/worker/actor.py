@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from iris.actors import Node, actor
+from iris.actors import Node, actor, tokens
+from iris.actors.hosting import requires
 from iris.actors.keys import worker_key
 from iris.base.errors import IrisError
 from iris.base.resources import Resources
@@ -52,7 +53,7 @@ class Worker:
 
     def __init__(self, worker_id: str, controller_address: str, controller_key: str,
                  attributes: dict[str, str], root: Path, node: Node,
-                 advertised: Resources, grace_s: float = 10.0):
+                 advertised: Resources, grace_s: float = 10.0, token: bytes | None = None):
         self.worker_id = worker_id
         self._node = node
         self._controller = (controller_address, controller_key)
@@ -68,9 +69,15 @@ class Worker:
         self._sinks: dict[tuple, LogSink] = {}
         self._shippers: dict[str, LogShipper] = {}  # attempt id -> its live log shipper
         self._dropped_lines_closed = 0  # by shippers already closed, for a lifetime counter
+        # The cluster token (tokens.py): presented on calls to the controller, and required
+        # of whoever calls start/stop here. Found at registration when not handed in.
+        self._token = token
+        if token is not None:
+            node.grant(token, tokens.MEMBER)
 
     # ------------------------------------------------------------ called by the controller
 
+    @requires(tokens.MEMBER)
     def start_attempt(self, launch: dict) -> bool:
         control.decode(control.Launch, launch)  # checked whole before anything changes
         attempt_id = launch["attempt_id"]
@@ -84,6 +91,7 @@ class Worker:
                          name=f"attempt-{attempt_id}").start()
         return True
 
+    @requires(tokens.MEMBER)
     def stop_attempt(self, body: dict) -> bool:
         control.decode(control.StopRequest, body)
         with self._lock:
@@ -94,6 +102,7 @@ class Worker:
         threading.Thread(target=self._stop, args=(run, body.get("grace_s")), daemon=True).start()
         return True
 
+    @requires()  # cast by this worker to itself
     def flush(self) -> None:
         """Report queued updates now (cast by the worker to itself when an attempt ends)."""
         if self._registered and self._updates:
@@ -128,7 +137,8 @@ class Worker:
 
     def _call(self, method: str, *args: Any, timeout_s: float = 5.0) -> Any:
         address, key = self._controller
-        return self._node.call(address, key, method, args, timeout_s=timeout_s).result()
+        return self._node.call(address, key, method, args, timeout_s=timeout_s,
+                               auth=self._token).result()
 
     def _fetch_bundle(self, digest: str) -> bytes:
         """A workspace bundle from the controller (called on an attempt's thread)."""
@@ -137,6 +147,8 @@ class Worker:
     def _register(self) -> None:
         """Register with what runs now and every update not yet acknowledged (an attempt
         that ended while the controller was away must not look lost)."""
+        if self._token is None:
+            self._discover_token()
         with self._lock:
             running = sorted(self._running)
             sent = list(self._updates.items())
@@ -148,6 +160,19 @@ class Worker:
             return
         self._registered = True
         self._acknowledge(sent, {update["attempt_id"] for _, update in sent})
+
+    def _discover_token(self) -> None:
+        """On the controller's own host: read the token from the state directory it names
+        (only a process allowed to read that directory gets the worker role)."""
+        try:
+            state_dir = self._call("state_dir")
+            token = tokens.read(Path(state_dir) / tokens.CLUSTER_TOKEN_FILE)
+        except (IrisError, TypeError) as exc:
+            _log.warning("worker %s: no cluster token (pass --token-file or %s): %s",
+                         self.worker_id, tokens.ENV_TOKEN, exc)
+            return
+        self._token = token
+        self._node.grant(token, tokens.MEMBER)
 
     def _report(self) -> None:
         with self._lock:  # one view: an attempt is either running or has its update here

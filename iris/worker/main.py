@@ -10,7 +10,7 @@ import socket
 import threading
 from pathlib import Path
 
-from iris.actors import ClusterContext, Node, NodeConfig, Security
+from iris.actors import ClusterContext, Node, NodeConfig, Security, tokens
 from iris.actors.keys import CONTROLLER_KEY, worker_key
 from iris.base.errors import ConfigError, InvalidRequestError
 from iris.base.ids import new_id
@@ -75,7 +75,7 @@ def run_worker(controller: str, *, region: str = "local", attrs: dict[str, str] 
                root: Path | None = None, worker_id: str | None = None,
                bind: str = "tcp://127.0.0.1:0", keys_dir: str | None = None,
                grace_s: float = 10.0, ready: threading.Event | None = None,
-               stop: threading.Event | None = None) -> None:
+               stop: threading.Event | None = None, token: bytes | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: "
                         "%(message)s")
     root = root or Path(os.environ.get("IRIS_WORKER_DIR", "/tmp/iris-worker"))
@@ -86,13 +86,14 @@ def run_worker(controller: str, *, region: str = "local", attrs: dict[str, str] 
                   **(attrs or {})}
     _derive_chips(attributes)
     advertised = advertised_resources(attributes)
+    token = token or tokens.from_env()  # read before any task could inherit it
     security = Security.load(keys_dir) if keys_dir else None
     node = Node(NodeConfig(bind=bind), security=security).start()
     ctx = ClusterContext(node, controller, namespace="/", owns_node=True)
     stop = stop or threading.Event()
     try:
         ctx.serve(Worker, worker_key(worker_id), worker_id, controller, CONTROLLER_KEY,
-                  attributes, root, node, advertised, grace_s)
+                  attributes, root, node, advertised, grace_s, token)
         print(f"worker {worker_id} serving at {node.address}", flush=True)
         if ready is not None:
             ready.set()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import queue
+import secrets
 import subprocess
 import sys
 import textwrap
@@ -17,9 +18,11 @@ from iris.actors.keys import region_key
 from iris.controller.gangs import GangPlacer
 from iris.controller.scheduling.model import GangShape
 
+# Regions in their own processes grant this token; the placer presents it (roles).
+TOKEN = secrets.token_bytes(32)
 ROOT = Path(__file__).resolve().parents[2]
 REGION = """
-import sys, threading
+import os, sys, threading
 import iris
 from iris.actors.keys import region_key
 from iris.controller.regions import Region
@@ -29,6 +32,7 @@ region, slices = sys.argv[1], int(sys.argv[2])
 ctx = iris.connect()
 specs = [SliceSpec(f"{region}-s{i}", "v5litepod-16", tuple(f"{region}-s{i}-h{j}" for j in range(4)))
          for i in range(slices)]
+ctx.node.grant(bytes.fromhex(os.environ['REGION_TOKEN']), 'member')  # the placer's token
 ctx.node.host(region_key(region), Region, (region, specs))
 print("READY", ctx.node.address, flush=True)
 threading.Event().wait()
@@ -44,7 +48,8 @@ def three_regions(cluster):
             proc = subprocess.Popen(
                 [sys.executable, "-c", textwrap.dedent(REGION), name, str(slices)],
                 stdout=subprocess.PIPE, text=True,
-                env={**os.environ, "PYTHONPATH": str(ROOT), "IRIS_ADDRESS": cluster.address})
+                env={**os.environ, "PYTHONPATH": str(ROOT), "IRIS_ADDRESS": cluster.address,
+                         "REGION_TOKEN": TOKEN.hex()})
             procs.append(proc)
             line = proc.stdout.readline()
             assert line.startswith("READY"), line
@@ -58,7 +63,7 @@ def three_regions(cluster):
 
 def test_gang_lands_whole_in_one_region_and_release_frees_it(cluster, three_regions):
     events: queue.Queue = queue.Queue()
-    placer = GangPlacer(cluster.node, three_regions, on_placed=events.put,
+    placer = GangPlacer(cluster.node, three_regions, auth=TOKEN, on_placed=events.put,
                         on_unplaceable=events.put, on_released=events.put).start()
     try:
         regions = ("us-east", "us-central", "eu-west")
@@ -82,7 +87,7 @@ def test_more_gangs_than_slices_the_extra_one_is_unplaceable_with_reasons(cluste
 
     events: queue.Queue = queue.Queue()
     config = CoordinatorConfig(max_attempts=2, backoff_initial_s=0.05, backoff_max_s=0.1)
-    placer = GangPlacer(cluster.node, three_regions, config=config, on_placed=events.put,
+    placer = GangPlacer(cluster.node, three_regions, auth=TOKEN, config=config, on_placed=events.put,
                         on_unplaceable=events.put).start()
     try:
         regions = ("us-east", "us-central", "eu-west")

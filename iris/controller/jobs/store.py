@@ -131,12 +131,11 @@ class JobStore:
             except BaseException:
                 db.execute("ROLLBACK")
                 raise
-        except (sqlite3.InterfaceError, sqlite3.ProgrammingError, sqlite3.IntegrityError,
-                TypeError, ValueError, OverflowError) as exc:
-            # The data, not the disk: a value SQLite cannot bind or JSON cannot encode. The
-            # transaction was rolled back; the request that brought it fails alone.
-            raise InvalidRequestError(f"cannot be stored: {exc}") from exc
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, TypeError, ValueError, OverflowError) as exc:
+            if _data_error(exc):
+                # The data, not the disk: a value SQLite cannot bind or JSON cannot encode.
+                # Rolled back; the request that brought it fails alone.
+                raise InvalidRequestError(f"cannot be stored: {exc}") from exc
             raise StorageError(f"job store commit failed: {exc}") from exc
 
     def _write(self, p: Persist) -> None:
@@ -234,3 +233,13 @@ class JobStore:
         """Database plus WAL on disk."""
         wal = self.path.with_name(self.path.name + "-wal")
         return self.path.stat().st_size + (wal.stat().st_size if wal.exists() else 0)
+
+
+def _data_error(exc: BaseException) -> bool:
+    """A value that cannot be stored (vs the disk or the database failing)."""
+    if isinstance(exc, TypeError | ValueError | OverflowError | sqlite3.InterfaceError
+                  | sqlite3.IntegrityError):
+        return True
+    text = str(exc)  # binding a dict: ProgrammingError "Error binding parameter ..."
+    return isinstance(exc, sqlite3.ProgrammingError) and ("binding" in text
+                                                          or "not supported" in text)
