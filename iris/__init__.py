@@ -26,10 +26,14 @@ from iris.base.errors import (
                          ActorNotFoundError,
                          BadArgumentsError,
                          DeadlineExceededError,
+                         InvalidRequestError,
                          IrisError,
+                         JobFailedError,
                          MethodNotFoundError,
                          PeerUnavailableError,
+                         PermissionDeniedError,
                          RemoteError,
+                         UnschedulableError,
 )
 from iris.base.resources import Resources
 from iris.client import connect, list_actors, local_cluster, resolve, resolve_all
@@ -39,8 +43,9 @@ from iris.worker.task_runtime import on_preempt
 __all__ = [
     "ActorCallError", "ActorDiedError", "ActorFuture", "ActorGroup", "ActorNotFoundError",
     "ActorRef", "BadArgumentsError", "ClusterContext", "DeadlineExceededError", "IrisError",
-    "JobFailedError",
-    "MethodNotFoundError", "NodeConfig", "PeerUnavailableError", "RemoteError", "Resources",
+    "InvalidRequestError", "JobFailedError", "MethodNotFoundError", "NodeConfig",
+    "PeerUnavailableError", "PermissionDeniedError", "RemoteError", "Resources",
+    "UnschedulableError",
     "JobHandle", "Security", "actor", "connect", "current", "errors", "generate_keys",
     "list_actors", "local_cluster", "on_preempt", "resolve", "resolve_all", "spawn", "submit",
 ]

@@ -11,18 +11,20 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import re
 from typing import Any
 
 from iris.actors import Node, actor, tokens
 from iris.actors.hosting import requires
 from iris.actors.keys import CONTROLLER_KEY, region_key, worker_key
-from iris.base.errors import NotFoundError
+from iris.base.errors import InvalidRequestError, NotFoundError
 from iris.controller.gang_tracking import PlaceRound, ReleaseRound, SyncRegion
 from iris.controller.gangs import GangPlacer
 from iris.controller.jobs.model import TERMINAL_JOB
 from iris.controller.regions import Region
 from iris.controller.scheduling.coordinator import CoordinatorConfig, Placed, Unplaceable
 from iris.controller.service import ControllerConfig, ControllerService
+from iris.wire import schema
 
 _log = logging.getLogger(__name__)
 
@@ -75,9 +77,12 @@ class Controller:
         return self._svc.dry_run(raw)
 
     def kill(self, job_id: str, reason: str = "killed by user") -> dict:
+        schema.text(job_id, "job_id")
+        schema.text(reason, "reason", max_len=4096)
         return self._after(self._svc.kill(job_id, reason))
 
     def kill_prefix(self, prefix: str) -> list[str]:
+        schema.text(prefix, "prefix")
         doomed = [j["job_id"] for j in self._svc.list_jobs(prefix, include_finished=False)]
         for job_id in doomed:
             if self._svc.job_state(job_id) not in _TERMINAL:
@@ -85,22 +90,31 @@ class Controller:
         return self._after(doomed)
 
     def status(self, job_id: str) -> dict:
+        schema.text(job_id, "job_id")
         return self._svc.status(job_id)
 
     def list_jobs(self, prefix: str | None = None, include_finished: bool = True) -> list[dict]:
+        schema.text(prefix, "prefix", optional=True)
+        schema.flag(include_finished, "include_finished")
         return self._svc.list_jobs(prefix, include_finished)
 
     def results(self, job_id: str) -> dict[int, bytes]:
+        schema.text(job_id, "job_id")
         return self._svc.results(job_id)
 
     def has_bundle(self, digest: str) -> bool:
+        _digest(digest)
         return self._svc.bundles.has(digest)
 
     def put_bundle(self, digest: str, data: bytes) -> None:
+        _digest(digest)
+        if not isinstance(data, bytes | bytearray | memoryview):
+            raise InvalidRequestError(f"data: expected bytes, got {type(data).__name__}", "data")
         self._svc.bundles.put(digest, data)
 
     async def get_bundle(self, digest: str) -> bytes:
         """Read on the loop, not the actor thread: a big file must not stall scheduling."""
+        _digest(digest)
         return await asyncio.get_running_loop().run_in_executor(None, self._svc.bundles.get,
                                                                 digest)
 
@@ -110,6 +124,8 @@ class Controller:
 
     async def wait(self, job_id: str, timeout_s: float | None = None) -> str:
         """The job's state once it has ended, or its current state after `timeout_s`."""
+        schema.text(job_id, "job_id")
+        schema.number(timeout_s, "timeout_s", optional=True, min_value=0.0, max_value=86400.0)
         waiter = asyncio.get_running_loop().create_future()
         self._waiters.setdefault(job_id, []).append(waiter)
         try:
@@ -283,3 +299,9 @@ def _log_failure(fut: Any) -> None:
     error = fut.exception()
     if error is not None:  # the worker's heartbeat and reconcile repair what a lost call missed
         _log.warning("command to worker failed: %s", error)
+
+
+def _digest(digest: object) -> None:
+    if not isinstance(digest, str) or not re.fullmatch(r"[0-9a-f]{64}", digest):
+        raise InvalidRequestError(f"digest: expected a sha256 hex digest, got {digest!r:.80}",
+                                  "digest")

@@ -201,3 +201,21 @@ def _join(where: str, name: str) -> str:
 
 def _name(hint: Any) -> str:
     return " or ".join(getattr(a, "__name__", str(a)) for a in get_args(hint))
+
+
+def text(value: Any, path: str, *, max_len: int = 1024, optional: bool = False) -> str | None:
+    """A single string argument, checked like a message field (None allowed if optional)."""
+    if value is None and optional:
+        return None
+    return _scalar(str, value, path, {"max_len": max_len, "non_empty": True})
+
+
+def number(value: Any, path: str, *, optional: bool = False, min_value: float | None = None,
+           max_value: float | None = None) -> float | None:
+    if value is None and optional:
+        return None
+    return _scalar(float, value, path, {"min_value": min_value, "max_value": max_value})
+
+
+def flag(value: Any, path: str) -> bool:
+    return _scalar(bool, value, path, {})
