@@ -25,11 +25,11 @@ from iris.actors.current import current_context
 from iris.actors.keys import CONTROLLER_KEY
 from iris.base.errors import JobFailedError, PeerUnavailableError
 from iris.base.resources import Resources
-from iris.controller.jobs.model import TERMINAL_JOB, JobState
 from iris.logstore.config import LogStoreConfig, open_sink
 from iris.logstore.model import LogLine
 from iris.logstore.reader import LogFilter, follow_logs, read_logs
-from iris.worker.bundles import pack
+from iris.wire.bundles import pack
+from iris.wire.states import TERMINAL_JOB, JobState
 
 TERMINAL = frozenset(state.value for state in TERMINAL_JOB)
 # A submit that loses its connection is retried this many times with the same request id.

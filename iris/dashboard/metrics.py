@@ -17,8 +17,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from iris.controller.jobs.model import JobState
 from iris.dashboard.capacity import slice_counts
+from iris.wire.states import JobState
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _GANG_OUTCOMES = ("reserved", "committed", "aborted", "expired")

@@ -18,9 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from iris.base.errors import InvalidRequestError, NotFoundError, StorageError
-from iris.controller.jobs.model import JobState, TaskState
-from iris.controller.jobs.spec import PRIORITIES
-from iris.controller.jobs.store import DB_NAME
+from iris.wire.states import DB_NAME, PRIORITIES, JobState, TaskState
 
 MAX_PER_PAGE = 500
 """A page larger than this is a scrape, not a person reading; it would also blow the 100 ms

@@ -25,8 +25,9 @@ from pathlib import Path
 from iris.base.clock import SYSTEM_CLOCK, Clock
 from iris.base.errors import InvalidRequestError
 from iris.base.resources import Resources
+from iris.wire.bundles import BundleError
 from iris.worker.adoption import Leftover, LeftoverAction, adopt_or_kill
-from iris.worker.bundles import BundleCache, BundleError
+from iris.worker.bundle_cache import BundleCache
 from iris.worker.capacity import CapacityLedger
 from iris.worker.cgroups import CgroupHost
 from iris.worker.envs import EnvConfig, EnvironmentCache, read_requirements_file

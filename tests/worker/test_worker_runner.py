@@ -9,8 +9,8 @@ import pytest
 
 from iris.base.errors import ConflictError, StaleAttemptError
 from iris.base.resources import Resources
+from iris.wire.bundles import pack
 from iris.worker.adoption import LeftoverAction
-from iris.worker.bundles import pack
 from iris.worker.capacity import CapacityExceededError
 from iris.worker.envs import EnvironmentBuildError
 from iris.worker.outcome import OutcomeKind

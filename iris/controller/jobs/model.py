@@ -7,48 +7,24 @@ Times are wall-clock seconds (they are persisted and must mean the same after a 
 
 from __future__ import annotations
 
-import enum
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from iris.controller.jobs.spec import JobSpec
 
+# The states are part of the protocol (clients, dashboards and workers read them): they are
+# declared in the wire layer and re-exported here for the controller's own modules.
+from iris.wire.states import (  # noqa: E402
+    ACTIVE_ATTEMPT,
+    FAILED_TASK,
+    TERMINAL_JOB,
+    TERMINAL_TASK,
+    JobState,
+    TaskState,
+)
 
-class TaskState(enum.StrEnum):
-    PENDING = "pending"              # waiting for a placement (first time or for a retry)
-    ASSIGNED = "assigned"            # placed on a worker; the worker has not confirmed yet
-    BUILDING = "building"            # the worker is preparing its environment
-    RUNNING = "running"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"                # failure budget spent (or timed out with none left)
-    KILLED = "killed"                # by a user, by a parent ending, or by the job failing
-    WORKER_FAILED = "worker_failed"  # its machine was lost with no preemption budget left
-    PREEMPTED = "preempted"          # preempted with no preemption budget left
-    UNSCHEDULABLE = "unschedulable"  # waited longer than its scheduling timeout
-
-
-class JobState(enum.StrEnum):
-    PENDING = "pending"
-    BUILDING = "building"
-    RUNNING = "running"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    KILLED = "killed"
-    WORKER_FAILED = "worker_failed"
-    UNSCHEDULABLE = "unschedulable"
-
-
-ACTIVE_ATTEMPT = frozenset({TaskState.ASSIGNED, TaskState.BUILDING, TaskState.RUNNING})
-"""States in which an attempt holds a worker's resources."""
-
-TERMINAL_TASK = frozenset({TaskState.SUCCEEDED, TaskState.FAILED, TaskState.KILLED,
-                           TaskState.WORKER_FAILED, TaskState.PREEMPTED,
-                           TaskState.UNSCHEDULABLE})
-FAILED_TASK = frozenset({TaskState.FAILED, TaskState.WORKER_FAILED, TaskState.PREEMPTED})
-"""Terminal states that count against a job's max_task_failures."""
-
-TERMINAL_JOB = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.KILLED,
-                          JobState.WORKER_FAILED, JobState.UNSCHEDULABLE})
+__all__ = ["ACTIVE_ATTEMPT", "FAILED_TASK", "TERMINAL_JOB", "TERMINAL_TASK", "Attempt", "Job",
+           "JobState", "Task", "TaskState"]
 
 
 @dataclass(slots=True)

@@ -23,9 +23,7 @@ from iris.base.errors import InvalidRequestError, UnschedulableError
 from iris.base.ids import join_path, normalize_path, validate_component
 from iris.base.resources import Resources
 from iris.controller.scheduling.constraints import parse_constraints
-
-PRIORITIES = ("production", "interactive", "batch")
-"""Priority bands, highest first."""
+from iris.wire.states import PRIORITIES
 
 DEFAULT_PRIORITY = "interactive"
 """A job submitted by hand is usually someone waiting for it; batch work opts out."""

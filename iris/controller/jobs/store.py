@@ -33,9 +33,9 @@ from iris.controller.jobs.events import Persist
 from iris.controller.jobs.model import Attempt, Job, Task
 from iris.controller.jobs.spec import JobSpec
 from iris.controller.jobs.state import KernelConfig, KernelState
+from iris.wire.states import DB_NAME
 
 SCHEMA_VERSION = 1
-DB_NAME = "jobs.sqlite3"
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);

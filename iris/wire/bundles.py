@@ -1,5 +1,6 @@
-"""Workspace bundles: a directory packed into a deterministic archive named by its sha256,
-and a cache of unpacked bundles on the worker. Not transport: bytes in, bytes out.
+"""The workspace bundle format: a directory packed into a deterministic archive named by its
+sha256, and the member checks every unpacker applies. Not transport (bytes in, bytes out),
+and not the worker's cache of unpacked bundles (worker/bundle_cache.py).
 
 Packing sorts entries and clears mtimes, owners and gzip headers, so the same tree always
 gives the same bytes and the same address; the worker then unpacks each bundle once and
@@ -17,18 +18,16 @@ import hashlib
 import io
 import os
 import re
-import shutil
 import tarfile
 from collections.abc import Iterable
 from pathlib import Path
 
 from iris.base.errors import InvalidRequestError
-from iris.base.ids import new_id
 
 DEFAULT_EXCLUDE = (".git", "__pycache__", "*.pyc", ".venv", "venv", ".mypy_cache",
                    ".pytest_cache", ".ruff_cache", "node_modules")
 DEFAULT_MAX_BYTES = 256 << 20  # a bundle is code and config; data belongs in GCS
-_DIGEST = re.compile(r"^[0-9a-f]{64}$")
+DIGEST = re.compile(r"^[0-9a-f]{64}$")
 
 
 class BundleError(InvalidRequestError):
@@ -94,58 +93,10 @@ def pack(root: Path, exclude: tuple[str, ...] = DEFAULT_EXCLUDE,
     return hashlib.sha256(data).hexdigest(), data
 
 
-def _check_members(tar: tarfile.TarFile) -> None:
+def check_members(tar: tarfile.TarFile) -> None:
     for member in tar.getmembers():
         name = member.name
         if name.startswith("/") or ".." in Path(name).parts:
             raise BundleError(f"bundle: unsafe path {name!r} in archive (refused)")
         if not (member.isreg() or member.isdir() or member.issym()):
             raise BundleError(f"bundle: {name!r} is not a file, directory or symlink")
-
-
-class BundleCache:
-    """Unpacked bundles under `root`, one directory per digest."""
-
-    def __init__(self, root: Path):
-        self.root = root
-        root.mkdir(parents=True, exist_ok=True)
-
-    def path_for(self, digest: str) -> Path | None:
-        path = self.root / self._checked(digest)
-        return path if path.is_dir() else None
-
-    @staticmethod
-    def _checked(digest: str) -> str:
-        if not isinstance(digest, str) or not _DIGEST.match(digest):
-            raise BundleError(f"bundle: {digest!r} is not a sha256 hex digest")
-        return digest
-
-    def unpack(self, digest: str, data: bytes) -> Path:
-        """Verify `data` hashes to `digest`, unpack it once; the cached directory."""
-        final = self.root / self._checked(digest)
-        if final.is_dir():
-            return final
-        actual = hashlib.sha256(data).hexdigest()
-        if actual != digest:
-            raise BundleError(f"bundle: content hashes to {actual}, not {digest} (corrupt)")
-        tmp = self.root / f".tmp-{new_id()}"
-        try:
-            with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
-                _check_members(tar)
-                tar.extractall(tmp, filter="data")
-            os.rename(tmp, final)  # atomic; if another unpack won the race, keep theirs
-        except (tarfile.TarError, EOFError, OSError) as exc:
-            if final.is_dir():
-                return final
-            raise BundleError(f"bundle {digest[:12]}: cannot unpack: {exc}") from exc
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-        return final
-
-    def materialize(self, digest: str, dest: Path) -> Path:
-        """Copy the unpacked bundle into `dest` (an attempt's fresh working directory)."""
-        source = self.path_for(digest)
-        if source is None:
-            raise BundleError(f"bundle {digest[:12]} is not in the cache; unpack it first")
-        shutil.copytree(source, dest, symlinks=True, dirs_exist_ok=True)
-        return dest

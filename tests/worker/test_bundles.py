@@ -10,7 +10,8 @@ import tarfile
 
 import pytest
 
-from iris.worker.bundles import BundleCache, BundleError, pack
+from iris.wire.bundles import BundleError, pack
+from iris.worker.bundle_cache import BundleCache
 
 
 def _workspace(root):

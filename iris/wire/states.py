@@ -1,0 +1,56 @@
+"""Job and task states, as every layer above reads them (client, dashboard, CLI, controller).
+
+Not the transitions (controller/jobs/kernel.py). Values are the strings that travel in
+status replies and are stored by the controller.
+"""
+
+from __future__ import annotations
+
+import enum
+
+__all__ = ["ACTIVE_ATTEMPT", "DB_NAME", "FAILED_TASK", "PRIORITIES", "TERMINAL_JOB",
+           "TERMINAL_TASK", "JobState", "TaskState"]
+
+PRIORITIES = ("production", "interactive", "batch")
+"""Priority bands, highest first."""
+
+# The controller's job database in its state directory. Readers (the dashboard) open it
+# read-only and query the jobs, tasks and attempts tables, whose columns store.py documents.
+DB_NAME = "jobs.sqlite3"
+
+
+class TaskState(enum.StrEnum):
+    PENDING = "pending"              # waiting for a placement (first time or for a retry)
+    ASSIGNED = "assigned"            # placed on a worker; the worker has not confirmed yet
+    BUILDING = "building"            # the worker is preparing its environment
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"                # failure budget spent (or timed out with none left)
+    KILLED = "killed"                # by a user, by a parent ending, or by the job failing
+    WORKER_FAILED = "worker_failed"  # its machine was lost with no preemption budget left
+    PREEMPTED = "preempted"          # preempted with no preemption budget left
+    UNSCHEDULABLE = "unschedulable"  # waited longer than its scheduling timeout
+
+
+class JobState(enum.StrEnum):
+    PENDING = "pending"
+    BUILDING = "building"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    KILLED = "killed"
+    WORKER_FAILED = "worker_failed"
+    UNSCHEDULABLE = "unschedulable"
+
+
+ACTIVE_ATTEMPT = frozenset({TaskState.ASSIGNED, TaskState.BUILDING, TaskState.RUNNING})
+"""States in which an attempt holds a worker's resources."""
+
+TERMINAL_TASK = frozenset({TaskState.SUCCEEDED, TaskState.FAILED, TaskState.KILLED,
+                           TaskState.WORKER_FAILED, TaskState.PREEMPTED,
+                           TaskState.UNSCHEDULABLE})
+FAILED_TASK = frozenset({TaskState.FAILED, TaskState.WORKER_FAILED, TaskState.PREEMPTED})
+"""Terminal states that count against a job's max_task_failures."""
+
+TERMINAL_JOB = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.KILLED,
+                          JobState.WORKER_FAILED, JobState.UNSCHEDULABLE})
