@@ -160,6 +160,17 @@ class Controller:
                running: list[str] | None = None) -> dict:
         return self._after(self._svc.report(worker_id, updates, stats, running))
 
+    @requires(tokens.MEMBER)
+    def goodbye(self, worker_id: str, address: str) -> None:
+        """A worker stopped, its attempts with it: requeue them now."""
+        self._after(self._svc.worker_gone(worker_id, address, "its worker stopped"))
+
+    @requires(tokens.MEMBER)
+    def worker_crashed(self, worker_id: str, address: str) -> None:
+        """From a worker's watchdog: the worker process died and its attempts are stopped."""
+        self._after(self._svc.worker_gone(worker_id, address, "its worker process died (the "
+                                          "watchdog stopped its attempts)"))
+
     def list_workers(self) -> list[dict]:
         return self._svc.list_workers()
 

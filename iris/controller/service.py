@@ -39,7 +39,7 @@ from iris.controller.scheduling.reasons import ReasonCode
 from iris.controller.scheduling.scheduler import schedule
 from iris.controller.workers import DEFAULT_DEAD_AFTER_S, WorkerInfo, WorkerTable
 from iris.logstore.config import LogStoreConfig
-from iris.wire import control
+from iris.wire import control, schema
 
 _log = logging.getLogger(__name__)
 _REGION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
@@ -247,6 +247,21 @@ class ControllerService:
             self._repair(msg.worker_id, list(msg.running))
         return {"acked": [u.attempt_id for u in msg.updates], "reregister": False}
 
+    def worker_gone(self, worker_id: Any, address: Any, why: str) -> None:
+        """A worker stopped (goodbye) or died and its watchdog stopped its attempts: lost now,
+        its work requeued at once. Only the registration at `address` is meant: a worker
+        that already came back elsewhere under the same id is left alone."""
+        worker_id = schema.text(worker_id, "worker_id", max_len=256)
+        address = schema.text(address, "address", max_len=512)
+        info = self.workers.workers.get(worker_id)
+        if info is None or info.address != address:
+            return
+        del self.workers.workers[worker_id]
+        self._forget_stops(worker_id)
+        self.draining.pop(worker_id, None)
+        self._placement_due = True
+        self._run_many([ev.WorkerLost(new_id("ev-"), worker_id, why)], schedule=True)
+
     def _check_region(self, region: str, worker_id: str) -> None:
         """A region name must be well formed, and a new one must fit under max_regions."""
         if not _REGION_NAME.fullmatch(region):
@@ -295,13 +310,15 @@ class ControllerService:
             _log.warning("worker %s reported %s on attempt %s of worker %s: ignored",
                          worker_id, update.status, update.attempt_id, attempt.worker_id)
             return None
-        if update.status == "exited":
+        if update.status in ("exited", "preempted"):
             self._stopped(update.attempt_id)
         eid = new_id("ev-")
         if update.status == "building":
             return ev.AttemptBuilding(eid, update.attempt_id)
         if update.status == "running":
             return ev.AttemptRunning(eid, update.attempt_id)
+        if update.status == "preempted":  # fenced: spends the preemption budget
+            return ev.Preempted(eid, update.attempt_id, update.error or "preempted")
         code = update.exit_code if update.exit_code is not None else 1
         return ev.AttemptExited(eid, update.attempt_id, code, update.error, update.result)
 

@@ -10,11 +10,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from iris.base.errors import InvalidRequestError
+from iris.base.errors import ConflictError, InvalidRequestError
+from iris.wire.fencing import SILENT_LOST_S
 
-# A worker heartbeats every second; 3 missed beats plus scheduling slack stay inside the
-# issue's bound of noticing a dead worker within 5 s (Iris needed 50 s).
-DEFAULT_DEAD_AFTER_S = 3.0
+# A *silent* worker (partition, freeze, blip) is lost only after this long: its lease lapsed
+# and its attempts were stopped well before (wire/fencing.py). A *dead* worker process is
+# reported by its watchdog, and a stopping one says goodbye: both are lost at once.
+DEFAULT_DEAD_AFTER_S = SILENT_LOST_S
+# A worker id heard from at another address this recently is live there: a second
+# registration under it is refused (two workers sharing one work directory's id).
+LIVE_ELSEWHERE_S = 5.0
+# The controller's own loop counts as stalled when a tick comes this much later than due;
+# silence during a stall is not the workers' fault (overload must not look like loss).
+STALL_S = 1.0
 
 
 @dataclass
@@ -28,6 +36,7 @@ class WorkerInfo:
     accelerators: int
     registered_at: float
     last_heard: float
+    stalled_at_heard: float = 0.0  # the table's `stalled` when it was last heard
 
     def as_dict(self, now: float) -> dict:
         return {
@@ -42,6 +51,10 @@ class WorkerTable:
     def __init__(self, dead_after_s: float = DEFAULT_DEAD_AFTER_S):
         self.dead_after_s = dead_after_s
         self.workers: dict[str, WorkerInfo] = {}
+        # Seconds the controller itself could not listen (ticks late by more than STALL_S):
+        # subtracted from every worker's silence.
+        self.stalled = 0.0
+        self._last_tick: float | None = None
 
     def register(self, worker_id: str, address: str, attributes: dict, now: float) -> WorkerInfo:
         """Add or refresh a worker; a re-registration keeps what was promised on it."""
@@ -52,8 +65,15 @@ class WorkerTable:
         memory = int(_number(attributes, "memory", 0))
         accelerators = int(_number(attributes, "accelerator_count", 0))
         old = self.workers.get(worker_id)
+        if old is not None and old.address != address and \
+                now - old.last_heard - (self.stalled - old.stalled_at_heard) < LIVE_ELSEWHERE_S:
+            raise ConflictError(
+                f"worker id {worker_id} is live at {old.address} (heard "
+                f"{now - old.last_heard:.1f} s ago); a second worker cannot register under it "
+                "(do two workers share one --work-dir?)")
         info = WorkerInfo(worker_id, address, attributes.get("region", "local"), dict(attributes),
-                          cpu, memory, accelerators, old.registered_at if old else now, now)
+                          cpu, memory, accelerators, old.registered_at if old else now, now,
+                          self.stalled)
         self.workers[worker_id] = info
         return info
 
@@ -62,11 +82,17 @@ class WorkerTable:
         if info is None:
             return False
         info.last_heard = now
+        info.stalled_at_heard = self.stalled
         return True
 
     def lost(self, now: float) -> list[str]:
-        """Workers silent too long; they are removed from the table."""
-        dead = [w for w, info in self.workers.items() if now - info.last_heard > self.dead_after_s]
+        """Workers silent too long while the controller could listen; they are removed."""
+        if self._last_tick is not None and now - self._last_tick > STALL_S:
+            self.stalled += now - self._last_tick
+        self._last_tick = now
+        dead = [w for w, info in self.workers.items()
+                if now - info.last_heard - (self.stalled - info.stalled_at_heard)
+                > self.dead_after_s]
         for worker_id in dead:
             del self.workers[worker_id]
         return dead

@@ -42,7 +42,8 @@ class AttemptUpdate:
     """A change in one attempt, as its worker saw it. Acknowledged by `attempt_id`."""
 
     attempt_id: str = field(metadata=_ID)
-    status: Literal["building", "running", "exited"]
+    # "preempted": stopped by fencing (its worker's lease lapsed), not by its own failure
+    status: Literal["building", "running", "exited", "preempted"]
     exit_code: int | None = field(default=None, metadata=limits(min_value=-(1 << 31),
                                                                    max_value=1 << 31))
     error: str = ""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,16 +21,19 @@ from typing import Any
 from iris.actors import Node, actor, tokens
 from iris.actors.hosting import requires
 from iris.actors.keys import worker_key
+from iris.base.clock import SYSTEM_CLOCK
 from iris.base.errors import IrisError
 from iris.base.resources import Resources
 from iris.logstore.config import LogStoreConfig, open_sink
 from iris.logstore.shipper import LogShipper
 from iris.logstore.sinks import LogSink
 from iris.wire import control
-from iris.worker import cgroups
+from iris.worker import cgroups, lease
 from iris.worker.outcome import Outcome, OutcomeKind
 from iris.worker.process import AttemptProcess
+from iris.worker.records import proc_start_ticks
 from iris.worker.runner import AttemptRequest, AttemptRunner, AttemptState, RunnerConfig
+from iris.worker.watchdog import ensure_running
 
 _log = logging.getLogger(__name__)
 # Heartbeat period: the controller declares a worker lost after 3 s of silence.
@@ -74,6 +78,10 @@ class Worker:
         self._token = token
         if token is not None:
             node.grant(token, tokens.MEMBER)
+        # Fencing (lease.py): the lease is renewed by every acknowledged report, and a
+        # watchdog process that outlives this one stops the attempts when it lapses.
+        self._root = root
+        self._me = (os.getpid(), proc_start_ticks(os.getpid()) or 0)
 
     # ------------------------------------------------------------ called by the controller
 
@@ -131,7 +139,13 @@ class Worker:
             self._report()
 
     def on_stop(self) -> None:
-        self._runner.close()
+        self._runner.close()  # every attempt stopped (its grace each): nothing left to fence
+        if self._registered:  # so the controller requeues at once, not after the silence
+            try:
+                self._call("goodbye", self.worker_id, self._node.address, timeout_s=5.0)
+            except IrisError as exc:
+                _log.warning("worker %s: goodbye not delivered: %s", self.worker_id, exc)
+        (self._root / lease.LEASE_NAME).unlink(missing_ok=True)  # the watchdog may go
 
     # ------------------------------------------------------------ talking to the controller
 
@@ -152,12 +166,14 @@ class Worker:
         with self._lock:
             running = sorted(self._running)
             sent = list(self._updates.items())
+        sent_at = SYSTEM_CLOCK.monotonic()
         try:
             self._call("register_worker", self.worker_id, self._node.address,
                        self._attributes, running, [update for _, update in sent])
         except IrisError as exc:
             _log.warning("worker %s: cannot register yet: %s", self.worker_id, exc)
             return
+        self._renew(sent_at)
         self._registered = True
         self._acknowledge(sent, {update["attempt_id"] for _, update in sent})
 
@@ -178,6 +194,7 @@ class Worker:
         with self._lock:  # one view: an attempt is either running or has its update here
             sent = list(self._updates.items())
             running = sorted(self._running)
+        sent_at = SYSTEM_CLOCK.monotonic()
         try:
             answer = self._call("report", self.worker_id, [update for _, update in sent],
                                 {"log_shipping": self._shipping_stats()}, running)
@@ -187,7 +204,24 @@ class Worker:
         if answer.get("reregister"):
             self._registered = False
             return
+        self._renew(sent_at)
         self._acknowledge(sent, set(answer.get("acked", ())))
+
+    def _renew(self, sent_at: float) -> None:
+        """The controller heard us: our attempts may run FENCE_AFTER_S from `sent_at`."""
+        lease.write(self._root, lease.Lease(
+            self._me[0], self._me[1], self.worker_id, self._node.address,
+            self._controller[0], sent_at + lease.FENCE_AFTER_S))
+        self._ensure_watchdog()
+
+    def _ensure_watchdog(self) -> None:
+        env = dict(os.environ)
+        if self._token is not None:
+            env[tokens.ENV_TOKEN] = self._token.hex()
+        try:
+            ensure_running(self._root, env)
+        except OSError as exc:
+            _log.error("worker %s: cannot start the attempt watchdog: %s", self.worker_id, exc)
 
     def _shipping_stats(self) -> dict:
         """For /metrics: the worst lag over live shippers (how old output is when stored, or
@@ -219,7 +253,7 @@ class Worker:
         with self._lock:
             self._updates[(attempt_id, status)] = {"attempt_id": attempt_id, "status": status,
                                                    **fields}
-        if status == "exited":  # a finished task frees capacity: tell the controller now
+        if status in ("exited", "preempted"):  # a finished task frees capacity: tell the controller now
             self._node.call(self._node.address, self._key, "flush", oneway=True)
 
     # ------------------------------------------------------------ one attempt (own thread)
@@ -276,6 +310,11 @@ class Worker:
         _log.info("attempt %s (%s) ended: %s", run.attempt_id, run.task_id, outcome)
         if outcome.kind is OutcomeKind.SUCCEEDED:
             self._queue(run.attempt_id, "exited", exit_code=0, result=result)
+            return
+        if lease.lapsed(self._root, SYSTEM_CLOCK.monotonic()):  # the watchdog fenced it
+            self._queue(run.attempt_id, "preempted", error=(
+                f"stopped by fencing: no acknowledged report for {lease.FENCE_AFTER_S:.0f} s "
+                "(this worker was cut off from the controller)"))
             return
         code = outcome.exit_code if outcome.exit_code is not None else 137
         error = outcome.detail or outcome.kind.value

@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import enum
 import logging
+import os
+import select
+import signal
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,7 +57,8 @@ def _cgroup_of(record: AttemptRecord) -> AttemptCgroup | None:
                          memory_limit_bytes=record.memory_limit_bytes)
 
 
-def _kill_leftovers(record: AttemptRecord, leader_alive: bool) -> None:
+def kill_leftovers(record: AttemptRecord, leader_alive: bool) -> None:
+    """SIGKILL everything of a recorded attempt (its session and cgroup) and wait for it."""
     cgroup = _cgroup_of(record)
     pids = set(session_members(record.pid, record.start_ticks))
     if leader_alive:
@@ -69,6 +73,31 @@ def _kill_leftovers(record: AttemptRecord, leader_alive: bool) -> None:
         _log.warning("leftover cgroup %s could not be removed", cgroup.path)
     for fifo in (record.stdout_fifo, record.stderr_fifo):
         Path(fifo).unlink(missing_ok=True)
+
+
+def stop_recorded(attempt_dir: Path, grace_s: float) -> bool:
+    """Stop a recorded attempt whose worker cannot (it died, or its lease lapsed): SIGTERM
+    to its session, up to `grace_s` to exit, then SIGKILL to whatever is left. True if there
+    was a record (the attempt is gone now)."""
+    record = AttemptRecord.read(attempt_dir)
+    if record is None:
+        _sweep_unrecorded(attempt_dir)
+        return False
+    if is_alive(record.pid, record.start_ticks):
+        try:
+            leader = os.pidfd_open(record.pid)
+        except ProcessLookupError:
+            leader = None
+        if leader is not None:
+            try:
+                os.killpg(record.pid, signal.SIGTERM)
+                select.select([leader], [], [], grace_s)  # readable once the leader exited
+            except (ProcessLookupError, PermissionError):
+                pass
+            finally:
+                os.close(leader)
+    kill_leftovers(record, is_alive(record.pid, record.start_ticks))
+    return True
 
 
 def _sweep_unrecorded(attempt_dir: Path) -> None:
@@ -105,7 +134,7 @@ def adopt_or_kill(
     if alive and wanted:
         return Leftover(record, LeftoverAction.ADOPTED,
                         _adopt(attempt_dir, record, on_output, cwd, clock, on_exit))
-    _kill_leftovers(record, alive)
+    kill_leftovers(record, alive)
     remove_record(attempt_dir)
     (attempt_dir / PENDING_CGROUP_NAME).unlink(missing_ok=True)
     action = LeftoverAction.KILLED if alive else LeftoverAction.GONE

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import select
@@ -29,6 +30,22 @@ def _worker_id(root: Path, given: str | None) -> str:
     root.mkdir(parents=True, exist_ok=True)
     id_file.write_text(worker_id)
     return worker_id
+
+
+def _lock_work_dir(root: Path) -> int:
+    """One worker per work directory: its id, attempts and lease live there."""
+    root.mkdir(parents=True, exist_ok=True)
+    fd = os.open(root / "worker.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+        os.close(fd)
+        raise ConfigError(f"work directory {root} is in use by another worker (pid {holder}): "
+                          "give each worker on this host its own --work-dir") from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, str(os.getpid()).encode(), 0)
+    return fd
 
 
 def advertised_resources(attributes: dict[str, str]) -> Resources:
@@ -79,6 +96,7 @@ def run_worker(controller: str, *, region: str = "local", attrs: dict[str, str] 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: "
                         "%(message)s")
     root = root or Path(os.environ.get("IRIS_WORKER_DIR", "/tmp/iris-worker"))
+    lock = _lock_work_dir(root)  # held while this worker runs
     worker_id = _worker_id(root, worker_id)
     attributes = {"region": region, "cpu": str(os.cpu_count() or 1),
                   "hostname": socket.gethostname(), "pid": str(os.getpid()),
@@ -100,6 +118,7 @@ def run_worker(controller: str, *, region: str = "local", attrs: dict[str, str] 
         stop.wait()
     finally:
         ctx.close()
+        os.close(lock)
 
 
 def stop_with_parent(parent_pid: int, stop: threading.Event) -> None:

@@ -14,6 +14,7 @@ import pytest
 
 import iris
 from iris.client.jobs import _controller
+from iris.worker.records import is_alive
 
 pytestmark = pytest.mark.slow
 
@@ -50,13 +51,15 @@ def test_worker_killed_mid_task_its_task_reruns_on_another_worker(tmp_path, wait
         try:
             second = wait_until(lambda: [p for p in starts(tmp_path, "start-victim")
                                          if p != first], what="the rerun")[0]
+            # Fenced: the dead worker's attempt was stopped before the task ran again.
+            assert not is_alive(int(first.read_text()))
             task = job.tasks()[0]
             assert task["worker_id"] != worker_id and task["preemptions"] == 1
             assert task["failures"] == 0  # worker loss spends the preemption budget
             (tmp_path / "release").touch()
             assert job.result(timeout=120) == second.name.split("-", 2)[2]
         finally:
-            _kill_group(int(first.read_text()))  # the dead worker's orphan (its host "died")
+            _kill_group(int(first.read_text()))  # only if the test failed: it is dead already
 
 
 def free_port() -> int:

@@ -1,0 +1,27 @@
+"""The fencing constants that controller and workers must agree on (see worker/lease.py for the
+rules and docs/protocol.md, Fencing). Times in seconds.
+
+    FENCE_AFTER_S + FENCE_GRACE_S + WATCH_INTERVAL_S + MARGIN_S <= SILENT_LOST_S
+"""
+
+from __future__ import annotations
+
+# A worker's lease lasts this long from its last acknowledged report (it reports every 1 s):
+# longer than a 10 s blip plus a report interval, so such a blip costs nothing.
+FENCE_AFTER_S = 15.0
+# SIGTERM -> SIGKILL when a lapsed lease stops attempts: time for on_preempt callbacks.
+FENCE_GRACE_S = 5.0
+# After a worker process died: how long a restarted worker has to take its attempts over.
+ADOPT_GRACE_S = 1.0
+# SIGTERM -> SIGKILL for the attempts of a crashed worker.
+CRASH_GRACE_S = 2.0
+# How often the watchdog looks.
+WATCH_INTERVAL_S = 0.25
+# Slack for a watchdog slow to be scheduled on a loaded host.
+MARGIN_S = 5.0
+# The controller's default patience with a silent worker: a blip or a pause this short costs
+# nothing (the issue: a 10 s blip once threw away a 64-host gang's progress).
+SILENT_LOST_S = 30.0
+
+if FENCE_AFTER_S + FENCE_GRACE_S + WATCH_INTERVAL_S + MARGIN_S > SILENT_LOST_S:
+    raise AssertionError("fencing constants: a lease must lapse before the controller gives up")
