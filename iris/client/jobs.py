@@ -22,9 +22,9 @@ import cloudpickle
 
 from iris.actors import ActorGroup, ActorRef, ClusterContext, current
 from iris.actors.current import current_context
-from iris.actors.keys import CONTROLLER_KEY
 from iris.base.errors import JobFailedError, PeerUnavailableError
 from iris.base.resources import Resources
+from iris.client.retry import call_controller
 from iris.logstore.config import LogStoreConfig, open_sink
 from iris.logstore.model import LogLine
 from iris.logstore.reader import LogFilter, follow_logs, read_logs
@@ -37,7 +37,8 @@ _SUBMIT_RETRIES = 3
 
 
 def _controller(ctx: ClusterContext, method: str, *args: Any, timeout_s: float = 60.0) -> Any:
-    return ctx.node.call(ctx.address, CONTROLLER_KEY, method, args, timeout_s=timeout_s).result()
+    """Call the controller, riding through its restarts until `timeout_s` (see retry.py)."""
+    return call_controller(ctx.node, ctx.address, method, args, timeout_s=timeout_s)
 
 
 class JobHandle:

@@ -53,9 +53,9 @@ class ControllerConfig:
     # A worker silent this long is lost and its attempts requeued (issue: notice in <= 5 s).
     worker_dead_after_s: float = DEFAULT_DEAD_AFTER_S
     # After a restart, workers get this long to re-register before their attempts count as
-    # lost. Longer than the liveness timeout: a worker whose heartbeat was in flight when
-    # the controller died learns so only after peer_dead_after_s (3 s), then retries.
-    restart_grace_s: float = 15.0
+    # lost. As long as the silence timeout, for the same reason (wire/fencing.py): a worker
+    # that cannot come back has had its lease lapse and its attempts stopped by then.
+    restart_grace_s: float = DEFAULT_DEAD_AFTER_S
     # SIGTERM -> SIGKILL grace when the controller stops an attempt.
     stop_grace_s: float = 10.0
     # Where workers ship task logs; None = a local directory, <state_dir>/logs.

@@ -1,0 +1,54 @@
+"""Client calls to the controller that ride through its restarts. Not the calls themselves.
+
+While the controller starts, restarts or is briefly unreachable, a call fails with
+PeerUnavailableError (the connection dropped, or the peer was silent 3 s) or
+ActorNotFoundError for /iris/controller (its port is open before the actor is served). Every
+controller method a client calls is safe to repeat: reads, `kill` (a killed job stays
+killed), `put_bundle` (content-addressed) and `submit` (idempotent by its request id, which
+the client always sets). So the call is repeated, with capped backoff, until the caller's
+deadline, and one line on stderr says what it waits for.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from typing import Any
+
+from iris.actors import Node
+from iris.actors.keys import CONTROLLER_KEY
+from iris.base.clock import SYSTEM_CLOCK
+from iris.base.errors import ActorNotFoundError, PeerUnavailableError
+
+# First retry after 0.2 s, doubling to 2 s: a restart takes a second or two, and a client
+# waiting for it should notice within a couple of seconds of the controller's return.
+_FIRST_BACKOFF_S, _MAX_BACKOFF_S = 0.2, 2.0
+
+
+def _retryable(exc: BaseException) -> bool:
+    if isinstance(exc, ActorNotFoundError):
+        return exc.actor == CONTROLLER_KEY  # not served yet: starting up
+    return isinstance(exc, PeerUnavailableError)
+
+
+def call_controller(node: Node, address: str, method: str, args: tuple = (), *,
+                    timeout_s: float = 60.0) -> Any:
+    clock = SYSTEM_CLOCK
+    deadline = clock.monotonic() + timeout_s
+    backoff, told = _FIRST_BACKOFF_S, False
+    pause = threading.Event()  # never set: a timed wait without a bare sleep
+    while True:
+        remaining = deadline - clock.monotonic()
+        try:
+            return node.call(address, CONTROLLER_KEY, method, args,
+                             timeout_s=max(remaining, 0.05)).result()
+        except (PeerUnavailableError, ActorNotFoundError) as exc:
+            if not _retryable(exc) or clock.monotonic() + backoff >= deadline:
+                raise
+            if not told:
+                print(f"iris: waiting for the controller at {address} ({type(exc).__name__}: "
+                      f"{str(exc).splitlines()[0]}); retrying {method} for up to "
+                      f"{deadline - clock.monotonic():.0f} s", file=sys.stderr, flush=True)
+                told = True
+            pause.wait(backoff)
+            backoff = min(backoff * 2, _MAX_BACKOFF_S)

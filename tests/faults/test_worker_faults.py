@@ -1,0 +1,121 @@
+"""Faults of a worker, on real processes: at most one attempt of a task runs at a time.
+
+Each task writes a marker with its pid when it starts; the test checks, when a rerun starts,
+that the earlier attempt's process is gone. Timings are the real ones (wire/fencing.py): a
+freeze shorter than the lease costs nothing; a longer one is fenced before the requeue.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+import iris
+from iris.client.jobs import _controller
+from iris.wire.fencing import SILENT_LOST_S
+from iris.worker.records import is_alive
+
+pytestmark = pytest.mark.slow
+
+
+def hold(marker_dir: str, name: str) -> str:
+    """Mark this attempt's start (with its pid), then wait until released."""
+    attempt = os.environ["IRIS_ATTEMPT_ID"]
+    Path(marker_dir, f"start-{name}-{attempt}").write_text(str(os.getpid()))
+    gate = threading.Event()
+    while not Path(marker_dir, "release").exists() and not gate.wait(0.05):
+        pass
+    return attempt
+
+
+def starts(marker_dir: Path, name: str) -> list[Path]:
+    return sorted(marker_dir.glob(f"start-{name}-*"), key=lambda p: p.stat().st_mtime)
+
+
+def _worker_pid(ctx, worker_id: str) -> int:
+    workers = {w["worker_id"]: w for w in _controller(ctx, "list_workers")}
+    return int(workers[worker_id]["attributes"]["pid"])
+
+
+def test_a_worker_frozen_5s_loses_nothing(tmp_path, wait_until):
+    with iris.local_cluster(workers=1, state_dir=tmp_path / "c") as ctx:
+        job = iris.submit(hold, str(tmp_path), "calm")
+        wait_until(lambda: starts(tmp_path, "calm"), what="the attempt")
+        pid = _worker_pid(ctx, job.tasks()[0]["worker_id"])
+        os.kill(pid, signal.SIGSTOP)
+        threading.Event().wait(5.0)  # the fault itself: a 5 s freeze
+        os.kill(pid, signal.SIGCONT)
+        (tmp_path / "release").touch()
+        assert job.result(timeout=120) == starts(tmp_path, "calm")[0].name.split("-", 2)[2]
+        task = job.tasks()[0]
+        assert task["preemptions"] == 0 and task["failures"] == 0
+        assert len(starts(tmp_path, "calm")) == 1
+
+
+def test_a_worker_frozen_past_the_timeout_is_fenced_before_its_task_runs_again(
+        tmp_path, wait_until):
+    with iris.local_cluster(workers=2, state_dir=tmp_path / "c") as ctx:
+        job = iris.submit(hold, str(tmp_path), "frozen")
+        first = wait_until(lambda: starts(tmp_path, "frozen"), what="the attempt")[0]
+        pid = _worker_pid(ctx, job.tasks()[0]["worker_id"])
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            second = wait_until(lambda: starts(tmp_path, "frozen")[1:], what="the rerun",
+                                timeout_s=SILENT_LOST_S + 90)[0]
+            # The frozen worker's watchdog stopped the first attempt when its lease lapsed,
+            # before the controller gave up on the worker and ran the task again.
+            assert not is_alive(int(first.read_text()))
+            assert second.stat().st_mtime > first.stat().st_mtime
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        (tmp_path / "release").touch()
+        assert job.result(timeout=120) == second.name.split("-", 2)[2]
+        assert len(starts(tmp_path, "frozen")) == 2
+
+
+def test_a_second_worker_on_the_same_work_dir_refuses_to_start(tmp_path):
+    with iris.local_cluster(workers=0, state_dir=tmp_path / "c") as ctx:
+        argv = [sys.executable, "-m", "iris", "worker", "--controller", ctx.address,
+                "--work-dir", str(tmp_path / "shared")]
+        first = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                 text=True)
+        try:
+            assert "serving at" in first.stdout.readline()
+            second = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+            assert second.returncode != 0
+            assert f"work directory {tmp_path / 'shared'} is in use" in second.stderr
+        finally:
+            first.terminate()
+            first.wait(60)
+
+
+def test_the_controller_refuses_a_worker_id_live_at_another_address(tmp_path, wait_until):
+    with iris.local_cluster(workers=0, state_dir=tmp_path / "c") as ctx:
+        procs = []
+        try:
+            for name in ("a", "b"):
+                procs.append(subprocess.Popen(
+                    [sys.executable, "-m", "iris", "worker", "--controller", ctx.address,
+                     "--work-dir", str(tmp_path / name), "--worker-id", "twin"],
+                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
+                if name == "a":
+                    wait_until(lambda: _controller(ctx, "list_workers"), what="the first")
+            seen: list[str] = []
+
+            def refused() -> bool:
+                line = procs[1].stderr.readline()
+                seen.append(line)
+                return "is live at" in line
+            wait_until(refused, what="the second worker told why it is refused")
+            listed = _controller(ctx, "list_workers")
+            assert len(listed) == 1 and listed[0]["attributes"]["pid"] == str(procs[0].pid)
+        finally:
+            for proc in procs:
+                proc.terminate()
+                proc.wait(60)
