@@ -25,7 +25,7 @@ from iris.base.resources import Resources
 from iris.controller import demand, scheduler_view
 from iris.controller.bundle_store import BundleStore
 from iris.controller.capacity import Offer, fits_checker
-from iris.controller.gang_tracking import GangTracker
+from iris.controller.gang_tracking import GangTracker, PlaceRound
 from iris.controller.jobs import events as ev
 from iris.controller.jobs import kernel, views
 from iris.controller.jobs.spec import JobSpec, validate_submit
@@ -42,6 +42,8 @@ from iris.logstore.config import LogStoreConfig
 from iris.wire import control, schema
 
 _log = logging.getLogger(__name__)
+# Region inventories are pushed at most this often (and before any gang round).
+SYNC_EVERY_S = 0.2
 _REGION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 
@@ -122,6 +124,7 @@ class ControllerService:
         # Hosts whose idle slice a region is about to delete (host -> slice): nothing new
         # is placed on them (drain, then delete: work is never started on a dying slice).
         self.draining: dict[str, str] = {}
+        self._inventory_dirty, self._synced_at = True, float("-inf")
 
     # ------------------------------------------------------------ requests
 
@@ -351,6 +354,17 @@ class ControllerService:
                                      "restart") for w in sorted(self._unclaimed)]
             self._unclaimed.clear()
         self._run_many(events, schedule=True)
+        self._sync_regions()  # what changed since the last push, at most every SYNC_EVERY_S
+
+    def _sync_regions(self, force: bool = False) -> None:
+        """Push each region its inventory. Walking every worker costs O(fleet), so this runs
+        at most every SYNC_EVERY_S (a burst of 10,000 registrations once made it O(N^2)),
+        and at once before a gang round that relies on it."""
+        now = self.clock.monotonic()
+        if self._inventory_dirty and (force or now - self._synced_at >= SYNC_EVERY_S):
+            self._inventory_dirty, self._synced_at = False, now
+            self.gangs.sync_regions(self.state, self.workers.workers.values(), self.stopping,
+                                    self.unmet, self.region_groups, self.draining)
 
     def prune(self) -> None:
         self._run(ev.Prune(new_id("ev-"), self.config.retention_s))
@@ -428,6 +442,7 @@ class ControllerService:
         self.draining.update({h: s for h, s in msg.hosts.items() if h in self.workers.workers})
         self._placement_due = True
         self._run_many([], schedule=True)
+        self._sync_regions(force=True)  # the region waits on this answer
 
     def undrain_hosts(self, hosts: Any) -> None:
         """The region kept the slice after all (work reached it first): place on it again."""
@@ -436,6 +451,7 @@ class ControllerService:
             self.draining.pop(host, None)
         self._placement_due = True
         self._run_many([], schedule=True)
+        self._sync_regions(force=True)  # the region waits on this answer
 
     def hosts_gone(self, gone: Any) -> None:
         """Workers whose slice a region deleted (host id -> why): lost now, their work
@@ -508,8 +524,8 @@ class ControllerService:
         if effects or passed:
             # Rounds whose gang ended are released; each region's ledger learns its hosts.
             self.gangs.release_ended(self.state)
-            self.gangs.sync_regions(self.state, self.workers.workers.values(), self.stopping,
-                                    self.unmet, self.region_groups, self.draining)
+            self._inventory_dirty = True
+            self._sync_regions(force=any(isinstance(m, PlaceRound) for m in self.gangs.outbox))
         if not effects:
             return effects
         persists = [e for e in effects if isinstance(e, ev.Persist)]
