@@ -32,5 +32,9 @@ class NodeConfig:
     max_frame_bytes: int = 1 << 30
     # Messages queued per socket before sends fail fast instead of growing memory.
     high_water_mark: int = 200_000
+    # libzmq's default is 1,023 sockets per context: a controller starting tasks on more
+    # workers than that (one DEALER each) could not connect to the rest. Bounded in practice
+    # by the process's open-file limit.
+    max_sockets: int = 65_536
     # Async methods of one actor running at once (sync methods always run one at a time).
     default_max_concurrency: int = 1000

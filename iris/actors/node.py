@@ -76,6 +76,7 @@ class Node:
         self.stats = NodeStats()
         self.cluster: Any = None  # the ClusterContext this node serves, set by it
         self._ctx = zmq.Context()
+        self._ctx.set(zmq.MAX_SOCKETS, self.config.max_sockets)
         self._auth: Any = None
         self.loop = uvloop.new_event_loop()
         self._loop_thread_id = 0

@@ -6,6 +6,7 @@
     │   └── UnschedulableError      a resource request no scale group can ever satisfy
     ├── NotFoundError               an unknown job, task, worker or name
     ├── ConflictError               an id or name already in use in an incompatible way
+    ├── OverloadedError             not now: retry after `retry_after_s` (admission control)
     ├── StaleAttemptError           a message about an attempt that is no longer current
     ├── ProviderError               a cloud provider refused or failed
     │   └── CapacityError           stock-out or quota: try another zone or later
@@ -58,6 +59,17 @@ class NotFoundError(IrisError):
 
 class ConflictError(IrisError):
     pass
+
+
+class OverloadedError(IrisError):
+    """Refused for load, not for content: the same request will succeed later."""
+
+    def __init__(self, message: str, retry_after_s: float = 1.0):
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+    def __reduce__(self):  # keep retry_after_s across the wire
+        return (type(self), (str(self), self.retry_after_s))
 
 
 class StaleAttemptError(IrisError):

@@ -11,6 +11,7 @@ otherwise claim what the disk does not hold.
 from __future__ import annotations
 
 import logging
+import random
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,7 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from iris.base.clock import SYSTEM_CLOCK, Clock
-from iris.base.errors import InvalidRequestError, IrisError, NotFoundError, StorageError
+from iris.base.errors import (
+    InvalidRequestError,
+    IrisError,
+    NotFoundError,
+    OverloadedError,
+    StorageError,
+)
 from iris.base.histogram import Histogram
 from iris.base.ids import new_id
 from iris.base.resources import Resources
@@ -42,6 +49,9 @@ from iris.logstore.config import LogStoreConfig
 from iris.wire import control, schema
 
 _log = logging.getLogger(__name__)
+# New registrations admitted per second (and the burst): a registration costs ~1 ms here, so
+# this keeps a re-registration storm from 10,000 hosts under half the controller's time.
+REGISTRATIONS_PER_S = 500
 # Region inventories are pushed at most this often (and before any gang round).
 SYNC_EVERY_S = 0.2
 _REGION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
@@ -125,6 +135,7 @@ class ControllerService:
         # is placed on them (drain, then delete: work is never started on a dying slice).
         self.draining: dict[str, str] = {}
         self._inventory_dirty, self._synced_at = True, float("-inf")
+        self._admission, self._admitted_at = float(REGISTRATIONS_PER_S), clock.monotonic()
 
     # ------------------------------------------------------------ requests
 
@@ -218,6 +229,7 @@ class ControllerService:
             "worker_id": worker_id, "address": address, "attributes": attributes,
             "running": running, "updates": updates})
         self._check_region(msg.attributes.get("region", "local"), msg.worker_id)
+        self._admit(msg.worker_id, msg.address)
         self.workers.register(msg.worker_id, msg.address, msg.attributes,
                               self.clock.monotonic())
         self._unclaimed.discard(msg.worker_id)
@@ -264,6 +276,24 @@ class ControllerService:
         self.draining.pop(worker_id, None)
         self._placement_due = True
         self._run_many([ev.WorkerLost(new_id("ev-"), worker_id, why)], schedule=True)
+
+    def _admit(self, worker_id: str, address: str) -> None:
+        """Registrations are admitted at a bounded rate (a token bucket of
+        REGISTRATIONS_PER_S); past it the worker is told when to come back. A mass
+        re-registration (a network heal, a controller restart) then spreads out instead of
+        starving the loop that answers heartbeats: the overload must not feed itself."""
+        known = self.workers.workers.get(worker_id)
+        if known is not None and known.address == address:
+            return  # a refresh costs little
+        now = self.clock.monotonic()
+        self._admission = min(REGISTRATIONS_PER_S, self._admission
+                              + (now - self._admitted_at) * REGISTRATIONS_PER_S)
+        self._admitted_at = now
+        if self._admission < 1.0:
+            wait = (1.0 - self._admission) / REGISTRATIONS_PER_S + random.random()
+            raise OverloadedError(f"too many registrations at once: retry in {wait:.1f} s",
+                                  retry_after_s=wait)
+        self._admission -= 1.0
 
     def _check_region(self, region: str, worker_id: str) -> None:
         """A region name must be well formed, and a new one must fit under max_regions."""

@@ -22,7 +22,7 @@ from iris.actors import Node, actor, tokens
 from iris.actors.hosting import requires
 from iris.actors.keys import worker_key
 from iris.base.clock import SYSTEM_CLOCK
-from iris.base.errors import IrisError
+from iris.base.errors import IrisError, OverloadedError
 from iris.base.resources import Resources
 from iris.logstore.config import LogStoreConfig, open_sink
 from iris.logstore.shipper import LogShipper
@@ -170,6 +170,10 @@ class Worker:
         try:
             self._call("register_worker", self.worker_id, self._node.address,
                        self._attributes, running, [update for _, update in sent])
+        except OverloadedError as exc:  # told when to come back: later, not every second
+            self._last_report = self._node.clock.monotonic() + exc.retry_after_s - HEARTBEAT_S
+            _log.info("worker %s: the controller is busy: %s", self.worker_id, exc)
+            return
         except IrisError as exc:
             _log.warning("worker %s: cannot register yet: %s", self.worker_id, exc)
             return

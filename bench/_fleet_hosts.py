@@ -1,0 +1,178 @@
+"""Simulated hosts for bench/fleet.py: N workers in one process, speaking the real protocol.
+
+    python -m bench._fleet_hosts CONTROLLER_ADDRESS FIRST COUNT SECONDS
+
+Each host has its own DEALER to the controller (its own TCP connection, as a real worker) and
+sends what a real worker sends, with the cluster token: `register_worker`, a registry
+`register` of its name, then every second one `report` and one registry `renew`. The hosts
+of one process share one ROUTER for the controller's `start_attempt` calls, addressed by
+actor key, as the actors of one node do. An attempt "runs" for RUN_S and is reported done at
+once (as a real worker's flush does). The IRIS/1 frames are built by iris.wire.messages.
+On exit prints one JSON line: reports sent, reregister answers (the controller forgot the
+host: a false loss), errors, attempts run.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import os
+import random
+import signal
+import sys
+import time
+
+import zmq
+
+from iris.actors.keys import CONTROLLER_KEY, worker_key
+from iris.actors.registry import REGISTRY_KEY
+from iris.wire import messages
+
+RUN_S = 0.05
+ATTRS = {"cpu": "8", "memory": str(32 << 30), "region": "local"}
+
+
+class Host:
+    __slots__ = ("worker_id", "sock", "registered", "next_beat", "updates", "running",
+                 "pending", "ends")
+
+    def __init__(self, worker_id: str, sock: zmq.Socket, first_beat: float):
+        self.worker_id, self.sock = worker_id, sock
+        self.registered, self.next_beat = False, first_beat
+        self.updates: list[dict] = []
+        self.running: dict[str, float] = {}  # attempt id -> when it ends
+        self.pending: dict[int, str] = {}  # call id -> method
+
+
+def main() -> None:
+    address, first, count, seconds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), \
+        float(sys.argv[4])
+    # No token: a controller from before roles (bench.fleet --controller-root, for "before").
+    token = bytes.fromhex(os.environ.get("IRIS_CLUSTER_TOKEN", "")) or None
+    ctx = zmq.Context()
+    ctx.set(zmq.MAX_SOCKETS, count + 64)
+    router = ctx.socket(zmq.ROUTER)
+    port = router.bind_to_random_port("tcp://127.0.0.1")
+    me = f"tcp://127.0.0.1:{port}"
+    poller = zmq.Poller()
+    poller.register(router, zmq.POLLIN)
+    now = time.monotonic()
+    hosts, by_sock, by_key = [], {}, {}
+    for i in range(first, first + count):
+        sock = ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.connect(address)
+        host = Host(f"sim-{i:05d}", sock, now + random.random())
+        hosts.append(host)
+        by_sock[sock] = host
+        by_key[worker_key(host.worker_id)] = host
+        poller.register(sock, zmq.POLLIN)
+    stats = {"reports": 0, "reregister": 0, "errors": 0, "attempts": 0}
+    call_ids = iter(range(1, 1 << 62))
+
+    def call(host: Host, actor: str, method: str, args: tuple) -> None:
+        cid = next(call_ids)
+        host.pending[cid] = method
+        host.sock.send_multipart(messages.encode_call(cid, actor, method, 30_000, args, {},
+                                                      auth=token), copy=False)
+
+    def beat(host: Host) -> None:
+        if not host.registered:
+            call(host, CONTROLLER_KEY, "register_worker",
+                 (host.worker_id, me, ATTRS, sorted(host.running), host.updates))
+            call(host, REGISTRY_KEY, "register",
+                 (worker_key(host.worker_id), me, worker_key(host.worker_id), host.worker_id))
+        else:
+            call(host, CONTROLLER_KEY, "report",
+                 (host.worker_id, host.updates, {}, sorted(host.running)))
+            call(host, REGISTRY_KEY, "renew", (host.worker_id,))
+            stats["reports"] += 1
+
+    end = time.monotonic() + seconds
+    stop: list[bool] = []
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(True))  # print the figures, then go
+    due = [(h.next_beat, i, h) for i, h in enumerate(hosts)]  # a heap: one beat per host
+    heapq.heapify(due)
+    seq = len(hosts)
+    while True:
+        now = time.monotonic()
+        if now >= end or stop:
+            break
+        wait_ms = max(0, min(20, int((due[0][0] - now) * 1000))) if due else 20
+        for sock, _ in poller.poll(timeout=wait_ms):
+            if sock is router:
+                if _on_command(router, by_key, now, stats):
+                    seq += 1
+                    heapq.heappush(due, (now + RUN_S, seq, None))  # an attempt ends then
+                continue
+            _on_reply(by_sock[sock], stats)
+        now = time.monotonic()
+        while due and due[0][0] <= now:
+            _, _, host = heapq.heappop(due)
+            if host is None:  # attempts ended: their hosts report at once
+                for h in _finish(hosts_running, now):
+                    seq += 1
+                    beat(h)
+                continue
+            seq += 1
+            heapq.heappush(due, (now + 1.0, seq, host))
+            beat(host)
+    print(json.dumps(stats), flush=True)
+    ctx.destroy(linger=0)
+
+
+def _on_reply(host: Host, stats: dict) -> None:
+    frames = host.sock.recv_multipart()
+    msg = messages.decode(frames[0], frames[1:])
+    method = host.pending.pop(msg[2], None)
+    if msg[1] == messages.ERROR:
+        stats["errors"] += 1
+        if method == "register_worker":
+            host.registered = False
+    elif method == "register_worker":
+        host.registered, host.updates = True, []
+    elif method == "report":
+        if msg[4].get("reregister"):
+            stats["reregister"] += 1
+            host.registered = False
+        else:
+            acked = set(msg[4].get("acked", ()))
+            host.updates = [u for u in host.updates if u["attempt_id"] not in acked]
+
+
+hosts_running: set = set()  # hosts with attempts, for _finish
+
+
+def _finish(running: set, now: float) -> list:
+    done = []
+    for host in list(running):
+        for attempt, ends in list(host.running.items()):
+            if ends <= now:
+                del host.running[attempt]
+                host.updates.append({"attempt_id": attempt, "status": "exited",
+                                     "exit_code": 0})
+                done.append(host)
+        if not host.running:
+            running.discard(host)
+    return done
+
+
+def _on_command(router: zmq.Socket, by_key: dict, now: float, stats: dict) -> bool:
+    frames = router.recv_multipart()
+    msg = messages.decode(frames[1], frames[2:])
+    call = messages.call_from(msg, frames[2:])
+    host = by_key.get(call.actor)
+    args, _ = messages.call_arguments(call)
+    if host is not None and call.method == "start_attempt":
+        launch = args[0]
+        host.running[launch["attempt_id"]] = now + RUN_S
+        host.updates.append({"attempt_id": launch["attempt_id"], "status": "running"})
+        hosts_running.add(host)
+        stats["attempts"] += 1
+    if not call.oneway:
+        router.send_multipart([frames[0], *messages.encode_reply(call.call_id, True)])
+    return host is not None and call.method == "start_attempt"
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,153 @@
+"""Benchmark: one real controller holding a fleet of N simulated hosts (issue 21).
+
+    python -m bench.fleet [--quick] [--hosts 1000,5000,10000] [--procs 4] [--window 60]
+
+Not a test: it asserts nothing. For each N, a fresh `iris controller serve` process and N
+simulated hosts in --procs helper processes (bench/_fleet_hosts.py: a DEALER, so a TCP
+connection, per host; the real IRIS/1 frames and the real intervals: one report and one
+registry renewal per host per second). Once every host is registered, for --window seconds a
+client submits small command jobs one after another and waits for each. Figures:
+
+- register_s: helper processes started -> the controller lists all N hosts.
+- controller_cpu: the controller process's CPU over the window, 100 = one core.
+- rss_mb_start / rss_mb_end: its resident memory at the window's start and end.
+- submit_done_ms_p50 / p90: `iris.submit` called -> `job.wait()` saw it succeed.
+- false_losses: reports the controller answered with "reregister" (it had dropped a live
+  host) plus hosts missing from its list at the end.
+- pass_ms_p50: the controller's scheduling-pass duration (its own histogram).
+- msgs_per_s: what the hosts sent it (2 per host per second, plus registrations).
+
+--quick runs N = 500 and 2,000 with a 15 s window. The last line is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import iris
+from bench._report import fmt, step
+from iris.client.jobs import _controller
+
+ROOT = Path(__file__).resolve().parents[1]
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _TICKS
+
+
+def _rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run(n: int, procs: int, window: float, controller_root: Path = ROOT) -> dict:
+    state = Path(tempfile.mkdtemp(prefix="iris-fleet-"))
+    address = f"tcp://127.0.0.1:{_port()}"
+    ctl = subprocess.Popen([sys.executable, "-m", "iris", "controller", "serve", "--state-dir",
+                            str(state), "--bind", address], stdout=subprocess.PIPE,
+                           stderr=subprocess.DEVNULL, text=True, cwd=controller_root,
+                           env={**os.environ, "PYTHONPATH": str(controller_root)})
+    hosts: list[subprocess.Popen] = []
+    try:
+        assert ctl.stdout.readline().startswith("controller serving")
+        token_file = state / "cluster.token"
+        token = token_file.read_text().strip() if token_file.exists() else ""
+        started = time.monotonic()
+        life = 120 + window + n / 50  # the helpers stop by themselves
+        per = -(-n // procs)
+        for i in range(procs):
+            count = min(per, n - i * per)
+            hosts.append(subprocess.Popen(
+                [sys.executable, "-m", "bench._fleet_hosts", address, str(i * per), str(count),
+                 str(life)], stdout=subprocess.PIPE, text=True, cwd=ROOT,
+                env={**os.environ, "IRIS_CLUSTER_TOKEN": token}))
+        with iris.connect(address) as ctx:
+            while len(_controller(ctx, "list_workers", timeout_s=120)) < n:
+                if time.monotonic() - started > life - window:
+                    break
+                time.sleep(0.5)
+            register_s = time.monotonic() - started
+            cpu0, rss0, t0 = _cpu_s(ctl.pid), _rss_mb(ctl.pid), time.monotonic()
+            latencies = []
+            while time.monotonic() - t0 < window:
+                sent = time.monotonic()
+                job = iris.submit(["true"], name=f"j{len(latencies)}")
+                if job.wait(timeout=60)["state"] == "succeeded":
+                    latencies.append((time.monotonic() - sent) * 1000)
+            cpu = (_cpu_s(ctl.pid) - cpu0) / (time.monotonic() - t0) * 100
+            rss1 = _rss_mb(ctl.pid)
+            listed = len(_controller(ctx, "list_workers", timeout_s=120))
+            passes = _controller(ctx, "snapshot").get("scheduling_passes", {})
+        for h in hosts:
+            h.terminate()
+        counts = [json.loads(h.stdout.read().strip().splitlines()[-1] or "{}") for h in hosts]
+        reregister = sum(c.get("reregister", 0) for c in counts)
+        return {"hosts": n, "register_s": register_s, "controller_cpu": cpu,
+                "rss_mb_start": rss0, "rss_mb_end": rss1,
+                "submit_done_ms_p50": statistics.median(latencies) if latencies else None,
+                "submit_done_ms_p90": (statistics.quantiles(latencies, n=10)[-1]
+                                       if len(latencies) >= 10 else None),
+                "jobs": len(latencies), "false_losses": reregister + max(0, n - listed),
+                "errors": sum(c.get("errors", 0) for c in counts),
+                "pass_ms_p50": _median_ms(passes), "msgs_per_s": 2 * n}
+    finally:
+        for p in [*hosts, ctl]:
+            if p.poll() is None:
+                p.kill()
+            p.wait(30)
+
+
+def _median_ms(hist: dict) -> float | None:
+    """Median of the controller's pass histogram ({"buckets": {le: cumulative}, "count"})."""
+    total = hist.get("count") or 0
+    for le, running in sorted((float(k), v) for k, v in (hist.get("buckets") or {}).items()):
+        if total and running >= total / 2:
+            return le * 1000
+    return None
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--hosts", default="1000,5000,10000")
+    ap.add_argument("--procs", type=int, default=4)
+    ap.add_argument("--window", type=float, default=60.0)
+    ap.add_argument("--controller-root", type=Path, default=ROOT,
+                    help="run the controller from this checkout (figures 'before' a change)")
+    args = ap.parse_args()
+    sizes = [500, 2000] if args.quick else [int(x) for x in args.hosts.split(",")]
+    window = 15.0 if args.quick else args.window
+    rows = []
+    for n in sizes:
+        step(f"{n:,} simulated hosts")
+        rows.append(run(n, args.procs, window, args.controller_root))
+    cols = ["hosts", "register_s", "controller_cpu", "rss_mb_start", "rss_mb_end",
+            "submit_done_ms_p50", "submit_done_ms_p90", "false_losses", "pass_ms_p50"]
+    print(" | ".join(cols))
+    for r in rows:
+        print(" | ".join(fmt(r[c]) if isinstance(r[c], float) else str(r[c]) for c in cols))
+    print(json.dumps({f"n{r['hosts']}_{k}": v for r in rows for k, v in r.items()
+                      if k != "hosts"}))
+
+
+if __name__ == "__main__":
+    main()
