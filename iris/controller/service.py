@@ -135,6 +135,8 @@ class ControllerService:
         # is placed on them (drain, then delete: work is never started on a dying slice).
         self.draining: dict[str, str] = {}
         self._inventory_dirty, self._synced_at = True, float("-inf")
+        # Every region a worker or the config ever named: each becomes an actor (max_regions).
+        self._regions_seen: set[str] = set(self.region_groups)
         self._admission, self._admitted_at = float(REGISTRATIONS_PER_S), clock.monotonic()
 
     # ------------------------------------------------------------ requests
@@ -232,6 +234,7 @@ class ControllerService:
         self._admit(msg.worker_id, msg.address)
         self.workers.register(msg.worker_id, msg.address, msg.attributes,
                               self.clock.monotonic())
+        self._regions_seen.add(msg.attributes.get("region", "local"))
         self._unclaimed.discard(msg.worker_id)
         self._placement_due = True
         _log.info("worker %s registered at %s running %d attempts: %s", msg.worker_id,
@@ -301,10 +304,7 @@ class ControllerService:
             raise InvalidRequestError(f"attributes.region: {region[:80]!r} is not a region name "
                                       "(letters, digits, '.', '_' and '-', at most 64)",
                                       "attributes.region")
-        known = set(self.gangs.regions()) | set(self.region_groups)
-        old = self.workers.workers.get(worker_id)
-        if old is not None:
-            known.add(old.region)
+        known = self._regions_seen
         if region not in known and len(known) >= self.config.max_regions:
             raise InvalidRequestError(
                 f"attributes.region: {region!r} would be region {len(known) + 1}; this "
