@@ -10,6 +10,7 @@ families Iris schedules; an unknown type is refused rather than guessed at.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 
@@ -19,6 +20,11 @@ _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGTP]?)(i?)(B?)\s*$", re.IGNORECAS
 _POWERS = {"": 0, "K": 1, "M": 2, "G": 3, "T": 4, "P": 5}
 
 
+# The largest memory or disk a request may name: beyond any single machine sold today, so a
+# larger one is a typo ("1000Ti"), refused at once instead of pending forever.
+MAX_SIZE = 64 << 40
+
+
 def parse_size(value: int | float | str | None, field_name: str) -> int:
     """Bytes from 123, "512Mi", "16GB"... ; None means 0."""
     if value is None:
@@ -26,15 +32,23 @@ def parse_size(value: int | float | str | None, field_name: str) -> int:
     if isinstance(value, bool):
         raise InvalidRequestError(f"{field_name}: expected a size, got {value!r}", field_name)
     if isinstance(value, int | float):
-        if value < 0:
-            raise InvalidRequestError(f"{field_name}: size must be >= 0, got {value}", field_name)
+        if not math.isfinite(value) or value < 0:
+            raise InvalidRequestError(f"{field_name}: size must be a finite number >= 0, got "
+                                      f"{value}", field_name)
+        if value > MAX_SIZE:
+            raise InvalidRequestError(f"{field_name}={value} bytes: more than any machine has "
+                                      "(at most 64 TiB)", field_name)
         return int(value)
     if isinstance(value, str):
         m = _SIZE.match(value)
         if m:
             number, unit, binary, _ = m.groups()
             base = 1024 if binary else 1000
-            return int(float(number) * base ** _POWERS[unit.upper()])
+            size = float(number) * base ** _POWERS[unit.upper()]
+            if size > MAX_SIZE:
+                raise InvalidRequestError(f"{field_name}={value}: more than any machine has "
+                                          "(at most 64 TiB)", field_name)
+            return int(size)
     raise InvalidRequestError(
         f"{field_name}: cannot read size {value!r} (examples: 512Mi, 16GB, 2Ti, 1048576)",
         field_name,
@@ -108,8 +122,10 @@ class Resources:
     _disk_bytes: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        if isinstance(self.cpu, bool) or not isinstance(self.cpu, int | float) or self.cpu < 0:
-            raise InvalidRequestError(f"cpu: expected a number >= 0, got {self.cpu!r}", "cpu")
+        if isinstance(self.cpu, bool) or not isinstance(self.cpu, int | float) \
+                or not math.isfinite(self.cpu) or self.cpu < 0:
+            raise InvalidRequestError(f"cpu: expected a finite number >= 0, got {self.cpu!r}",
+                                      "cpu")
         object.__setattr__(self, "_memory_bytes", parse_size(self.memory, "memory"))
         object.__setattr__(self, "_disk_bytes", parse_size(self.disk, "disk"))
         if self.tpu and self.gpu:

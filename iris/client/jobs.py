@@ -22,8 +22,11 @@ import cloudpickle
 
 from iris.actors import ActorGroup, ActorRef, ClusterContext, current
 from iris.actors.current import current_context
-from iris.base.errors import JobFailedError, PeerUnavailableError
+from iris.actors.hosting import spec_of
+from iris.base.clock import SYSTEM_CLOCK
+from iris.base.errors import ActorNotFoundError, JobFailedError, PeerUnavailableError
 from iris.base.resources import Resources
+from iris.client import checks
 from iris.client.retry import call_controller
 from iris.logstore.config import LogStoreConfig, open_sink
 from iris.logstore.model import LogLine
@@ -177,6 +180,14 @@ def submit(entry: Callable | Sequence[str], *args: Any, name: str | None = None,
     `dry_run`: submit nothing; return whether it would fit now and where (a dict from the
     real scheduler over the live workers).
     """
+    checks.entry(entry)
+    checks.submit_options(
+        name=name, resources=resources, replicas=replicas, priority=priority, env=env, pip=pip,
+        constraints=constraints, request_id=request_id,
+        retries={"max_retries_failure": max_retries_failure,
+                 "max_retries_preemption": max_retries_preemption,
+                 "max_task_failures": max_task_failures},
+        timeouts={"timeout": timeout, "scheduling_timeout": scheduling_timeout})
     ctx = _context_or_local_cluster()
     if callable(entry):
         _ship_by_value(entry.func if isinstance(entry, functools.partial) else entry)
@@ -224,19 +235,30 @@ def spawn(cls: type, *args: Any, name: str, resources: Resources | None = None,
           replicas: int = 1, timeout: float = 120.0, **submit_options: Any
           ) -> ActorRef | ActorGroup:
     """Launch a job whose tasks serve `cls(*args)` as `name`; its ref (group if replicas > 1)."""
+    checks.actor_class(cls, spec_of)
+    checks.name(name)
     ctx = current()
     full = ctx.full_name(name)
     _ship_by_value(cls)
-    submit(functools.partial(_serve_forever, cls, full, args), name=submit_options.pop(
+    job = submit(functools.partial(_serve_forever, cls, full, args), name=submit_options.pop(
         "job_name", name), resources=resources, replicas=replicas, **submit_options)
-    group = ctx.resolve_all(full, timeout=timeout)
-    if replicas > 1:
-        for _ in range(600):
-            if len(group) >= replicas:
+    clock = SYSTEM_CLOCK
+    deadline = clock.monotonic() + timeout
+    while True:  # the name appears, or the task's own error comes back as soon as it fails
+        group = ctx.resolve_all(full, timeout=min(1.0, max(deadline - clock.monotonic(), 0)))
+        if len(group) >= replicas:
+            break
+        state = job.status()["state"]
+        if state in TERMINAL_JOB:
+            job.result(timeout=0)  # raises the task's error (JobFailedError)
+            raise JobFailedError(f"actor job {job.job_id} ended {state} before serving {full}",
+                                 job.status())
+        if clock.monotonic() >= deadline:
+            if len(group):
                 break
-            group = ctx.resolve_all(full, timeout=1.0)
-        return group
-    return group[0] if len(group) else ctx.resolve(full, timeout=timeout)
+            raise ActorNotFoundError(f"{full}: not served within {timeout} s (job "
+                                     f"{job.job_id} is {state})", actor=full)
+    return group if replicas > 1 else group[0]
 
 
 def _serve_forever(cls: type, full_name: str, args: tuple) -> None:

@@ -102,21 +102,26 @@ def run_payload(payload: bytes) -> int:
         traceback.print_exc()
         value, code = ("error", exc), 1
     sys.stdout.flush()
-    if result_path:
-        _write_result(result_path, cloudpickle, value)
+    if result_path and not _write_result(result_path, cloudpickle, value):
+        code = code or 1  # a result nobody can receive is a failed task, saying why
     return code
 
 
-def _write_result(path: str, cloudpickle: object, value: tuple) -> None:
+def _write_result(path: str, cloudpickle: object, value: tuple) -> bool:
+    """Store the result; False (and the reason on stderr) if it cannot be pickled."""
+    ok = True
     try:
         data = cloudpickle.dumps(value)  # type: ignore[attr-defined]
     except Exception as exc:  # an unpicklable result must not hide the run's outcome
-        data = cloudpickle.dumps(("error", RuntimeError(  # type: ignore[attr-defined]
-            f"result could not be pickled: {exc!r}")))
+        message = f"the task's return value could not be pickled: {type(exc).__name__}: {exc}"
+        print(message, file=sys.stderr, flush=True)
+        data = cloudpickle.dumps(("error", RuntimeError(message)))  # type: ignore[attr-defined]
+        ok = False
     tmp = f"{path}.tmp"
     with open(tmp, "wb") as f:
         f.write(data)
     os.replace(tmp, path)
+    return ok
 
 
 def main(argv: list[str] | None = None) -> int:
