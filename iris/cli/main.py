@@ -136,7 +136,8 @@ def _cluster_start(args: argparse.Namespace) -> int:
             print(f"cluster running at {cluster.address} with {args.workers} workers",
                   flush=True)
             print(f"  export IRIS_ADDRESS={cluster.address}", flush=True)
-            print(f"  dashboard: {dashboard.url}", flush=True)
+            print(f"  dashboard: {dashboard.url}  (kills need its token: "
+                  f"{dashboard.login_url})", flush=True)
             _stop_event().wait()
         finally:
             dashboard.stop()
@@ -165,7 +166,8 @@ def _serve_dashboard(args: argparse.Namespace, cluster, node) -> Callable[[], No
               if cluster is not None else None)
     dashboard = launch(node, node.address, args.state_dir, host=args.dashboard_host,
                        port=args.dashboard_port, scale_groups=groups)
-    print(f"  dashboard: {dashboard.url}", flush=True)
+    print(f"  dashboard: {dashboard.url}  (kills need its token: {dashboard.login_url})",
+          flush=True)
     return dashboard.stop
 
 

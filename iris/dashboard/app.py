@@ -39,14 +39,20 @@ from iris.dashboard.reads import JobQuery
 _log = logging.getLogger(__name__)
 _BACKEND = web.AppKey("backend", Backend)
 _TOKEN = web.AppKey("token", str)
+_WRITE_TOKEN = web.AppKey("write_token", str)
 KILL_HEADER = "X-Iris-Dashboard"
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def build_app(backend: Backend, token: str | None) -> web.Application:
+def build_app(backend: Backend, token: str | None,
+              write_token: str | None = None) -> web.Application:
+    """`token`: needed by every request when set. `write_token`: needed by every write (a
+    kill), on any address; it is `token` when one is set, else made at start and handed
+    out only in the address the operator is shown."""
     app = web.Application(middlewares=[_errors, _access])
     app[_BACKEND] = backend
     app[_TOKEN] = token or ""
+    app[_WRITE_TOKEN] = token or write_token or ""
     app.router.add_get("/", _page)
     app.router.add_get("/api/jobs", _jobs)
     app.router.add_get("/api/job", _job)
@@ -132,6 +138,11 @@ async def _kill(request: web.Request) -> web.Response:
         raise InvalidRequestError("body: expected JSON like {\"job_id\": \"/u/job\"}",
                                   "body") from exc
     job_id = _job_id(body.get("job_id") if isinstance(body, dict) else None)
+    given = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
+    if not hmac.compare_digest(given.encode(), request.app[_WRITE_TOKEN].encode()) \
+            or not given:
+        raise _error(401, "unauthorized", "a kill needs the dashboard's token: open the "
+                     "dashboard at the address printed when it started (…/?token=…)")
     _log.info("dashboard: kill %s from %s", job_id, request.remote)
     return web.json_response(await request.app[_BACKEND].kill(job_id))
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import ipaddress
+import secrets
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,13 +36,19 @@ class PortInUseError(ConfigError):
 
 @dataclass(frozen=True)
 class DashboardHandle:
-    """A running dashboard. `url` includes no token; `stop()` is idempotent."""
+    """A running dashboard. `url` includes no token; `login_url` carries the token that
+    writes (kills) need; `stop()` is idempotent."""
 
     url: str
     host: str
     port: int
     _stop: threading.Event
     _thread: threading.Thread
+    write_token: str = ""
+
+    @property
+    def login_url(self) -> str:
+        return f"{self.url}?token={self.write_token}"
 
     def stop(self) -> None:
         self._stop.set()
@@ -79,11 +86,15 @@ def start_dashboard(node: Node, address: str, state_dir: str | Path | None = Non
         state_dir = node.call(address, CONTROLLER_KEY, "state_dir",
                               timeout_s=_START_TIMEOUT_S).result(_START_TIMEOUT_S)
     backend = Backend(node, address, state_dir, scale_groups)
+    # Writes need a token on any address (a local process must not kill jobs by sending a
+    # header): the operator's, or one made now and shown only in the address printed.
+    write_token = token or secrets.token_urlsafe(16)
     stop = threading.Event()
     started: dict = {}
     ready = threading.Event()
     thread = threading.Thread(target=_serve, name="iris-dashboard", daemon=True,
-                              args=(backend, token, host, port, stop, started, ready))
+                              args=(backend, token, write_token, host, port, stop, started,
+                                    ready))
     thread.start()
     if not ready.wait(_START_TIMEOUT_S) or "error" in started:
         stop.set()
@@ -93,23 +104,24 @@ def start_dashboard(node: Node, address: str, state_dir: str | Path | None = Non
         raise (PortInUseError if in_use else ConfigError)(f"dashboard could not listen on {host}:{port}: {error}") from error
     bound = started["port"]
     shown = f"[{host}]" if ":" in host else host
-    return DashboardHandle(f"http://{shown}:{bound}/", host, bound, stop, thread)
+    return DashboardHandle(f"http://{shown}:{bound}/", host, bound, stop, thread, write_token)
 
 
-def _serve(backend: Backend, token: str | None, host: str, port: int,
+def _serve(backend: Backend, token: str | None, write_token: str, host: str, port: int,
            stop: threading.Event, started: dict, ready: threading.Event) -> None:
     loop = asyncio.new_event_loop()
     try:
-        loop.run_until_complete(_run(backend, token, host, port, stop, started, ready))
+        loop.run_until_complete(_run(backend, token, write_token, host, port, stop, started,
+                                     ready))
     finally:
         backend.close()
         loop.run_until_complete(loop.shutdown_default_executor())
         loop.close()
 
 
-async def _run(backend: Backend, token: str | None, host: str, port: int,
+async def _run(backend: Backend, token: str | None, write_token: str, host: str, port: int,
                stop: threading.Event, started: dict, ready: threading.Event) -> None:
-    runner = web.AppRunner(build_app(backend, token), access_log=None)
+    runner = web.AppRunner(build_app(backend, token, write_token), access_log=None)
     await runner.setup()
     try:
         site = web.TCPSite(runner, host, port)

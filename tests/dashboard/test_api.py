@@ -150,10 +150,20 @@ def test_kill_without_the_dashboard_header_is_refused_and_the_job_keeps_running(
 
 
 def test_kill_of_an_unknown_job_or_a_bad_body_changes_nothing(dash):
-    headers = {"X-Iris-Dashboard": "1", "Content-Type": "application/json"}
+    headers = {"X-Iris-Dashboard": "1", "Content-Type": "application/json",
+               "Authorization": f"Bearer {dash.handle.write_token}"}
     status, body = http(dash.handle.url + "api/job/kill", method="POST", headers=headers,
                         data=json.dumps({"job_id": "/nobody/nothing"}).encode())
     assert status == 404
     status, body = http(dash.handle.url + "api/job/kill", method="POST", headers=headers,
                         data=b"not json")
     assert status == 400 and body["error"]["field"] == "body"
+
+
+def test_kill_without_the_token_is_refused_even_on_loopback(dash):
+    job_id = dash.jobs["run"].job_id
+    status, body = http(dash.handle.url + "api/job/kill", method="POST",
+                        data=json.dumps({"job_id": job_id}).encode(),
+                        headers={"Content-Type": "application/json", "X-Iris-Dashboard": "1"})
+    assert status == 401 and "token" in body["error"]["message"]
+    assert dash.get(f"api/job?id={job_id}")[1]["state"] == "running"

@@ -76,7 +76,7 @@ def test_click_opens_a_job_with_tasks_and_log_tail(dash, page):
 def test_kill_button_kills_the_running_job(dash, page):
     job_id = dash.jobs["victim"].job_id
     page.on("dialog", lambda dialog: dialog.accept())
-    page.goto(f"{dash.handle.url}#/job/{job_id}")
+    page.goto(f"{dash.handle.login_url}#/job/{job_id}")  # the address the CLI prints
     page.locator("#log-tail", has_text="kill me").wait_for()
     _shot(page, "job-running")
     page.click("#kill-button")
