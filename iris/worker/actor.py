@@ -82,6 +82,7 @@ class Worker:
         # watchdog process that outlives this one stops the attempts when it lapses.
         self._root = root
         self._me = (os.getpid(), proc_start_ticks(os.getpid()) or 0)
+        self._renewed = threading.Condition()
 
     # ------------------------------------------------------------ called by the controller
 
@@ -216,7 +217,17 @@ class Worker:
         lease.write(self._root, lease.Lease(
             self._me[0], self._me[1], self.worker_id, self._node.address,
             self._controller[0], sent_at + lease.FENCE_AFTER_S))
+        with self._renewed:
+            self._renewed.notify_all()
         self._ensure_watchdog()
+
+    def _lease_held(self) -> bool:
+        """Wait (up to one lease) for a lapsed lease to be renewed: a start that raced the
+        report whose acknowledgement renews it waits a moment instead of being fenced."""
+        with self._renewed:
+            return self._renewed.wait_for(
+                lambda: not lease.lapsed(self._root, SYSTEM_CLOCK.monotonic()),
+                timeout=lease.FENCE_AFTER_S)
 
     def _ensure_watchdog(self) -> None:
         env = dict(os.environ)
@@ -294,6 +305,12 @@ class Worker:
             command=tuple(entry["argv"]) if entry["kind"] == "command" else (),
             payload=entry["payload"] if entry["kind"] == "callable" else None,
             pip=tuple(launch.get("pip", ())), env=launch["env"], bundle=launch.get("bundle"))
+        if not self._lease_held():  # cut off since: it would only be fenced at once
+            self._close_shipper(run.attempt_id, shipper)
+            self._forget(run)
+            self._queue(run.attempt_id, "preempted", error="not started: this worker's lease "
+                        "lapsed (no acknowledged report) before it could start")
+            return
         try:
             self._runner.start(request, on_output, on_state, on_exit)
         except Exception as exc:  # refused or failed to build: the attempt fails with why
