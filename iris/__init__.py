@@ -8,6 +8,8 @@
         iris.resolve("trainer").get_weights().result()
 """
 
+import importlib.metadata as _metadata
+
 from iris.actors import (
                          ActorFuture,
                          ActorGroup,
@@ -39,6 +41,11 @@ from iris.base.resources import Resources
 from iris.client import connect, list_actors, local_cluster, resolve, resolve_all
 from iris.client.jobs import JobHandle, spawn, submit
 from iris.worker.task_runtime import on_preempt
+
+try:
+    __version__ = _metadata.version("iris")
+except _metadata.PackageNotFoundError:  # run from a source tree that was never installed
+    __version__ = "0+unknown"
 
 __all__ = [
     "ActorCallError", "ActorDiedError", "ActorFuture", "ActorGroup", "ActorNotFoundError",

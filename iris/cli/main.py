@@ -22,6 +22,7 @@ from iris.cli import jobs
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="iris", description=__doc__.splitlines()[0])
     parser.add_argument("--address", help="cluster address (default: $IRIS_ADDRESS)")
+    parser.add_argument("--version", action="version", version=f"iris {iris.__version__}")
     verbs = parser.add_subparsers(dest="verb", required=True)
 
     demo = verbs.add_parser("demo", help="run the RL trainer/rollout demo on a local cluster")

@@ -80,13 +80,40 @@ class JobHandle:
         """The callable's return value (a list, one per task, when the job has several)."""
         status = self.wait(timeout)
         if status["state"] != JobState.SUCCEEDED:
-            errors = [f"task {t['index']}: {t['error']}" for t in status.get("tasks", [])
-                      if t.get("error")]
-            raise JobFailedError(f"job {self.job_id} ended {status['state']}: "
-                                 f"{status.get('error') or ''}\n" + "\n".join(errors), status)
+            raise self._failure(status)
         blobs = _controller(self._ctx, "results", self.job_id)
         values = [_unwrap(blobs[i]) if i in blobs else None for i in range(status["num_tasks"])]
         return values[0] if len(values) == 1 else values
+
+    def _failure(self, status: dict) -> BaseException:
+        """The task's own exception when one was raised and can be rebuilt here (its type,
+        `remote_traceback`, and a note with the job's story); else JobFailedError."""
+        story = (f"job {self.job_id} ended {status['state']}"
+                 + "".join(f"; task {t['index']}: {t['attempts']} attempt(s), "
+                           f"{t['failures']} failure(s), {t['preemptions']} preemption(s)"
+                           for t in status.get("tasks", [])))
+        failed = [t for t in status.get("tasks", []) if t.get("has_result")
+                  and t["state"] != JobState.SUCCEEDED]
+        if failed and status["state"] == JobState.FAILED:
+            try:
+                blobs = _controller(self._ctx, "results", self.job_id)
+                kind, exc, *rest = cloudpickle.loads(blobs[failed[0]["index"]])
+            except Exception:  # its class is not importable here: say what we know instead
+                kind = None
+            if kind == "error" and isinstance(exc, BaseException):
+                remote = rest[0] if rest else ""
+                try:
+                    exc.remote_traceback = remote
+                    exc.job_status = status
+                except AttributeError:  # __slots__: the note still carries it
+                    pass
+                exc.add_note(f"Remote traceback (task {failed[0]['index']} of "
+                             f"{self.job_id}):\n{remote.rstrip()}\n({story})")
+                return exc
+        errors = [f"task {t['index']}: {t['error']}" for t in status.get("tasks", [])
+                  if t.get("error")]
+        return JobFailedError(f"{story}: {status.get('error') or ''}\n" + "\n".join(errors),
+                              status)
 
     def logs(self, follow: bool = False, task: int | None = None, since: float | None = None,
              grep: str | None = None) -> Iterator[LogLine]:
@@ -145,7 +172,7 @@ def _sink(config: dict) -> Any:
 
 
 def _unwrap(blob: bytes) -> Any:
-    kind, value = cloudpickle.loads(blob)
+    kind, value, *_ = cloudpickle.loads(blob)
     if kind == "error":
         raise value
     return value

@@ -100,7 +100,8 @@ def run_payload(payload: bytes) -> int:
         raise
     except BaseException as exc:
         traceback.print_exc()
-        value, code = ("error", exc), 1
+        # The text travels beside the exception: a pickled exception loses its traceback.
+        value, code = ("error", exc, traceback.format_exc()), 1
     sys.stdout.flush()
     if result_path and not _write_result(result_path, cloudpickle, value):
         code = code or 1  # a result nobody can receive is a failed task, saying why

@@ -68,3 +68,15 @@ def test_job_run_streams_output_and_exits_with_the_job_state(child_process):
     assert bad.returncode == 1 and "failed" in bad.stderr
     listed = iris_cli("--address", address, "job", "list", "--json")
     assert sorted(j["state"] for j in json.loads(listed.stdout)) == ["failed", "succeeded"]
+
+
+def test_version_is_the_package_version():
+    import subprocess
+    import sys
+
+    import iris
+
+    out = subprocess.run([sys.executable, "-m", "iris", "--version"], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == f"iris {iris.__version__}"
+    assert iris.__version__ not in ("", "0+unknown")

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import iris
-from iris.base.errors import InvalidRequestError, JobFailedError
+from iris.base.errors import InvalidRequestError
 
 
 def add(a, b):
@@ -67,9 +67,11 @@ def test_failure_budget_retries_a_failed_task(jobs_cluster, tmp_path):
 
 def test_exhausted_failure_budget_fails_the_job_with_the_task_error(jobs_cluster):
     job = iris.submit(explode)
-    with pytest.raises(JobFailedError) as info:
+    with pytest.raises(ValueError, match="task blew up") as info:  # the task's own error
         job.result(timeout=120)
-    assert info.value.status["state"] == "failed"
+    assert info.value.job_status["state"] == "failed"
+    assert "in explode" in info.value.remote_traceback
+    assert info.value.remote_traceback.count("Traceback") == 1
     assert "task blew up" in "".join(line.text for line in job.logs())
 
 

@@ -18,7 +18,7 @@ Task transitions (attempt = the task's current attempt, fenced by its attempt id
     ASSIGNED, BUILDING         AttemptRunning                 RUNNING
     ASSIGNED..RUNNING          AttemptExited(0)               SUCCEEDED  (result stored)
     ASSIGNED..RUNNING          AttemptExited(!=0), timeout    PENDING if failures <= max_retries_failure
-                                                              else FAILED
+                                                              else FAILED (what it raised stored)
     ASSIGNED..RUNNING          Preempted                      PENDING if preemptions <= max_retries_preemption
                                                               else PREEMPTED
     ASSIGNED..RUNNING          WorkerLost, Reconcile(missing) PENDING (same budget) else WORKER_FAILED
@@ -227,7 +227,12 @@ def _exited(tx: lc.Tx, ev: AttemptExited) -> None:
     attempt.exit_code = ev.exit_code
     if ev.exit_code != 0:
         reason = ev.error or f"exit code {ev.exit_code}"
-        return lc.attempt_ended(tx, task, attempt, TaskState.FAILED, reason)
+        lc.attempt_ended(tx, task, attempt, TaskState.FAILED, reason)
+        if task.state is TaskState.FAILED and ev.result is not None:
+            # It failed for good: keep what it raised, so the caller gets that exception.
+            task.has_result = True
+            tx.results.append((task.job_id, task.index, ev.result))
+        return None
     lc.stop(tx, attempt, TaskState.SUCCEEDED, "")
     task.error = ""
     lc.end_task(tx, task, TaskState.SUCCEEDED, "")
