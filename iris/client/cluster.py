@@ -56,7 +56,8 @@ def local_cluster(workers: int = 0, *, bind: str = "tcp://127.0.0.1:0",
         offers = offers_from_groups(g for r in autoscale for g in r.groups)
         if workers or not autoscale:
             offers += (Offer("local", (worker_attrs or {}).get("accelerator_type"),
-                             int((worker_attrs or {}).get("accelerator_count", 0)), worker_cpu),)
+                             int((worker_attrs or {}).get("accelerator_count", 0)), worker_cpu,
+                             _machine_memory()),)
         host_controller(node, ControllerConfig(state_dir=root / "controller",
                                                stop_grace_s=stop_grace_s, log_store=log_store,
                                                offers=offers, autoscale=tuple(autoscale)))
@@ -70,6 +71,11 @@ def local_cluster(workers: int = 0, *, bind: str = "tcp://127.0.0.1:0",
         _wait_for_workers(ctx, procs, workers)
         with ctx:
             yield ctx
+
+
+def _machine_memory() -> int:
+    """What a local worker can give a task: this machine's memory."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 def _start_worker(address: str, root: Path, cpu: float, attrs: dict[str, str],

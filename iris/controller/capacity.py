@@ -44,10 +44,30 @@ def fits_checker(offers: tuple[Offer, ...]) -> Callable[[Resources], str | None]
             return f"{res.count} x {res.gpu} per task is more than any host has"
         cpus = [o.cpu for o in same_kind]
         if None not in cpus and res.cpu > max(cpus):
-            return f"cpu={res.cpu} is more than any host offers ({max(cpus)})"
+            return f"cpu={res.cpu:g}: the largest host offers {max(cpus):g}"
         memories = [o.memory_bytes for o in same_kind]
         if None not in memories and res.memory_bytes > max(memories):
-            return f"memory={res.memory_bytes} bytes is more than any host offers ({max(memories)})"
+            return (f"memory={human_bytes(res.memory_bytes)}: the largest host offers "
+                    f"{human_bytes(max(memories))}")
         return None
 
     return fits
+
+
+def offers_from_workers(workers: Iterable) -> tuple[Offer, ...]:
+    """Offers of the registered workers (controller.workers.WorkerInfo), one per shape: a
+    cluster without a config is bounded by the hosts it has."""
+    shapes = {(w.attributes.get("accelerator_type") or None, w.accelerators, w.cpu,
+               w.memory_bytes or None) for w in workers}
+    return tuple(Offer("registered workers", *shape) for shape in sorted(
+        shapes, key=lambda s: (s[0] or "", s[1], s[2], s[3] or 0)))
+
+
+def human_bytes(n: int) -> str:
+    """1099511627776 -> '1 TiB'; sizes in messages a person reads."""
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if value < 1024 or unit == "PiB":
+            return f"{value:.3g} {unit}"
+        value /= 1024
+    return f"{n} B"

@@ -31,7 +31,7 @@ from iris.base.ids import new_id
 from iris.base.resources import Resources
 from iris.controller import demand, scheduler_view
 from iris.controller.bundle_store import BundleStore
-from iris.controller.capacity import Offer, fits_checker
+from iris.controller.capacity import Offer, fits_checker, offers_from_workers
 from iris.controller.gang_tracking import GangTracker, PlaceRound
 from iris.controller.jobs import events as ev
 from iris.controller.jobs import kernel, views
@@ -82,6 +82,9 @@ class ControllerConfig:
     # names it: 200 fake workers with made-up regions once took the controller from 12 to 212
     # threads. Real fleets span a handful of regions; past this a new one is refused.
     max_regions: int = 64
+    # Without offers from a config, a request no registered worker could ever hold is
+    # refused at submit. True: accept it as pending (more, larger workers are expected).
+    accept_unfit: bool = False
     # Called once when the job store fails (disk full, I/O error): `iris controller serve`
     # exits non-zero so its supervisor restarts it; None leaves the controller refusing.
     on_fatal: Callable[[str], None] | None = None
@@ -137,6 +140,8 @@ class ControllerService:
         self._inventory_dirty, self._synced_at = True, float("-inf")
         # Every region a worker or the config ever named: each becomes an actor (max_regions).
         self._regions_seen: set[str] = set(self.region_groups)
+        self._registrations = 0
+        self._live_fits: tuple = (None, None)  # (workers key, checker) for _fits_live
         self._admission, self._admitted_at = float(REGISTRATIONS_PER_S), clock.monotonic()
 
     # ------------------------------------------------------------ requests
@@ -146,11 +151,23 @@ class ControllerService:
             raise InvalidRequestError(f"bundle: {str(raw['bundle'])[:12]} was never uploaded "
                                       "(put_bundle first)", "bundle")
         parent = self._parent_spec(raw)
-        spec = validate_submit(raw, parent=parent, fits=self._fits)
+        spec = validate_submit(raw, parent=parent, fits=self._fits or self._fits_live())
         # The submit and its placement commit in one transaction: one fsync per job.
         effects = self._run_many([ev.Submit(new_id("ev-"), spec)], schedule=True)
         accepted = next(e for e in effects if isinstance(e, ev.Accepted))
         return {"job_id": accepted.job_id, "duplicate": accepted.duplicate}
+
+    def _fits_live(self):
+        """Without a config's offers, the registered workers bound what can ever run (one
+        verdict: a request no host can hold is refused at submit, not left pending). None
+        with no workers yet, or when the config says more may join (accept_unfit)."""
+        if self.config.accept_unfit or not self.workers.workers:
+            return None
+        key = (len(self.workers.workers), self._registrations)
+        if self._live_fits[0] != key:
+            self._live_fits = (key, fits_checker(offers_from_workers(
+                self.workers.workers.values())))
+        return self._live_fits[1]
 
     def dry_run(self, raw: dict) -> dict:
         """Would this submission fit now, and where (the real scheduler; changes nothing)."""
@@ -235,6 +252,7 @@ class ControllerService:
         self.workers.register(msg.worker_id, msg.address, msg.attributes,
                               self.clock.monotonic())
         self._regions_seen.add(msg.attributes.get("region", "local"))
+        self._registrations += 1
         self._unclaimed.discard(msg.worker_id)
         self._placement_due = True
         _log.info("worker %s registered at %s running %d attempts: %s", msg.worker_id,

@@ -167,7 +167,7 @@ def test_submit_without_any_cluster_starts_a_local_one(tmp_path):
 @pytest.mark.parametrize("resources, message", [
     (iris.Resources(tpu="v5litepod-16"), "no scale group offers v5litepod-16"),
     (iris.Resources(gpu="H100", count=8), "no scale group offers H100"),
-    (iris.Resources(cpu=64), "cpu=64 is more than any host offers (8.0)"),
+    (iris.Resources(cpu=64), "cpu=64: the largest host offers 8"),
 ])
 def test_request_no_worker_could_ever_run_is_refused_at_submit(jobs_cluster, resources,
                                                                  message):

@@ -68,3 +68,10 @@ def test_spawning_a_class_without_the_decorator_is_refused_at_once(jobs_cluster)
 def test_spawn_surfaces_the_actors_own_error_when_its_task_fails(jobs_cluster):
     with pytest.raises(ValueError, match="bad config: lr must be > 0"):
         iris.spawn(Broken, name="broken", timeout=120, max_retries_failure=0)
+
+
+def test_a_request_no_host_can_ever_hold_is_refused_in_human_units(jobs_cluster):
+    from iris.base.errors import UnschedulableError
+
+    with pytest.raises(UnschedulableError, match=r"memory=10 TiB: the largest host offers"):
+        iris.submit(_noop, resources=iris.Resources(memory="10TiB"))
