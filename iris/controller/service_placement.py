@@ -1,0 +1,103 @@
+"""Time and placement, on the controller's turn: the tick (lost workers, restart grace), the global
+scheduling pass and the push of region inventories. Part of ControllerService (service.py).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from iris.base.errors import (
+    InvalidRequestError,
+)
+from iris.base.ids import new_id
+from iris.controller import demand, scheduler_view
+from iris.controller.jobs import events as ev
+from iris.controller.scheduling.reasons import ReasonCode
+from iris.controller.scheduling.scheduler import schedule
+
+_log = logging.getLogger(__name__)
+# Region inventories are pushed at most this often (and before any gang round).
+SYNC_EVERY_S = 0.2
+
+
+class Placement:
+    def tick(self) -> None:
+        now = self.clock.monotonic()
+        events: list[ev.Event] = [ev.Tick(new_id("ev-"))]
+        lost = self.workers.lost(now)
+        events += [ev.WorkerLost(new_id("ev-"), w, "no heartbeat") for w in lost]
+        for worker_id in lost:  # its processes are gone with it
+            self._forget_stops(worker_id)
+            self.draining.pop(worker_id, None)
+        self._placement_due = self._placement_due or bool(lost)
+        if self._unclaimed and now - self._started > self.config.restart_grace_s:
+            events += [ev.WorkerLost(new_id("ev-"), w, "did not come back after a controller "
+                                     "restart") for w in sorted(self._unclaimed)]
+            self._unclaimed.clear()
+        self._run_many(events, schedule=True)
+        self._sync_regions()  # what changed since the last push, at most every SYNC_EVERY_S
+
+    def _sync_regions(self, force: bool = False) -> None:
+        """Push each region its inventory. Walking every worker costs O(fleet), so this runs
+        at most every SYNC_EVERY_S (a burst of 10,000 registrations once made it O(N^2)),
+        and at once before a gang round that relies on it."""
+        now = self.clock.monotonic()
+        if self._inventory_dirty and (force or now - self._synced_at >= SYNC_EVERY_S):
+            self._inventory_dirty, self._synced_at = False, now
+            self.gangs.sync_regions(self.state, self.workers.workers.values(), self.stopping,
+                                    self.unmet, self.region_groups, self.draining)
+
+    def prune(self) -> None:
+        self._run(ev.Prune(new_id("ev-"), self.config.retention_s))
+
+    def _scheduled(self) -> list[ev.Event]:
+        """The global scheduler's pass over every pending task: Assign events, Preempted
+        events for lower-band attempts it evicts to make room, and gang requests, which the
+        tracker turns into reservation rounds through the Region actors. Work no region has
+        room for becomes the autoscalers' demand (self.unmet)."""
+        self.pending_reasons = {}
+        self.unmet = {}
+        if not self.state.pending:
+            return []
+        demands, unplaced = [], {}
+        for job_id, index in self.state.pending:
+            job = self.state.jobs[job_id]
+            if job.spec.gang_size > 1:
+                cooling = self.gangs.waiting(scheduler_view.gang_id(job.spec, index),
+                                             self.clock.monotonic())
+                if cooling is not None:  # every region refused it: capacity must grow
+                    self.pending_reasons[job_id] = cooling
+                    unplaced[job_id] = unplaced.get(job_id, 0) + 1
+                    continue
+            try:
+                demands += scheduler_view.task_demands(job.spec, job.submitted_at, (index,))
+            except InvalidRequestError as exc:  # one bad job must not stop every pass
+                self.pending_reasons[job_id] = {"code": "INVALID", "message": str(exc),
+                                                "details": {}}
+        hosts = scheduler_view.host_views(self.state, self.workers.workers.values(),
+                                          self.stopping,
+                                          held=self.gangs.held_hosts() | set(self.draining))
+        started = self.clock.monotonic()
+        plan = schedule(hosts, demands, reserving_gangs=set(self.gangs.reserving),
+                        scaling_up=demand.scaling_up(self.region_reports))
+        self.pass_seconds.observe(self.clock.monotonic() - started)
+        events: list[ev.Event] = []
+        for a in plan.assignments:
+            job_id, index = scheduler_view.parse_task_id(a.task_id)
+            events.append(ev.Assign(new_id("ev-"), (
+                ev.Placement(job_id, index, a.host_id, new_id("att-")),)))
+        for p in plan.preemptions:
+            events.append(ev.Preempted(new_id("ev-"), p.attempt_id,
+                                       f"preempted for {p.for_job} ({p.reason})"))
+        for request in plan.gang_requests:
+            self.gangs.request(request)
+        for task, reason in plan.reasons.items():
+            job_id = scheduler_view.parse_task_id(task)[0]
+            self.pending_reasons.setdefault(job_id, reason.to_dict())
+            if reason.code in (ReasonCode.NO_CAPACITY, ReasonCode.SCALING_UP):
+                unplaced[job_id] = unplaced.get(job_id, 0) + 1
+        if self.region_groups and unplaced:
+            self.unmet = demand.plan_growth(
+                [(self.state.jobs[j].spec, n) for j, n in unplaced.items()],
+                self.region_groups, self.region_reports, self.pending_reasons)
+        return events

@@ -1,0 +1,94 @@
+"""What the Region actors and the gang placer tell the controller: drains, deleted hosts, placed or
+refused gang rounds, region reports. Part of ControllerService (service.py).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from iris.base.errors import (
+    InvalidRequestError,
+)
+from iris.base.ids import new_id
+from iris.controller.jobs import events as ev
+from iris.wire import control
+
+_log = logging.getLogger(__name__)
+
+
+class RegionRequests:
+    def set_region_reports(self, reports: dict[str, dict]) -> None:
+        """The Region actors' latest stats (reservations, capacity, scaling_up, blocked).
+        A change in what is scaling or held back re-runs placement: reasons and routing
+        depend on it."""
+        def scaling(reps: dict) -> dict:
+            return {r: (rep.get("scaling_up"), rep.get("blocked")) for r, rep in reps.items()}
+        if scaling(reports) != scaling(self.region_reports):
+            self._placement_due = True
+        self.region_reports = dict(reports)
+        self.hosts_gone({h: str(why) for rep in reports.values()
+                         for h, why in rep.get("gone_hosts", {}).items()})
+
+    def drain_hosts(self, hosts: Any) -> None:
+        """A region wants to delete these hosts' idle slice (host -> slice): place nothing
+        more on them; the next sync tells it which run nothing (then it deletes)."""
+        msg = control.decode(control.DrainHosts, {"hosts": hosts})
+        self.draining.update({h: s for h, s in msg.hosts.items() if h in self.workers.workers})
+        self._placement_due = True
+        self._run_many([], schedule=True)
+        self._sync_regions(force=True)  # the region waits on this answer
+
+    def undrain_hosts(self, hosts: Any) -> None:
+        """The region kept the slice after all (work reached it first): place on it again."""
+        msg = control.decode(control.UndrainHosts, {"hosts": hosts})
+        for host in msg.hosts:
+            self.draining.pop(host, None)
+        self._placement_due = True
+        self._run_many([], schedule=True)
+        self._sync_regions(force=True)  # the region waits on this answer
+
+    def hosts_gone(self, gone: Any) -> None:
+        """Workers whose slice a region deleted (host id -> why): lost now, their work
+        requeued, instead of at the heartbeat timeout; nothing more is placed on them."""
+        msg = control.decode(control.HostsGone, {"gone": gone})
+        for host in msg.gone:
+            self.draining.pop(host, None)
+        gone = {h: why for h, why in msg.gone.items() if h in self.workers.workers}
+        if not gone:
+            return
+        for worker_id in gone:
+            del self.workers.workers[worker_id]
+            self._forget_stops(worker_id)
+        self._placement_due = True
+        self._run_many([ev.WorkerLost(new_id("ev-"), w, why) for w, why in sorted(gone.items())],
+                       schedule=True)
+
+    # ------------------------------------------------------------ gangs
+
+    def gang_placed(self, round_id: str, region: str, hosts: list[str]) -> None:
+        """The coordinator committed a round in `region`: assign the gang's tasks there."""
+        if not (isinstance(round_id, str) and isinstance(region, str) and isinstance(hosts, list)
+                and all(isinstance(h, str) for h in hosts)):
+            raise InvalidRequestError("gang_placed: expected a round id, a region and a list "
+                                      "of host ids", "round_id")
+        placements, problem = self.gangs.placed_round(
+            round_id, region, hosts, self.state, self.workers.workers, self.stopping,
+            lambda: new_id("att-"))
+        if problem is not None:
+            self.pending_reasons[round_id.rsplit("#", 1)[0]] = problem
+        events = [ev.Assign(new_id("ev-"), tuple(placements))] if placements else []
+        self._placement_due = True
+        self._run_many(events, schedule=True)
+
+    def gang_unplaceable(self, round_id: str, reasons: dict) -> None:
+        """Every candidate region refused the round; the pass shows their reasons."""
+        if not (isinstance(round_id, str) and isinstance(reasons, dict)):
+            raise InvalidRequestError("gang_unplaceable: expected a round id and a dict of "
+                                      "region -> reason", "round_id")
+        self.gangs.unplaceable(round_id, reasons, self.clock.monotonic())
+        self._placement_due = True
+        self._run_many([], schedule=True)
+
+    def take_gang_messages(self) -> list:
+        return self.gangs.take_outbox()
