@@ -13,8 +13,9 @@ task writes a marker with its pid when its code starts. Scenarios:
 - freeze40: SIGSTOPped for 40 s (past the 30 s silence timeout): requeued once; overlaps.
 
 (A SIGSTOP is what the controller sees of a partition: silence. Partitions in network
-namespaces are in tests/faults.) --quick: 5 kill9 trials and one freeze10; the full run
-adds --trials kill9 trials (default 50) and one freeze40. Last line: one JSON object.
+namespaces too, as root: partition10 / partition60 cut a worker's link for 10 s / 60 s.)
+--quick: 5 kill9 trials and one freeze10; the full run: --trials kill9 trials (default 50),
+freeze40, partition10 and partition60. Last line: one JSON object.
 """
 
 from __future__ import annotations
@@ -90,6 +91,32 @@ def trial(kind: str, freeze_s: float = 0.0) -> dict:
         return {"recovery_s": recovery, "overlap": overlap, "starts": len(_starts(marks))}
 
 
+def partition(cut_s: float) -> dict:
+    """A worker in its own network namespace, its link down for `cut_s`."""
+    from bench import _netns
+
+    with tempfile.TemporaryDirectory() as tmp:
+        marks = Path(tmp, "marks")
+        marks.mkdir()
+        with _netns.cluster(Path(tmp)) as net:
+            os.environ["IRIS_KEYS_DIR"] = str(net.keys)
+            try:
+                with iris.connect(net.address):
+                    job = iris.submit(["sh", "-c", _netns.HOLD.format(marks=marks)])
+                    first = _wait(lambda: sorted(marks.glob("start-*")), 120)[0]
+                    net.cut()
+                    threading.Event().wait(cut_s)
+                    alive_at_heal = is_alive(int(first.read_text()))
+                    net.heal()
+                    second = _wait(lambda: sorted(marks.glob("start-*"))[1:], 60)
+                    overlap = bool(second) and alive_at_heal
+                    (marks / "release").touch()
+                    job.wait(timeout=120)
+            finally:
+                del os.environ["IRIS_KEYS_DIR"]
+        return {"requeues": len(list(marks.glob("start-*"))) - 1, "overlap": overlap}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
@@ -110,6 +137,14 @@ def main() -> None:
         step("a 40 s freeze")
         f40 = trial("freeze", 40.0)
         out.update(freeze40_requeues=f40["starts"] - 1, freeze40_overlaps=int(f40["overlap"]))
+        from bench import _netns
+
+        if _netns.available() is None:
+            for cut in (10.0, 60.0):
+                step(f"a {cut:.0f} s network partition")
+                p = partition(cut)
+                out[f"partition{cut:.0f}_requeues"] = p["requeues"]
+                out[f"partition{cut:.0f}_overlaps"] = int(p["overlap"])
     for key, value in out.items():
         print(f"{key:24} {fmt(value) if isinstance(value, float) else value}")
     print(json.dumps(out))
