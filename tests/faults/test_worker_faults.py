@@ -119,3 +119,17 @@ def test_the_controller_refuses_a_worker_id_live_at_another_address(tmp_path, wa
             for proc in procs:
                 proc.terminate()
                 proc.wait(60)
+
+
+def test_a_task_killed_9_runs_again_on_its_failure_budget_never_twice_at_once(
+        tmp_path, wait_until):
+    with iris.local_cluster(workers=1, state_dir=tmp_path / "c"):
+        job = iris.submit(hold, str(tmp_path), "victim", max_retries_failure=1)
+        first = wait_until(lambda: starts(tmp_path, "victim"), what="the attempt")[0]
+        os.kill(int(first.read_text()), signal.SIGKILL)
+        second = wait_until(lambda: starts(tmp_path, "victim")[1:], what="the retry")[0]
+        assert not is_alive(int(first.read_text()))
+        (tmp_path / "release").touch()
+        assert job.result(timeout=120) == second.name.split("-", 2)[2]
+        task = job.tasks()[0]
+        assert task["failures"] == 1 and task["attempts"] == 2
