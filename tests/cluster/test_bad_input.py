@@ -4,7 +4,6 @@ was, and keeps running jobs. Roles: worker and region methods refuse plain clien
 
 from __future__ import annotations
 
-import sqlite3
 import threading
 from pathlib import Path
 
@@ -14,6 +13,7 @@ import iris
 from iris.actors import tokens
 from iris.actors.keys import CONTROLLER_KEY, region_key, worker_key
 from iris.base.errors import InvalidRequestError, IrisError, PermissionDeniedError
+from tests.cluster.controller_state import controller_state
 
 pytestmark = pytest.mark.slow
 
@@ -67,17 +67,8 @@ def _call(cluster, method: str, *args, auth: bytes | None = None):
 
 
 def state_of(cluster) -> dict:
-    """What a user or operator could see change: the store's rows, workers, jobs, regions."""
-    db = sqlite3.connect(f"file:{Path(_state_dir(cluster)) / 'jobs.sqlite3'}?mode=ro", uri=True)
-    try:
-        rows = {t: db.execute(f"SELECT * FROM {t} ORDER BY 1").fetchall()
-                for t in ("jobs", "tasks", "attempts", "results", "requests")}
-    finally:
-        db.close()
-    workers = [{k: v for k, v in w.items() if k != "last_heard_s_ago"}
-               for w in _call(cluster, "list_workers")]
-    return {"rows": rows, "workers": workers, "jobs": _call(cluster, "list_jobs"),
-            "regions": _call(cluster, "regions")}
+    return controller_state(_CLIENT["node"], cluster.address,
+                            Path(_state_dir(cluster)) / "jobs.sqlite3")
 
 
 def test_a_refused_job_does_not_block_later_submits(current):

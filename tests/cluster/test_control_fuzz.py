@@ -11,8 +11,6 @@ job still runs. The number of cases tried and the state changes seen are printed
 from __future__ import annotations
 
 import math
-import sqlite3
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -22,6 +20,7 @@ import iris
 from iris.actors import tokens
 from iris.actors.keys import CONTROLLER_KEY
 from iris.base.errors import IrisError
+from tests.cluster.controller_state import controller_state
 
 pytestmark = pytest.mark.slow
 
@@ -104,30 +103,13 @@ def controller(tmp_path_factory):
               f"{_seen['changed']} state changes")
 
 
-def _state(node, address: str, db_path: Path) -> dict:
-    db = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
-    try:
-        rows = {t: db.execute(f"SELECT * FROM {t} ORDER BY 1").fetchall()
-                for t in ("jobs", "tasks", "attempts", "results", "requests")}
-    finally:
-        db.close()
-
-    def ask(method: str, *args):
-        return node.call(address, CONTROLLER_KEY, method, args, timeout_s=30).result(60)
-
-    workers = [{k: v for k, v in w.items() if k != "last_heard_s_ago"}
-               for w in ask("list_workers")]
-    return {"rows": rows, "workers": workers, "jobs": ask("list_jobs"),
-            "regions": ask("regions")}
-
-
 @settings(max_examples=CASES, deadline=None, derandomize=True,
           suppress_health_check=list(HealthCheck))
 @given(call)
 def test_wrong_control_plane_calls_change_nothing(controller, call):
     cluster, node, token, db_path = controller
     method, args = call
-    before = _state(node, cluster.address, db_path)
+    before = controller_state(node, cluster.address, db_path)
     fut = node.call(cluster.address, CONTROLLER_KEY, method, args, timeout_s=30, auth=token)
     try:
         answer = fut.result(60)
@@ -136,7 +118,7 @@ def test_wrong_control_plane_calls_change_nothing(controller, call):
     else:  # only an unknown worker's report may be answered, and it changes nothing
         assert method == "report" and answer == {"acked": [], "reregister": True}, (
             method, args, answer)
-    after = _state(node, cluster.address, db_path)
+    after = controller_state(node, cluster.address, db_path)
     _seen["cases"] += 1
     _seen["changed"] += after != before
     assert after == before, f"{method}{args!r} changed the controller's state"

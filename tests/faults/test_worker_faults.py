@@ -12,7 +12,6 @@ import signal
 import subprocess
 import sys
 import threading
-from pathlib import Path
 
 import pytest
 
@@ -20,22 +19,9 @@ import iris
 from iris.client.jobs import _controller
 from iris.wire.fencing import SILENT_LOST_S
 from iris.worker.records import is_alive
+from tests.faults.markers import hold, starts
 
 pytestmark = pytest.mark.slow
-
-
-def hold(marker_dir: str, name: str) -> str:
-    """Mark this attempt's start (with its pid), then wait until released."""
-    attempt = os.environ["IRIS_ATTEMPT_ID"]
-    Path(marker_dir, f"start-{name}-{attempt}").write_text(str(os.getpid()))
-    gate = threading.Event()
-    while not Path(marker_dir, "release").exists() and not gate.wait(0.05):
-        pass
-    return attempt
-
-
-def starts(marker_dir: Path, name: str) -> list[Path]:
-    return sorted(marker_dir.glob(f"start-{name}-*"), key=lambda p: p.stat().st_mtime)
 
 
 def _worker_pid(ctx, worker_id: str) -> int:

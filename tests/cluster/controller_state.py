@@ -1,0 +1,25 @@
+"""What a user or operator could see change in a controller: its store's rows and its live
+listings. Bad-input tests compare it before and after a refused call."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from iris.actors.keys import CONTROLLER_KEY
+
+
+def controller_state(node, address: str, db_path: Path) -> dict:
+    db = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
+    try:
+        rows = {t: db.execute(f"SELECT * FROM {t} ORDER BY 1").fetchall()
+                for t in ("jobs", "tasks", "attempts", "results", "requests")}
+    finally:
+        db.close()
+
+    def ask(method: str):
+        return node.call(address, CONTROLLER_KEY, method, timeout_s=30).result(60)
+
+    workers = [{k: v for k, v in w.items() if k != "last_heard_s_ago"}
+               for w in ask("list_workers")]
+    return {"rows": rows, "workers": workers, "jobs": ask("list_jobs"), "regions": ask("regions")}
