@@ -12,8 +12,9 @@ import threading
 from typing import Any
 
 import iris
+from iris.base.errors import InvalidRequestError, NotFoundError
 from iris.base.resources import Resources
-from iris.client.jobs import TERMINAL, JobHandle, _controller
+from iris.client.jobs import TERMINAL, JobHandle, _controller, _user
 from iris.logstore.model import format_line
 
 
@@ -49,6 +50,26 @@ def add_parsers(verbs: Any) -> None:
     parsers["logs"].add_argument("--task", type=int)
     parsers["logs"].add_argument("--since", type=float, help="wall-clock seconds (epoch)")
     parsers["logs"].add_argument("--grep")
+
+
+def resolve_job(given: str) -> str:
+    """A job named in full (`/alice/train-3f2a1c`), by a unique prefix of its id, or by a name
+    relative to the user (`train`, `train-3f`): the one job it names, or an error listing
+    the candidates."""
+    ids = [row["job_id"] for row in _controller(iris.current(), "list_jobs", None, True)]
+    if given in ids:
+        return given
+    user = _user()
+    prefixes = [given] if given.startswith("/") else [f"/{user}/{given}", f"/{given}"]
+    matches = sorted({j for j in ids for p in prefixes if j.startswith(p)})
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        raise NotFoundError(f"no job {given!r} (ids, unique id prefixes and names relative to "
+                            f"/{user}/ are accepted; `iris job list` shows them)")
+    shown = ", ".join(matches[:5]) + (" ..." if len(matches) > 5 else "")
+    raise InvalidRequestError(f"{given!r} names {len(matches)} jobs ({shown}): give more of "
+                              "its id", "job_id")
 
 
 def job_run(args: argparse.Namespace) -> int:
@@ -115,7 +136,7 @@ def job_list(args: argparse.Namespace) -> int:
 
 
 def job_status(args: argparse.Namespace) -> int:
-    status = JobHandle(args.job_id, iris.current()).status()
+    status = JobHandle(resolve_job(args.job_id), iris.current()).status()
     if args.json:
         print(json.dumps(status))
         return 0
@@ -131,7 +152,7 @@ def job_stop(args: argparse.Namespace) -> int:
     if args.prefix:
         killed = _controller(ctx, "kill_prefix", args.prefix)
     elif args.job_id:
-        killed = [_controller(ctx, "kill", args.job_id)["job_id"]]
+        killed = [_controller(ctx, "kill", resolve_job(args.job_id))["job_id"]]
     else:
         raise SystemExit("iris job stop: give a job id or --prefix")
     print(json.dumps(killed) if args.json else "\n".join(f"killed {j}" for j in killed))
@@ -139,7 +160,7 @@ def job_stop(args: argparse.Namespace) -> int:
 
 
 def job_logs(args: argparse.Namespace) -> int:
-    handle = JobHandle(args.job_id, iris.current())
+    handle = JobHandle(resolve_job(args.job_id), iris.current())
     handle.status()  # an unknown job is an error, not an empty log
     for line in handle.logs(follow=args.follow, task=args.task, since=args.since,
                             grep=args.grep):

@@ -88,8 +88,28 @@ def _dashboard_options(parser: argparse.ArgumentParser) -> None:
                         "$IRIS_DASHBOARD_TOKEN)")
 
 
+def _hoist_global_options(argv: list[str]) -> list[str]:
+    """`--address A` is accepted after the verb too (`iris job list --address A`): it is moved
+    before the verb. Nothing after a `--` is touched (that is the job's own command line)."""
+    end = argv.index("--") if "--" in argv else len(argv)
+    head, moved, i = [], [], 0
+    while i < end:
+        token = argv[i]
+        if token == "--address" and i + 1 < end:
+            moved += argv[i:i + 2]
+            i += 2
+            continue
+        if token.startswith("--address="):
+            moved.append(token)
+        else:
+            head.append(token)
+        i += 1
+    return moved + head + argv[end:]
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args = _parser().parse_args(_hoist_global_options(list(sys.argv[1:] if argv is None
+                                                           else argv)))
     handler = _HANDLERS[(args.verb, getattr(args, "action", None))]
     try:
         if handler in _CLIENT_VERBS:

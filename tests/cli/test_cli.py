@@ -80,3 +80,28 @@ def test_version_is_the_package_version():
                          text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == f"iris {iris.__version__}"
     assert iris.__version__ not in ("", "0+unknown")
+
+
+def test_address_after_the_verb_and_a_job_named_by_a_prefix(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    import iris
+
+    with iris.local_cluster(workers=1, state_dir=tmp_path) as ctx:
+        job = iris.submit(["true"], name="prefix-me")
+        job.wait(timeout=120)
+
+        def cli(*argv: str) -> subprocess.CompletedProcess:
+            return subprocess.run([sys.executable, "-m", "iris", *argv], capture_output=True,
+                                  text=True, timeout=120)
+
+        listed = cli("job", "list", "--json", "--address", ctx.address)
+        assert listed.returncode == 0, listed.stderr
+        assert job.job_id in {row["job_id"] for row in json.loads(listed.stdout)}
+        by_name = cli("job", "status", "prefix-m", "--json", "--address", ctx.address)
+        assert by_name.returncode == 0, by_name.stderr
+        assert json.loads(by_name.stdout)["job_id"] == job.job_id
+        missing = cli("job", "status", "no-such-job", "--address", ctx.address)
+        assert missing.returncode != 0 and "no job 'no-such-job'" in missing.stderr
