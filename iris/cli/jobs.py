@@ -21,19 +21,28 @@ from iris.logstore.model import format_line
 def add_parsers(verbs: Any) -> None:
     job = verbs.add_parser("job", help="submit and follow jobs").add_subparsers(
         dest="action", required=True)
-    run = job.add_parser("run", help="run a command as a job: iris job run [opts] -- CMD ...")
-    run.add_argument("--name")
-    run.add_argument("--replicas", type=int, default=1)
-    run.add_argument("--cpu", type=float, default=1.0)
-    run.add_argument("--memory", default=0)
-    run.add_argument("--tpu")
-    run.add_argument("--gpu")
-    run.add_argument("--priority", choices=["production", "interactive", "batch"])
-    run.add_argument("--env", action="append", default=[], metavar="K=V")
-    run.add_argument("--pip", action="append", default=[], metavar="PKG")
+    run = job.add_parser(
+        "run", help="run a command as a job: iris job run [opts] -- CMD ...",
+        description="Run a command as a job, stream its output, exit 0 only if it succeeded.",
+        epilog="example: iris job run --cpu 2 --memory 4GiB --replicas 2 -- python train.py")
+    run.add_argument("--name", help="job name (default: the command's name plus a suffix)")
+    run.add_argument("--replicas", type=int, default=1, help="tasks to run (default 1)")
+    run.add_argument("--cpu", type=float, default=1.0, help="CPUs per task (default 1)")
+    run.add_argument("--memory", default=0,
+                     help="memory per task, in bytes or with a unit: 512Mi, 4GiB, 16GB")
+    run.add_argument("--tpu", help="a TPU slice type per task, e.g. v5litepod-16")
+    run.add_argument("--gpu", help="a GPU type, e.g. H100")
+    run.add_argument("--priority", choices=["production", "interactive", "batch"],
+                     help="priority band (default interactive)")
+    run.add_argument("--env", action="append", default=[], metavar="K=V",
+                     help="an environment variable for the tasks (repeatable)")
+    run.add_argument("--pip", action="append", default=[], metavar="PKG",
+                     help="a requirement for the job's environment, e.g. numpy>=1.26")
     run.add_argument("--no-wait", action="store_true", help="print the job id and return")
     run.add_argument("--dry-run", action="store_true",
                      help="submit nothing: would it fit now, and where")
+    run.add_argument("--detach-on-interrupt", action="store_true",
+                     help="on Ctrl-C leave the job running (default: stop it)")
     run.add_argument("--json", action="store_true")
     run.add_argument("command", nargs=argparse.REMAINDER)
     for name, helptext in (("list", "list jobs"), ("status", "one job's tasks and attempts"),
@@ -99,12 +108,43 @@ def job_run(args: argparse.Namespace) -> int:
         for line in handle.logs(follow=True):
             print(format_line(line), end="" if line.text.endswith("\n") else "\n")
         status = handle.wait()
+    except KeyboardInterrupt:
+        return _interrupted(handle, args.detach_on_interrupt)
     finally:
         done.set()
         watcher.join(5)
-    print(json.dumps(status) if args.json else f"{handle.job_id}: {status['state']}",
+    sys.stdout.flush()  # the job's output first, then its final state
+    print(json.dumps(status) if args.json else f"{handle.job_id}: {_final(status)}",
           file=sys.stdout if args.json else sys.stderr)
     return 0 if status["state"] == "succeeded" else 1
+
+
+def _final(status: dict) -> str:
+    """`succeeded`, or `failed: task 0: exited with code 3 (retry budget spent)`."""
+    errors = [f"task {t['index']}: {t['error'].splitlines()[0]}"
+              for t in status.get("tasks", []) if t.get("error")]
+    return status["state"] + (": " + "; ".join(errors[:3]) if errors and
+                              status["state"] != "succeeded" else "")
+
+
+def _interrupted(handle: JobHandle, detach: bool) -> int:
+    follow = f"follow it again with: iris job logs -f {handle.job_id}"
+    if detach:
+        print(f"\niris: left {handle.job_id} running; {follow}; stop it with: "
+              f"iris job stop {handle.job_id}", file=sys.stderr)
+        return 130
+    stop = True
+    if sys.stdin.isatty():
+        try:
+            stop = input(f"\nstop {handle.job_id}? [Y/n] ").strip().lower() not in ("n", "no")
+        except (EOFError, KeyboardInterrupt):
+            stop = True
+    if stop:
+        handle.kill()
+        print(f"\niris: stopped {handle.job_id}", file=sys.stderr)
+    else:
+        print(f"iris: left {handle.job_id} running; {follow}", file=sys.stderr)
+    return 130
 
 
 def _show_progress(handle: JobHandle, done: threading.Event, every_s: float = 0.5) -> None:
@@ -119,11 +159,11 @@ def _show_progress(handle: JobHandle, done: threading.Event, every_s: float = 0.
         reason = (status.get("pending_reason") or {}).get("message", "")
         line = f"[iris] {status['job_id']}: {status['state']} ({counts})" + (
             f"; pending because {reason}" if reason else "")
+        if status["state"] in TERMINAL:
+            return  # the final state is printed after the last output line, by job_run
         if line != last:
             print(line, file=sys.stderr, flush=True)
             last = line
-        if status["state"] in TERMINAL:
-            return
 
 
 def job_list(args: argparse.Namespace) -> int:

@@ -105,3 +105,32 @@ def test_address_after_the_verb_and_a_job_named_by_a_prefix(tmp_path):
         assert json.loads(by_name.stdout)["job_id"] == job.job_id
         missing = cli("job", "status", "no-such-job", "--address", ctx.address)
         assert missing.returncode != 0 and "no job 'no-such-job'" in missing.stderr
+
+
+def test_job_run_names_the_exit_code_and_ctrl_c_stops_the_job(tmp_path, wait_until):
+    import signal
+    import subprocess
+    import sys
+
+    import iris
+
+    with iris.local_cluster(workers=1, state_dir=tmp_path) as ctx:
+        failed = subprocess.run(
+            [sys.executable, "-m", "iris", "job", "run", "--address", ctx.address, "--",
+             "sh", "-c", "echo last words; exit 3"], capture_output=True, text=True, timeout=180)
+        assert failed.returncode == 1
+        assert "last words" in failed.stdout
+        assert "failed: task 0: exited with code 3" in failed.stderr
+
+        running = subprocess.Popen(
+            [sys.executable, "-m", "iris", "job", "run", "--address", ctx.address, "--name",
+             "sleepy", "--", "sh", "-c", "echo started; sleep 600"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            stdin=subprocess.DEVNULL)
+        assert running.stdout.readline().strip().endswith("started")
+        running.send_signal(signal.SIGINT)
+        _, err = running.communicate(timeout=120)
+        assert running.returncode == 130 and "stopped /" in err
+        job_id = err.split("stopped ")[1].split()[0]
+        status = ctx.node.call(ctx.address, "/iris/controller", "status", (job_id,)).result(60)
+        assert status["state"] == "killed"
