@@ -3,8 +3,8 @@
     python -m bench._fleet_hosts CONTROLLER_ADDRESS FIRST COUNT SECONDS
 
 Each host has its own DEALER to the controller (its own TCP connection, as a real worker) and
-sends what a real worker sends, with the cluster token: `register_worker`, a registry
-`register` of its name, then every second one `report` and one registry `renew`. The hosts
+sends what a real worker sends, with the cluster token: `register_worker`, then one `report`
+a second (a worker holds no registry name, so it sends no renewals). The hosts
 of one process share one ROUTER for the controller's `start_attempt` calls, addressed by
 actor key, as the actors of one node do. An attempt "runs" for RUN_S and is reported done at
 once (as a real worker's flush does). The IRIS/1 frames are built by iris.wire.messages.
@@ -25,7 +25,6 @@ import time
 import zmq
 
 from iris.actors.keys import CONTROLLER_KEY, worker_key
-from iris.actors.registry import REGISTRY_KEY
 from iris.wire import messages
 
 RUN_S = 0.05
@@ -80,12 +79,9 @@ def main() -> None:
         if not host.registered:
             call(host, CONTROLLER_KEY, "register_worker",
                  (host.worker_id, me, ATTRS, sorted(host.running), host.updates))
-            call(host, REGISTRY_KEY, "register",
-                 (worker_key(host.worker_id), me, worker_key(host.worker_id), host.worker_id))
         else:
             call(host, CONTROLLER_KEY, "report",
                  (host.worker_id, host.updates, {}, sorted(host.running)))
-            call(host, REGISTRY_KEY, "renew", (host.worker_id,))
             stats["reports"] += 1
 
     end = time.monotonic() + seconds

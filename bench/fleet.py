@@ -4,9 +4,10 @@
 
 Not a test: it asserts nothing. For each N, a fresh `iris controller serve` process and N
 simulated hosts in --procs helper processes (bench/_fleet_hosts.py: a DEALER, so a TCP
-connection, per host; the real IRIS/1 frames and the real intervals: one report and one
-registry renewal per host per second). Once every host is registered, for --window seconds a
-client submits small command jobs one after another and waits for each. Figures:
+connection, per host; the real IRIS/1 frames and the real interval: one report per host per
+second; a worker holds no registry name, so it renews nothing). Once every host is
+registered, for --window seconds a client submits small command jobs one after another and
+waits for each. Figures:
 
 - register_s: helper processes started -> the controller lists all N hosts.
 - controller_cpu: the controller process's CPU over the window, 100 = one core.
@@ -15,7 +16,7 @@ client submits small command jobs one after another and waits for each. Figures:
 - false_losses: reports the controller answered with "reregister" (it had dropped a live
   host) plus hosts missing from its list at the end.
 - pass_ms_p50: the controller's scheduling-pass duration (its own histogram).
-- msgs_per_s: what the hosts sent it (2 per host per second, plus registrations).
+- msgs_per_s: what the hosts sent it (1 per host per second, plus registrations).
 
 --quick runs N = 500 and 2,000 with a 15 s window. The last line is one JSON object.
 """
@@ -108,7 +109,7 @@ def run(n: int, procs: int, window: float, controller_root: Path = ROOT) -> dict
                                        if len(latencies) >= 10 else None),
                 "jobs": len(latencies), "false_losses": reregister + max(0, n - listed),
                 "errors": sum(c.get("errors", 0) for c in counts),
-                "pass_ms_p50": _median_ms(passes), "msgs_per_s": 2 * n}
+                "pass_ms_p50": _median_ms(passes), "msgs_per_s": n}
     finally:
         for p in [*hosts, ctl]:
             if p.poll() is None:

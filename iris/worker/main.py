@@ -110,8 +110,12 @@ def run_worker(controller: str, *, region: str = "local", attrs: dict[str, str] 
     ctx = ClusterContext(node, controller, namespace="/", owns_node=True)
     stop = stop or threading.Event()
     try:
-        ctx.serve(Worker, worker_key(worker_id), worker_id, controller, CONTROLLER_KEY,
-                  attributes, root, node, advertised, grace_s, token)
+        # Hosted, not registered: the controller calls a worker at the address it registered
+        # with, so a registry name (and its renewal every second) would only double each
+        # host's traffic (issue 21); `iris worker list` is where workers are listed.
+        node.host(worker_key(worker_id), Worker, (worker_id, controller, CONTROLLER_KEY,
+                                                   attributes, root, node, advertised, grace_s,
+                                                   token))
         print(f"worker {worker_id} serving at {node.address}", flush=True)
         if ready is not None:
             ready.set()
