@@ -21,3 +21,28 @@ def hold(marker_dir: str, name: str = "task") -> str:
 def starts(marker_dir: Path, name: str = "task") -> list[Path]:
     """The start markers of `name`, oldest first."""
     return sorted(Path(marker_dir).glob(f"start-{name}-*"), key=lambda p: p.stat().st_mtime)
+
+
+def hold_checking_overlap(marker_dir: str, name: str = "gang") -> str:
+    """Like `hold`, named by task index, and at start look for a live earlier attempt of the
+    same task: it writes overlap-NAME-INDEX if one still runs. Checked at the moment this
+    attempt starts, which is when an overlap would begin."""
+    index, attempt = os.environ["IRIS_TASK_INDEX"], os.environ["IRIS_ATTEMPT_ID"]
+    for earlier in Path(marker_dir).glob(f"start-{name}-{index}-*"):
+        pid = int(earlier.read_text() or 0)
+        if pid and Path(f"/proc/{pid}").exists() and _runs(pid):
+            Path(marker_dir, f"overlap-{name}-{index}").write_text(earlier.name)
+    Path(marker_dir, f"start-{name}-{index}-{attempt}").write_text(str(os.getpid()))
+    gate = threading.Event()
+    while not Path(marker_dir, "release").exists() and not gate.wait(0.05):
+        pass
+    return attempt
+
+
+def _runs(pid: int) -> bool:
+    """A live, non-zombie process (the state letter follows the ')' in /proc/PID/stat)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")

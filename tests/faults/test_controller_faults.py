@@ -47,3 +47,35 @@ def test_a_client_waits_through_a_controller_restart(tmp_path, wait_until, capfd
             except ProcessLookupError:
                 pass
             proc.wait(60)
+
+
+def test_a_controller_frozen_10s_loses_nothing(tmp_path, wait_until):
+    """SIGSTOP the controller for 10 s (a long GC pause, a stalled VM): shorter than a
+    worker's lease (FENCE_AFTER_S), so no attempt is fenced, no worker declared lost (silence
+    is measured only while the controller could listen), and the task runs once."""
+    address = f"tcp://127.0.0.1:{free_port()}"
+    controller = start_controller(tmp_path / "state", address)
+    worker = subprocess.Popen([sys.executable, "-m", "iris", "worker", "--controller", address,
+                               "--work-dir", str(tmp_path / "w")], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        with iris.connect(address):
+            job = iris.submit(hold, str(tmp_path), "paused")
+            wait_until(lambda: starts(tmp_path, "paused"), what="the task running")
+            os.kill(controller.pid, signal.SIGSTOP)
+            threading.Event().wait(10.0)  # the fault itself: a 10 s freeze
+            os.kill(controller.pid, signal.SIGCONT)
+            (tmp_path / "release").touch()
+            attempt = job.result(timeout=120)
+            task = job.tasks()[0]
+        assert [p.name for p in starts(tmp_path, "paused")] == [f"start-paused-{attempt}"]
+        assert (task["attempts"], task["preemptions"], task["failures"]) == (1, 0, 0)
+        assert worker.poll() is None  # the worker kept serving through the freeze
+    finally:
+        for proc in (controller, worker):
+            try:
+                os.killpg(proc.pid, signal.SIGCONT)
+                os.killpg(proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            proc.wait(60)
