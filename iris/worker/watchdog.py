@@ -6,9 +6,10 @@ WATCH_INTERVAL_S it reads the worker's lease and:
 - the lease lapsed (the worker is cut off from the controller): stops every recorded attempt
   (SIGTERM, FENCE_GRACE_S, SIGKILL); the worker, alive, reports their exits when it can;
 - the worker process died and no restarted worker took over within ADOPT_GRACE_S: stops every
-  attempt (CRASH_GRACE_S), removes their records, and tells the controller
-  (`worker_crashed`), which then requeues them at once instead of after the silence timeout.
-It exits once the worker is dead and nothing it ran is left.
+  attempt (CRASH_GRACE_S) and tells the controller (`worker_crashed`), which then requeues
+  them at once instead of after the silence timeout. The records stay, so a worker restarted
+  later on this directory reports those attempts' ends.
+It exits once the worker is dead and no process it ran is alive.
 
 Run as `python -m iris.worker.watchdog WORK_DIR`; the cluster token comes in
 IRIS_CLUSTER_TOKEN (removed once read), CURVE keys in IRIS_KEYS_DIR.
@@ -26,7 +27,7 @@ from pathlib import Path
 
 from iris.worker import lease
 from iris.worker.adoption import stop_recorded
-from iris.worker.records import RECORD_NAME, is_alive
+from iris.worker.records import RECORD_NAME, AttemptRecord, is_alive
 
 _log = logging.getLogger("iris.watchdog")
 LOCK_NAME = "watchdog.lock"
@@ -54,6 +55,15 @@ def _attempt_dirs(root: Path) -> list[Path]:
     if not attempts.is_dir():
         return []
     return sorted(p for p in attempts.iterdir() if (p / RECORD_NAME).exists())
+
+
+def _any_running(root: Path) -> bool:
+    """Does a recorded attempt's process still run? (Records outlive a stop, see above.)"""
+    for attempt_dir in _attempt_dirs(root):
+        record = AttemptRecord.read(attempt_dir)
+        if record is not None and is_alive(record.pid, record.start_ticks):
+            return True
+    return False
 
 
 def _stop_all(root: Path, grace_s: float) -> int:
@@ -103,7 +113,7 @@ def watch(root: Path, token: bytes | None) -> None:
             _log.warning("worker %s died: stopped %d attempts", current.worker_id, stopped)
             _tell_controller(current, token)
             told = True
-        if not alive and (told or current is None) and not _attempt_dirs(root):
+        if not alive and (told or current is None) and not _any_running(root):
             return
         time.sleep(lease.WATCH_INTERVAL_S)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import signal
+from pathlib import Path
 
 import pytest
 
@@ -82,3 +83,21 @@ def test_a_gang_host_killed_9_stops_the_whole_gang_before_it_runs_again_whole(
     assert len(_starts(markers)) == 4  # no third start of either task
     wait_until(lambda: not any(_runs(int(p.read_text())) for p in _starts(markers)), 60,
                "no attempt process left behind")
+    dead_host_dir = str(tmp_path / "hosts" / victim.rsplit("-h", 1)[0] / victim)
+    wait_until(lambda: not _processes_naming(dead_host_dir), 60,
+               "the dead worker's watchdog to exit once its attempts are gone")
+
+
+def _processes_naming(text: str) -> list[int]:
+    """Live processes whose command line contains `text`."""
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = Path(f"/proc/{entry.name}/cmdline").read_bytes().replace(b"\0", b" ")
+        except OSError:
+            continue
+        if text.encode() in cmdline and _runs(int(entry.name)):
+            found.append(int(entry.name))
+    return found
