@@ -89,6 +89,69 @@ def no_leaked_iris_threads():
     assert not leaked, f"leaked Iris threads: {leaked}"
 
 
+_TAG = "IRIS_TEST_PROCESS_TAG"
+# How long processes a test started may take to exit after it ends: a worker stops its
+# attempts with their grace (2-10 s in tests), and a crashed worker's watchdog first tells
+# the controller (up to 10 s of retries).
+_PROCESS_EXIT_S = 40.0
+
+
+def shared_process_env() -> dict[str, str]:
+    """The environment for a process that a session- or module-scoped fixture starts while a
+    test runs (first asked for through getfixturevalue): without the test's tag, since it
+    outlives the test on purpose."""
+    return {k: v for k, v in os.environ.items() if k != _TAG}
+
+
+def _tagged_processes(tag: str) -> dict[int, str]:
+    """Live processes whose environment carries `tag`: pid -> command line."""
+    needle = f"{_TAG}={tag}".encode()
+    found = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/environ", "rb") as f:
+                if needle not in f.read().split(b"\0"):
+                    continue
+            with open(f"/proc/{entry.name}/stat", "rb") as f:
+                if f.read().rsplit(b")", 1)[1].split()[0] in (b"Z", b"X"):
+                    continue
+            with open(f"/proc/{entry.name}/cmdline", "rb") as f:
+                found[int(entry.name)] = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue  # gone, or not ours to read
+    return found
+
+
+@pytest.fixture(autouse=True)
+def no_leaked_processes(request):
+    """Fail a test that leaves processes it started running (workers, watchdogs, attempts).
+
+    Every process a test starts inherits a tag in its environment; after the test, tagged
+    processes get _PROCESS_EXIT_S to exit. Processes of module- or session-scoped fixtures
+    were started before the tag was set, so they are not counted."""
+    tag = f"{os.getpid()}-{request.node.nodeid}"
+    os.environ[_TAG] = tag
+    try:
+        yield
+    finally:
+        os.environ.pop(_TAG, None)
+    gate = threading.Event()
+    for _ in range(int(_PROCESS_EXIT_S / 0.1)):
+        left = _tagged_processes(tag)
+        if not left:
+            return
+        gate.wait(0.1)
+    for pid in left:  # do not let one leak fail every later test too
+        try:
+            os.kill(pid, 9)
+        except OSError:
+            pass
+    raise AssertionError("processes left running after the test: "
+                         + "; ".join(f"{pid}: {cmd[:200]}" for pid, cmd in left.items()))
+
+
 @pytest.fixture
 def wait_until():
     """wait(predicate, timeout_s=120, what=...) -> the predicate's first truthy value.

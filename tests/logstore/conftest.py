@@ -22,6 +22,7 @@ from iris.base.clock import SYSTEM_CLOCK
 from iris.base.ids import new_id
 from iris.logstore.gcs import GcsSink
 from iris.logstore.sinks import LocalDirSink
+from tests.conftest import shared_process_env
 
 READY_TIMEOUT_S = 30.0
 
@@ -47,7 +48,7 @@ class FakeGcs:
              "-port", str(self.port), "-backend", "filesystem",
              "-filesystem-root", str(self.root), "-external-url", self.url,
              "-log-level", "error"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=shared_process_env())
         deadline = SYSTEM_CLOCK.monotonic() + READY_TIMEOUT_S
         while True:
             if self._proc.poll() is not None:
