@@ -107,3 +107,15 @@ def test_a_job_of_a_missing_command_fails_saying_so_in_status_and_result(current
 def test_a_job_killed_by_a_signal_says_which(current):
     status = iris.submit(["/bin/sh", "-c", "kill -TERM $$"]).wait(120)
     assert status["tasks"][0]["error"].startswith("killed by SIGTERM")
+
+
+def test_a_cgroup_that_cannot_be_joined_is_reported_without_its_path(tmp_path):
+    import subprocess
+
+    from iris.worker.cgroups import join_then_exec_argv
+
+    procs = tmp_path / "no-such-cgroup" / "cgroup.procs"
+    done = subprocess.run(join_then_exec_argv(procs, ["true"]), capture_output=True,
+                          text=True, timeout=WAIT_S)
+    assert done.returncode == 125
+    assert done.stderr == "iris: cannot join the attempt's memory cgroup\n"
