@@ -78,10 +78,9 @@ class AttemptWork:
         except Exception as exc:  # refused or failed to build: the attempt fails with why
             if shipper is not None:
                 shipper.write("stderr", f"[iris] attempt could not start: {exc}\n")
-                self._close(attempt_id, shipper)
-            self._inbox.post(self._on_event, attempts.StartFailed(
-                attempt_id, f"could not start: {exc}", getattr(exc, "exit_code", 1)),
-                urgent=True)
+                self.close_shipper(attempt_id, shipper)
+            self.tell(attempts.StartFailed(attempt_id, f"could not start: {exc}",
+                                           getattr(exc, "exit_code", 1)), urgent=True)
 
     def stop(self, stop: attempts.BeginStop) -> None:
         try:
@@ -89,7 +88,12 @@ class AttemptWork:
         except IrisError as exc:  # not running any more: nothing to stop
             _log.info("stop of %s: %s", stop.attempt_id, exc)
 
-    def _close(self, attempt_id: str, shipper: LogShipper) -> None:
+    def tell(self, event: attempts.Event, urgent: bool = False) -> None:
+        """Send the actor an event for its kernel (urgent: wake it now, not at its tick)."""
+        self._inbox.post(self._on_event, event, urgent=urgent)
+
+    def close_shipper(self, attempt_id: str, shipper: LogShipper) -> None:
+        """Flush the attempt's last lines to the log store, then tell the actor."""
         self._inbox.post(self._on_closed, attempt_id, shipper.close().dropped_lines)
 
 
@@ -113,15 +117,13 @@ class _Watch:
             self._shipper.write("stderr", f"[iris build] {detail}\n")
             return
         status = "building" if state is AttemptState.BUILDING else "running"
-        work = self._work
-        work._inbox.post(work._on_event, attempts.PhaseReached(self._attempt_id, status))
+        self._work.tell(attempts.PhaseReached(self._attempt_id, status))
 
     def on_exit(self, proc: AttemptProcess, outcome: Outcome) -> None:
         result = _read_result(proc.spec.attempt_dir / "result.pkl")
-        work = self._work
-        work._close(self._attempt_id, self._shipper)  # the last lines stored before "exited"
-        work._inbox.post(work._on_event, attempts.Exited(
-            self._attempt_id, outcome, result, b"".join(self._tail)), urgent=True)
+        self._work.close_shipper(self._attempt_id, self._shipper)  # stored before "exited"
+        self._work.tell(attempts.Exited(self._attempt_id, outcome, result,
+                                        b"".join(self._tail)), urgent=True)
 
 
 def _read_result(path: Path) -> bytes | None:
