@@ -204,5 +204,9 @@ def _enable_v2_memory(parent: Path) -> bool:
 def join_then_exec_argv(procs_file: Path, argv: list[str]) -> list[str]:
     """argv that joins the cgroup (writes its own pid) and then execs `argv`: no race, as
     the pid is written before the target program starts."""
-    script = 'echo $$ > "$0" || { echo "iris: cannot join cgroup $0" >&2; exit 125; }; exec "$@"'
+    # The shell's own error would name the cgroup's path, which means nothing to the task's
+    # owner (issue 18): say what failed instead.
+    script = ('{ echo $$ > "$0"; } 2>/dev/null || '
+              '{ echo "iris: cannot join the attempt\'s memory cgroup" >&2; exit 125; }; '
+              'exec "$@"')
     return ["/bin/sh", "-c", script, str(procs_file), *argv]

@@ -5,6 +5,10 @@ a command task run through `sh` and a callable run directly read the same: a neg
 returncode -N (killed by signal N) and 128+N from a shell are both "killed by signal N".
 SIGKILL (137 / -9) inside a memory cgroup whose OOM counter moved is OUT OF MEMORY, the
 case Ray users met as silent "worker died" errors.
+
+`failure_line` is the one line a user reads about a failed attempt (`iris job status`,
+`job.result()`): "exited with code 3", "killed by SIGTERM", "killed by SIGKILL: out of
+memory (limit 2 GiB)".
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ class Outcome:
     exit_code: int | None = None
     signal: int | None = None
     detail: str = ""
+    memory_limit_bytes: int = 0  # the attempt's memory limit (OOM lines name it); 0: none
 
     @property
     def ok(self) -> bool:
@@ -69,7 +74,7 @@ def classify_exit(
         return Outcome(
             OutcomeKind.OOM_KILLED, code, signum,
             f"out of memory: exceeded its limit of {memory_limit_bytes} bytes "
-            f"({oom_kills} process(es) killed by the OOM killer)",
+            f"({oom_kills} process(es) killed by the OOM killer)", memory_limit_bytes,
         )
     if stop_requested:
         how = f"by {_signal_name(signum)}" if signum else f"with exit code {code}"
@@ -86,3 +91,26 @@ def classify_exit(
 
 def unknown_outcome(detail: str) -> Outcome:
     return Outcome(OutcomeKind.UNKNOWN, None, None, detail)
+
+
+def failure_line(outcome: Outcome) -> str:
+    """What ended a failed attempt, in one line that names its exit code or signal."""
+    if outcome.kind is not OutcomeKind.OOM_KILLED:
+        return outcome.detail or outcome.kind.value
+    how = (f"killed by {_signal_name(outcome.signal)}" if outcome.signal
+           else f"exited with code {outcome.exit_code}")
+    limit = outcome.memory_limit_bytes
+    return f"{how}: out of memory" + (f" (limit {human_bytes(limit)})" if limit else "")
+
+
+_BINARY_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
+
+
+def human_bytes(n: int) -> str:
+    """1 << 31 -> "2 GiB", 1536 << 20 -> "1.5 GiB": limits are set in binary units (Gi, Mi)
+    more often than not, and read back the way they were written."""
+    value, unit = float(n), 0
+    while value >= 1024 and unit < len(_BINARY_UNITS) - 1:
+        value, unit = value / 1024, unit + 1
+    text = f"{value:.1f}".removesuffix(".0")
+    return f"{text} {_BINARY_UNITS[unit]}"

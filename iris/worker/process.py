@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import select
+import shutil
 import signal
 import subprocess
 import threading
@@ -44,7 +45,12 @@ PENDING_CGROUP_NAME = "cgroup.path"  # written before spawn; the record comes af
 
 
 class AttemptStartError(IrisError):
-    """The attempt's process could not be started (bad program, cwd, or cgroup)."""
+    """The attempt's process could not be started (bad program, cwd, or cgroup).
+    `exit_code` follows the shell: 127 for a command not found, 126 for one not executable."""
+
+    def __init__(self, message: str, exit_code: int = 1):
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
 @dataclass(frozen=True)
@@ -106,12 +112,28 @@ Spawner = Callable[[AttemptSpec, int, int, AttemptCgroup | None], Leader]
 already in `cgroup` before user code runs)."""
 
 
+def check_program(program: str, spec: AttemptSpec) -> None:
+    """Refuse a program that cannot run, naming it and nothing of ours: started through the
+    cgroup's `sh` wrapper, a missing program read "/sys/fs/cgroup/.../cgroup.procs: 1: exec:
+    nonexistent: not found" (issue 18)."""
+    if "/" in program:
+        path = Path(program) if os.path.isabs(program) else spec.cwd / program
+        if not path.is_file():
+            raise AttemptStartError(f"command not found: {program}", exit_code=127)
+        if not os.access(path, os.X_OK):
+            raise AttemptStartError(f"permission denied: {program} is not executable",
+                                    exit_code=126)
+    elif shutil.which(program, path=spec.env.get("PATH", os.defpath)) is None:
+        raise AttemptStartError(f"command not found: {program}", exit_code=127)
+
+
 def popen_spawner(argv: list[str]) -> Spawner:
     """Spawn `argv` as a subprocess (the command path, and callables without a zygote)."""
     if not argv:
         raise AttemptStartError("empty command")
 
     def spawn(spec: AttemptSpec, out_fd: int, err_fd: int, cg: AttemptCgroup | None) -> Leader:
+        check_program(argv[0], spec)
         full = join_then_exec_argv(cg.procs_file, argv) if cg else list(argv)
         try:
             popen = subprocess.Popen(
