@@ -57,12 +57,17 @@ def _recv_frames(sock: zmq.Socket) -> list:
     return frames
 
 
+# Frames below this are copied into the ZeroMQ message: cheaper than the zero-copy hand-off
+# (a Frame object and a release callback) up to about pyzmq's own copy_threshold of 64 KiB.
+_COPY_BELOW = 64 * 1024
+
+
 def _send_frames(sock: zmq.Socket, frames: list) -> None:
-    """Send one message; the header (and routing id) is copied, buffers are not."""
+    """Send one message; small bytes (header, routing id) are copied, big frames are not."""
     last = len(frames) - 1
     for i, frame in enumerate(frames):
         sock.send(frame, _NOBLOCK | _SNDMORE if i < last else _NOBLOCK,
-                  copy=type(frame) is bytes)
+                  copy=type(frame) is bytes and len(frame) < _COPY_BELOW)
 
 
 class Node:

@@ -76,8 +76,13 @@ def encode_call(call_id: int, actor: str, method: str, timeout_ms: int, args: tu
     buffers: list = []
     try:
         body = codec.lift_call_buffers(args, kwargs, buffers)
-        header = codec.packb([VERSION, kind, call_id, actor, method, timeout_ms,
-                              codec.FORMAT_MSGPACK, body, *extra])
+        head = [VERSION, kind, call_id, actor, method, timeout_ms, codec.FORMAT_MSGPACK, body,
+                *extra]
+        header = codec.packb(head, buffers)
+        if len(header) >= codec.DEEP_LIFT_MIN_BYTES:  # big bytes nested in lists or dicts
+            buffers = []
+            head[7] = codec.deep_lift(body, buffers)
+            header = codec.packb(head, buffers)
     except (TypeError, ValueError, OverflowError):
         buffers = []
         pickled = codec.pickle_value((args, kwargs), buffers)
@@ -89,8 +94,13 @@ def encode_call(call_id: int, actor: str, method: str, timeout_ms: int, args: tu
 def encode_reply(call_id: int, value: Any) -> list:
     buffers: list = []
     try:
-        body = codec.lift_value_buffers(value, buffers)
-        header = codec.packb([VERSION, REPLY, call_id, codec.FORMAT_MSGPACK, body])
+        head = [VERSION, REPLY, call_id, codec.FORMAT_MSGPACK,
+                codec.lift_value_buffers(value, buffers)]
+        header = codec.packb(head, buffers)
+        if len(header) >= codec.DEEP_LIFT_MIN_BYTES:
+            buffers = []
+            head[4] = codec.deep_lift(value, buffers)
+            header = codec.packb(head, buffers)
     except (TypeError, ValueError, OverflowError):
         buffers = []
         header = codec.packb([VERSION, REPLY, call_id, codec.FORMAT_PICKLE,
