@@ -15,6 +15,7 @@ from __future__ import annotations
 import collections
 import itertools
 import logging
+import os
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -22,6 +23,7 @@ from typing import Any
 import uvloop
 import zmq
 
+from iris.actors import shm
 from iris.actors.config import NodeConfig
 from iris.actors.future import ActorFuture
 from iris.actors.hosting import INTERNAL, HostedActor, spec_of
@@ -101,6 +103,11 @@ class Node:
         self._stopped = False
         self._grants: dict[bytes, str] = {}  # auth token -> the role its calls hold here
         self._local: LocalPeer | None = None  # made once the address is known
+        env_min = os.environ.get("IRIS_SHM_MIN_BYTES")
+        self._shm_min = (int(env_min) if env_min else self.config.shm_min_bytes) \
+            if shm.AVAILABLE else 0
+        self._shm_replies = False  # set once bound: only a loopback node's callers are local
+        self._held: dict[shm.Segment, int] = {}  # segments sent, not yet released -> slots
 
     # ------------------------------------------------------------ lifecycle
 
@@ -155,6 +162,7 @@ class Node:
             self._start_error = exc
             self._ready.set()
             return
+        self._shm_replies = bool(self._shm_min) and shm.same_host(self.address)
         self.loop.add_reader(self._router.getsockopt(zmq.FD), self._drain_router)
         self.loop.call_later(self.config.sweep_interval_s, self._sweep)
         self._ready.set()
@@ -185,6 +193,9 @@ class Node:
                 peer.fail_all("this node is stopping", counted=False)
                 peer.close()
             self._peers.clear()
+            for segment in self._held:
+                segment.close()
+            self._held.clear()
             if self._router is not None:
                 self.loop.remove_reader(self._router.getsockopt(zmq.FD))
                 self._router.close(linger=0)
@@ -257,6 +268,12 @@ class Node:
         except Exception as exc:
             fut.set_exception(TypeError(f"arguments of {actor}.{method} cannot be sent: {exc}"))
             return fut
+        segment = None
+        if len(frames) > 1 and self._shm_min and shm.same_host(address) \
+                and address != self.address:
+            frames, segment = shm.spill(frames, self._shm_min)
+        if segment is not None:
+            self._hold_for(segment, 1, fut, timeout_s)
         if self._stopped:
             fut.set_exception(PeerUnavailableError(
                 f"cannot call {actor}.{method}: this node is stopped",
@@ -285,7 +302,36 @@ class Node:
             self._post(fn, *args)
 
     def post_reply(self, rid: bytes, frames: list) -> None:
-        self._post(self.send_reply, rid, frames)
+        """Send a reply from another thread (a big one is copied to shared memory here, off
+        the loop)."""
+        if len(frames) > 1 and self._shm_replies and type(rid) is bytes:
+            frames = self._spill_reply(frames)
+        self._post(self.send_reply, rid, frames, True)
+
+    # ------------------------------------------------------------ shared memory
+
+    def _hold_for(self, segment: shm.Segment, slots: int, fut: ActorFuture | None,
+                  timeout_s: float) -> None:
+        """Keep `segment` until its `slots` receivers mapped it, `fut` is done, or timeout."""
+        segment.deadline = self.now() + timeout_s
+        self.call_in_loop(self._held.__setitem__, segment, slots)
+        if fut is not None:
+            fut.add_done_callback(lambda _: self.call_in_loop(self._release, segment))
+
+    def _release(self, segment: shm.Segment) -> None:
+        if self._held.pop(segment, None) is not None:
+            segment.close()
+
+    def _spill_reply(self, frames: list) -> list:
+        frames, segment = shm.spill(frames, self._shm_min)
+        if segment is not None:
+            self._hold_for(segment, 1, None, self.config.shm_hold_s)
+        return frames
+
+    def _sweep_segments(self, now: float) -> None:
+        for segment, slots in list(self._held.items()):
+            if now > segment.deadline or segment.acked(slots):
+                self._release(segment)
 
     # ------------------------------------------------------------ loop thread
 
@@ -355,7 +401,9 @@ class Node:
             self._schedule_drain()
         return True
 
-    def send_reply(self, rid: bytes, frames: list) -> None:
+    def send_reply(self, rid: bytes, frames: list, spilled: bool = False) -> None:
+        if len(frames) > 1 and self._shm_replies and not spilled and type(rid) is bytes:
+            frames = self._spill_reply(frames)
         if type(rid) is LocalReturn:  # an in-process call: straight back to its future
             rid.peer.heard(self.now())
             self._on_reply(rid.peer, [zmq.Frame(f) for f in frames], self.now())
@@ -402,15 +450,22 @@ class Node:
             self.stats.malformed += 1
             return
         rid = frames[0].bytes
+        buffers = frames[2:]
         try:
-            msg = messages.decode(frames[1].bytes, frames[2:])
+            if buffers:
+                buffers = shm.resolve(buffers)
+            msg = messages.decode(frames[1].bytes, buffers)
         except ProtocolError as exc:
             self.stats.malformed += 1
             _log.debug("node %s dropped a malformed message: %s", self.id, exc)
+            peek = messages.peek_call(frames[1].bytes) if buffers else None
+            if peek is not None and peek[0] == messages.CALL:  # say why, not time out
+                self.send_reply(rid, messages.encode_error(peek[1], messages.E_PROTOCOL,
+                                                           str(exc)))
             return
         kind = msg[1]
         if kind == messages.CALL or kind == messages.CAST:
-            call = messages.call_from(msg, frames[2:])
+            call = messages.call_from(msg, buffers)
             call.role = role or (self._grants.get(call.auth, "client") if call.auth
                                  else "client")
             self.stats.calls_received += 1
@@ -448,10 +503,18 @@ class Node:
                 _log.exception("node %s: failed handling a reply from %s", self.id, peer.address)
 
     def _on_reply(self, peer: Peer, frames: list, now: float) -> None:
+        buffers = frames[1:]
         try:
-            msg = messages.decode(frames[0].bytes, frames[1:])
+            if buffers:
+                buffers = shm.resolve(buffers)
+            msg = messages.decode(frames[0].bytes, buffers)
         except ProtocolError as exc:
             self.stats.malformed += 1
+            peek = messages.peek_call(frames[0].bytes) if buffers else None
+            fut = peer.pending.pop(peek[1], None) if peek else None
+            if fut is not None:  # its buffers are gone (shared memory of a dead sender)
+                fut.set_exception(ProtocolError(f"reply of {fut.actor}.{fut.method} from "
+                                                f"{peer.address} cannot be read: {exc}"))
             _log.debug("node %s dropped a malformed reply from %s: %s", self.id, peer.address, exc)
             return
         kind = msg[1]
@@ -465,7 +528,7 @@ class Node:
         stats.call_latency.observe(now - fut.sent_at)
         if kind == messages.REPLY:
             try:
-                value = messages.decode_payload(msg[3], msg[4], frames[1:])
+                value = messages.decode_payload(msg[3], msg[4], buffers)
             except Exception as exc:
                 stats.calls_error += 1
                 fut.set_exception(ProtocolError(
@@ -498,5 +561,7 @@ class Node:
                 peer.close()
                 del self._peers[address]
                 stats.peers_declared_dead += 1
+        if self._held:
+            self._sweep_segments(now)
         self._drain_dirty()
         self.loop.call_later(cfg.sweep_interval_s, self._sweep)

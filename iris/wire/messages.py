@@ -22,6 +22,8 @@ import traceback
 from dataclasses import dataclass
 from typing import Any
 
+import msgpack
+
 from iris.base.errors import ProtocolError
 from iris.wire import codec
 
@@ -166,6 +168,20 @@ def decode(header: bytes, buffers: list) -> list:
     if kind == REPLY and msg[3] not in (codec.FORMAT_MSGPACK, codec.FORMAT_PICKLE):
         raise ProtocolError(f"unknown payload format {msg[3]!r}")
     return msg
+
+
+def peek_call(header: bytes) -> tuple[int, int] | None:
+    """(kind, call_id) of a header whose buffers could not be had, or None if unreadable: so
+    the call can still be answered (or its caller told) instead of waiting for its deadline."""
+    try:
+        unpacker = msgpack.Unpacker(raw=False, ext_hook=lambda code, data: None)
+        unpacker.feed(header)
+        if unpacker.read_array_header() < 3 or unpacker.unpack() != VERSION:
+            return None
+        kind, call_id = unpacker.unpack(), unpacker.unpack()
+    except Exception:
+        return None
+    return (kind, call_id) if type(kind) is int and type(call_id) is int else None
 
 
 # Field types after [version, kind]; None means any msgpack value.
