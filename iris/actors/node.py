@@ -285,6 +285,41 @@ class Node:
             self._post(self._send_call, address, call_id, fut, frames, timeout_s, oneway)
         return fut
 
+    def call_many(self, targets: list[tuple[str, str]], method: str, args: tuple = (),
+                  kwargs: dict | None = None, *,
+                  timeout_s: float | None = None) -> list[ActorFuture]:
+        """The same call to each (address, actor key); one future each. Big buffers bound for
+        this host are copied into shared memory once for all of them, not once per target."""
+        timeout_s = self.config.default_timeout_s if timeout_s is None else timeout_s
+        futs, segment, shared = [], None, []
+        for address, key in targets:
+            if not (self._shm_min and shm.same_host(address) and address != self.address):
+                futs.append(self.call(address, key, method, args, kwargs, timeout_s=timeout_s))
+                continue
+            fut = ActorFuture(key, method, address, self._loop_thread_id)
+            futs.append(fut)
+            call_id = next(self._call_ids)
+            try:
+                frames = messages.encode_call(call_id, key, method, int(timeout_s * 1000),
+                                              args, kwargs or {})
+            except Exception as exc:
+                fut.set_exception(TypeError(f"arguments of {key}.{method} cannot be sent: "
+                                            f"{exc}"))
+                continue
+            frames, segment = shm.spill(frames, self._shm_min, segment, len(shared))
+            shared.append((call_id, fut, frames))
+        if segment is not None:
+            self._hold_shared(segment, [fut for _, fut, _ in shared], timeout_s)
+        for call_id, fut, frames in shared:
+            if self._stopped:
+                fut.set_exception(PeerUnavailableError(
+                    f"cannot call {fut.actor}.{method}: this node is stopped",
+                    actor=fut.actor, method=method, address=fut.address))
+            else:
+                self.call_in_loop(self._send_call, fut.address, call_id, fut, frames,
+                                  timeout_s, False)
+        return futs
+
     def _post(self, fn: Callable, *args: Any) -> None:
         self._outbox.append((fn, args))
         if not self._wake_pending:
@@ -317,6 +352,20 @@ class Node:
         self.call_in_loop(self._held.__setitem__, segment, slots)
         if fut is not None:
             fut.add_done_callback(lambda _: self.call_in_loop(self._release, segment))
+
+    def _hold_shared(self, segment: shm.Segment, futs: list[ActorFuture],
+                     timeout_s: float) -> None:
+        """Keep a segment sent to several receivers until all answered (or mapped it)."""
+        self._hold_for(segment, len(futs), None, timeout_s)
+        left = [len(futs)]
+
+        def one_done(_: ActorFuture) -> None:
+            left[0] -= 1  # done-callbacks run on the loop thread (or before any send)
+            if left[0] == 0:
+                self.call_in_loop(self._release, segment)
+
+        for fut in futs:
+            fut.add_done_callback(one_done)
 
     def _release(self, segment: shm.Segment) -> None:
         if self._held.pop(segment, None) is not None:

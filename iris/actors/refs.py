@@ -150,17 +150,35 @@ class ActorGroup:
 
 
 class _GroupMethod:
-    __slots__ = ("_group", "_name")
+    __slots__ = ("_group", "_name", "_timeout")
 
-    def __init__(self, group: ActorGroup, name: str):
+    def __init__(self, group: ActorGroup, name: str, timeout_s: float | None = None):
         self._group = group
         self._name = name
+        self._timeout = timeout_s
+
+    def _of(self, ref: ActorRef) -> _Method:
+        return _Method(ref, self._name, self._timeout)
 
     def __call__(self, *args: Any, **kwargs: Any) -> ActorFuture:
-        return getattr(self._group._next(), self._name)(*args, **kwargs)
+        return self._of(self._group._next())(*args, **kwargs)
 
     def cast(self, *args: Any, **kwargs: Any) -> None:
-        getattr(self._group._next(), self._name).cast(*args, **kwargs)
+        self._of(self._group._next()).cast(*args, **kwargs)
+
+    def options(self, *, timeout: float | None = None) -> _GroupMethod:
+        """The same method with a deadline of `timeout` seconds per call."""
+        return _GroupMethod(self._group, self._name, timeout)
 
     def broadcast(self, *args: Any, **kwargs: Any) -> list[ActorFuture]:
-        return [getattr(ref, self._name)(*args, **kwargs) for ref in self._group.refs]
+        """Call every member; one future each. The arguments are encoded once per member but
+        their big buffers are not copied per member: sent from the caller's memory, or,
+        to members on this host, copied once into shared memory that all of them map."""
+        refs = self._group.refs
+        if not refs or any(ref.address is None for ref in refs):
+            return [self._of(ref)(*args, **kwargs) for ref in refs]
+        futs = _context().node.call_many([(ref.address, ref._key) for ref in refs],
+                                         self._name, args, kwargs, timeout_s=self._timeout)
+        for ref, fut in zip(refs, futs, strict=True):
+            fut.on_error = ref._forget_if_gone
+        return futs

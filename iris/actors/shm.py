@@ -22,6 +22,7 @@ from __future__ import annotations
 import ctypes
 import mmap
 import os
+import pickle
 import weakref
 from typing import Any
 
@@ -115,13 +116,18 @@ def spill(frames: list, min_bytes: int, segment: Segment | None = None,
         return frames, None
     sources = [frames[i] for i in indices]
     if segment is None or len(segment.sources) != len(sources) or any(
-            a is not b for a, b in zip(segment.sources, sources, strict=True)):
+            _origin(a) is not _origin(b) for a, b in zip(segment.sources, sources, strict=True)):
         segment = Segment(sources)
     out = list(frames)
     for i in indices:
         out[i] = b""
     out.append(segment.table([i - 1 for i in indices], slot))
     return out, segment
+
+
+def _origin(buf: Any) -> Any:
+    """The object whose memory a frame is: each pickling wraps an array in a new PickleBuffer."""
+    return buf.raw().obj if isinstance(buf, pickle.PickleBuffer) else buf
 
 
 def _is_table(frame: Any) -> bool:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 
 import numpy as np
 import pytest
@@ -180,3 +181,139 @@ def test_sender_killed_after_sending_leaves_no_segment_and_receiver_keeps_its_da
     assert not memfds()  # we hold mappings only, never the dead sender's fds
     assert shm_names() <= before
     assert sink.name == "/sink"
+
+
+ROLLOUT = """
+import os, threading
+import numpy as np
+import iris
+
+ctx = iris.connect()
+sub = iris.weights.Subscriber("policy")
+
+@iris.actor
+class Probe:
+    def get(self, max_stale):
+        version, weights = sub.get(max_stale=max_stale, timeout=120)
+        return [version, float(weights["w"][0]), weights["w"].shape[0]]
+    def segments(self):
+        with open("/proc/self/maps") as maps:
+            return sorted({line.split()[4] for line in maps if "memfd:iris-shm" in line})
+
+Probe.serve(os.environ["PROBE"])
+print("READY", flush=True)
+threading.Event().wait()
+"""
+
+
+def start_rollouts(child_process, cluster, count):
+    probes = []
+    for i in range(count):
+        child = child_process(ROLLOUT, {"IRIS_ADDRESS": cluster.address, "PROBE": f"probe{i}"})
+        child.wait_ready()
+        probes.append(iris.resolve(f"probe{i}", timeout=60))
+    return probes
+
+
+def weights_of(version: int) -> dict:
+    return {"w": np.full(MiB, float(version), dtype=np.float32)}
+
+
+def test_publish_reaches_every_rollout_through_one_shared_segment(cluster, child_process):
+    pub = iris.weights.Publisher("policy")
+    probes = start_rollouts(child_process, cluster, 3)
+    iris.resolve_all("policy.rollouts", timeout=60)
+    assert pub.publish(weights_of(1)) == 1 and pub.last_failures == {}
+    assert [p.get(0).result(60) for p in probes] == [[1, 1.0, MiB]] * 3
+    inodes = [p.segments().result(60) for p in probes]
+    assert len(inodes[0]) == 1 and inodes == [inodes[0]] * 3  # one copy, mapped by all three
+
+
+def test_rollout_asking_newest_waits_for_the_next_version_without_polling(cluster,
+                                                                         child_process):
+    pub = iris.weights.Publisher("policy")
+    (probe,) = start_rollouts(child_process, cluster, 1)
+    waiting = probe.get(0)  # nothing published yet: waits for version 1
+    pub.publish(weights_of(1))
+    assert waiting.result(60) == [1, 1.0, MiB]
+    pub.publish(weights_of(2), wait=False)
+    pub.publish(weights_of(3))
+    assert probe.get(1).result(60)[0] >= 2
+    assert probe.get(0).result(60)[0] == 3
+
+
+def test_rollout_that_joins_late_fetches_the_newest_version(cluster, child_process):
+    pub = iris.weights.Publisher("policy")
+    pub.publish(weights_of(1))
+    pub.publish(weights_of(2))
+    (probe,) = start_rollouts(child_process, cluster, 1)
+    assert probe.get(0).result(60) == [2, 2.0, MiB]
+
+
+def test_dead_rollout_fails_only_its_own_delivery(cluster, child_process, wait_until):
+    pub = iris.weights.Publisher("policy")
+    probes = start_rollouts(child_process, cluster, 2)
+    victim = child_process(ROLLOUT, {"IRIS_ADDRESS": cluster.address, "PROBE": "victim"})
+    victim.wait_ready()
+    wait_until(lambda: len(iris.resolve_all("policy.rollouts")) == 3, 60, "3 subscribers")
+    victim.kill()
+    pub.publish(weights_of(1))
+    assert len(pub.last_failures) == 1
+    assert [p.get(0).result(60) for p in probes] == [[1, 1.0, MiB]] * 2
+
+
+TRAINER = """
+import threading
+import numpy as np
+import iris
+
+ctx = iris.connect()
+pub = iris.weights.Publisher("policy")
+pub.publish({"w": np.full(1 << 20, 1.0, dtype=np.float32)})
+
+@iris.actor
+class Control:
+    def publish_next(self):
+        return pub.publish({"w": np.full(1 << 20, 2.0, dtype=np.float32)}, wait=False)
+
+Control.serve("control")
+print("READY", flush=True)
+threading.Event().wait()
+"""
+
+
+def test_publisher_killed_mid_push_gives_the_waiting_rollout_an_error_not_a_hang(
+        cluster, child_process):
+    trainer = child_process(TRAINER, {"IRIS_ADDRESS": cluster.address})
+    trainer.wait_ready()
+    sub = iris.weights.Subscriber("policy")
+    assert sub.get(0, timeout=60)[0] == 1
+    hosted = iris.current().node._actors["/policy.rollouts"].instance
+    entered, release = threading.Event(), threading.Event()
+    receive = hosted.receive
+
+    def stuck_receive(version, weights):  # the push of version 2 stays on its way in
+        entered.set()
+        release.wait(120)
+        return receive(version, weights)
+
+    hosted.receive = stuck_receive
+    outcome: list = []
+    try:
+        assert iris.resolve("control").publish_next().result(60) == 2
+        assert entered.wait(60)
+        waiter = threading.Thread(target=lambda: outcome.append(_get_outcome(sub)))
+        waiter.start()
+        os.kill(trainer.proc.pid, signal.SIGKILL)
+        waiter.join(90)
+        assert not waiter.is_alive(), "get() hung after the publisher died"
+    finally:
+        release.set()
+    assert isinstance(outcome[0], iris.PeerUnavailableError), outcome
+
+
+def _get_outcome(sub):
+    try:
+        return sub.get(0, timeout=60)
+    except Exception as exc:
+        return exc

@@ -1,0 +1,215 @@
+"""Weight versions from one trainer to many rollouts: the trainer publishes, rollouts get.
+
+Not a parameter server: one publisher per name, versions only go up, nothing is merged.
+
+    pub = Publisher("policy")                 # trainer: serves "policy"
+    version = pub.publish({"w": array, ...})  # pushed to every subscriber at once
+
+    sub = Subscriber("policy")                # rollout: serves a replica of "policy.rollouts"
+    version, weights = sub.get(max_stale=1)   # newest, or at most 1 version behind
+
+- publish() broadcasts to every live subscriber (group.receive.broadcast): to subscribers on
+  this host the weights are copied once into shared memory that all of them map; to others
+  they are sent from the trainer's own arrays, one stream per subscriber.
+- get(max_stale=K) returns at once when the held version is at most K behind the newest
+  published; otherwise it waits for the push already under way, with no polling: one
+  pending call to the publisher (`settled`) answers when that push is over. If the
+  publisher dies meanwhile, that call fails (peer liveness: within ~3.5 s) and get() raises
+  PeerUnavailableError instead of hanging. A subscriber that joined after the last push,
+  or whose delivery failed, fetches the newest version directly.
+- Received arrays are read-only views of the message; copy one to change it.
+- The publisher keeps a reference to the newest weights (for late joiners): do not change
+  them in place after publishing; publish new arrays (or copies).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from typing import Any
+
+from iris.actors.current import current_context
+from iris.actors.future import ActorFuture
+from iris.actors.hosting import actor
+from iris.actors.refs import ActorRef, _context
+from iris.base.errors import IrisError
+
+_ROLLOUTS = ".rollouts"
+# How long one push may take before it counts as failed for a subscriber (s): 1 GiB at a
+# slow 0.1 GB/s, with room to spare.
+PUSH_TIMEOUT_S = 120.0
+
+
+@actor
+class _PublisherActor:
+    def __init__(self) -> None:
+        self.version = 0
+        self.weights: Any = None
+        self.settled_version = 0  # every push up to this version is over (ok or failed)
+        self._waiters: list[tuple[int, asyncio.Future]] = []
+
+    def latest(self) -> int:
+        return self.version
+
+    def fetch(self) -> list:
+        """[version, weights] of the newest version (for a subscriber that missed it)."""
+        return [self.version, self.weights]
+
+    async def settled(self, version: int) -> int:
+        """Answers once the push of `version` (or a later one) is over."""
+        if self.settled_version >= version:
+            return self.settled_version
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiters.append((version, waiter))
+        return await waiter
+
+    def _settle(self, version: int) -> None:  # on the node's loop thread
+        self.settled_version = max(self.settled_version, version)
+        keep = []
+        for wanted, waiter in self._waiters:
+            if wanted <= self.settled_version and not waiter.done():
+                waiter.set_result(self.settled_version)
+            elif not waiter.done():
+                keep.append((wanted, waiter))
+        self._waiters = keep
+
+
+@actor
+class _SubscriberActor:
+    def __init__(self, box: _Box) -> None:
+        self._box = box
+
+    def receive(self, version: int, weights: Any) -> int:
+        self._box.put(version, weights)
+        return version
+
+
+class _Box:
+    """The newest weights a subscriber holds, and a condition to wait for newer ones."""
+
+    def __init__(self) -> None:
+        self.version = 0
+        self.weights: Any = None
+        self.cond = threading.Condition()
+
+    def put(self, version: int, weights: Any) -> None:
+        with self.cond:
+            if version > self.version:
+                self.version, self.weights = version, weights
+            self.cond.notify_all()
+
+    def wake(self, _: Any = None) -> None:
+        with self.cond:
+            self.cond.notify_all()
+
+
+class Publisher:
+    """The trainer's side: serves `name` in this process; publish() pushes a new version."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._ctx = _context()
+        self._ref = self._ctx.serve(_PublisherActor, name)
+        self._state: _PublisherActor = self._ctx.node._actors[self._ref._key].instance
+
+    @property
+    def version(self) -> int:
+        return self._state.version
+
+    def publish(self, weights: Any, wait: bool = True) -> int:
+        with _bound(self._ctx):
+            return self._publish(weights, wait)
+
+    def _publish(self, weights: Any, wait: bool) -> int:
+        """Push `weights` as the next version to every subscriber; returns the version.
+
+        With `wait` (the default) returns when every subscriber holds it, or failed; the
+        failures are in `last_failures` (subscriber address -> error). Without, returns at
+        once and the push goes on (a newer publish does not cancel it)."""
+        state = self._state
+        group = self._ctx.resolve_all(self.name + _ROLLOUTS)
+        version = state.version + 1
+        state.version, state.weights = version, weights
+        futs = group.receive.options(timeout=PUSH_TIMEOUT_S).broadcast(version, weights)
+        self._settle_when_done(version, futs)
+        if wait:
+            self.last_failures = {f.address: f.exception() for f in futs
+                                  if f.exception() is not None}
+        return version
+
+    def _settle_when_done(self, version: int, futs: list[ActorFuture]) -> None:
+        node, state = self._ctx.node, self._state
+        left = [len(futs)]
+
+        def one_done(_: ActorFuture) -> None:
+            left[0] -= 1
+            if left[0] == 0:
+                node.call_in_loop(state._settle, version)
+
+        if not futs:
+            node.call_in_loop(state._settle, version)
+        for fut in futs:
+            fut.add_done_callback(one_done)
+
+    def close(self) -> None:
+        self._ctx.unserve(self.name)
+
+
+class Subscriber:
+    """A rollout's side: serves a replica of `name`.rollouts; get() returns held weights."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._ctx = _context()
+        self._box = _Box()
+        self._ctx.serve(_SubscriberActor, name + _ROLLOUTS, self._box)
+        self._publisher: ActorRef = self._ctx.resolve(name)
+
+    @property
+    def version(self) -> int:
+        return self._box.version
+
+    def get(self, max_stale: int = 0, timeout: float = 300.0) -> tuple[int, Any]:
+        """(version, weights): the newest published, or one at most `max_stale` versions
+        older. Waits for a push under way (no polling); raises PeerUnavailableError if the
+        publisher dies first, TimeoutError after `timeout` seconds."""
+        if isinstance(max_stale, bool) or not isinstance(max_stale, int) or max_stale < 0:
+            raise ValueError(f"max_stale must be an int >= 0, got {max_stale!r}")
+        with _bound(self._ctx):
+            return self._get(max_stale, timeout)
+
+    def _get(self, max_stale: int, timeout: float) -> tuple[int, Any]:
+        newest = self._publisher.latest().result(timeout)
+        need = max(newest - max_stale, 1)
+        box = self._box
+        if box.version < need:
+            settled = self._publisher.settled.options(timeout=timeout)(need)
+            settled.add_done_callback(box.wake)
+            with box.cond:
+                box.cond.wait_for(lambda: box.version >= need or settled.done(), timeout)
+            if box.version < need:
+                settled.result(0)  # raises why: the publisher died, or the deadline passed
+                self._fetch(need, timeout)
+        with box.cond:
+            return box.version, box.weights
+
+    def _fetch(self, need: int, timeout: float) -> None:
+        version, weights = self._publisher.fetch().result(timeout)
+        if version < need:
+            raise IrisError(f"publisher {self.name!r} is at version {version}, below "
+                            f"the {need} asked for")
+        self._box.put(version, weights)
+
+    def close(self) -> None:
+        self._ctx.unserve(self.name + _ROLLOUTS)
+
+
+@contextlib.contextmanager
+def _bound(ctx: Any):
+    """Make `ctx` current for the calls inside (get() may run in any thread)."""
+    token = current_context.set(ctx)
+    try:
+        yield
+    finally:
+        current_context.reset(token)
