@@ -107,7 +107,7 @@ class Node:
         self._shm_min = (int(env_min) if env_min else self.config.shm_min_bytes) \
             if shm.AVAILABLE else 0
         self._shm_replies = False  # set once bound: only a loopback node's callers are local
-        self._held: dict[shm.Segment, int] = {}  # segments sent, not yet released -> slots
+        self._pool = shm.Pool(self.config.shm_pool_bytes)
 
     # ------------------------------------------------------------ lifecycle
 
@@ -193,9 +193,7 @@ class Node:
                 peer.fail_all("this node is stopping", counted=False)
                 peer.close()
             self._peers.clear()
-            for segment in self._held:
-                segment.close()
-            self._held.clear()
+            self._pool.close()
             if self._router is not None:
                 self.loop.remove_reader(self._router.getsockopt(zmq.FD))
                 self._router.close(linger=0)
@@ -271,9 +269,11 @@ class Node:
         segment = None
         if len(frames) > 1 and self._shm_min and shm.same_host(address) \
                 and address != self.address:
-            frames, segment = shm.spill(frames, self._shm_min)
-        if segment is not None:
-            self._hold_for(segment, 1, fut, timeout_s)
+            frames, segment = self._pool.spill(frames, self._shm_min)
+            if segment is not None:
+                self._pool.sent(segment, 1, 0 if oneway else 1, self.now() + timeout_s)
+                if not oneway:
+                    fut.add_done_callback(lambda _: self._pool.answered(segment))
         if self._stopped:
             fut.set_exception(PeerUnavailableError(
                 f"cannot call {actor}.{method}: this node is stopped",
@@ -306,10 +306,12 @@ class Node:
                 fut.set_exception(TypeError(f"arguments of {key}.{method} cannot be sent: "
                                             f"{exc}"))
                 continue
-            frames, segment = shm.spill(frames, self._shm_min, segment, len(shared))
+            frames, segment = self._pool.spill(frames, self._shm_min, segment, len(shared))
             shared.append((call_id, fut, frames))
         if segment is not None:
-            self._hold_shared(segment, [fut for _, fut, _ in shared], timeout_s)
+            self._pool.sent(segment, len(shared), len(shared), self.now() + timeout_s)
+            for _, fut, _ in shared:
+                fut.add_done_callback(lambda _: self._pool.answered(segment))
         for call_id, fut, frames in shared:
             if self._stopped:
                 fut.set_exception(PeerUnavailableError(
@@ -345,42 +347,11 @@ class Node:
 
     # ------------------------------------------------------------ shared memory
 
-    def _hold_for(self, segment: shm.Segment, slots: int, fut: ActorFuture | None,
-                  timeout_s: float) -> None:
-        """Keep `segment` until its `slots` receivers mapped it, `fut` is done, or timeout."""
-        segment.deadline = self.now() + timeout_s
-        self.call_in_loop(self._held.__setitem__, segment, slots)
-        if fut is not None:
-            fut.add_done_callback(lambda _: self.call_in_loop(self._release, segment))
-
-    def _hold_shared(self, segment: shm.Segment, futs: list[ActorFuture],
-                     timeout_s: float) -> None:
-        """Keep a segment sent to several receivers until all answered (or mapped it)."""
-        self._hold_for(segment, len(futs), None, timeout_s)
-        left = [len(futs)]
-
-        def one_done(_: ActorFuture) -> None:
-            left[0] -= 1  # done-callbacks run on the loop thread (or before any send)
-            if left[0] == 0:
-                self.call_in_loop(self._release, segment)
-
-        for fut in futs:
-            fut.add_done_callback(one_done)
-
-    def _release(self, segment: shm.Segment) -> None:
-        if self._held.pop(segment, None) is not None:
-            segment.close()
-
     def _spill_reply(self, frames: list) -> list:
-        frames, segment = shm.spill(frames, self._shm_min)
+        frames, segment = self._pool.spill(frames, self._shm_min)
         if segment is not None:
-            self._hold_for(segment, 1, None, self.config.shm_hold_s)
+            self._pool.sent(segment, 1, 0, self.now() + self.config.shm_hold_s)
         return frames
-
-    def _sweep_segments(self, now: float) -> None:
-        for segment, slots in list(self._held.items()):
-            if now > segment.deadline or segment.acked(slots):
-                self._release(segment)
 
     # ------------------------------------------------------------ loop thread
 
@@ -610,7 +581,7 @@ class Node:
                 peer.close()
                 del self._peers[address]
                 stats.peers_declared_dead += 1
-        if self._held:
-            self._sweep_segments(now)
+        if self._pool.busy():
+            self._pool.sweep(now)
         self._drain_dirty()
         self.loop.call_later(cfg.sweep_interval_s, self._sweep)

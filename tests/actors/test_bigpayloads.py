@@ -41,6 +41,15 @@ class Store:
         return int(self.kept[-1])
     def block(self, array):
         threading.Event().wait(600)
+    def open_segments(self):
+        found = set()
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                if "iris-shm" in os.readlink(f"/proc/self/fd/{fd}"):
+                    found.add(os.stat(f"/proc/self/fd/{fd}").st_ino)
+            except OSError:
+                pass
+        return len(found)
 
 ctx = iris.connect()
 Store.serve(os.environ["SVC_NAME"])
@@ -57,16 +66,15 @@ def serve(child_process, cluster, name, **env):
     return child, iris.resolve(name, timeout=60)
 
 
-def memfds(pid: int | str = "self") -> list[str]:
-    """This process's open shared-memory segments (memfds made by Iris)."""
-    found = []
+def memfds(pid: int | str = "self") -> set[int]:
+    """The shared-memory segments (memfds made by Iris) a process holds open, by inode."""
+    found = set()
     for fd in os.listdir(f"/proc/{pid}/fd"):
         try:
-            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            if "iris-shm" in os.readlink(f"/proc/{pid}/fd/{fd}"):
+                found.add(os.stat(f"/proc/{pid}/fd/{fd}").st_ino)
         except OSError:
             continue
-        if "iris-shm" in target:
-            found.append(target)
     return found
 
 
@@ -119,26 +127,28 @@ def test_shared_memory_turned_off_sends_big_arrays_through_the_socket(cluster, c
     assert backing_of(echoed) == "Frame" and echoed[-1] == MiB - 1
 
 
-def test_sender_releases_its_segment_once_the_call_is_answered(cluster, child_process,
-                                                               wait_until):
+def test_receiver_keeps_its_data_while_the_sender_reuses_released_segments(
+        cluster, child_process):
     _, ref = serve(child_process, cluster, "store")
-    assert ref.keep(np.arange(2 * MiB, dtype=np.int32)).result(60) == 2 * MiB - 1
-    wait_until(lambda: not memfds(), 30, "the caller to close its segment")
-    # The receiver still reads what it kept: its mapping outlives the sender's fd.
-    assert ref.kept_last().result(60) == 2 * MiB - 1
+    assert ref.keep(np.full(2 * MiB, 7, dtype=np.int32)).result(60) == 7
+    for i in range(12):  # same size: released segments are refilled, the kept one is not
+        assert ref.echo(np.full(2 * MiB, i, dtype=np.int32)).result(60)[-1] == i
+    assert ref.kept_last().result(60) == 7
+    assert len(memfds()) <= 3  # a few segments reused, not one per call
+    assert ref.open_segments().result(60) <= 3
 
 
 def test_receiver_killed_mid_call_leaves_no_segment_on_either_side(cluster, child_process,
                                                                    wait_until):
     before = shm_names()
     child, ref = serve(child_process, cluster, "victim")
+    pool = iris.current().node._pool
     fut = ref.block(np.ones(8 * MiB, dtype=np.uint8))
-    wait_until(lambda: memfds(child.proc.pid) == [] and memfds(), 30,
-               "the call to be in flight")
+    wait_until(lambda: pool.busy() == 1 and memfds(), 30, "the call to be in flight")
     os.kill(child.proc.pid, signal.SIGKILL)
     with pytest.raises(iris.PeerUnavailableError):
         fut.result(60)
-    wait_until(lambda: not memfds(), 30, "the caller to close its segment")
+    wait_until(lambda: pool.busy() == 0, 30, "the caller to stop holding its segment")
     assert shm_names() <= before
 
 
