@@ -10,28 +10,14 @@ resolves the name again through the registry.
 from __future__ import annotations
 
 import itertools
-import os
 from typing import TYPE_CHECKING, Any
 
-from iris.actors.current import current_context
+from iris.actors.current import context as _context
 from iris.actors.future import ActorFuture
-from iris.base.errors import ActorNotFoundError, IrisError, PeerUnavailableError
+from iris.base.errors import ActorNotFoundError, PeerUnavailableError
 
 if TYPE_CHECKING:
     from iris.actors.context import ClusterContext
-
-
-def _context() -> ClusterContext:
-    ctx = current_context.get()
-    if ctx is None and os.environ.get("IRIS_JOB_ID") and os.environ.get("IRIS_ADDRESS"):
-        # Inside a task the context is the task's cluster: join it on first use.
-        from iris.actors.context import join
-
-        ctx = join()
-        current_context.set(ctx)
-    if ctx is None:
-        raise IrisError("no Iris cluster here: use `with iris.local_cluster():` or iris.connect()")
-    return ctx
 
 
 class ActorRef:

@@ -29,10 +29,11 @@ import contextlib
 import threading
 from typing import Any
 
+from iris.actors.current import context as _context
 from iris.actors.current import current_context
 from iris.actors.future import ActorFuture
 from iris.actors.hosting import actor
-from iris.actors.refs import ActorRef, _context
+from iris.actors.refs import ActorRef
 from iris.base.errors import IrisError
 
 _ROLLOUTS = ".rollouts"
