@@ -5,7 +5,7 @@ Not a parameter server: one publisher per name, versions only go up, nothing is 
     pub = Publisher("policy")                 # trainer: serves "policy"
     version = pub.publish({"w": array, ...})  # pushed to every subscriber at once
 
-    sub = Subscriber("policy")                # rollout: serves a replica of "policy.rollouts"
+    sub = Subscriber("policy")                # rollout: serves a replica of "/policy.rollouts"
     version, weights = sub.get(max_stale=1)   # newest, or at most 1 version behind
 
 - publish() broadcasts to every live subscriber (group.receive.broadcast): to subscribers on
@@ -113,6 +113,9 @@ class Publisher:
         self._ctx = _context()
         self._ref = self._ctx.serve(_PublisherActor, name)
         self._state: _PublisherActor = self._ctx.node._actors[self._ref._key].instance
+        # Subscribers register next to the publisher's absolute name, wherever their own
+        # namespace is (a rollout task lives in its job's tree, the trainer in the client's).
+        self._rollouts = self._ref.name + _ROLLOUTS
 
     @property
     def version(self) -> int:
@@ -129,7 +132,7 @@ class Publisher:
         failures are in `last_failures` (subscriber address -> error). Without, returns at
         once and the push goes on (a newer publish does not cancel it)."""
         state = self._state
-        group = self._ctx.resolve_all(self.name + _ROLLOUTS)
+        group = self._ctx.resolve_all(self._rollouts)
         version = state.version + 1
         state.version, state.weights = version, weights
         futs = group.receive.options(timeout=PUSH_TIMEOUT_S).broadcast(version, weights)
@@ -160,12 +163,14 @@ class Publisher:
 class Subscriber:
     """A rollout's side: serves a replica of `name`.rollouts; get() returns held weights."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, timeout: float = 60.0) -> None:
+        """Waits up to `timeout` s for the publisher `name` to be registered."""
         self.name = name
         self._ctx = _context()
         self._box = _Box()
-        self._ctx.serve(_SubscriberActor, name + _ROLLOUTS, self._box)
-        self._publisher: ActorRef = self._ctx.resolve(name)
+        self._publisher: ActorRef = self._ctx.resolve(name, timeout=timeout)
+        self._rollouts = self._publisher.name + _ROLLOUTS
+        self._ctx.serve(_SubscriberActor, self._rollouts, self._box)
 
     @property
     def version(self) -> int:
@@ -203,7 +208,7 @@ class Subscriber:
         self._box.put(version, weights)
 
     def close(self) -> None:
-        self._ctx.unserve(self.name + _ROLLOUTS)
+        self._ctx.unserve(self._rollouts)
 
 
 @contextlib.contextmanager
