@@ -153,13 +153,12 @@ class Segment:
 
 
 def _alive(pid: int) -> bool:
+    """Is process `pid` running? A zombie (killed, not yet reaped by its parent) is not."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        with open(f"/proc/{int(pid)}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except (OSError, IndexError):
         return False
-    except PermissionError:
-        return True
-    return True
 
 
 class Pool:
