@@ -8,9 +8,12 @@ Not a parameter server: one publisher per name, versions only go up, nothing is 
     sub = Subscriber("policy")                # rollout: serves a replica of "/policy.rollouts"
     version, weights = sub.get(max_stale=1)   # newest, or at most 1 version behind
 
-- publish() broadcasts to every live subscriber (group.receive.broadcast): to subscribers on
-  this host the weights are copied once into shared memory that all of them map; to others
-  they are sent from the trainer's own arrays, one stream per subscriber.
+- publish() pushes to every live subscriber. To subscribers on this host the weights are
+  copied once into shared memory that all of them map (group.receive.broadcast). Those on
+  other hosts get them through a tree: the trainer sends FANOUT (2) streams from its own
+  arrays, and each subscriber, once it holds the weights, forwards them to its part of the
+  rest. A subscriber that dies fails its own delivery and its subtree's (last_failures);
+  those below it fetch from the publisher when they next get().
 - get(max_stale=K) returns at once when the held version is at most K behind the newest
   published; otherwise it waits for the push already under way, with no polling: one
   pending call to the publisher (`settled`) answers when that push is over. If the
@@ -29,11 +32,12 @@ import contextlib
 import threading
 from typing import Any
 
+from iris.actors import shm
 from iris.actors.current import context as _context
 from iris.actors.current import current_context
 from iris.actors.future import ActorFuture
 from iris.actors.hosting import actor
-from iris.actors.refs import ActorRef
+from iris.actors.refs import ActorGroup, ActorRef
 from iris.base.errors import IrisError
 
 _ROLLOUTS = ".rollouts"
@@ -81,9 +85,12 @@ class _SubscriberActor:
     def __init__(self, box: _Box) -> None:
         self._box = box
 
-    def receive(self, version: int, weights: Any) -> int:
-        self._box.put(version, weights)
-        return version
+    def receive(self, version: int, weights: Any, subtree: list | None = None,
+                via: str = "") -> dict:
+        """Hold `weights`, then forward them to `subtree` ([address, key] pairs, this
+        member's part of the tree). Returns {address: why} for members not reached."""
+        self._box.put(version, weights, via)
+        return _forward(_context().node, version, weights, subtree or [])
 
 
 class _Box:
@@ -92,12 +99,13 @@ class _Box:
     def __init__(self) -> None:
         self.version = 0
         self.weights: Any = None
+        self.via = ""  # the address it came from: the publisher, or a forwarding subscriber
         self.cond = threading.Condition()
 
-    def put(self, version: int, weights: Any) -> None:
+    def put(self, version: int, weights: Any, via: str = "") -> None:
         with self.cond:
             if version > self.version:
-                self.version, self.weights = version, weights
+                self.version, self.weights, self.via = version, weights, via
             self.cond.notify_all()
 
     def wake(self, _: Any = None) -> None:
@@ -135,11 +143,15 @@ class Publisher:
         group = self._ctx.resolve_all(self._rollouts)
         version = state.version + 1
         state.version, state.weights = version, weights
-        futs = group.receive.options(timeout=PUSH_TIMEOUT_S).broadcast(version, weights)
-        self._settle_when_done(version, futs)
+        node = self._ctx.node
+        near = [r for r in group.refs if node._shm_min and shm.same_host(r.address)]
+        far = [[r.address, r._key] for r in group.refs if r not in near]
+        sent = [(fut, []) for fut in ActorGroup(group.name, near).receive.options(
+            timeout=PUSH_TIMEOUT_S).broadcast(version, weights, [], node.address)]
+        sent += _send_tree(node, version, weights, far)
+        self._settle_when_done(version, [fut for fut, _ in sent])
         if wait:
-            self.last_failures = {f.address: f.exception() for f in futs
-                                  if f.exception() is not None}
+            self.last_failures = _failures(sent)
         return version
 
     def _settle_when_done(self, version: int, futs: list[ActorFuture]) -> None:
@@ -219,3 +231,44 @@ def _bound(ctx: Any):
         yield
     finally:
         current_context.reset(token)
+
+
+# Subscribers on other hosts get the weights through a tree: the publisher sends FANOUT
+# streams, not one per subscriber, and each subscriber forwards to its part of the rest.
+# 2: the sender's cost stays at two copies on the wire whatever the number of rollouts,
+# and the depth (store-and-forward hops) grows as log2 of it.
+FANOUT = 2
+
+
+def _split(members: list, parts: int) -> list[list]:
+    size = -(-len(members) // parts) if members else 0
+    return [members[i:i + size] for i in range(0, len(members), size)] if size else []
+
+
+def _send_tree(node: Any, version: int, weights: Any, members: list) -> list[tuple]:
+    """Send to the head of each of FANOUT parts of `members`, each with the rest of its part
+    to forward to: [(future, rest)]; a head's result names the members it did not reach."""
+    sent = []
+    for part in _split(members, FANOUT):
+        (address, key), rest = part[0], part[1:]
+        sent.append((node.call(address, key, "receive", (version, weights, rest, node.address),
+                               timeout_s=PUSH_TIMEOUT_S), rest))
+    return sent
+
+
+def _forward(node: Any, version: int, weights: Any, members: list) -> dict:
+    return _failures(_send_tree(node, version, weights, members)) if members else {}
+
+
+def _failures(sent: list[tuple]) -> dict:
+    """{address: why} of every member a push did not reach (waits for all of it)."""
+    failed: dict = {}
+    for fut, rest in sent:
+        error = fut.exception()
+        if error is None:
+            failed.update(fut.result() or {})
+            continue
+        failed[fut.address] = repr(error)
+        for address, _ in rest:  # below a dead forwarder: never sent
+            failed[address] = f"not forwarded: {fut.address} failed ({type(error).__name__})"
+    return failed

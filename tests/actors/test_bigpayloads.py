@@ -206,6 +206,8 @@ class Probe:
     def get(self, max_stale):
         version, weights = sub.get(max_stale=max_stale, timeout=120)
         return [version, float(weights["w"][0]), weights["w"].shape[0]]
+    def via(self):
+        return sub._box.via
     def segments(self):
         with open("/proc/self/maps") as maps:
             return sorted({line.split()[4] for line in maps if "memfd:iris-shm" in line})
@@ -302,10 +304,10 @@ def test_publisher_killed_mid_push_gives_the_waiting_rollout_an_error_not_a_hang
     entered, release = threading.Event(), threading.Event()
     receive = hosted.receive
 
-    def stuck_receive(version, weights):  # the push of version 2 stays on its way in
+    def stuck_receive(*args):  # the push of version 2 stays on its way in
         entered.set()
         release.wait(120)
-        return receive(version, weights)
+        return receive(*args)
 
     hosted.receive = stuck_receive
     outcome: list = []
@@ -327,3 +329,64 @@ def _get_outcome(sub):
         return sub.get(0, timeout=60)
     except Exception as exc:
         return exc
+
+
+REMOTE_TRAINER = """
+import threading
+import numpy as np
+import iris
+
+ctx = iris.connect()
+pub = iris.weights.Publisher("policy")
+
+@iris.actor
+class Control:
+    def publish(self, version):
+        pub.publish({"w": np.full(1 << 20, float(version), dtype=np.float32)})
+        return sorted(pub.last_failures)
+
+Control.serve("control")
+print("READY", flush=True)
+threading.Event().wait()
+"""
+
+
+def start_remote_trainer(child_process, cluster):
+    """A publisher that treats every subscriber as on another host (shared memory off)."""
+    trainer = child_process(REMOTE_TRAINER, {"IRIS_ADDRESS": cluster.address,
+                                             "IRIS_SHM_MIN_BYTES": "0"})
+    trainer.wait_ready()
+    return iris.resolve("control", timeout=60)
+
+
+def test_publish_to_other_hosts_goes_through_a_tree_not_one_stream_each(cluster,
+                                                                        child_process,
+                                                                        wait_until):
+    control = start_remote_trainer(child_process, cluster)
+    probes = start_rollouts(child_process, cluster, 5)
+    wait_until(lambda: len(iris.resolve_all("policy.rollouts")) == 5, 60, "5 subscribers")
+    assert control.publish(1).result(120) == []
+    assert [p.get(0).result(60)[:2] for p in probes] == [[1, 1.0]] * 5
+    sources = [p.via().result(60) for p in probes]
+    assert sources.count(control.address) == 2  # FANOUT streams from the trainer, not 5
+    forwarders = {p.address for p in probes}
+    assert all(s in forwarders for s in sources if s != control.address)
+
+
+def test_dead_forwarder_fails_its_subtree_delivery_and_they_fetch_instead(
+        cluster, child_process, wait_until):
+    control = start_remote_trainer(child_process, cluster)
+    children = [child_process(ROLLOUT, {"IRIS_ADDRESS": cluster.address, "PROBE": f"p{i}"})
+                for i in range(4)]
+    for child in children:
+        child.wait_ready()
+    wait_until(lambda: len(iris.resolve_all("policy.rollouts")) == 4, 60, "4 subscribers")
+    order = [ref.address for ref in iris.resolve_all("policy.rollouts")]
+    probes = {iris.resolve(f"p{i}").address: (children[i], iris.resolve(f"p{i}"))
+              for i in range(4)}
+    head = order[0]  # heads the first part: it forwards to order[1]
+    probes[head][0].kill()
+    failures = control.publish(1).result(120)
+    assert head in failures and order[1] in failures and len(failures) == 2
+    for address in order[1:]:  # the one below the dead head too: get() fetches it
+        assert probes[address][1].get(0).result(60)[:2] == [1, 1.0]
