@@ -32,6 +32,7 @@ from iris.actors.security import Security, check_bind_allowed
 from iris.actors.stats import NodeStats
 from iris.base.clock import SYSTEM_CLOCK, Clock
 from iris.base.errors import (
+    ConfigError,
     ConflictError,
     DeadlineExceededError,
     PeerUnavailableError,
@@ -72,6 +73,16 @@ def _send_frames(sock: zmq.Socket, frames: list) -> None:
                   copy=type(frame) is bytes and len(frame) < _COPY_BELOW)
 
 
+def _shm_min_bytes(config: NodeConfig) -> int:
+    """config.shm_min_bytes, unless $IRIS_SHM_MIN_BYTES says otherwise (0: off)."""
+    raw = os.environ.get("IRIS_SHM_MIN_BYTES", "").strip()
+    if not raw:
+        return config.shm_min_bytes
+    if not raw.isdigit():
+        raise ConfigError(f"IRIS_SHM_MIN_BYTES={raw!r}: expected a number of bytes (0: off)")
+    return int(raw)
+
+
 class Node:
     def __init__(self, config: NodeConfig | None = None, *, security: Security | None = None,
                  clock: Clock = SYSTEM_CLOCK):
@@ -103,9 +114,7 @@ class Node:
         self._stopped = False
         self._grants: dict[bytes, str] = {}  # auth token -> the role its calls hold here
         self._local: LocalPeer | None = None  # made once the address is known
-        env_min = os.environ.get("IRIS_SHM_MIN_BYTES")
-        self._shm_min = (int(env_min) if env_min else self.config.shm_min_bytes) \
-            if shm.AVAILABLE else 0
+        self._shm_min = _shm_min_bytes(self.config) if shm.AVAILABLE else 0
         self._shm_replies = False  # set once bound: only a loopback node's callers are local
         self._pool = shm.Pool(self.config.shm_pool_bytes)
 
