@@ -20,6 +20,7 @@ from iris.actors import (
                          actor,
                          current,
                          generate_keys,
+                         weights,
 )
 from iris.base import errors
 from iris.base.errors import (
@@ -55,4 +56,5 @@ __all__ = [
     "UnschedulableError",
     "JobHandle", "Security", "actor", "connect", "current", "errors", "generate_keys",
     "list_actors", "local_cluster", "on_preempt", "resolve", "resolve_all", "spawn", "submit",
+    "weights",
 ]

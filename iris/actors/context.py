@@ -14,10 +14,11 @@ from collections.abc import Callable
 from typing import Any
 
 from iris.actors.config import NodeConfig
-from iris.actors.current import current_context
+from iris.actors.current import context as _context
+from iris.actors.current import current_context, set_joiner
 from iris.actors.future import ActorFuture
 from iris.actors.node import Node
-from iris.actors.refs import ActorGroup, ActorRef, _context
+from iris.actors.refs import ActorGroup, ActorRef
 from iris.actors.registry import LEASE_S, REGISTRY_KEY, RENEW_INTERVAL_S
 from iris.actors.security import Security
 from iris.base.errors import ActorNotFoundError, ConfigError
@@ -194,6 +195,9 @@ class ClusterContext:
     def __exit__(self, *exc: Any) -> None:
         current_context.reset(self._tokens.pop())
         self.close()
+
+
+set_joiner(join)
 
 
 def _forward(src: ActorFuture, dst: ActorFuture) -> None:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from queue import Empty, SimpleQueue
 from typing import TYPE_CHECKING, Any
 
-from iris.actors.current import current_context
+from iris.actors.current import context, current_context
 from iris.base.errors import ProtocolError
 from iris.base.histogram import Histogram
 from iris.wire import messages
@@ -80,9 +80,7 @@ def actor(cls: type | None = None, *, max_concurrency: int | None = None):
 
 
 def _serve(cls: type, name: str, *args: Any, **kwargs: Any):
-    from iris.actors.context import current
-
-    return current().serve(cls, name, *args, **kwargs)
+    return context().serve(cls, name, *args, **kwargs)
 
 
 def spec_of(cls: type) -> ActorSpec:

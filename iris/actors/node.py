@@ -15,6 +15,7 @@ from __future__ import annotations
 import collections
 import itertools
 import logging
+import os
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -22,6 +23,7 @@ from typing import Any
 import uvloop
 import zmq
 
+from iris.actors import shm
 from iris.actors.config import NodeConfig
 from iris.actors.future import ActorFuture
 from iris.actors.hosting import INTERNAL, HostedActor, spec_of
@@ -30,6 +32,7 @@ from iris.actors.security import Security, check_bind_allowed
 from iris.actors.stats import NodeStats
 from iris.base.clock import SYSTEM_CLOCK, Clock
 from iris.base.errors import (
+    ConfigError,
     ConflictError,
     DeadlineExceededError,
     PeerUnavailableError,
@@ -57,12 +60,27 @@ def _recv_frames(sock: zmq.Socket) -> list:
     return frames
 
 
+# Frames below this are copied into the ZeroMQ message: cheaper than the zero-copy hand-off
+# (a Frame object and a release callback) up to about pyzmq's own copy_threshold of 64 KiB.
+_COPY_BELOW = 64 * 1024
+
+
 def _send_frames(sock: zmq.Socket, frames: list) -> None:
-    """Send one message; the header (and routing id) is copied, buffers are not."""
+    """Send one message; small bytes (header, routing id) are copied, big frames are not."""
     last = len(frames) - 1
     for i, frame in enumerate(frames):
         sock.send(frame, _NOBLOCK | _SNDMORE if i < last else _NOBLOCK,
-                  copy=type(frame) is bytes)
+                  copy=type(frame) is bytes and len(frame) < _COPY_BELOW)
+
+
+def _shm_min_bytes(config: NodeConfig) -> int:
+    """config.shm_min_bytes, unless $IRIS_SHM_MIN_BYTES says otherwise (0: off)."""
+    raw = os.environ.get("IRIS_SHM_MIN_BYTES", "").strip()
+    if not raw:
+        return config.shm_min_bytes
+    if not raw.isdigit():
+        raise ConfigError(f"IRIS_SHM_MIN_BYTES={raw!r}: expected a number of bytes (0: off)")
+    return int(raw)
 
 
 class Node:
@@ -96,6 +114,9 @@ class Node:
         self._stopped = False
         self._grants: dict[bytes, str] = {}  # auth token -> the role its calls hold here
         self._local: LocalPeer | None = None  # made once the address is known
+        self._shm_min = _shm_min_bytes(self.config) if shm.AVAILABLE else 0
+        self._shm_replies = False  # set once bound: only a loopback node's callers are local
+        self._pool = shm.Pool(self.config.shm_pool_bytes)
 
     # ------------------------------------------------------------ lifecycle
 
@@ -150,6 +171,7 @@ class Node:
             self._start_error = exc
             self._ready.set()
             return
+        self._shm_replies = bool(self._shm_min) and shm.same_host(self.address)
         self.loop.add_reader(self._router.getsockopt(zmq.FD), self._drain_router)
         self.loop.call_later(self.config.sweep_interval_s, self._sweep)
         self._ready.set()
@@ -180,6 +202,7 @@ class Node:
                 peer.fail_all("this node is stopping", counted=False)
                 peer.close()
             self._peers.clear()
+            self._pool.close()
             if self._router is not None:
                 self.loop.remove_reader(self._router.getsockopt(zmq.FD))
                 self._router.close(linger=0)
@@ -252,6 +275,14 @@ class Node:
         except Exception as exc:
             fut.set_exception(TypeError(f"arguments of {actor}.{method} cannot be sent: {exc}"))
             return fut
+        segment = None
+        if len(frames) > 1 and self._shm_min and shm.same_host(address) \
+                and address != self.address:
+            frames, segment = self._pool.spill(frames, self._shm_min)
+            if segment is not None:
+                self._pool.sent(segment, 1, 0 if oneway else 1, self.now() + timeout_s)
+                if not oneway:
+                    fut.add_done_callback(lambda _: self._pool.answered(segment))
         if self._stopped:
             fut.set_exception(PeerUnavailableError(
                 f"cannot call {actor}.{method}: this node is stopped",
@@ -262,6 +293,43 @@ class Node:
         else:
             self._post(self._send_call, address, call_id, fut, frames, timeout_s, oneway)
         return fut
+
+    def call_many(self, targets: list[tuple[str, str]], method: str, args: tuple = (),
+                  kwargs: dict | None = None, *,
+                  timeout_s: float | None = None) -> list[ActorFuture]:
+        """The same call to each (address, actor key); one future each. Big buffers bound for
+        this host are copied into shared memory once for all of them, not once per target."""
+        timeout_s = self.config.default_timeout_s if timeout_s is None else timeout_s
+        futs, segment, shared = [], None, []
+        for address, key in targets:
+            if not (self._shm_min and shm.same_host(address) and address != self.address):
+                futs.append(self.call(address, key, method, args, kwargs, timeout_s=timeout_s))
+                continue
+            fut = ActorFuture(key, method, address, self._loop_thread_id)
+            futs.append(fut)
+            call_id = next(self._call_ids)
+            try:
+                frames = messages.encode_call(call_id, key, method, int(timeout_s * 1000),
+                                              args, kwargs or {})
+            except Exception as exc:
+                fut.set_exception(TypeError(f"arguments of {key}.{method} cannot be sent: "
+                                            f"{exc}"))
+                continue
+            frames, segment = self._pool.spill(frames, self._shm_min, segment, len(shared))
+            shared.append((call_id, fut, frames))
+        if segment is not None:
+            self._pool.sent(segment, len(shared), len(shared), self.now() + timeout_s)
+            for _, fut, _ in shared:
+                fut.add_done_callback(lambda _: self._pool.answered(segment))
+        for call_id, fut, frames in shared:
+            if self._stopped:
+                fut.set_exception(PeerUnavailableError(
+                    f"cannot call {fut.actor}.{method}: this node is stopped",
+                    actor=fut.actor, method=method, address=fut.address))
+            else:
+                self.call_in_loop(self._send_call, fut.address, call_id, fut, frames,
+                                  timeout_s, False)
+        return futs
 
     def _post(self, fn: Callable, *args: Any) -> None:
         self._outbox.append((fn, args))
@@ -280,7 +348,19 @@ class Node:
             self._post(fn, *args)
 
     def post_reply(self, rid: bytes, frames: list) -> None:
-        self._post(self.send_reply, rid, frames)
+        """Send a reply from another thread (a big one is copied to shared memory here, off
+        the loop)."""
+        if len(frames) > 1 and self._shm_replies and type(rid) is bytes:
+            frames = self._spill_reply(frames)
+        self._post(self.send_reply, rid, frames, True)
+
+    # ------------------------------------------------------------ shared memory
+
+    def _spill_reply(self, frames: list) -> list:
+        frames, segment = self._pool.spill(frames, self._shm_min)
+        if segment is not None:
+            self._pool.sent(segment, 1, 0, self.now() + self.config.shm_hold_s)
+        return frames
 
     # ------------------------------------------------------------ loop thread
 
@@ -350,7 +430,9 @@ class Node:
             self._schedule_drain()
         return True
 
-    def send_reply(self, rid: bytes, frames: list) -> None:
+    def send_reply(self, rid: bytes, frames: list, spilled: bool = False) -> None:
+        if len(frames) > 1 and self._shm_replies and not spilled and type(rid) is bytes:
+            frames = self._spill_reply(frames)
         if type(rid) is LocalReturn:  # an in-process call: straight back to its future
             rid.peer.heard(self.now())
             self._on_reply(rid.peer, [zmq.Frame(f) for f in frames], self.now())
@@ -397,15 +479,22 @@ class Node:
             self.stats.malformed += 1
             return
         rid = frames[0].bytes
+        buffers = frames[2:]
         try:
-            msg = messages.decode(frames[1].bytes, frames[2:])
+            if buffers:
+                buffers = shm.resolve(buffers)
+            msg = messages.decode(frames[1].bytes, buffers)
         except ProtocolError as exc:
             self.stats.malformed += 1
             _log.debug("node %s dropped a malformed message: %s", self.id, exc)
+            peek = messages.peek_call(frames[1].bytes) if buffers else None
+            if peek is not None and peek[0] == messages.CALL:  # say why, not time out
+                self.send_reply(rid, messages.encode_error(peek[1], messages.E_PROTOCOL,
+                                                           str(exc)))
             return
         kind = msg[1]
         if kind == messages.CALL or kind == messages.CAST:
-            call = messages.call_from(msg, frames[2:])
+            call = messages.call_from(msg, buffers)
             call.role = role or (self._grants.get(call.auth, "client") if call.auth
                                  else "client")
             self.stats.calls_received += 1
@@ -443,10 +532,18 @@ class Node:
                 _log.exception("node %s: failed handling a reply from %s", self.id, peer.address)
 
     def _on_reply(self, peer: Peer, frames: list, now: float) -> None:
+        buffers = frames[1:]
         try:
-            msg = messages.decode(frames[0].bytes, frames[1:])
+            if buffers:
+                buffers = shm.resolve(buffers)
+            msg = messages.decode(frames[0].bytes, buffers)
         except ProtocolError as exc:
             self.stats.malformed += 1
+            peek = messages.peek_call(frames[0].bytes) if buffers else None
+            fut = peer.pending.pop(peek[1], None) if peek else None
+            if fut is not None:  # its buffers are gone (shared memory of a dead sender)
+                fut.set_exception(ProtocolError(f"reply of {fut.actor}.{fut.method} from "
+                                                f"{peer.address} cannot be read: {exc}"))
             _log.debug("node %s dropped a malformed reply from %s: %s", self.id, peer.address, exc)
             return
         kind = msg[1]
@@ -460,7 +557,7 @@ class Node:
         stats.call_latency.observe(now - fut.sent_at)
         if kind == messages.REPLY:
             try:
-                value = messages.decode_payload(msg[3], msg[4], frames[1:])
+                value = messages.decode_payload(msg[3], msg[4], buffers)
             except Exception as exc:
                 stats.calls_error += 1
                 fut.set_exception(ProtocolError(
@@ -493,5 +590,7 @@ class Node:
                 peer.close()
                 del self._peers[address]
                 stats.peers_declared_dead += 1
+        if self._pool.busy():
+            self._pool.sweep(now)
         self._drain_dirty()
         self.loop.call_later(cfg.sweep_interval_s, self._sweep)

@@ -10,28 +10,14 @@ resolves the name again through the registry.
 from __future__ import annotations
 
 import itertools
-import os
 from typing import TYPE_CHECKING, Any
 
-from iris.actors.current import current_context
+from iris.actors.current import context as _context
 from iris.actors.future import ActorFuture
-from iris.base.errors import ActorNotFoundError, IrisError, PeerUnavailableError
+from iris.base.errors import ActorNotFoundError, PeerUnavailableError
 
 if TYPE_CHECKING:
     from iris.actors.context import ClusterContext
-
-
-def _context() -> ClusterContext:
-    ctx = current_context.get()
-    if ctx is None and os.environ.get("IRIS_JOB_ID") and os.environ.get("IRIS_ADDRESS"):
-        # Inside a task the context is the task's cluster: join it on first use.
-        from iris.actors.context import join
-
-        ctx = join()
-        current_context.set(ctx)
-    if ctx is None:
-        raise IrisError("no Iris cluster here: use `with iris.local_cluster():` or iris.connect()")
-    return ctx
 
 
 class ActorRef:
@@ -150,17 +136,35 @@ class ActorGroup:
 
 
 class _GroupMethod:
-    __slots__ = ("_group", "_name")
+    __slots__ = ("_group", "_name", "_timeout")
 
-    def __init__(self, group: ActorGroup, name: str):
+    def __init__(self, group: ActorGroup, name: str, timeout_s: float | None = None):
         self._group = group
         self._name = name
+        self._timeout = timeout_s
+
+    def _of(self, ref: ActorRef) -> _Method:
+        return _Method(ref, self._name, self._timeout)
 
     def __call__(self, *args: Any, **kwargs: Any) -> ActorFuture:
-        return getattr(self._group._next(), self._name)(*args, **kwargs)
+        return self._of(self._group._next())(*args, **kwargs)
 
     def cast(self, *args: Any, **kwargs: Any) -> None:
-        getattr(self._group._next(), self._name).cast(*args, **kwargs)
+        self._of(self._group._next()).cast(*args, **kwargs)
+
+    def options(self, *, timeout: float | None = None) -> _GroupMethod:
+        """The same method with a deadline of `timeout` seconds per call."""
+        return _GroupMethod(self._group, self._name, timeout)
 
     def broadcast(self, *args: Any, **kwargs: Any) -> list[ActorFuture]:
-        return [getattr(ref, self._name)(*args, **kwargs) for ref in self._group.refs]
+        """Call every member; one future each. The arguments are encoded once per member but
+        their big buffers are not copied per member: sent from the caller's memory, or,
+        to members on this host, copied once into shared memory that all of them map."""
+        refs = self._group.refs
+        if not refs or any(ref.address is None for ref in refs):
+            return [self._of(ref)(*args, **kwargs) for ref in refs]
+        futs = _context().node.call_many([(ref.address, ref._key) for ref in refs],
+                                         self._name, args, kwargs, timeout_s=self._timeout)
+        for ref, fut in zip(refs, futs, strict=True):
+            fut.on_error = ref._forget_if_gone
+        return futs

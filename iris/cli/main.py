@@ -15,7 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import iris
-from iris.base.errors import IrisError
+from iris.base.errors import InvalidRequestError, IrisError
+from iris.base.resources import parse_size
 from iris.cli import jobs
 
 
@@ -28,6 +29,8 @@ def _parser() -> argparse.ArgumentParser:
     demo = verbs.add_parser("demo", help="run the RL trainer/rollout demo on a local cluster")
     demo.add_argument("--rollouts", type=int, default=3, help="rollout tasks (default 3)")
     demo.add_argument("--iterations", type=int, default=4, help="pulls/pushes per rollout")
+    demo.add_argument("--weights", default="4MiB", metavar="SIZE",
+                      help="weights published per training step, e.g. 256MiB (default 4MiB)")
     demo.add_argument("--json", action="store_true", help="print the summary as JSON")
 
     keys = verbs.add_parser("keys", help="CURVE cluster keys").add_subparsers(
@@ -126,8 +129,12 @@ def main(argv: list[str] | None = None) -> int:
 def _demo(args: argparse.Namespace) -> int:
     from iris.cli.demo import run_demo
 
+    weights = parse_size(args.weights, "--weights")
+    if not 0 < weights <= 8 << 30:
+        raise InvalidRequestError(f"--weights {args.weights}: must be more than 0 and at most "
+                                  "8GiB (the trainer and the shared copy both hold it)")
     summary = run_demo(args.rollouts, args.iterations,
-                       out=sys.stderr if args.json else sys.stdout)
+                       out=sys.stderr if args.json else sys.stdout, weights_bytes=weights)
     if args.json:
         print(json.dumps(summary))
     return 0

@@ -16,6 +16,7 @@ Not the envelope (see messages.py): this module turns one Python value into
 
 from __future__ import annotations
 
+import importlib
 import pickle
 import threading
 from typing import Any
@@ -32,8 +33,16 @@ FORMAT_PICKLE = 1
 # its copy_threshold is 64 KiB too).
 OOB_MIN_BYTES = 64 * 1024
 
-_EXT_BYTES, _EXT_BYTEARRAY, _EXT_MEMORYVIEW = 1, 2, 3
+_EXT_BYTES, _EXT_BYTEARRAY, _EXT_MEMORYVIEW, _EXT_NDARRAY = 1, 2, 3, 4
 _BIG_TYPES = {bytes: _EXT_BYTES, bytearray: _EXT_BYTEARRAY, memoryview: _EXT_MEMORYVIEW}
+# A msgpack header this big is re-packed with the bytes nested in its lists and dicts lifted
+# into frames: one wasted pack of a big message instead of a walk over every small one.
+DEEP_LIFT_MIN_BYTES = 1 << 20
+
+
+def _marker(code: int, value: Any, buffers: list) -> msgpack.ExtType:
+    buffers.append(value)
+    return msgpack.ExtType(code, (len(buffers) - 1).to_bytes(4, "little"))
 
 
 def _lift(value: Any, buffers: list) -> Any:
@@ -45,8 +54,17 @@ def _lift(value: Any, buffers: list) -> Any:
     code = _BIG_TYPES.get(type(value))
     if code is None or (code == _EXT_BYTES and len(value) < OOB_MIN_BYTES):
         return value
-    buffers.append(value)
-    return msgpack.ExtType(code, (len(buffers) - 1).to_bytes(4, "little"))
+    return _marker(code, value, buffers)
+
+
+def _deep_lift(value: Any, buffers: list) -> Any:
+    """_lift applied through nested lists and dicts (the plain containers msgpack packs)."""
+    kind = type(value)
+    if kind is list:
+        return [_deep_lift(v, buffers) for v in value]
+    if kind is dict:
+        return {k: _deep_lift(v, buffers) for k, v in value.items()}
+    return _lift(value, buffers)
 
 
 def lift_call_buffers(args: tuple, kwargs: dict, buffers: list) -> list:
@@ -65,9 +83,43 @@ def lift_value_buffers(value: Any, buffers: list) -> Any:
     return _lift(value, buffers)
 
 
-def _refuse(obj: Any) -> Any:
-    raise TypeError(f"not plain msgpack data: {type(obj).__name__}")
+def _ndarray_marker(array: Any, buffers: list) -> msgpack.ExtType:
+    """A numpy array as [frame index or inline bytes, dtype, shape]; refused (-> pickle) for
+    dtypes a dtype string cannot name (objects, structured and void types)."""
+    dtype = array.dtype
+    if dtype.hasobject or dtype.kind == "V":
+        raise TypeError(f"numpy dtype {dtype} travels pickled")
+    if not array.flags.c_contiguous:
+        array = array.copy(order="C")  # a strided view has no single buffer to send
+    if array.nbytes >= OOB_MIN_BYTES:
+        buffers.append(array)
+        data: Any = len(buffers) - 1
+    else:  # small: an extra frame costs more than the copy
+        data = array.tobytes()
+    return msgpack.ExtType(_EXT_NDARRAY, _plain.pack([data, dtype.str, list(array.shape)]))
 
+
+class _Sink:
+    """Where the packer's `default` puts the buffers it lifts (None: refuse them)."""
+
+    __slots__ = ("buffers",)
+
+    def __init__(self) -> None:
+        self.buffers: list | None = None
+
+    def __call__(self, obj: Any) -> Any:
+        buffers = self.buffers
+        if buffers is not None:
+            kind = type(obj)
+            if kind is bytearray or kind is memoryview:
+                return _marker(_BIG_TYPES[kind], obj, buffers)
+            if kind.__name__ == "ndarray" and kind.__module__ == "numpy":
+                return _ndarray_marker(obj, buffers)
+        raise TypeError(f"not plain msgpack data: {type(obj).__name__}")
+
+
+# Packs the small [data, dtype, shape] of an array marker; no default: refuses the rest.
+_plain = msgpack.Packer(use_bin_type=True, strict_types=True)
 
 # A Packer costs ~2 us to build, more than packing a small call, so each thread keeps one.
 # Not shared between threads: `default` runs Python code, during which another thread could
@@ -75,14 +127,27 @@ def _refuse(obj: Any) -> Any:
 _per_thread = threading.local()
 
 
-def packb(obj: Any) -> bytes:
-    """msgpack with exact types only; raises TypeError/OverflowError/ValueError otherwise."""
+def packb(obj: Any, buffers: list | None = None) -> bytes:
+    """msgpack with exact types only; raises TypeError/OverflowError/ValueError otherwise.
+
+    With `buffers`, bytearrays, memoryviews and numpy arrays anywhere in `obj` become
+    ExtType markers and their memory is appended to `buffers` (sent as frames, not copied).
+    """
     try:
-        packer = _per_thread.packer
+        packer, sink = _per_thread.packer, _per_thread.sink
     except AttributeError:
+        sink = _per_thread.sink = _Sink()
         packer = _per_thread.packer = msgpack.Packer(
-            use_bin_type=True, strict_types=True, default=_refuse)
-    return packer.pack(obj)
+            use_bin_type=True, strict_types=True, default=sink)
+    sink.buffers = buffers
+    try:
+        return packer.pack(obj)
+    finally:
+        sink.buffers = None
+
+
+def deep_lift(value: Any, buffers: list) -> Any:
+    return _deep_lift(value, buffers)
 
 
 def pickle_value(value: Any, buffers: list) -> bytes:
@@ -97,6 +162,8 @@ def pickle_value(value: Any, buffers: list) -> bytes:
 
 def _ext_hook_for(frames: list) -> Any:
     def hook(code: int, data: bytes) -> Any:
+        if code == _EXT_NDARRAY:
+            return _ndarray_from(data, frames)
         index = int.from_bytes(data, "little")
         if index >= len(frames) or code not in (_EXT_BYTES, _EXT_BYTEARRAY, _EXT_MEMORYVIEW):
             raise ProtocolError(f"buffer marker {code}/{index} does not match {len(frames)} frames")
@@ -110,11 +177,36 @@ def _ext_hook_for(frames: list) -> Any:
     return hook
 
 
+def _ndarray_from(data: bytes, frames: list) -> Any:
+    """A read-only numpy array over its frame (no copy); its dtype and shape as sent."""
+    try:
+        where, dtype, shape = msgpack.unpackb(data, raw=False)
+        if type(where) is int:
+            if not 0 <= where < len(frames):
+                raise ProtocolError(f"array marker names frame {where} of {len(frames)}")
+            where = _view(frames[where])
+        array = _numpy().frombuffer(where, dtype=dtype).reshape(shape)
+    except ProtocolError:
+        raise
+    except Exception as exc:  # wrong dtype string, shape not matching the frame's size, ...
+        raise ProtocolError(f"malformed array marker: {type(exc).__name__}: {exc}") from exc
+    array.flags.writeable = False  # inline data is a bytes object: read-only like a frame
+    return array
+
+
+def _numpy() -> Any:
+    # Imported on the first array received, not at import: 60-100 ms that a process which
+    # never sees an array should not pay. A sender of arrays has numpy, a receiver needs it.
+    return importlib.import_module("numpy")
+
+
 def _view(frame: Any) -> memoryview:
     return frame.buffer if hasattr(frame, "buffer") else memoryview(frame)
 
 
 def _no_frames(code: int, data: bytes) -> Any:
+    if code == _EXT_NDARRAY:
+        return _ndarray_from(data, [])
     raise ProtocolError(f"buffer marker {code} but the message has no buffer frames")
 
 

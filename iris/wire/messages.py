@@ -22,6 +22,8 @@ import traceback
 from dataclasses import dataclass
 from typing import Any
 
+import msgpack
+
 from iris.base.errors import ProtocolError
 from iris.wire import codec
 
@@ -76,8 +78,13 @@ def encode_call(call_id: int, actor: str, method: str, timeout_ms: int, args: tu
     buffers: list = []
     try:
         body = codec.lift_call_buffers(args, kwargs, buffers)
-        header = codec.packb([VERSION, kind, call_id, actor, method, timeout_ms,
-                              codec.FORMAT_MSGPACK, body, *extra])
+        head = [VERSION, kind, call_id, actor, method, timeout_ms, codec.FORMAT_MSGPACK, body,
+                *extra]
+        header = codec.packb(head, buffers)
+        if len(header) >= codec.DEEP_LIFT_MIN_BYTES:  # big bytes nested in lists or dicts
+            buffers = []
+            head[7] = codec.deep_lift(body, buffers)
+            header = codec.packb(head, buffers)
     except (TypeError, ValueError, OverflowError):
         buffers = []
         pickled = codec.pickle_value((args, kwargs), buffers)
@@ -89,8 +96,13 @@ def encode_call(call_id: int, actor: str, method: str, timeout_ms: int, args: tu
 def encode_reply(call_id: int, value: Any) -> list:
     buffers: list = []
     try:
-        body = codec.lift_value_buffers(value, buffers)
-        header = codec.packb([VERSION, REPLY, call_id, codec.FORMAT_MSGPACK, body])
+        head = [VERSION, REPLY, call_id, codec.FORMAT_MSGPACK,
+                codec.lift_value_buffers(value, buffers)]
+        header = codec.packb(head, buffers)
+        if len(header) >= codec.DEEP_LIFT_MIN_BYTES:
+            buffers = []
+            head[4] = codec.deep_lift(value, buffers)
+            header = codec.packb(head, buffers)
     except (TypeError, ValueError, OverflowError):
         buffers = []
         header = codec.packb([VERSION, REPLY, call_id, codec.FORMAT_PICKLE,
@@ -156,6 +168,20 @@ def decode(header: bytes, buffers: list) -> list:
     if kind == REPLY and msg[3] not in (codec.FORMAT_MSGPACK, codec.FORMAT_PICKLE):
         raise ProtocolError(f"unknown payload format {msg[3]!r}")
     return msg
+
+
+def peek_call(header: bytes) -> tuple[int, int] | None:
+    """(kind, call_id) of a header whose buffers could not be had, or None if unreadable: so
+    the call can still be answered (or its caller told) instead of waiting for its deadline."""
+    try:
+        unpacker = msgpack.Unpacker(raw=False, ext_hook=lambda code, data: None)
+        unpacker.feed(header)
+        if unpacker.read_array_header() < 3 or unpacker.unpack() != VERSION:
+            return None
+        kind, call_id = unpacker.unpack(), unpacker.unpack()
+    except Exception:
+        return None
+    return (kind, call_id) if type(kind) is int and type(call_id) is int else None
 
 
 # Field types after [version, kind]; None means any msgpack value.

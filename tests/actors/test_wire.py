@@ -81,3 +81,53 @@ def test_call_arguments_of_wrong_shape_are_refused():
     call = messages.call_from(messages.decode(header, []), [])
     with pytest.raises(ProtocolError, match="args, kwargs"):
         messages.call_arguments(call)
+
+
+def _roundtrip_reply(value):
+    frames = messages.encode_reply(3, value)
+    msg = messages.decode(frames[0], frames[1:])
+    return frames, messages.decode_payload(msg[3], msg[4], frames[1:])
+
+
+def test_codec_dict_of_named_arrays_travels_as_msgpack_with_each_big_array_its_own_frame():
+    weights = {"embed": np.arange(200_000, dtype=np.float32).reshape(400, 500),
+               "bias": np.ones(7, dtype=np.float16),
+               "layers": [np.full((64, 1024), i, dtype=np.int8) for i in range(3)]}
+    frames, value = _roundtrip_reply(weights)
+    assert len(frames) == 5 and len(frames[0]) < 500  # header + 4 big arrays, bias inline
+    assert frames[1] is weights["embed"]  # the sender's own memory, not a copy
+    for name in ("embed", "bias"):
+        assert value[name].dtype == weights[name].dtype
+        assert value[name].shape == weights[name].shape
+        assert np.array_equal(value[name], weights[name])
+    assert [int(a[0, 0]) for a in value["layers"]] == [0, 1, 2]
+
+
+def test_codec_received_array_is_read_only_and_a_copy_is_writable():
+    _, value = _roundtrip_reply({"w": np.zeros(100_000)})
+    with pytest.raises(ValueError, match="read-only"):
+        value["w"][0] = 1.0
+    mine = value["w"].copy()
+    mine[0] = 1.0
+    assert mine[0] == 1.0
+
+
+def test_codec_big_bytes_nested_in_containers_become_frames():
+    blob = b"q" * (codec.DEEP_LIFT_MIN_BYTES + 1)
+    frames, (args, _) = roundtrip_call(({"blob": blob, "n": [1, blob]},))
+    assert len(frames) == 3 and len(frames[0]) < 200
+    assert args[0]["blob"] == blob and args[0]["n"][1] == blob
+
+
+def test_codec_arrays_of_objects_or_strided_views_still_round_trip():
+    strided = np.arange(200_000, dtype=np.int64)[::2]
+    objects = np.array([{"a": 1}, None], dtype=object)
+    _, value = _roundtrip_reply({"s": strided, "o": objects})
+    assert np.array_equal(value["s"], strided) and value["o"][0] == {"a": 1}
+
+
+def test_decode_array_marker_naming_a_missing_frame_is_a_protocol_error():
+    marker = msgpack.ExtType(4, msgpack.packb([5, "<f4", [2]]))
+    header = msgpack.packb([1, messages.REPLY, 1, codec.FORMAT_MSGPACK, marker])
+    with pytest.raises(ProtocolError, match="array marker"):
+        messages.decode(header, [b"x"])

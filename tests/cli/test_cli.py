@@ -21,7 +21,21 @@ def test_demo_runs_rollout_tasks_against_the_trainer_and_summarizes_as_json():
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout.strip().splitlines()[-1])
     assert summary["state"] == "succeeded" and summary["steps"] == 2
-    assert "[task 1/attempt 0] iteration 1: pulled weights" in done.stderr  # from the log store
+    assert "[task 1/attempt 0] iteration 1: weights v" in done.stderr  # from the log store
+    assert "(4 MiB, float32, read-only True)" in done.stderr
+    synced = [s for s in summary["syncs"] if s["receivers"]]
+    assert synced and all(s["failed"] == 0 and s["gbps_per_rollout"] > 0 for s in synced)
+    assert "GB/s per rollout" in done.stderr and summary["trainer_peak_rss_mib"] > 0
+
+
+def test_demo_sends_the_weight_size_asked_for_and_refuses_a_bad_one():
+    done = iris_cli("demo", "--rollouts", "1", "--iterations", "1", "--weights", "24MiB",
+                    "--json", timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.strip().splitlines()[-1])["weights_bytes"] == 24 << 20
+    assert "weights v1 (24 MiB" in done.stderr
+    bad = iris_cli("demo", "--weights", "lots")
+    assert bad.returncode == 2 and "--weights" in bad.stderr and "cannot read size" in bad.stderr
 
 
 def test_keys_generate_then_refuse_to_overwrite(tmp_path):

@@ -1,0 +1,274 @@
+"""Weight versions from one trainer to many rollouts: the trainer publishes, rollouts get.
+
+Not a parameter server: one publisher per name, versions only go up, nothing is merged.
+
+    pub = Publisher("policy")                 # trainer: serves "policy"
+    version = pub.publish({"w": array, ...})  # pushed to every subscriber at once
+
+    sub = Subscriber("policy")                # rollout: serves a replica of "/policy.rollouts"
+    version, weights = sub.get(max_stale=1)   # newest, or at most 1 version behind
+
+- publish() pushes to every live subscriber. To subscribers on this host the weights are
+  copied once into shared memory that all of them map (group.receive.broadcast). Those on
+  other hosts get them through a tree: the trainer sends FANOUT (2) streams from its own
+  arrays, and each subscriber, once it holds the weights, forwards them to its part of the
+  rest. A subscriber that dies fails its own delivery and its subtree's (last_failures);
+  those below it fetch from the publisher when they next get().
+- get(max_stale=K) returns at once when the held version is at most K behind the newest
+  published; otherwise it waits for the push already under way, with no polling: one
+  pending call to the publisher (`settled`) answers when that push is over. If the
+  publisher dies meanwhile, that call fails (peer liveness: within ~3.5 s) and get() raises
+  PeerUnavailableError instead of hanging. A subscriber that joined after the last push,
+  or whose delivery failed, fetches the newest version directly.
+- Received arrays are read-only views of the message; copy one to change it.
+- The publisher keeps a reference to the newest weights (for late joiners): do not change
+  them in place after publishing; publish new arrays (or copies).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from typing import Any
+
+from iris.actors import shm
+from iris.actors.current import context as _context
+from iris.actors.current import current_context
+from iris.actors.future import ActorFuture
+from iris.actors.hosting import actor
+from iris.actors.refs import ActorGroup, ActorRef
+from iris.base.errors import IrisError
+
+_ROLLOUTS = ".rollouts"
+# How long one push may take before it counts as failed for a subscriber (s): 1 GiB at a
+# slow 0.1 GB/s, with room to spare.
+PUSH_TIMEOUT_S = 120.0
+
+
+@actor
+class _PublisherActor:
+    def __init__(self) -> None:
+        self.version = 0
+        self.weights: Any = None
+        self.settled_version = 0  # every push up to this version is over (ok or failed)
+        self._waiters: list[tuple[int, asyncio.Future]] = []
+
+    def latest(self) -> int:
+        return self.version
+
+    def fetch(self) -> list:
+        """[version, weights] of the newest version (for a subscriber that missed it)."""
+        return [self.version, self.weights]
+
+    async def settled(self, version: int) -> int:
+        """Answers once the push of `version` (or a later one) is over."""
+        if self.settled_version >= version:
+            return self.settled_version
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiters.append((version, waiter))
+        return await waiter
+
+    def _settle(self, version: int) -> None:  # on the node's loop thread
+        self.settled_version = max(self.settled_version, version)
+        keep = []
+        for wanted, waiter in self._waiters:
+            if wanted <= self.settled_version and not waiter.done():
+                waiter.set_result(self.settled_version)
+            elif not waiter.done():
+                keep.append((wanted, waiter))
+        self._waiters = keep
+
+
+@actor
+class _SubscriberActor:
+    def __init__(self, box: _Box) -> None:
+        self._box = box
+
+    def receive(self, version: int, weights: Any, subtree: list | None = None,
+                via: str = "") -> dict:
+        """Hold `weights`, then forward them to `subtree` ([address, key] pairs, this
+        member's part of the tree). Returns {address: why} for members not reached."""
+        self._box.put(version, weights, via)
+        return _forward(_context().node, version, weights, subtree or [])
+
+
+class _Box:
+    """The newest weights a subscriber holds, and a condition to wait for newer ones."""
+
+    def __init__(self) -> None:
+        self.version = 0
+        self.weights: Any = None
+        self.via = ""  # the address it came from: the publisher, or a forwarding subscriber
+        self.cond = threading.Condition()
+
+    def put(self, version: int, weights: Any, via: str = "") -> None:
+        with self.cond:
+            if version > self.version:
+                self.version, self.weights, self.via = version, weights, via
+            self.cond.notify_all()
+
+    def wake(self, _: Any = None) -> None:
+        with self.cond:
+            self.cond.notify_all()
+
+
+class Publisher:
+    """The trainer's side: serves `name` in this process; publish() pushes a new version."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._ctx = _context()
+        self._ref = self._ctx.serve(_PublisherActor, name)
+        self._state: _PublisherActor = self._ctx.node._actors[self._ref._key].instance
+        # Subscribers register next to the publisher's absolute name, wherever their own
+        # namespace is (a rollout task lives in its job's tree, the trainer in the client's).
+        self._rollouts = self._ref.name + _ROLLOUTS
+
+    @property
+    def version(self) -> int:
+        return self._state.version
+
+    def publish(self, weights: Any, wait: bool = True) -> int:
+        with _bound(self._ctx):
+            return self._publish(weights, wait)
+
+    def _publish(self, weights: Any, wait: bool) -> int:
+        """Push `weights` as the next version to every subscriber; returns the version.
+
+        With `wait` (the default) returns when every subscriber holds it, or failed; the
+        failures are in `last_failures` (subscriber address -> error). Without, returns at
+        once and the push goes on (a newer publish does not cancel it)."""
+        state = self._state
+        group = self._ctx.resolve_all(self._rollouts)
+        version = state.version + 1
+        state.version, state.weights = version, weights
+        node = self._ctx.node
+        near = [r for r in group.refs if node._shm_min and shm.same_host(r.address)]
+        far = [[r.address, r._key] for r in group.refs if r not in near]
+        sent = [(fut, []) for fut in ActorGroup(group.name, near).receive.options(
+            timeout=PUSH_TIMEOUT_S).broadcast(version, weights, [], node.address)]
+        sent += _send_tree(node, version, weights, far)
+        self._settle_when_done(version, [fut for fut, _ in sent])
+        if wait:
+            self.last_failures = _failures(sent)
+        return version
+
+    def _settle_when_done(self, version: int, futs: list[ActorFuture]) -> None:
+        node, state = self._ctx.node, self._state
+        left = [len(futs)]
+
+        def one_done(_: ActorFuture) -> None:
+            left[0] -= 1
+            if left[0] == 0:
+                node.call_in_loop(state._settle, version)
+
+        if not futs:
+            node.call_in_loop(state._settle, version)
+        for fut in futs:
+            fut.add_done_callback(one_done)
+
+    def close(self) -> None:
+        self._ctx.unserve(self.name)
+
+
+class Subscriber:
+    """A rollout's side: serves a replica of `name`.rollouts; get() returns held weights."""
+
+    def __init__(self, name: str, timeout: float = 60.0) -> None:
+        """Waits up to `timeout` s for the publisher `name` to be registered."""
+        self.name = name
+        self._ctx = _context()
+        self._box = _Box()
+        self._publisher: ActorRef = self._ctx.resolve(name, timeout=timeout)
+        self._rollouts = self._publisher.name + _ROLLOUTS
+        self._ctx.serve(_SubscriberActor, self._rollouts, self._box)
+
+    @property
+    def version(self) -> int:
+        return self._box.version
+
+    def get(self, max_stale: int = 0, timeout: float = 300.0) -> tuple[int, Any]:
+        """(version, weights): the newest published, or one at most `max_stale` versions
+        older. Waits for a push under way (no polling); raises PeerUnavailableError if the
+        publisher dies first, TimeoutError after `timeout` seconds."""
+        if isinstance(max_stale, bool) or not isinstance(max_stale, int) or max_stale < 0:
+            raise ValueError(f"max_stale must be an int >= 0, got {max_stale!r}")
+        with _bound(self._ctx):
+            return self._get(max_stale, timeout)
+
+    def _get(self, max_stale: int, timeout: float) -> tuple[int, Any]:
+        newest = self._publisher.latest().result(timeout)
+        need = max(newest - max_stale, 1)
+        box = self._box
+        if box.version < need:
+            settled = self._publisher.settled.options(timeout=timeout)(need)
+            settled.add_done_callback(box.wake)
+            with box.cond:
+                box.cond.wait_for(lambda: box.version >= need or settled.done(), timeout)
+            if box.version < need:
+                settled.result(0)  # raises why: the publisher died, or the deadline passed
+                self._fetch(need, timeout)
+        with box.cond:
+            return box.version, box.weights
+
+    def _fetch(self, need: int, timeout: float) -> None:
+        version, weights = self._publisher.fetch().result(timeout)
+        if version < need:
+            raise IrisError(f"publisher {self.name!r} is at version {version}, below "
+                            f"the {need} asked for")
+        self._box.put(version, weights)
+
+    def close(self) -> None:
+        self._ctx.unserve(self._rollouts)
+
+
+@contextlib.contextmanager
+def _bound(ctx: Any):
+    """Make `ctx` current for the calls inside (get() may run in any thread)."""
+    token = current_context.set(ctx)
+    try:
+        yield
+    finally:
+        current_context.reset(token)
+
+
+# Subscribers on other hosts get the weights through a tree: the publisher sends FANOUT
+# streams, not one per subscriber, and each subscriber forwards to its part of the rest.
+# 2: the sender's cost stays at two copies on the wire whatever the number of rollouts,
+# and the depth (store-and-forward hops) grows as log2 of it.
+FANOUT = 2
+
+
+def _split(members: list, parts: int) -> list[list]:
+    size = -(-len(members) // parts) if members else 0
+    return [members[i:i + size] for i in range(0, len(members), size)] if size else []
+
+
+def _send_tree(node: Any, version: int, weights: Any, members: list) -> list[tuple]:
+    """Send to the head of each of FANOUT parts of `members`, each with the rest of its part
+    to forward to: [(future, rest)]; a head's result names the members it did not reach."""
+    sent = []
+    for part in _split(members, FANOUT):
+        (address, key), rest = part[0], part[1:]
+        sent.append((node.call(address, key, "receive", (version, weights, rest, node.address),
+                               timeout_s=PUSH_TIMEOUT_S), rest))
+    return sent
+
+
+def _forward(node: Any, version: int, weights: Any, members: list) -> dict:
+    return _failures(_send_tree(node, version, weights, members)) if members else {}
+
+
+def _failures(sent: list[tuple]) -> dict:
+    """{address: why} of every member a push did not reach (waits for all of it)."""
+    failed: dict = {}
+    for fut, rest in sent:
+        error = fut.exception()
+        if error is None:
+            failed.update(fut.result() or {})
+            continue
+        failed[fut.address] = repr(error)
+        for address, _ in rest:  # below a dead forwarder: never sent
+            failed[address] = f"not forwarded: {fut.address} failed ({type(error).__name__})"
+    return failed

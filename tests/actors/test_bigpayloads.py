@@ -1,0 +1,392 @@
+"""Cluster tier: big payloads between processes — arrays keep dtype and shape, arrive read-only
+over the received memory, travel through shared memory on one host, and leak nothing when
+either side is killed with SIGKILL."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+
+import numpy as np
+import pytest
+
+import iris
+
+SERVE = """
+import os, sys, threading
+import numpy as np
+import iris
+
+@iris.actor
+class Store:
+    def __init__(self):
+        self.kept = None
+    def echo(self, x):
+        return x
+    def describe(self, weights):
+        return {k: [str(v.dtype), list(v.shape), float(v.sum()), v.flags.writeable]
+                for k, v in weights.items()}
+    def mutate(self, array):
+        array[0] = 42
+    def backing(self, array):
+        while isinstance(array, np.ndarray):
+            array = array.base
+        name = type(array.obj).__name__
+        return "shared" if name.startswith("c_char_Array") else name
+    def keep(self, array):
+        self.kept = array
+        return int(array[-1])
+    def kept_last(self):
+        return int(self.kept[-1])
+    def block(self, array):
+        threading.Event().wait(600)
+    def open_segments(self):
+        found = set()
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                if "iris-shm" in os.readlink(f"/proc/self/fd/{fd}"):
+                    found.add(os.stat(f"/proc/self/fd/{fd}").st_ino)
+            except OSError:
+                pass
+        return len(found)
+
+ctx = iris.connect()
+Store.serve(os.environ["SVC_NAME"])
+print("READY", ctx.node.address, os.getpid(), flush=True)
+threading.Event().wait()
+"""
+
+MiB = 1 << 20
+
+
+def serve(child_process, cluster, name, **env):
+    child = child_process(SERVE, {"IRIS_ADDRESS": cluster.address, "SVC_NAME": name, **env})
+    child.wait_ready()
+    return child, iris.resolve(name, timeout=60)
+
+
+def memfds(pid: int | str = "self") -> set[int]:
+    """The shared-memory segments (memfds made by Iris) a process holds open, by inode."""
+    found = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            if "iris-shm" in os.readlink(f"/proc/{pid}/fd/{fd}"):
+                found.add(os.stat(f"/proc/{pid}/fd/{fd}").st_ino)
+        except OSError:
+            continue
+    return found
+
+
+def shm_names() -> set[str]:
+    return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+
+
+def test_dict_of_named_arrays_round_trips_between_processes_with_dtype_and_shape(
+        cluster, child_process):
+    _, ref = serve(child_process, cluster, "store")
+    weights = {"embed": np.arange(2 * MiB, dtype=np.float32).reshape(1024, 2048),
+               "bias": np.full(5, 0.5, dtype=np.float16),
+               "steps": np.arange(300_000, dtype=np.int64)}
+    described = ref.describe(weights).result(60)
+    assert described["embed"][:2] == ["float32", [1024, 2048]]
+    assert described["bias"][:3] == ["float16", [5], 2.5]
+    assert described["steps"][2] == float(weights["steps"].sum())
+    assert not any(d[3] for d in described.values())  # the receiver holds read-only views
+    back = ref.echo(weights).result(60)
+    for name, array in weights.items():
+        assert back[name].dtype == array.dtype and back[name].shape == array.shape
+        assert np.array_equal(back[name], array)
+
+
+def test_receiver_mutating_a_received_array_gets_a_read_only_error(cluster, child_process):
+    _, ref = serve(child_process, cluster, "store")
+    with pytest.raises(ValueError, match="read-only") as info:
+        ref.mutate(np.zeros(MiB)).result(60)
+    assert "in mutate" in info.value.remote_traceback
+
+
+def backing_of(array) -> str:
+    """"shared" for a view of a shared-memory mapping, "Frame" for a received ZeroMQ frame."""
+    while isinstance(array, np.ndarray):
+        array = array.base
+    name = type(array.obj).__name__
+    return "shared" if name.startswith("c_char_Array") else name
+
+
+def test_same_host_big_array_travels_through_shared_memory_both_ways(cluster, child_process):
+    _, ref = serve(child_process, cluster, "store")
+    assert ref.backing(np.ones(4 * MiB, dtype=np.uint8)).result(60) == "shared"
+    echoed = ref.echo(np.arange(MiB, dtype=np.float64)).result(60)
+    assert backing_of(echoed) == "shared" and echoed[-1] == MiB - 1
+
+
+def test_shared_memory_turned_off_sends_big_arrays_through_the_socket(cluster, child_process):
+    _, ref = serve(child_process, cluster, "store", IRIS_SHM_MIN_BYTES="0")
+    echoed = ref.echo(np.arange(MiB, dtype=np.float64)).result(60)  # its reply: no segment
+    assert backing_of(echoed) == "Frame" and echoed[-1] == MiB - 1
+
+
+def test_receiver_keeps_its_data_while_the_sender_reuses_released_segments(
+        cluster, child_process):
+    _, ref = serve(child_process, cluster, "store")
+    assert ref.keep(np.full(2 * MiB, 7, dtype=np.int32)).result(60) == 7
+    for i in range(12):  # same size: released segments are refilled, the kept one is not
+        assert ref.echo(np.full(2 * MiB, i, dtype=np.int32)).result(60)[-1] == i
+    assert ref.kept_last().result(60) == 7
+    assert len(memfds()) <= 3  # a few segments reused, not one per call
+    assert ref.open_segments().result(60) <= 3
+
+
+def test_receiver_killed_mid_call_leaves_no_segment_on_either_side(cluster, child_process,
+                                                                   wait_until):
+    before = shm_names()
+    child, ref = serve(child_process, cluster, "victim")
+    pool = iris.current().node._pool
+    fut = ref.block(np.ones(8 * MiB, dtype=np.uint8))
+    wait_until(lambda: pool.busy() == 1 and memfds(), 30, "the call to be in flight")
+    os.kill(child.proc.pid, signal.SIGKILL)
+    with pytest.raises(iris.PeerUnavailableError):
+        fut.result(60)
+    wait_until(lambda: pool.busy() == 0, 30, "the caller to stop holding its segment")
+    assert shm_names() <= before
+
+
+SENDER = """
+import os, threading
+import numpy as np
+import iris
+
+ctx = iris.connect()
+ref = iris.resolve("sink", timeout=60)
+futs = [ref.hold(np.full(4 << 20, i, dtype=np.uint8)) for i in range(3)]
+print("READY", flush=True)
+threading.Event().wait()
+"""
+
+
+@iris.actor
+class Sink:
+    def __init__(self):
+        self.held = []
+
+    def hold(self, array):
+        self.held.append(array)
+        return len(self.held)
+
+
+def test_sender_killed_after_sending_leaves_no_segment_and_receiver_keeps_its_data(
+        cluster, child_process, wait_until):
+    before = shm_names()
+    Sink.serve("sink")
+    sink = iris.resolve("sink")
+    child = child_process(SENDER, {"IRIS_ADDRESS": cluster.address})
+    child.wait_ready()
+    hosted = iris.current().node._actors["/sink"].instance
+    wait_until(lambda: len(hosted.held) == 3, 60, "the three arrays to arrive")
+    os.kill(child.proc.pid, signal.SIGKILL)
+    child.proc.wait(30)
+    assert sorted(int(a[0]) for a in hosted.held) == [0, 1, 2]  # mapped pages outlive it
+    assert all(a.nbytes == 4 * MiB for a in hosted.held)
+    assert not memfds()  # we hold mappings only, never the dead sender's fds
+    assert shm_names() <= before
+    assert sink.name == "/sink"
+
+
+ROLLOUT = """
+import os, threading
+import numpy as np
+import iris
+
+ctx = iris.connect()
+sub = iris.weights.Subscriber("policy")
+
+@iris.actor
+class Probe:
+    def get(self, max_stale):
+        version, weights = sub.get(max_stale=max_stale, timeout=120)
+        return [version, float(weights["w"][0]), weights["w"].shape[0]]
+    def via(self):
+        return sub._box.via
+    def segments(self):
+        with open("/proc/self/maps") as maps:
+            return sorted({line.split()[4] for line in maps if "memfd:iris-shm" in line})
+
+Probe.serve(os.environ["PROBE"])
+print("READY", flush=True)
+threading.Event().wait()
+"""
+
+
+def start_rollouts(child_process, cluster, count):
+    probes = []
+    for i in range(count):
+        child = child_process(ROLLOUT, {"IRIS_ADDRESS": cluster.address, "PROBE": f"probe{i}"})
+        child.wait_ready()
+        probes.append(iris.resolve(f"probe{i}", timeout=60))
+    return probes
+
+
+def weights_of(version: int) -> dict:
+    return {"w": np.full(MiB, float(version), dtype=np.float32)}
+
+
+def test_publish_reaches_every_rollout_through_one_shared_segment(cluster, child_process):
+    pub = iris.weights.Publisher("policy")
+    probes = start_rollouts(child_process, cluster, 3)
+    iris.resolve_all("policy.rollouts", timeout=60)
+    assert pub.publish(weights_of(1)) == 1 and pub.last_failures == {}
+    assert [p.get(0).result(60) for p in probes] == [[1, 1.0, MiB]] * 3
+    inodes = [p.segments().result(60) for p in probes]
+    assert len(inodes[0]) == 1 and inodes == [inodes[0]] * 3  # one copy, mapped by all three
+
+
+def test_rollout_asking_newest_waits_for_the_next_version_without_polling(cluster,
+                                                                         child_process):
+    pub = iris.weights.Publisher("policy")
+    (probe,) = start_rollouts(child_process, cluster, 1)
+    waiting = probe.get(0)  # nothing published yet: waits for version 1
+    pub.publish(weights_of(1))
+    assert waiting.result(60) == [1, 1.0, MiB]
+    pub.publish(weights_of(2), wait=False)
+    pub.publish(weights_of(3))
+    assert probe.get(1).result(60)[0] >= 2
+    assert probe.get(0).result(60)[0] == 3
+
+
+def test_rollout_that_joins_late_fetches_the_newest_version(cluster, child_process):
+    pub = iris.weights.Publisher("policy")
+    pub.publish(weights_of(1))
+    pub.publish(weights_of(2))
+    (probe,) = start_rollouts(child_process, cluster, 1)
+    assert probe.get(0).result(60) == [2, 2.0, MiB]
+
+
+def test_dead_rollout_fails_only_its_own_delivery(cluster, child_process, wait_until):
+    pub = iris.weights.Publisher("policy")
+    probes = start_rollouts(child_process, cluster, 2)
+    victim = child_process(ROLLOUT, {"IRIS_ADDRESS": cluster.address, "PROBE": "victim"})
+    victim.wait_ready()
+    wait_until(lambda: len(iris.resolve_all("policy.rollouts")) == 3, 60, "3 subscribers")
+    victim.kill()
+    pub.publish(weights_of(1))
+    assert len(pub.last_failures) == 1
+    assert [p.get(0).result(60) for p in probes] == [[1, 1.0, MiB]] * 2
+
+
+TRAINER = """
+import threading
+import numpy as np
+import iris
+
+ctx = iris.connect()
+pub = iris.weights.Publisher("policy")
+pub.publish({"w": np.full(1 << 20, 1.0, dtype=np.float32)})
+
+@iris.actor
+class Control:
+    def publish_next(self):
+        return pub.publish({"w": np.full(1 << 20, 2.0, dtype=np.float32)}, wait=False)
+
+Control.serve("control")
+print("READY", flush=True)
+threading.Event().wait()
+"""
+
+
+def test_publisher_killed_mid_push_gives_the_waiting_rollout_an_error_not_a_hang(
+        cluster, child_process):
+    trainer = child_process(TRAINER, {"IRIS_ADDRESS": cluster.address})
+    trainer.wait_ready()
+    sub = iris.weights.Subscriber("policy")
+    assert sub.get(0, timeout=60)[0] == 1
+    hosted = iris.current().node._actors["/policy.rollouts"].instance
+    entered, release = threading.Event(), threading.Event()
+    receive = hosted.receive
+
+    def stuck_receive(*args):  # the push of version 2 stays on its way in
+        entered.set()
+        release.wait(120)
+        return receive(*args)
+
+    hosted.receive = stuck_receive
+    outcome: list = []
+    try:
+        assert iris.resolve("control").publish_next().result(60) == 2
+        assert entered.wait(60)
+        waiter = threading.Thread(target=lambda: outcome.append(_get_outcome(sub)))
+        waiter.start()
+        os.kill(trainer.proc.pid, signal.SIGKILL)
+        waiter.join(90)
+        assert not waiter.is_alive(), "get() hung after the publisher died"
+    finally:
+        release.set()
+    assert isinstance(outcome[0], iris.PeerUnavailableError), outcome
+
+
+def _get_outcome(sub):
+    try:
+        return sub.get(0, timeout=60)
+    except Exception as exc:
+        return exc
+
+
+REMOTE_TRAINER = """
+import threading
+import numpy as np
+import iris
+
+ctx = iris.connect()
+pub = iris.weights.Publisher("policy")
+
+@iris.actor
+class Control:
+    def publish(self, version):
+        pub.publish({"w": np.full(1 << 20, float(version), dtype=np.float32)})
+        return sorted(pub.last_failures)
+
+Control.serve("control")
+print("READY", flush=True)
+threading.Event().wait()
+"""
+
+
+def start_remote_trainer(child_process, cluster):
+    """A publisher that treats every subscriber as on another host (shared memory off)."""
+    trainer = child_process(REMOTE_TRAINER, {"IRIS_ADDRESS": cluster.address,
+                                             "IRIS_SHM_MIN_BYTES": "0"})
+    trainer.wait_ready()
+    return iris.resolve("control", timeout=60)
+
+
+def test_publish_to_other_hosts_goes_through_a_tree_not_one_stream_each(cluster,
+                                                                        child_process,
+                                                                        wait_until):
+    control = start_remote_trainer(child_process, cluster)
+    probes = start_rollouts(child_process, cluster, 5)
+    wait_until(lambda: len(iris.resolve_all("policy.rollouts")) == 5, 60, "5 subscribers")
+    assert control.publish(1).result(120) == []
+    assert [p.get(0).result(60)[:2] for p in probes] == [[1, 1.0]] * 5
+    sources = [p.via().result(60) for p in probes]
+    assert sources.count(control.address) == 2  # FANOUT streams from the trainer, not 5
+    forwarders = {p.address for p in probes}
+    assert all(s in forwarders for s in sources if s != control.address)
+
+
+def test_dead_forwarder_fails_its_subtree_delivery_and_they_fetch_instead(
+        cluster, child_process, wait_until):
+    control = start_remote_trainer(child_process, cluster)
+    children = [child_process(ROLLOUT, {"IRIS_ADDRESS": cluster.address, "PROBE": f"p{i}"})
+                for i in range(4)]
+    for child in children:
+        child.wait_ready()
+    wait_until(lambda: len(iris.resolve_all("policy.rollouts")) == 4, 60, "4 subscribers")
+    order = [ref.address for ref in iris.resolve_all("policy.rollouts")]
+    probes = {iris.resolve(f"p{i}").address: (children[i], iris.resolve(f"p{i}"))
+              for i in range(4)}
+    head = order[0]  # heads the first part: it forwards to order[1]
+    probes[head][0].kill()
+    failures = control.publish(1).result(120)
+    assert head in failures and order[1] in failures and len(failures) == 2
+    for address in order[1:]:  # the one below the dead head too: get() fetches it
+        assert probes[address][1].get(0).result(60)[:2] == [1, 1.0]
