@@ -37,8 +37,7 @@ from collections import Counter, deque
 
 from iris.base.clock import SYSTEM_CLOCK
 from iris.base.resources import Resources
-from iris.controller.scheduling.constraints import parse_constraints
-from iris.controller.scheduling.coordinator import (
+from iris.controller.gangs.coordinator import (
     CoordinatorConfig,
     GangCoordinator,
     GangReleased,
@@ -47,7 +46,8 @@ from iris.controller.scheduling.coordinator import (
     ReleaseGang,
     Send,
 )
-from iris.controller.scheduling.ledger import ReservationLedger, SliceSpec
+from iris.controller.gangs.ledger import ReservationLedger, SliceSpec
+from iris.controller.scheduling.constraints import parse_constraints
 from iris.controller.scheduling.model import (
     Band,
     Demand,

@@ -25,15 +25,15 @@ from iris.base.errors import (
 from iris.base.histogram import Histogram
 from iris.base.resources import Resources
 from iris.controller.bundle_store import BundleStore
-from iris.controller.capacity import Offer, fits_checker
-from iris.controller.gang_tracking import GangTracker, PlaceRound
+from iris.controller.gangs.tracking import GangTracker, PlaceRound
 from iris.controller.jobs import events as ev
 from iris.controller.jobs import kernel
 from iris.controller.jobs.spec import JobSpec
 from iris.controller.jobs.state import KernelConfig
 from iris.controller.jobs.store import JobStore
 from iris.controller.launch import start_body
-from iris.controller.regions import RegionScaling
+from iris.controller.regions.capacity import Offer, fits_checker
+from iris.controller.regions.region import RegionScaling
 from iris.controller.service_placement import SYNC_EVERY_S, Placement
 from iris.controller.service_regions import RegionRequests
 from iris.controller.service_requests import JobRequests

@@ -10,8 +10,9 @@ from iris.base.errors import (
     InvalidRequestError,
 )
 from iris.base.ids import new_id
-from iris.controller import demand, scheduler_view
+from iris.controller import scheduler_view
 from iris.controller.jobs import events as ev
+from iris.controller.regions import demand
 from iris.controller.scheduling.reasons import ReasonCode
 from iris.controller.scheduling.scheduler import schedule
 

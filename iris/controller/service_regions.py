@@ -1,4 +1,4 @@
-"""What the Region actors and the gang placer tell the controller: drains, deleted hosts, placed or
+"""What the Region actors and the gang runner tell the controller: drains, deleted hosts, placed or
 refused gang rounds, region reports. Part of ControllerService (service.py).
 """
 
@@ -7,10 +7,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from iris.base.errors import (
-    InvalidRequestError,
-)
 from iris.base.ids import new_id
+from iris.controller.gangs.tracking import RoundId
 from iris.controller.jobs import events as ev
 from iris.wire import control
 
@@ -66,26 +64,20 @@ class RegionRequests:
 
     # ------------------------------------------------------------ gangs
 
-    def gang_placed(self, round_id: str, region: str, hosts: list[str]) -> None:
-        """The coordinator committed a round in `region`: assign the gang's tasks there."""
-        if not (isinstance(round_id, str) and isinstance(region, str) and isinstance(hosts, list)
-                and all(isinstance(h, str) for h in hosts)):
-            raise InvalidRequestError("gang_placed: expected a round id, a region and a list "
-                                      "of host ids", "round_id")
+    def gang_placed(self, round_id: RoundId, region: str, hosts: tuple[str, ...]) -> None:
+        """The coordinator committed a round in `region` (on this turn: the controller's
+        GangRunner handed it over): assign the gang's tasks there."""
         placements, problem = self.gangs.placed_round(
             round_id, region, hosts, self.state, self.workers.workers, self.stopping,
             lambda: new_id("att-"))
         if problem is not None:
-            self.pending_reasons[round_id.rsplit("#", 1)[0]] = problem
+            self.pending_reasons[round_id.job_id] = problem
         events = [ev.Assign(new_id("ev-"), tuple(placements))] if placements else []
         self._placement_due = True
         self._run_many(events, schedule=True)
 
-    def gang_unplaceable(self, round_id: str, reasons: dict) -> None:
+    def gang_unplaceable(self, round_id: RoundId, reasons: dict[str, str]) -> None:
         """Every candidate region refused the round; the pass shows their reasons."""
-        if not (isinstance(round_id, str) and isinstance(reasons, dict)):
-            raise InvalidRequestError("gang_unplaceable: expected a round id and a dict of "
-                                      "region -> reason", "round_id")
         self.gangs.unplaceable(round_id, reasons, self.clock.monotonic())
         self._placement_due = True
         self._run_many([], schedule=True)

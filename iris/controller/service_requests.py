@@ -12,10 +12,10 @@ from iris.base.errors import (
 )
 from iris.base.ids import new_id
 from iris.controller import scheduler_view
-from iris.controller.capacity import fits_checker, offers_from_workers
 from iris.controller.jobs import events as ev
 from iris.controller.jobs import views
 from iris.controller.jobs.spec import validate_submit
+from iris.controller.regions.capacity import fits_checker, offers_from_workers
 from iris.controller.scheduling.dry_run import dry_run
 
 _log = logging.getLogger(__name__)

@@ -28,8 +28,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from iris.controller.config import ScaleGroupConfig
-from iris.controller.group_shapes import accelerator_keys, pool_key
 from iris.controller.providers.base import SliceInfo, SliceState
+from iris.controller.regions.group_shapes import accelerator_keys, pool_key
 
 _ID = "abcdefghijklmnopqrstuvwxyz0123456789-"
 _DEAD = (SliceState.PREEMPTED, SliceState.FAILED)

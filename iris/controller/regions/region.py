@@ -27,12 +27,12 @@ from iris.actors.hosting import requires
 from iris.actors.keys import CONTROLLER_KEY
 from iris.base.clock import SYSTEM_CLOCK, Clock
 from iris.base.errors import InvalidRequestError
-from iris.controller.autoscaler import AutoscalerConfig, Delete, SliceUsage
 from iris.controller.config import ScaleGroupConfig
+from iris.controller.gangs.ledger import ReservationLedger, SliceSpec
+from iris.controller.gangs.wire_format import from_wire, to_wire
 from iris.controller.providers.base import Provider
-from iris.controller.scaler import SliceManager
-from iris.controller.scheduling.ledger import ReservationLedger, SliceSpec
-from iris.controller.scheduling.wire_format import from_wire, to_wire
+from iris.controller.regions.autoscaler import AutoscalerConfig, Delete, SliceUsage
+from iris.controller.regions.scaler import SliceManager
 from iris.wire import control
 
 _GONE_KEPT_S = 60.0
