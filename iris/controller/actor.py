@@ -19,7 +19,13 @@ from iris.actors import Node, actor, tokens
 from iris.actors.hosting import requires
 from iris.actors.keys import CONTROLLER_KEY, region_key, worker_key
 from iris.base.errors import InvalidRequestError, IrisError, NotFoundError
-from iris.controller.gangs.coordinator import CoordinatorConfig, Placed, Unplaceable
+from iris.controller.gangs.coordinator import (
+    CoordinatorConfig,
+    Placed,
+    PlaceGang,
+    ReleaseGang,
+    Unplaceable,
+)
 from iris.controller.gangs.runner import GangRunner
 from iris.controller.gangs.tracking import PlaceRound, ReleaseRound, SyncRegion
 from iris.controller.jobs.model import TERMINAL_JOB
@@ -274,6 +280,7 @@ class Controller:
         return answer
 
     def _send_gang_messages(self) -> None:
+        rounds = []  # one coordinator batch: one handle_many per region for a whole pass
         for msg in self._svc.take_gang_messages():
             if isinstance(msg, SyncRegion):
                 self._ensure_region(msg.region)
@@ -282,9 +289,11 @@ class Controller:
                                       timeout_s=30.0)
                 fut.add_done_callback(_log_failure)
             elif isinstance(msg, PlaceRound):
-                self._gangs.place(msg.round_id.key, msg.shape, msg.regions)
+                rounds.append(PlaceGang(msg.round_id.key, msg.shape, msg.regions))
             elif isinstance(msg, ReleaseRound):
-                self._gangs.release(msg.round_id.key)
+                rounds.append(ReleaseGang(msg.round_id.key))
+        if rounds:
+            self._gangs.handle(rounds)
 
     def _ensure_region(self, region: str) -> None:
         if region not in self._regions:
