@@ -212,20 +212,24 @@ class Controller:
         fn(*args)
         self._after(None)
 
-    def _settle_gang(self, outcome: Any) -> None:
-        """Apply one coordinator outcome: assign a placed gang, or show why it waits."""
-        round_id = self._svc.gangs.round_of(outcome.gang_id)
-        if round_id is None:  # the gang ended or was asked again meanwhile
-            if isinstance(outcome, Placed):
-                self._gangs.release(outcome.gang_id)  # give the hosts back now
-            return
-        try:
-            if isinstance(outcome, Placed):
-                self._svc.gang_placed(round_id, outcome.region, outcome.hosts)
+    def _settle_gangs(self, outcomes: list) -> None:
+        """Apply one turn's coordinator outcomes together: assign placed gangs, show why
+        refused ones wait; a round nobody waits for any more gives its hosts back."""
+        placed, refused = [], []
+        for outcome in outcomes:
+            round_id = self._svc.gangs.round_of(outcome.gang_id)
+            if round_id is None:  # the gang ended or was asked again meanwhile
+                if isinstance(outcome, Placed):
+                    self._gangs.release(outcome.gang_id)  # give the hosts back now
+            elif isinstance(outcome, Placed):
+                placed.append((round_id, outcome.region, outcome.hosts))
             elif isinstance(outcome, Unplaceable):
-                self._svc.gang_unplaceable(round_id, dict(outcome.reasons))
-        except IrisError as exc:  # a halted store: the request that follows says so
-            _log.error("gang round %s: %s", round_id.key, exc)
+                refused.append((round_id, dict(outcome.reasons)))
+        if placed or refused:
+            try:
+                self._svc.gangs_settled(placed, refused)
+            except IrisError as exc:  # a halted store: the request that follows says so
+                _log.error("applying %d gang outcomes: %s", len(outcomes), exc)
 
     # ------------------------------------------------------------ hooks
 
@@ -268,7 +272,9 @@ class Controller:
             self._send_gang_messages()
             if not self._gang_outcomes:
                 break
-            self._settle_gang(self._gang_outcomes.popleft())
+            outcomes = list(self._gang_outcomes)
+            self._gang_outcomes.clear()
+            self._settle_gangs(outcomes)
         for cmd in self._svc.take_commands():
             method = "start_attempt" if cmd.kind == "start" else "stop_attempt"
             fut = self._node.call(cmd.address, worker_key(cmd.worker_id), method, (cmd.body,),

@@ -64,23 +64,25 @@ class RegionRequests:
 
     # ------------------------------------------------------------ gangs
 
-    def gang_placed(self, round_id: RoundId, region: str, hosts: tuple[str, ...]) -> None:
-        """The coordinator committed a round in `region` (on this turn: the controller's
-        GangRunner handed it over): assign the gang's tasks there."""
-        placements, problem = self.gangs.placed_round(
-            round_id, region, hosts, self.state, self.workers.workers, self.stopping,
-            lambda: new_id("att-"))
-        if problem is not None:
-            self.pending_reasons[round_id.job_id] = problem
-        events = [ev.Assign(new_id("ev-"), tuple(placements))] if placements else []
+    def gangs_settled(self, placed: list[tuple[RoundId, str, tuple[str, ...]]],
+                      refused: list[tuple[RoundId, dict[str, str]]]) -> None:
+        """Rounds the coordinator committed (round, region, hosts: assign the gang's tasks
+        there) or that every candidate region refused (round, region -> why: the pass shows
+        the reasons). All of one turn's outcomes, then ONE scheduling pass: a pass over
+        every pending task costs milliseconds, a pass per gang capped gangs per second."""
+        events = []
+        for round_id, region, hosts in placed:
+            placements, problem = self.gangs.placed_round(
+                round_id, region, hosts, self.state, self.workers.workers, self.stopping,
+                lambda: new_id("att-"))
+            if problem is not None:
+                self.pending_reasons[round_id.job_id] = problem
+            if placements:
+                events.append(ev.Assign(new_id("ev-"), tuple(placements)))
+        for round_id, reasons in refused:
+            self.gangs.unplaceable(round_id, reasons, self.clock.monotonic())
         self._placement_due = True
         self._run_many(events, schedule=True)
-
-    def gang_unplaceable(self, round_id: RoundId, reasons: dict[str, str]) -> None:
-        """Every candidate region refused the round; the pass shows their reasons."""
-        self.gangs.unplaceable(round_id, reasons, self.clock.monotonic())
-        self._placement_due = True
-        self._run_many([], schedule=True)
 
     def take_gang_messages(self) -> list:
         return self.gangs.take_outbox()
