@@ -26,8 +26,8 @@ from iris.base.histogram import Histogram
 from iris.base.resources import Resources
 from iris.controller.bundle_store import BundleStore
 from iris.controller.gangs.tracking import GangTracker, PlaceRound
+from iris.controller.jobs import event_log, kernel
 from iris.controller.jobs import events as ev
-from iris.controller.jobs import kernel
 from iris.controller.jobs.spec import JobSpec
 from iris.controller.jobs.state import KernelConfig
 from iris.controller.jobs.store import JobStore
@@ -148,17 +148,14 @@ class ControllerService(JobRequests, WorkerRequests, Placement, RegionRequests):
             raise IrisError(f"controller halted after a storage failure: {self._broken}")
         now = self.clock.wall()
         effects: list = []
-        for event in events:
-            _, out = kernel.handle(self.state, event, now)
-            effects.extend(out)
-        if any(isinstance(e, ev.Persist) for e in effects):
+        log: list[tuple[float, str, bytes]] = []  # the events that changed state, for replay
+        self._handle_all(events, now, effects, log)
+        if log:
             self._placement_due = True
         passed = schedule and self._placement_due
         if passed:
             self._placement_due = False
-            for decision in self._scheduled():
-                _, out = kernel.handle(self.state, decision, now)
-                effects.extend(out)
+            self._handle_all(self._scheduled(), now, effects, log)
         if effects or passed:
             # Rounds whose gang ended are released; each region's ledger learns its hosts.
             self.gangs.release_ended(self.state)
@@ -168,7 +165,7 @@ class ControllerService(JobRequests, WorkerRequests, Placement, RegionRequests):
             return effects
         persists = [e for e in effects if isinstance(e, ev.Persist)]
         try:
-            self.store.apply(persists)
+            self.store.apply(persists, log)
         except InvalidRequestError:
             # Memory ran ahead of the disk with data the disk refused: go back to what the
             # disk holds (crash-only, without the crash). Only this request fails.
@@ -186,6 +183,13 @@ class ControllerService(JobRequests, WorkerRequests, Placement, RegionRequests):
         for effect in effects:
             self._act(effect)
         return effects
+
+    def _handle_all(self, events: list, now: float, effects: list, log: list) -> None:
+        for event in events:
+            _, out = kernel.handle(self.state, event, now)
+            effects.extend(out)
+            if event_log.changed_state(out):
+                log.append((now, *event_log.encode(event)))
 
     def _act(self, effect: Any) -> None:
         if isinstance(effect, ev.StartAttempt):
