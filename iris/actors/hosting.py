@@ -144,6 +144,11 @@ class HostedActor:
         self._queue.put(_Posted(fn, args))
         return True
 
+    def backlog(self) -> int:
+        """Calls and messages waiting in the mailbox now (approximate: others may be adding).
+        An actor can batch work while more is queued behind the current turn."""
+        return self._queue.qsize()
+
     # ------------------------------------------------------------ loop thread
 
     def dispatch(self, rid: bytes, call: messages.Call, deadline: float) -> None:

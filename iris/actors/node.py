@@ -232,6 +232,11 @@ class Node:
         hosted = self._actors.get(key)
         return hosted is not None and hosted.post(fn, *args)
 
+    def backlog(self, key: str) -> int:
+        """How many calls and messages wait in the mailbox of the actor hosted under `key`."""
+        hosted = self._actors.get(key)
+        return hosted.backlog() if hosted is not None else 0
+
     def served_latency(self) -> dict[str, dict]:
         """Per hosted actor: how long its calls took to handle here, as one histogram dict
         ({"buckets", "count", "sum_s"}). Read from any thread: copies, a sample may lag."""

@@ -69,6 +69,7 @@ class Controller:
         self._regions: set[str] = set()
         self._region_stats: dict[str, dict] = {}  # written on the loop by call callbacks
         self._gang_outcomes: deque = deque()  # Placed / Unplaceable not yet applied
+        self._pass_posted = False  # a scheduling pass waits at the end of the mailbox
         self._gangs = GangRunner(node, self._post, node.clock,
                                  config=CoordinatorConfig(max_attempts=3),
                                  on_outcome=self._gang_outcomes.append)
@@ -79,7 +80,20 @@ class Controller:
     # ------------------------------------------------------------ jobs
 
     def submit(self, raw: dict) -> dict:
-        return self._after(self._svc.submit(raw))
+        """Alone, a submit is placed in its own turn and transaction (one fsync per job). In
+        a burst (more calls queued behind it) the pass waits for the end of the queue: one
+        pass places the whole burst, where a pass per submit cost ~40 ms each at 150
+        pending gangs."""
+        burst = self._node.backlog(CONTROLLER_KEY) > 0
+        answer = self._svc.submit(raw, schedule=not burst)
+        if burst and not self._pass_posted:
+            self._pass_posted = True
+            self._post(self._deferred_pass)
+        return self._after(answer)
+
+    def _deferred_pass(self) -> None:
+        self._pass_posted = False
+        self._svc.schedule_now()
 
     def dry_run(self, raw: dict) -> dict:
         return self._svc.dry_run(raw)
