@@ -163,7 +163,12 @@ class ControllerService(JobRequests, WorkerRequests, Placement, RegionRequests):
             self._sync_regions(force=any(isinstance(m, PlaceRound) for m in self.gangs.outbox))
         if not effects:
             return effects
-        persists = [e for e in effects if isinstance(e, ev.Persist)]
+        self._commit([e for e in effects if isinstance(e, ev.Persist)], log)
+        for effect in effects:
+            self._act(effect)
+        return effects
+
+    def _commit(self, persists: list[ev.Persist], log: list) -> None:
         try:
             self.store.apply(persists, log)
         except InvalidRequestError:
@@ -180,9 +185,6 @@ class ControllerService(JobRequests, WorkerRequests, Placement, RegionRequests):
             if self.config.on_fatal is not None:
                 self.config.on_fatal(self._broken)
             raise
-        for effect in effects:
-            self._act(effect)
-        return effects
 
     def _handle_all(self, events: list, now: float, effects: list, log: list) -> None:
         for event in events:
