@@ -1,7 +1,7 @@
 """The Region actor: one per region, the owner of its reservation ledger and its slices.
 
-Not the decisions (scheduling/ledger.py and autoscaler.py are pure). Requests and replies
-travel as the wire dicts of scheduling/wire_format.py; a malformed one raises ProtocolError
+Not the decisions (gangs/ledger.py and autoscaler.py are pure). Requests and replies
+travel as the wire dicts of gangs/wire_format.py; a malformed one raises ProtocolError
 at the caller and changes nothing. Leases lapse on the region's own clock, checked every
 tick, so a hold the coordinator forgot (it crashed, a message was lost) is released
 without anyone asking.
