@@ -24,6 +24,7 @@ from iris.base.errors import (
 )
 from iris.base.histogram import Histogram
 from iris.base.resources import Resources
+from iris.controller import stops
 from iris.controller.bundle_store import BundleStore
 from iris.controller.gangs.tracking import GangTracker, PlaceRound
 from iris.controller.jobs import event_log, kernel
@@ -113,10 +114,8 @@ class ControllerService(JobRequests, WorkerRequests, Placement, RegionRequests):
         # Placement runs only after something changed (an event, a worker came or went):
         # a pass over 7,500 pending tasks cost 17-77 ms, too much for every 50 ms tick.
         self._placement_due = True
-        # Attempts told to stop whose exit is not reported yet: they still hold their
-        # worker's resources (a grace period can last 10 s), so placement counts them.
-        self.stopping: dict[str, dict[str, Resources]] = {}
-        self._stop_sent: dict[str, tuple[float, float]] = {}  # attempt -> (sent at, grace)
+        # Attempts told to stop whose exit is not reported yet (stops.py).
+        self.stops = stops.StopState()
         self._fits = fits_checker(config.offers) if config.offers is not None else None
         # Multi-host gangs are reserved through the Region actors; this is the controller's
         # half (rounds in flight, hosts held, what each region's ledger should own).
@@ -199,20 +198,25 @@ class ControllerService(JobRequests, WorkerRequests, Placement, RegionRequests):
         elif isinstance(effect, ev.StopAttempt):
             worker = self.workers.workers.get(effect.worker_id)
             attempt = self.state.attempts.get(effect.attempt_id)
-            if worker is not None and attempt is not None:
-                self.stopping.setdefault(worker.worker_id, {})[effect.attempt_id] = \
-                    self.state.jobs[attempt.job_id].spec.resources
-            if worker is not None:
-                self._queue_stop(worker, effect.attempt_id, effect.grace_s, effect.reason)
+            if worker is not None:  # it holds its resources until it is gone
+                hold = self.state.jobs[attempt.job_id].spec.resources if attempt else None
+                self._queue_stop(worker, effect.attempt_id, effect.grace_s, effect.reason,
+                                 hold)
         elif isinstance(effect, ev.JobFinished):
             self.finished.append(effect.job_id)
             self.pending_reasons.pop(effect.job_id, None)
         elif isinstance(effect, ev.Ignored):
             _log.info("event %s ignored: %s", effect.event_id, effect.reason)
 
+    @property
+    def stopping(self) -> dict[str, dict[str, Resources]]:
+        """worker -> attempt -> resources of attempts told to stop and not gone yet."""
+        return self.stops.by_worker
+
     def _queue_stop(self, worker: WorkerInfo, attempt_id: str, grace_s: float,
-                    reason: str) -> None:
-        self._stop_sent[attempt_id] = (self.clock.monotonic(), grace_s)
+                    reason: str, hold: Resources | None = None) -> None:
+        stops.handle(self.stops, stops.StopSent(worker.worker_id, attempt_id, grace_s, hold),
+                     self.clock.monotonic())
         self.commands.append(Command("stop", worker.worker_id, worker.address, {
             "attempt_id": attempt_id, "grace_s": grace_s, "reason": reason}))
 
