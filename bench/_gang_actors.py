@@ -1,7 +1,8 @@
 """Gangs through real Region actors, and Ray placement groups, for bench/gang.py.
 
 gangs_per_s: three Region actors, each in its own process with 200 v5litepod-16 slices
-(4 hosts each); a GangPlacer in this process runs the two-phase coordinator over ZeroMQ:
+(4 hosts each); a GangRunner on an actor's turn in this process runs the two-phase
+coordinator over ZeroMQ:
 reserve in all 3 regions at once, commit the best offer, abort the others, and release as
 soon as placed. 64 gangs in flight. Figure = gangs placed AND released / wall time.
 ray_gangs_per_s: Ray placement groups of 4 bundles ({"CPU": 1} each, PACK), created,
@@ -20,7 +21,7 @@ from pathlib import Path
 
 import iris
 from iris.base.clock import SYSTEM_CLOCK
-from iris.controller.gangs import GangPlacer
+from iris.controller.gangs.runner import GangRunner
 from iris.controller.scheduling.model import GangShape
 
 # Regions in their own processes grant this token; the placer presents it (roles).
@@ -31,8 +32,8 @@ _REGION_PROC = """
 import os, sys, threading
 import iris
 from iris.actors.keys import region_key
-from iris.controller.regions import Region
-from iris.controller.scheduling.ledger import SliceSpec
+from iris.controller.regions.region import Region
+from iris.controller.gangs.ledger import SliceSpec
 region = sys.argv[1]
 ctx = iris.connect()
 specs = [SliceSpec(f"{region}-s{i}", "v5litepod-16", tuple(f"{region}-s{i}-h{j}" for j in range(4)))
@@ -63,16 +64,43 @@ def bench_gangs_actors(n_gangs: int, in_flight: int = 64) -> dict:
                 proc.wait(30)
 
 
+OWNER_KEY = "/bench/gangs"
+
+
+@iris.actor
+class GangOwner:
+    """The runner's owner, as the Controller actor is in production: region replies come
+    back through this actor's mailbox; its tick fires the coordinator's timers. A placed
+    gang is released on the next turn; released gangs land in `released`."""
+
+    tick_interval_s = 0.05
+
+    def __init__(self, node, regions: dict):
+        self.released: queue.SimpleQueue = queue.SimpleQueue()
+        self.failed: list = []
+        self._node = node
+        self.runner = GangRunner(node, self._post, node.clock, regions=regions,
+                                 on_outcome=self._outcome, auth=TOKEN)
+
+    def _post(self, fn, *args) -> None:
+        self._node.post_to(OWNER_KEY, fn, *args)
+
+    def _outcome(self, outcome) -> None:
+        kind = type(outcome).__name__
+        if kind == "Placed":
+            self._post(self.runner.release, outcome.gang_id)
+        elif kind == "GangReleased":
+            self.released.put(outcome.gang_id)
+        else:
+            self.failed.append(outcome)
+
+    def on_tick(self) -> None:
+        self.runner.fire_due(self._node.clock.monotonic())
+
+
 def _run(cluster, addresses: dict, n_gangs: int, in_flight: int) -> dict:
-    released: queue.SimpleQueue = queue.SimpleQueue()
-    placer = None
-    failed = []
-
-    def placed(effect) -> None:
-        placer.release(effect.gang_id)
-
-    placer = GangPlacer(cluster.node, addresses, auth=TOKEN, on_placed=placed, on_released=released.put,
-                        on_unplaceable=failed.append).start()
+    owner = cluster.node.host(OWNER_KEY, GangOwner, (cluster.node, addresses))
+    released, failed = owner.instance.released, owner.instance.failed
     shape = GangShape("v5litepod-16", hosts=4, whole_slices=1)
     try:
         t0 = SYSTEM_CLOCK.monotonic()
@@ -80,13 +108,13 @@ def _run(cluster, addresses: dict, n_gangs: int, in_flight: int) -> dict:
         while done < n_gangs:
             while started < n_gangs and started - done < in_flight:
                 regions = tuple(REGIONS[(started + k) % 3] for k in range(3))
-                placer.place(f"g{started}", shape, regions)
+                owner.post(owner.instance.runner.place, f"g{started}", shape, regions)
                 started += 1
             released.get(timeout=60)
             done += 1
         elapsed = SYSTEM_CLOCK.monotonic() - t0
     finally:
-        placer.stop()
+        cluster.node.unhost(OWNER_KEY)
     print(f"real Region actors (3 processes, 200 slices each): {n_gangs} gangs placed and "
           f"released in {elapsed:.2f} s, {in_flight} in flight, {len(failed)} unplaceable")
     return {"gangs_per_s": round(n_gangs / elapsed, 1)}

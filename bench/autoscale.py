@@ -56,12 +56,12 @@ import iris
 from bench._procs import exit_cleanly_on_signals
 from iris.actors.keys import CONTROLLER_KEY
 from iris.base.clock import SYSTEM_CLOCK, FakeClock
-from iris.controller.autoscaler import Autoscaler, AutoscalerConfig, SliceUsage
 from iris.controller.config import ScaleGroupConfig
 from iris.controller.providers.base import SliceInfo, SliceState
 from iris.controller.providers.local import LocalProvider
 from iris.controller.providers.simulated import SimulatedProvider
-from iris.controller.regions import RegionScaling
+from iris.controller.regions.autoscaler import Autoscaler, AutoscalerConfig, SliceUsage
+from iris.controller.regions.region import RegionScaling
 
 _PEER = ("none: Ray's autoscaler needs a cloud provider; its same-machine fake_multinode "
          "provider is a test fixture of Ray's, not timed here")

@@ -20,6 +20,9 @@ Not a test: it asserts nothing about speed. What each figure is:
 - gangs_per_s / ray_gangs_per_s: the issue's figure, through the real Region actors over
   ZeroMQ (3 region processes), beside Ray placement groups in the same run; see
   bench/_gang_actors.py for exactly what is timed. `--no-ray` skips Ray.
+- gangs_per_s_controller: gangs placed per second THROUGH THE CONTROLLER: submitted as jobs
+  to a real Controller actor, scheduled, reserved and committed through its in-process
+  Region actors, assigned; see bench/_gang_controller.py.
 
 The last line printed is one JSON object of every figure.
 """
@@ -34,8 +37,7 @@ from collections import Counter, deque
 
 from iris.base.clock import SYSTEM_CLOCK
 from iris.base.resources import Resources
-from iris.controller.scheduling.constraints import parse_constraints
-from iris.controller.scheduling.coordinator import (
+from iris.controller.gangs.coordinator import (
     CoordinatorConfig,
     GangCoordinator,
     GangReleased,
@@ -44,7 +46,8 @@ from iris.controller.scheduling.coordinator import (
     ReleaseGang,
     Send,
 )
-from iris.controller.scheduling.ledger import ReservationLedger, SliceSpec
+from iris.controller.gangs.ledger import ReservationLedger, SliceSpec
+from iris.controller.scheduling.constraints import parse_constraints
 from iris.controller.scheduling.model import (
     Band,
     Demand,
@@ -225,6 +228,11 @@ def main(argv: list[str] | None = None) -> None:
     from bench._gang_actors import bench_gangs_actors, bench_ray_placement_groups
 
     result.update(bench_gangs_actors(2_000 if args.quick else 10_000))
+    from bench._gang_controller import bench_gangs_controller
+
+    result.update(bench_gangs_controller(150 if args.quick else 600))
+    print(f"through the controller: {result['controller_gangs_placed']} gang jobs placed in "
+          f"{result['controller_place_s']:.2f} s")
     if not args.no_ray:
         result.update(bench_ray_placement_groups(500 if args.quick else 2_000))
     print(json.dumps(result))

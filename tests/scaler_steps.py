@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from iris.base.clock import FakeClock
-from iris.controller.autoscaler import Create, Delete
-from iris.controller.scaler import SliceManager
+from iris.controller.regions.autoscaler import Create, Delete
+from iris.controller.regions.scaler import SliceManager
 
 
 def settle(mgr: SliceManager, clock: FakeClock, demand: Callable[[], tuple], dt: float = 0.0,

@@ -15,6 +15,7 @@ import inspect
 import logging
 import threading
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from queue import Empty, SimpleQueue
 from typing import TYPE_CHECKING, Any
@@ -132,6 +133,20 @@ class HostedActor:
         if wait and threading.current_thread() is not self._thread:
             self._thread.join()
 
+    def post(self, fn: Callable, *args: Any) -> bool:
+        """Run fn(*args) as a turn of this actor, in mailbox order (any thread): how a reply
+        to a call the actor made, or work it handed to an executor, comes back as a message
+        instead of touching its state from another thread. False once it is stopping."""
+        if self._stopping:
+            return False
+        self._queue.put(_Posted(fn, args))
+        return True
+
+    def backlog(self) -> int:
+        """Calls and messages waiting in the mailbox now (approximate: others may be adding).
+        An actor can batch work while more is queued behind the current turn."""
+        return self._queue.qsize()
+
     # ------------------------------------------------------------ loop thread
 
     def dispatch(self, rid: bytes, call: messages.Call, deadline: float) -> None:
@@ -205,14 +220,16 @@ class HostedActor:
             return
         self._started.set()
         for item in self._mailbox():
-            if self._stopping:  # stop requested: calls that have not started never will
+            if type(item) is _Posted:
+                self._run_posted(item)
+            elif self._stopping:  # stop requested: calls that have not started never will
                 self._reply_died(item[0], item[1], via_post=True)
             else:
                 self._run_sync(*item)
         queue = self._queue
         while not queue.empty():  # calls that arrived before the stop: they never ran
             item = queue.get()
-            if item is not _STOP:
+            if item is not _STOP and type(item) is not _Posted:
                 self._reply_died(item[0], item[1], via_post=True)
         self._cancel_async()
         try:
@@ -247,6 +264,14 @@ class HostedActor:
             if item is _STOP:
                 return
             yield item
+
+    def _run_posted(self, item: _Posted) -> None:
+        if self._stopping:
+            return
+        try:
+            item.fn(*item.args)
+        except Exception:  # like on_tick: one bad message must not end the actor
+            _log.exception("posted message %s to actor %s raised", item.fn, self.key)
 
     def _run_hook(self, name: str) -> None:
         hook = getattr(self.instance, name, None)
@@ -339,6 +364,15 @@ class HostedActor:
             self.node.post_reply(rid, frames)
         else:
             self.node.send_reply(rid, frames)
+
+
+class _Posted:
+    """A message an actor posted to itself (HostedActor.post)."""
+
+    __slots__ = ("args", "fn")
+
+    def __init__(self, fn: Callable, args: tuple):
+        self.fn, self.args = fn, args
 
 
 def _denied(hosted: HostedActor, call: messages.Call) -> str:

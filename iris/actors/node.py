@@ -249,6 +249,17 @@ class Node:
     def hosted(self) -> list[str]:
         return sorted(self._actors)
 
+    def post_to(self, key: str, fn: Callable, *args: Any) -> bool:
+        """Run fn(*args) as a turn of the actor hosted here under `key` (HostedActor.post);
+        False if no actor is hosted there now (it stopped)."""
+        hosted = self._actors.get(key)
+        return hosted is not None and hosted.post(fn, *args)
+
+    def backlog(self, key: str) -> int:
+        """How many calls and messages wait in the mailbox of the actor hosted under `key`."""
+        hosted = self._actors.get(key)
+        return hosted.backlog() if hosted is not None else 0
+
     def served_latency(self) -> dict[str, dict]:
         """Per hosted actor: how long its calls took to handle here, as one histogram dict
         ({"buckets", "count", "sum_s"}). Read from any thread: copies, a sample may lag."""

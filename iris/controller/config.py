@@ -77,8 +77,9 @@ class StorageConfig:
 
 
 @dataclass(frozen=True)
-class ControllerConfig:
-    """How workers and clients reach the controller."""
+class ControllerSection:
+    """The `controller:` section of a cluster file: how workers and clients reach the
+    controller. (Not service.ControllerConfig, the settings of a running controller.)"""
 
     address: str  # what others dial, e.g. tcp://10.128.0.2:7100
     bind: str | None = None  # what the controller binds; None = same as address
@@ -108,7 +109,7 @@ class ClusterConfig:
     """The whole cluster: named, with a controller, storage and regions."""
 
     name: str
-    controller: ControllerConfig
+    controller: ControllerSection
     storage: StorageConfig
     regions: dict[str, RegionConfig]
     gcp: GcpConfig | None = None
@@ -326,13 +327,13 @@ def _storage(data: Any) -> StorageConfig:
     )
 
 
-def _controller(data: Any) -> ControllerConfig:
+def _controller(data: Any) -> ControllerSection:
     sec = _Section(data, "controller", ("address", "bind", "state_dir"))
     for key in ("address", "bind"):
         value = sec.get(key, str, None if key == "bind" else _REQUIRED)
         if value is not None and not _ADDRESS.match(value):
             raise ConfigError(f"controller.{key}: {value!r} is not tcp://HOST:PORT or ipc://PATH")
-    return ControllerConfig(address=sec.data["address"], bind=sec.data.get("bind"),
+    return ControllerSection(address=sec.data["address"], bind=sec.data.get("bind"),
                             state_dir=sec.get("state_dir", str, None))
 
 
@@ -405,13 +406,13 @@ def default_local_config(workers: int = 1, log_dir: str | None = None,
         max_slices=workers, preemptible=False, provider="local",
     )
     return ClusterConfig(
-        name="local", controller=ControllerConfig(address=address),
+        name="local", controller=ControllerSection(address=address),
         storage=StorageConfig(log_dir=log_dir or "iris-logs"), regions={"local": region},
     )
 
 
 __all__ = [
-    "ACCELERATOR_TYPES", "PROVIDER_KINDS", "ClusterConfig", "ControllerConfig", "GcpConfig",
+    "ACCELERATOR_TYPES", "PROVIDER_KINDS", "ClusterConfig", "ControllerSection", "GcpConfig",
     "RegionConfig", "ScaleGroupConfig", "StorageConfig", "default_local_config", "load_config",
     "parse_config",
 ]

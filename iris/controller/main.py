@@ -13,9 +13,9 @@ from iris.actors.keys import CONTROLLER_KEY
 from iris.actors.registry import REGISTRY_KEY
 from iris.base.errors import ConfigError
 from iris.controller.actor import Controller
-from iris.controller.autoscaler import AutoscalerConfig
-from iris.controller.capacity import offers_from_groups
-from iris.controller.regions import RegionScaling
+from iris.controller.regions.autoscaler import AutoscalerConfig
+from iris.controller.regions.capacity import offers_from_groups
+from iris.controller.regions.region import RegionScaling
 from iris.controller.service import ControllerConfig
 from iris.logstore.config import LogStoreConfig
 

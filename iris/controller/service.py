@@ -24,16 +24,17 @@ from iris.base.errors import (
 )
 from iris.base.histogram import Histogram
 from iris.base.resources import Resources
+from iris.controller import stops
 from iris.controller.bundle_store import BundleStore
-from iris.controller.capacity import Offer, fits_checker
-from iris.controller.gang_tracking import GangTracker, PlaceRound
+from iris.controller.gangs.tracking import GangTracker, PlaceRound
+from iris.controller.jobs import event_log, kernel
 from iris.controller.jobs import events as ev
-from iris.controller.jobs import kernel
 from iris.controller.jobs.spec import JobSpec
 from iris.controller.jobs.state import KernelConfig
 from iris.controller.jobs.store import JobStore
 from iris.controller.launch import start_body
-from iris.controller.regions import RegionScaling
+from iris.controller.regions.capacity import Offer, fits_checker
+from iris.controller.regions.region import RegionScaling
 from iris.controller.service_placement import SYNC_EVERY_S, Placement
 from iris.controller.service_regions import RegionRequests
 from iris.controller.service_requests import JobRequests
@@ -113,10 +114,8 @@ class ControllerService(JobRequests, WorkerRequests, Placement, RegionRequests):
         # Placement runs only after something changed (an event, a worker came or went):
         # a pass over 7,500 pending tasks cost 17-77 ms, too much for every 50 ms tick.
         self._placement_due = True
-        # Attempts told to stop whose exit is not reported yet: they still hold their
-        # worker's resources (a grace period can last 10 s), so placement counts them.
-        self.stopping: dict[str, dict[str, Resources]] = {}
-        self._stop_sent: dict[str, tuple[float, float]] = {}  # attempt -> (sent at, grace)
+        # Attempts told to stop whose exit is not reported yet (stops.py).
+        self.stops = stops.StopState()
         self._fits = fits_checker(config.offers) if config.offers is not None else None
         # Multi-host gangs are reserved through the Region actors; this is the controller's
         # half (rounds in flight, hosts held, what each region's ledger should own).
@@ -148,17 +147,14 @@ class ControllerService(JobRequests, WorkerRequests, Placement, RegionRequests):
             raise IrisError(f"controller halted after a storage failure: {self._broken}")
         now = self.clock.wall()
         effects: list = []
-        for event in events:
-            _, out = kernel.handle(self.state, event, now)
-            effects.extend(out)
-        if any(isinstance(e, ev.Persist) for e in effects):
+        log: list[tuple[float, str, bytes]] = []  # the events that changed state, for replay
+        self._handle_all(events, now, effects, log)
+        if log:
             self._placement_due = True
         passed = schedule and self._placement_due
         if passed:
             self._placement_due = False
-            for decision in self._scheduled():
-                _, out = kernel.handle(self.state, decision, now)
-                effects.extend(out)
+            self._handle_all(self._scheduled(), now, effects, log)
         if effects or passed:
             # Rounds whose gang ended are released; each region's ledger learns its hosts.
             self.gangs.release_ended(self.state)
@@ -166,9 +162,14 @@ class ControllerService(JobRequests, WorkerRequests, Placement, RegionRequests):
             self._sync_regions(force=any(isinstance(m, PlaceRound) for m in self.gangs.outbox))
         if not effects:
             return effects
-        persists = [e for e in effects if isinstance(e, ev.Persist)]
+        self._commit([e for e in effects if isinstance(e, ev.Persist)], log)
+        for effect in effects:
+            self._act(effect)
+        return effects
+
+    def _commit(self, persists: list[ev.Persist], log: list) -> None:
         try:
-            self.store.apply(persists)
+            self.store.apply(persists, log)
         except InvalidRequestError:
             # Memory ran ahead of the disk with data the disk refused: go back to what the
             # disk holds (crash-only, without the crash). Only this request fails.
@@ -183,9 +184,13 @@ class ControllerService(JobRequests, WorkerRequests, Placement, RegionRequests):
             if self.config.on_fatal is not None:
                 self.config.on_fatal(self._broken)
             raise
-        for effect in effects:
-            self._act(effect)
-        return effects
+
+    def _handle_all(self, events: list, now: float, effects: list, log: list) -> None:
+        for event in events:
+            _, out = kernel.handle(self.state, event, now)
+            effects.extend(out)
+            if event_log.changed_state(out):
+                log.append((now, *event_log.encode(event)))
 
     def _act(self, effect: Any) -> None:
         if isinstance(effect, ev.StartAttempt):
@@ -193,20 +198,25 @@ class ControllerService(JobRequests, WorkerRequests, Placement, RegionRequests):
         elif isinstance(effect, ev.StopAttempt):
             worker = self.workers.workers.get(effect.worker_id)
             attempt = self.state.attempts.get(effect.attempt_id)
-            if worker is not None and attempt is not None:
-                self.stopping.setdefault(worker.worker_id, {})[effect.attempt_id] = \
-                    self.state.jobs[attempt.job_id].spec.resources
-            if worker is not None:
-                self._queue_stop(worker, effect.attempt_id, effect.grace_s, effect.reason)
+            if worker is not None:  # it holds its resources until it is gone
+                hold = self.state.jobs[attempt.job_id].spec.resources if attempt else None
+                self._queue_stop(worker, effect.attempt_id, effect.grace_s, effect.reason,
+                                 hold)
         elif isinstance(effect, ev.JobFinished):
             self.finished.append(effect.job_id)
             self.pending_reasons.pop(effect.job_id, None)
         elif isinstance(effect, ev.Ignored):
             _log.info("event %s ignored: %s", effect.event_id, effect.reason)
 
+    @property
+    def stopping(self) -> dict[str, dict[str, Resources]]:
+        """worker -> attempt -> resources of attempts told to stop and not gone yet."""
+        return self.stops.by_worker
+
     def _queue_stop(self, worker: WorkerInfo, attempt_id: str, grace_s: float,
-                    reason: str) -> None:
-        self._stop_sent[attempt_id] = (self.clock.monotonic(), grace_s)
+                    reason: str, hold: Resources | None = None) -> None:
+        stops.handle(self.stops, stops.StopSent(worker.worker_id, attempt_id, grace_s, hold),
+                     self.clock.monotonic())
         self.commands.append(Command("stop", worker.worker_id, worker.address, {
             "attempt_id": attempt_id, "grace_s": grace_s, "reason": reason}))
 

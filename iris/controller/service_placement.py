@@ -10,8 +10,9 @@ from iris.base.errors import (
     InvalidRequestError,
 )
 from iris.base.ids import new_id
-from iris.controller import demand, scheduler_view
+from iris.controller import scheduler_view
 from iris.controller.jobs import events as ev
+from iris.controller.regions import demand
 from iris.controller.scheduling.reasons import ReasonCode
 from iris.controller.scheduling.scheduler import schedule
 
@@ -59,21 +60,8 @@ class Placement:
         self.unmet = {}
         if not self.state.pending:
             return []
-        demands, unplaced = [], {}
-        for job_id, index in self.state.pending:
-            job = self.state.jobs[job_id]
-            if job.spec.gang_size > 1:
-                cooling = self.gangs.waiting(scheduler_view.gang_id(job.spec, index),
-                                             self.clock.monotonic())
-                if cooling is not None:  # every region refused it: capacity must grow
-                    self.pending_reasons[job_id] = cooling
-                    unplaced[job_id] = unplaced.get(job_id, 0) + 1
-                    continue
-            try:
-                demands += scheduler_view.task_demands(job.spec, job.submitted_at, (index,))
-            except InvalidRequestError as exc:  # one bad job must not stop every pass
-                self.pending_reasons[job_id] = {"code": "INVALID", "message": str(exc),
-                                                "details": {}}
+        unplaced: dict[str, int] = {}
+        demands = self._demands(unplaced)
         hosts = scheduler_view.host_views(self.state, self.workers.workers.values(),
                                           self.stopping,
                                           held=self.gangs.held_hosts() | set(self.draining))
@@ -81,14 +69,6 @@ class Placement:
         plan = schedule(hosts, demands, reserving_gangs=set(self.gangs.reserving),
                         scaling_up=demand.scaling_up(self.region_reports))
         self.pass_seconds.observe(self.clock.monotonic() - started)
-        events: list[ev.Event] = []
-        for a in plan.assignments:
-            job_id, index = scheduler_view.parse_task_id(a.task_id)
-            events.append(ev.Assign(new_id("ev-"), (
-                ev.Placement(job_id, index, a.host_id, new_id("att-")),)))
-        for p in plan.preemptions:
-            events.append(ev.Preempted(new_id("ev-"), p.attempt_id,
-                                       f"preempted for {p.for_job} ({p.reason})"))
         for request in plan.gang_requests:
             self.gangs.request(request)
         for task, reason in plan.reasons.items():
@@ -100,4 +80,36 @@ class Placement:
             self.unmet = demand.plan_growth(
                 [(self.state.jobs[j].spec, n) for j, n in unplaced.items()],
                 self.region_groups, self.region_reports, self.pending_reasons)
-        return events
+        return _plan_events(plan)
+
+    def _demands(self, unplaced: dict[str, int]) -> list:
+        """What each pending task asks for; gangs every region refused wait out their
+        cooling (counted in `unplaced`: capacity must grow) without being asked again."""
+        demands = []
+        now = self.clock.monotonic()
+        for job_id, index in self.state.pending:
+            job = self.state.jobs[job_id]
+            if job.spec.gang_size > 1:
+                cooling = self.gangs.waiting(scheduler_view.gang_id(job.spec, index), now)
+                if cooling is not None:
+                    self.pending_reasons[job_id] = cooling
+                    unplaced[job_id] = unplaced.get(job_id, 0) + 1
+                    continue
+            try:
+                demands += scheduler_view.task_demands(job.spec, job.submitted_at, (index,))
+            except InvalidRequestError as exc:  # one bad job must not stop every pass
+                self.pending_reasons[job_id] = {"code": "INVALID", "message": str(exc),
+                                                "details": {}}
+        return demands
+
+
+def _plan_events(plan) -> list[ev.Event]:
+    events: list[ev.Event] = []
+    for a in plan.assignments:
+        job_id, index = scheduler_view.parse_task_id(a.task_id)
+        events.append(ev.Assign(new_id("ev-"), (
+            ev.Placement(job_id, index, a.host_id, new_id("att-")),)))
+    for p in plan.preemptions:
+        events.append(ev.Preempted(new_id("ev-"), p.attempt_id,
+                                   f"preempted for {p.for_job} ({p.reason})"))
+    return events

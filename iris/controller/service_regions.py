@@ -1,4 +1,4 @@
-"""What the Region actors and the gang placer tell the controller: drains, deleted hosts, placed or
+"""What the Region actors and the gang runner tell the controller: drains, deleted hosts, placed or
 refused gang rounds, region reports. Part of ControllerService (service.py).
 """
 
@@ -7,10 +7,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from iris.base.errors import (
-    InvalidRequestError,
-)
 from iris.base.ids import new_id
+from iris.controller.gangs.tracking import RoundId
 from iris.controller.jobs import events as ev
 from iris.wire import control
 
@@ -66,29 +64,25 @@ class RegionRequests:
 
     # ------------------------------------------------------------ gangs
 
-    def gang_placed(self, round_id: str, region: str, hosts: list[str]) -> None:
-        """The coordinator committed a round in `region`: assign the gang's tasks there."""
-        if not (isinstance(round_id, str) and isinstance(region, str) and isinstance(hosts, list)
-                and all(isinstance(h, str) for h in hosts)):
-            raise InvalidRequestError("gang_placed: expected a round id, a region and a list "
-                                      "of host ids", "round_id")
-        placements, problem = self.gangs.placed_round(
-            round_id, region, hosts, self.state, self.workers.workers, self.stopping,
-            lambda: new_id("att-"))
-        if problem is not None:
-            self.pending_reasons[round_id.rsplit("#", 1)[0]] = problem
-        events = [ev.Assign(new_id("ev-"), tuple(placements))] if placements else []
+    def gangs_settled(self, placed: list[tuple[RoundId, str, tuple[str, ...]]],
+                      refused: list[tuple[RoundId, dict[str, str]]]) -> None:
+        """Rounds the coordinator committed (round, region, hosts: assign the gang's tasks
+        there) or that every candidate region refused (round, region -> why: the pass shows
+        the reasons). All of one turn's outcomes, then ONE scheduling pass: a pass over
+        every pending task costs milliseconds, a pass per gang capped gangs per second."""
+        events = []
+        for round_id, region, hosts in placed:
+            placements, problem = self.gangs.placed_round(
+                round_id, region, hosts, self.state, self.workers.workers, self.stopping,
+                lambda: new_id("att-"))
+            if problem is not None:
+                self.pending_reasons[round_id.job_id] = problem
+            if placements:
+                events.append(ev.Assign(new_id("ev-"), tuple(placements)))
+        for round_id, reasons in refused:
+            self.gangs.unplaceable(round_id, reasons, self.clock.monotonic())
         self._placement_due = True
         self._run_many(events, schedule=True)
-
-    def gang_unplaceable(self, round_id: str, reasons: dict) -> None:
-        """Every candidate region refused the round; the pass shows their reasons."""
-        if not (isinstance(round_id, str) and isinstance(reasons, dict)):
-            raise InvalidRequestError("gang_unplaceable: expected a round id and a dict of "
-                                      "region -> reason", "round_id")
-        self.gangs.unplaceable(round_id, reasons, self.clock.monotonic())
-        self._placement_due = True
-        self._run_many([], schedule=True)
 
     def take_gang_messages(self) -> list:
         return self.gangs.take_outbox()

@@ -12,26 +12,31 @@ from iris.base.errors import (
 )
 from iris.base.ids import new_id
 from iris.controller import scheduler_view
-from iris.controller.capacity import fits_checker, offers_from_workers
 from iris.controller.jobs import events as ev
 from iris.controller.jobs import views
 from iris.controller.jobs.spec import validate_submit
+from iris.controller.regions.capacity import fits_checker, offers_from_workers
 from iris.controller.scheduling.dry_run import dry_run
 
 _log = logging.getLogger(__name__)
 
 
 class JobRequests:
-    def submit(self, raw: dict) -> dict:
+    def submit(self, raw: dict, schedule: bool = True) -> dict:
+        """Accept a job; with `schedule`, place it in the same turn and transaction."""
         if isinstance(raw, dict) and raw.get("bundle") and not self.bundles.has(raw["bundle"]):
             raise InvalidRequestError(f"bundle: {str(raw['bundle'])[:12]} was never uploaded "
                                       "(put_bundle first)", "bundle")
         parent = self._parent_spec(raw)
         spec = validate_submit(raw, parent=parent, fits=self._fits or self._fits_live())
         # The submit and its placement commit in one transaction: one fsync per job.
-        effects = self._run_many([ev.Submit(new_id("ev-"), spec)], schedule=True)
+        effects = self._run_many([ev.Submit(new_id("ev-"), spec)], schedule=schedule)
         accepted = next(e for e in effects if isinstance(e, ev.Accepted))
         return {"job_id": accepted.job_id, "duplicate": accepted.duplicate}
+
+    def schedule_now(self) -> None:
+        """A scheduling pass, if anything changed since the last one."""
+        self._run_many([], schedule=True)
 
     def _fits_live(self):
         """Without a config's offers, the registered workers bound what can ever run (one

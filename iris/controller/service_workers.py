@@ -16,6 +16,7 @@ from iris.base.errors import (
 )
 from iris.base.ids import new_id
 from iris.base.resources import Resources
+from iris.controller import stops
 from iris.controller.jobs import events as ev
 from iris.controller.jobs import views
 from iris.controller.repair import repairs
@@ -123,7 +124,7 @@ class WorkerRequests:
         """Send again what a lost call never delivered (see repair.py)."""
         worker = self.workers.workers[worker_id]
         fix = repairs(self.state, worker_id, running, self.stopping.get(worker_id, {}),
-                      self._stop_sent, self.clock.wall(), self.clock.monotonic())
+                      self.stops.sent, self.clock.wall(), self.clock.monotonic())
         for attempt_id in fix.stopped:
             self._stopped(attempt_id)
         for attempt_id in fix.start_again:
@@ -134,13 +135,13 @@ class WorkerRequests:
             self._queue_start(ev.StartAttempt(worker_id, attempt_id, attempt.job_id,
                                               attempt.task_index, spec.num_tasks,
                                               spec.gang_size))
-        for attempt_id in fix.orphans:  # then stopped like any other, until it is gone
-            self.stopping.setdefault(worker_id, {})[attempt_id] = Resources()
+        orphans = set(fix.orphans)  # then stopped like any other, until it is gone
         for attempt_id in fix.stop_again + fix.orphans:
             _log.warning("worker %s still runs %s: sending the stop again", worker_id,
                          attempt_id)
             self._queue_stop(worker, attempt_id, self.config.stop_grace_s,
-                             "stopped again: the first stop was lost, or nobody wants it")
+                             "stopped again: the first stop was lost, or nobody wants it",
+                             hold=Resources() if attempt_id in orphans else None)
 
 
     def _update_event(self, worker_id: str, update: control.AttemptUpdate) -> ev.Event | None:
@@ -165,13 +166,8 @@ class WorkerRequests:
 
     def _forget_stops(self, worker_id: str) -> None:
         """A worker is gone, and with it whatever it was stopping."""
-        for attempt_id in self.stopping.pop(worker_id, {}):
-            self._stop_sent.pop(attempt_id, None)
+        stops.handle(self.stops, stops.WorkerGone(worker_id), self.clock.monotonic())
 
     def _stopped(self, attempt_id: str) -> None:
-        self._stop_sent.pop(attempt_id, None)
-        for worker_id, attempts in list(self.stopping.items()):
-            if attempts.pop(attempt_id, None) is not None:
-                self._placement_due = True
-                if not attempts:
-                    del self.stopping[worker_id]
+        if stops.handle(self.stops, stops.Stopped(attempt_id), self.clock.monotonic()):
+            self._placement_due = True  # its resources are free again

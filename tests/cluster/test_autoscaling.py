@@ -13,11 +13,11 @@ import pytest
 
 import iris
 from iris.actors.keys import CONTROLLER_KEY
-from iris.controller.autoscaler import AutoscalerConfig
 from iris.controller.config import ScaleGroupConfig
 from iris.controller.providers.base import SliceState
 from iris.controller.providers.local import LocalProvider
-from iris.controller.regions import RegionScaling
+from iris.controller.regions.autoscaler import AutoscalerConfig
+from iris.controller.regions.region import RegionScaling
 from tests.cluster.tasks import hold_until
 
 GROUP = ScaleGroupConfig("cpu", "east", "cpu", None, 1, 0, ("east-a",), min_slices=0,

@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 
 import iris
-from iris.controller.autoscaler import AutoscalerConfig
 from iris.controller.config import ScaleGroupConfig
 from iris.controller.providers.base import SliceState
 from iris.controller.providers.local import LocalProvider
-from iris.controller.regions import RegionScaling
+from iris.controller.regions.autoscaler import AutoscalerConfig
+from iris.controller.regions.region import RegionScaling
 from tests.cluster.tasks import hold_until
 
 GROUP = ScaleGroupConfig("v5e-16", "east", "tpu", "v5litepod-16", 4, 4, ("east-a",),

@@ -15,7 +15,8 @@ import pytest
 
 import iris
 from iris.actors.keys import region_key
-from iris.controller.gangs import GangPlacer
+from iris.controller.gangs.coordinator import CoordinatorConfig
+from iris.controller.gangs.runner import GangRunner
 from iris.controller.scheduling.model import GangShape
 
 # Regions in their own processes grant this token; the placer presents it (roles).
@@ -25,8 +26,8 @@ REGION = """
 import os, sys, threading
 import iris
 from iris.actors.keys import region_key
-from iris.controller.regions import Region
-from iris.controller.scheduling.ledger import SliceSpec
+from iris.controller.regions.region import Region
+from iris.controller.gangs.ledger import SliceSpec
 
 region, slices = sys.argv[1], int(sys.argv[2])
 ctx = iris.connect()
@@ -38,6 +39,30 @@ print("READY", ctx.node.address, flush=True)
 threading.Event().wait()
 """
 SHAPE = GangShape("v5litepod-16", hosts=4, whole_slices=1)
+OWNER_KEY = "/test/gangs"
+
+
+@iris.actor
+class GangOwner:
+    """The runner's owner here, as the Controller actor is in production: the runner
+    lives on this actor's turn, region replies come back through its mailbox, and its
+    tick fires the coordinator's timers. Outcomes land in `outcomes` (thread-safe)."""
+
+    tick_interval_s = 0.05
+
+    def __init__(self, node, regions: dict, config: CoordinatorConfig | None = None):
+        self.outcomes: queue.Queue = queue.Queue()
+        self._clock = node.clock
+        self.runner = GangRunner(node, lambda fn, *a: node.post_to(OWNER_KEY, fn, *a),
+                                 node.clock, regions=regions, config=config,
+                                 on_outcome=self.outcomes.put, auth=TOKEN)
+
+    def on_tick(self) -> None:
+        self.runner.fire_due(self._clock.monotonic())
+
+
+def _owner(cluster, regions: dict, config: CoordinatorConfig | None = None):
+    return cluster.node.host(OWNER_KEY, GangOwner, (cluster.node, regions, config))
 
 
 @pytest.fixture
@@ -62,37 +87,33 @@ def three_regions(cluster):
 
 
 def test_gang_lands_whole_in_one_region_and_release_frees_it(cluster, three_regions):
-    events: queue.Queue = queue.Queue()
-    placer = GangPlacer(cluster.node, three_regions, auth=TOKEN, on_placed=events.put,
-                        on_unplaceable=events.put, on_released=events.put).start()
+    owner = _owner(cluster, three_regions)
+    events, placer = owner.instance.outcomes, owner.instance.runner
     try:
         regions = ("us-east", "us-central", "eu-west")
-        placer.place("g1", SHAPE, regions)
+        owner.post(placer.place, "g1", SHAPE, regions)
         placed = events.get(timeout=60)
         assert type(placed).__name__ == "Placed" and placed.region in ("us-central", "eu-west")
         assert len(placed.hosts) == 4 and len({h.rsplit("-h", 1)[0] for h in placed.hosts}) == 1
         holds = {name: cluster.node.call(addr, region_key(name), "live_reservations").result(30)
                  for name, addr in three_regions.items()}
         assert holds[placed.region] == 1 and sum(holds.values()) == 1  # losers were aborted
-        placer.release("g1")
+        owner.post(placer.release, "g1")
         assert type(events.get(timeout=60)).__name__ == "GangReleased"
         assert cluster.node.call(three_regions[placed.region], region_key(placed.region),
                                  "live_reservations").result(30) == 0
     finally:
-        placer.stop()
+        cluster.node.unhost(OWNER_KEY)
 
 
 def test_more_gangs_than_slices_the_extra_one_is_unplaceable_with_reasons(cluster, three_regions):
-    from iris.controller.scheduling.coordinator import CoordinatorConfig
-
-    events: queue.Queue = queue.Queue()
     config = CoordinatorConfig(max_attempts=2, backoff_initial_s=0.05, backoff_max_s=0.1)
-    placer = GangPlacer(cluster.node, three_regions, auth=TOKEN, config=config, on_placed=events.put,
-                        on_unplaceable=events.put).start()
+    owner = _owner(cluster, three_regions, config)
+    events, placer = owner.instance.outcomes, owner.instance.runner
     try:
         regions = ("us-east", "us-central", "eu-west")
         for i in range(4):  # 3 slices in all: the fourth gang cannot be placed
-            placer.place(f"g{i}", SHAPE, regions)
+            owner.post(placer.place, f"g{i}", SHAPE, regions)
         outcomes = [events.get(timeout=60) for _ in range(4)]
         kinds = sorted(type(o).__name__ for o in outcomes)
         assert kinds == ["Placed", "Placed", "Placed", "Unplaceable"]
@@ -101,7 +122,7 @@ def test_more_gangs_than_slices_the_extra_one_is_unplaceable_with_reasons(cluste
         hosts = [h for o in outcomes if type(o).__name__ == "Placed" for h in o.hosts]
         assert len(hosts) == len(set(hosts)) == 12  # no host promised twice
     finally:
-        placer.stop()
+        cluster.node.unhost(OWNER_KEY)
 
 
 def jax_facts() -> dict:

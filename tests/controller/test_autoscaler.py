@@ -8,16 +8,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from iris.controller.autoscaler import (
+from iris.controller.config import ScaleGroupConfig
+from iris.controller.providers.base import HostInfo, SliceInfo, SliceState
+from iris.controller.regions.autoscaler import (
     Autoscaler,
     AutoscalerConfig,
     Create,
     Delete,
     SliceUsage,
 )
-from iris.controller.config import ScaleGroupConfig
-from iris.controller.group_shapes import Ask, accelerator_keys, unmet_slices
-from iris.controller.providers.base import HostInfo, SliceInfo, SliceState
+from iris.controller.regions.group_shapes import Ask, accelerator_keys, unmet_slices
 
 CFG = AutoscalerConfig(scale_up_delay_s=10, scale_down_delay_s=100, backoff_initial_s=60,
                        backoff_max_s=480, churn_window_s=300, churn_limit=3,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from iris.base.resources import Resources
-from iris.controller.scheduling.coordinator import (
+from iris.controller.gangs.coordinator import (
     CoordinatorConfig,
     GangCoordinator,
     GangReleased,
@@ -12,15 +12,13 @@ from iris.controller.scheduling.coordinator import (
     PlaceGang,
     RegionDown,
     ReleaseGang,
-    Restarted,
     Send,
     SetTimer,
     Timer,
     Unplaceable,
 )
-from iris.controller.scheduling.ledger import ReservationLedger, slices_from_hosts
-from iris.controller.scheduling.model import Band, Demand, GangShape, HostView, TaskDemand
-from iris.controller.scheduling.protocol import (
+from iris.controller.gangs.ledger import ReservationLedger, slices_from_hosts
+from iris.controller.gangs.protocol import (
     AbortRequest,
     CommitRefused,
     CommitRequest,
@@ -31,6 +29,7 @@ from iris.controller.scheduling.protocol import (
     Reserved,
     ReserveRequest,
 )
+from iris.controller.scheduling.model import Band, Demand, GangShape, HostView, TaskDemand
 from iris.controller.scheduling.reasons import ReasonCode
 from iris.controller.scheduling.scheduler import schedule
 
@@ -174,17 +173,6 @@ def test_coordinator_region_down_counts_as_refusal():
     coord.handle(RegionDown("r2"), 1)
     assert coord.record("g1").reasons["r2"] == "region down"
     assert coord.record("g1").phase is Phase.BACKOFF
-
-
-def test_coordinator_restart_reasks_gathering_gangs_and_resends_commits():
-    coord = GangCoordinator(CONFIG)
-    coord.handle(PlaceGang("g1", SHAPE, ("r1",)), 0)
-    coord.handle(PlaceGang("g2", SHAPE, ("r2",)), 0)
-    coord.handle(offer("r2", gang="g2"), 1)
-    out = coord.handle(Restarted(), 5)
-    assert ("r1", AbortRequest("g1", 1)) in sends(out)
-    assert ("r1", ReserveRequest("g1", 2, SHAPE, CONFIG.lease_s)) in sends(out)
-    assert ("r2", CommitRequest("g2", 1, "r2/tok1")) in sends(out)
 
 
 def test_coordinator_stale_timer_does_nothing():

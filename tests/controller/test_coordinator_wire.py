@@ -1,22 +1,12 @@
-"""Gang messages and coordinator state survive msgpack as plain dicts; malformed ones are refused."""
+"""Gang messages survive msgpack as plain dicts; malformed ones are refused."""
 
 from __future__ import annotations
 
 import msgpack
 import pytest
 
-from iris.base.errors import ProtocolError, StorageError
-from iris.controller.scheduling.constraints import parse_constraints
-from iris.controller.scheduling.coordinator import (
-    CoordinatorConfig,
-    GangCoordinator,
-    PlaceGang,
-    Restarted,
-    Send,
-)
-from iris.controller.scheduling.coordinator_state import restore, snapshot
-from iris.controller.scheduling.model import GangShape
-from iris.controller.scheduling.protocol import (
+from iris.base.errors import ProtocolError
+from iris.controller.gangs.protocol import (
     AbortRequest,
     CommitRefused,
     CommitRequest,
@@ -27,7 +17,9 @@ from iris.controller.scheduling.protocol import (
     Reserved,
     ReserveRequest,
 )
-from iris.controller.scheduling.wire_format import from_wire, to_wire
+from iris.controller.gangs.wire_format import from_wire, to_wire
+from iris.controller.scheduling.constraints import parse_constraints
+from iris.controller.scheduling.model import GangShape
 
 SHAPE = GangShape("v5litepod-16", 8, 2, parse_constraints(
     {"zone": {"in": ["a", "b"]}, "tier": {"ne": "spot"}, "gpu": {"exists": False}}))
@@ -76,21 +68,3 @@ def test_coordinator_wire_malformed_message_names_the_field(data, words):
 def test_coordinator_wire_refuses_to_encode_foreign_objects():
     with pytest.raises(ProtocolError, match="not a gang protocol message"):
         to_wire(object())
-
-
-def test_coordinator_state_snapshot_restores_a_gang_mid_commit():
-    coord = GangCoordinator(CoordinatorConfig())
-    coord.handle(PlaceGang("g1", SHAPE, ("r1", "r2")), 0)
-    coord.handle(Reserved("r1", "g1", 1, "r1/b/1", ("h1",) * 8, 10), 1)
-    coord.handle(Refused("r2", "g1", 1, "NO_CAPACITY", "full"), 1)
-    back = restore(msgpack.unpackb(msgpack.packb(snapshot(coord))))
-    assert back.record("g1") == coord.record("g1")
-    resent = [e.request for e in back.handle(Restarted(), 2) if isinstance(e, Send)]
-    assert resent == [CommitRequest("g1", 1, "r1/b/1")]
-
-
-@pytest.mark.parametrize("data", [{"schema": 99, "gangs": []}, {"schema": 1},
-                                  {"schema": 1, "gangs": [{"gang_id": "g"}]}, "junk"])
-def test_coordinator_state_corrupt_snapshot_is_a_storage_error(data):
-    with pytest.raises(StorageError, match="gang coordinator state"):
-        restore(data)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from iris.controller.config import ScaleGroupConfig
-from iris.controller.demand import route
+from iris.controller.regions.demand import route
 from tests.controller.test_job_support import spec
 
 
@@ -47,7 +47,7 @@ def test_route_work_no_group_can_run_asks_for_nothing():
 
 
 def test_held_back_names_every_region_that_could_grow_but_holds_back():
-    from iris.controller.demand import held_back
+    from iris.controller.regions.demand import held_back
 
     job = spec("g", resources=GANG)
     blocked = {"eu-west": {"v5litepod-16": "zone eu-west-a stocked out"},

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from iris.base.clock import FakeClock
-from iris.controller.gang_tracking import SyncRegion
+from iris.controller.gangs.tracking import SyncRegion
 from iris.controller.service import ControllerConfig, ControllerService
 
 ATTRS = {"cpu": "4", "memory": str(2**33), "region": "east", "slice_id": "s1"}

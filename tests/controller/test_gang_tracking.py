@@ -3,7 +3,7 @@ releases when a gang ends, and the inventory each region's ledger is sent. Pure.
 
 from __future__ import annotations
 
-from iris.controller.gang_tracking import (
+from iris.controller.gangs.tracking import (
     GangTracker,
     PlaceRound,
     ReleaseRound,

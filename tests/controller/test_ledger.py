@@ -5,10 +5,8 @@ from __future__ import annotations
 import pytest
 
 from iris.base.errors import InvalidRequestError
-from iris.controller.scheduling.constraints import parse_constraints
-from iris.controller.scheduling.ledger import ReservationLedger, SliceSpec
-from iris.controller.scheduling.model import GangShape
-from iris.controller.scheduling.protocol import (
+from iris.controller.gangs.ledger import ReservationLedger, SliceSpec
+from iris.controller.gangs.protocol import (
     CommitRefused,
     Committed,
     Refused,
@@ -17,6 +15,8 @@ from iris.controller.scheduling.protocol import (
     Reserved,
     ReserveRequest,
 )
+from iris.controller.scheduling.constraints import parse_constraints
+from iris.controller.scheduling.model import GangShape
 
 SLICE = GangShape("v5litepod-16", hosts=4, whole_slices=1)
 

@@ -12,10 +12,10 @@ import pytest
 from iris.actors import Node, NodeConfig, actor
 from iris.actors.keys import CONTROLLER_KEY
 from iris.base.clock import FakeClock
-from iris.controller.autoscaler import AutoscalerConfig
 from iris.controller.config import ScaleGroupConfig
 from iris.controller.providers.simulated import SimulatedProvider
-from iris.controller.regions import Region, RegionScaling
+from iris.controller.regions.autoscaler import AutoscalerConfig
+from iris.controller.regions.region import Region, RegionScaling
 
 GROUP = ScaleGroupConfig("cpu", "east", "cpu", None, 1, 0, ("east-a",), max_slices=2)
 CONFIG = AutoscalerConfig(scale_up_delay_s=0, scale_down_delay_s=10, hosts_register=False,

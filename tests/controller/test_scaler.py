@@ -8,11 +8,11 @@ import pytest
 
 from iris.base.clock import FakeClock
 from iris.base.errors import ProviderError
-from iris.controller.autoscaler import AutoscalerConfig, Create, Delete, SliceUsage
 from iris.controller.config import ScaleGroupConfig
 from iris.controller.providers.base import SliceState
 from iris.controller.providers.simulated import SimulatedProvider
-from iris.controller.scaler import SliceManager
+from iris.controller.regions.autoscaler import AutoscalerConfig, Create, Delete, SliceUsage
+from iris.controller.regions.scaler import SliceManager
 from tests.scaler_steps import settle
 
 CFG = AutoscalerConfig(scale_up_delay_s=10, scale_down_delay_s=100, backoff_initial_s=60,

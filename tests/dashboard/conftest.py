@@ -19,9 +19,9 @@ from iris.actors import Node, actor
 from iris.actors.current import current_context
 from iris.actors.keys import CONTROLLER_KEY
 from iris.base.clock import SYSTEM_CLOCK
-from iris.controller.autoscaler import Autoscaler, AutoscalerConfig, SliceUsage
 from iris.controller.config import ScaleGroupConfig
 from iris.controller.providers.base import HostInfo, SliceInfo, SliceState
+from iris.controller.regions.autoscaler import Autoscaler, AutoscalerConfig, SliceUsage
 from iris.dashboard import DashboardHandle, start_dashboard
 
 # Polling the cluster from outside: on a loaded 2-core machine a task can take many seconds

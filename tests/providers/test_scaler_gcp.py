@@ -13,11 +13,11 @@ import threading
 import pytest
 
 from iris.base.clock import FakeClock
-from iris.controller.autoscaler import AutoscalerConfig, Create, Delete, SliceUsage
 from iris.controller.config import ClusterConfig, parse_config
 from iris.controller.providers.base import SliceState
 from iris.controller.providers.gcp_tpu import GcpTpuProvider, make_tpu_client
-from iris.controller.scaler import SliceManager
+from iris.controller.regions.autoscaler import AutoscalerConfig, Create, Delete, SliceUsage
+from iris.controller.regions.scaler import SliceManager
 from tests.providers.conftest import FAST_GCP, REGION, ZONE_A, ZONE_B
 from tests.providers.fake_tpu_server import FakeTpuServer
 from tests.scaler_steps import settle

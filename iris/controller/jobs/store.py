@@ -57,6 +57,9 @@ CREATE INDEX IF NOT EXISTS requests_job ON requests (job_id);
 CREATE TABLE IF NOT EXISTS events (
     seq INTEGER PRIMARY KEY, event_id TEXT NOT NULL, kind TEXT NOT NULL, at REAL NOT NULL);
 CREATE INDEX IF NOT EXISTS events_at ON events (at);
+CREATE TABLE IF NOT EXISTS event_log (
+    seq INTEGER PRIMARY KEY, at REAL NOT NULL, kind TEXT NOT NULL, body BLOB NOT NULL);
+CREATE INDEX IF NOT EXISTS event_log_at ON event_log (at);
 """
 
 _JOB_UPSERT = """
@@ -116,8 +119,11 @@ class JobStore:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def apply(self, persists: Persist | Iterable[Persist]) -> None:
-        """Commit one or more Persist effects atomically; return only once committed."""
+    def apply(self, persists: Persist | Iterable[Persist],
+              log: Iterable[tuple[float, str, bytes]] = ()) -> None:
+        """Commit one or more Persist effects atomically, with the events that made them
+        (`log`: (at, kind, body) rows of jobs/event_log.py, for replay); return only once
+        committed."""
         batch = [persists] if isinstance(persists, Persist) else list(persists)
         if not batch:
             return
@@ -127,6 +133,7 @@ class JobStore:
             try:
                 for p in batch:
                     self._write(p)
+                db.executemany("INSERT INTO event_log (at, kind, body) VALUES (?, ?, ?)", log)
                 db.execute("COMMIT")
             except BaseException:
                 db.execute("ROLLBACK")
@@ -197,6 +204,10 @@ class JobStore:
                                 "LIMIT ?", (limit,)).fetchall()
         return rows[::-1]
 
+    def logged_events(self) -> list[tuple[float, str, bytes]]:
+        """Every logged event (at, kind, body), oldest first: what event_log.replay takes."""
+        return self._db.execute("SELECT at, kind, body FROM event_log ORDER BY seq").fetchall()
+
     def prune(self, retention_s: float, now: float) -> int:
         """Delete jobs finished more than `retention_s` before `now` (and events older than
         that), then return the freed pages to the file system. Returns how many jobs went.
@@ -213,6 +224,7 @@ class JobStore:
             for job_id in old:
                 self._delete_job(job_id)
             db.execute("DELETE FROM events WHERE at <= ?", (cutoff,))
+            db.execute("DELETE FROM event_log WHERE at <= ?", (cutoff,))
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")

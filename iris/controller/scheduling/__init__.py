@@ -1,10 +1,10 @@
-"""Pure scheduling kernels: placement, gang reservation ledger and gang coordinator; no I/O.
+"""Pure scheduling kernels: placement and preemption; no I/O.
 
 Modules: constraints (EQ/NE/IN/EXISTS over worker attributes), model (bands, hosts,
-pending tasks, gang shapes), reasons (why a task is pending), protocol (gang messages),
-ledger (one region's reservations), coordinator (two-phase gang placement), scheduler
-(one scheduling pass). Region and controller actors wrap these; nothing here touches a
-socket, a thread or the clock.
+pending tasks, gang shapes), reasons (why a task is pending), fleet, preemption,
+gang_placement (where a gang could go this pass), scheduler (one scheduling pass). The
+gang reservation itself is in controller/gangs/. Nothing here touches a socket, a thread
+or the clock.
 """
 
 __all__: list[str] = []

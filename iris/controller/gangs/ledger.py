@@ -20,9 +20,7 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from iris.controller.scheduling.constraints import matches_all, normalize_value
-from iris.controller.scheduling.model import GangShape, HostView
-from iris.controller.scheduling.protocol import (
+from iris.controller.gangs.protocol import (
     AbortRequest,
     CommitRefused,
     CommitRequest,
@@ -35,6 +33,8 @@ from iris.controller.scheduling.protocol import (
     Reserved,
     ReserveRequest,
 )
+from iris.controller.scheduling.constraints import matches_all, normalize_value
+from iris.controller.scheduling.model import GangShape, HostView
 
 # Tombstones of ended reservations answer late duplicates. 10 minutes is far beyond any
 # retry or lease Iris uses (leases are seconds), and bounds memory at ~one entry per gang

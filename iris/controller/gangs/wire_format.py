@@ -11,9 +11,7 @@ import dataclasses
 from collections.abc import Mapping
 
 from iris.base.errors import InvalidRequestError, ProtocolError
-from iris.controller.scheduling.constraints import Constraint, Op
-from iris.controller.scheduling.model import GangShape
-from iris.controller.scheduling.protocol import (
+from iris.controller.gangs.protocol import (
     AbortRequest,
     CommitRefused,
     CommitRequest,
@@ -24,6 +22,8 @@ from iris.controller.scheduling.protocol import (
     Reserved,
     ReserveRequest,
 )
+from iris.controller.scheduling.constraints import Constraint, Op
+from iris.controller.scheduling.model import GangShape
 
 _TYPES = {cls.__name__: cls for cls in (ReserveRequest, CommitRequest, AbortRequest,
                                         ReleaseRequest, Reserved, Refused, Committed,

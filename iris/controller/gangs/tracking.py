@@ -1,9 +1,9 @@
 """The controller's side of gang placement: rounds being reserved, rounds holding hosts, and
 what each region's ledger should own. Pure: no sockets, no clock reads (`now` is passed).
 
-Not the coordinator (scheduling/coordinator.py, run against the Region actors by
-gangs.GangPlacer) nor the ledgers. The scheduler asks for a gang (a GangRequest); the
-tracker starts a placement *round* under its own id, because a gang requeued whole is
+Not the coordinator (coordinator.py, run against the Region actors by runner.GangRunner on
+the controller's turn) nor the ledgers. The scheduler asks for a gang (a GangRequest); the
+tracker starts a placement *round* under its own typed id (RoundId), because a gang requeued whole is
 placed again while the release of its previous round may still be travelling. The hosts
 the scheduler set aside stay held until the round settles, so later passes do not give
 them to smaller work. When the coordinator reports a placement, the tracker checks that the
@@ -48,21 +48,35 @@ class SyncRegion:
     drained: list[str] = ()  # hosts asked to drain that take no work and run nothing now
 
 
+@dataclass(frozen=True, slots=True)
+class RoundId:
+    """One placement round of one gang. `key` is how the coordinator and the regions name
+    it on the wire; the controller never parses it back (it looks the round up)."""
+
+    job_id: str
+    gang_id: str
+    seq: int
+
+    @property
+    def key(self) -> str:
+        return f"{self.gang_id}@{self.seq}"
+
+
 @dataclass(frozen=True)
 class PlaceRound:
-    round_id: str
+    round_id: RoundId
     shape: GangShape
     regions: tuple[str, ...]
 
 
 @dataclass(frozen=True)
 class ReleaseRound:
-    round_id: str
+    round_id: RoundId
 
 
 @dataclass
 class Round:
-    round_id: str
+    round_id: RoundId
     gang_id: str
     job_id: str
     indices: tuple[int, ...]
@@ -75,20 +89,25 @@ class GangTracker:
     def __init__(self, retry_after_s: float = RETRY_AFTER_S):
         self.retry_after_s = retry_after_s
         self.reserving: dict[str, Round] = {}  # gang id -> its round in flight
-        self.placed: dict[str, Round] = {}  # round id -> round whose gang holds hosts
+        self.placed: dict[RoundId, Round] = {}  # rounds whose gang holds hosts
         self.cooling: dict[str, tuple[float, dict]] = {}  # gang id -> (until, pending reason)
         self.outbox: list[SyncRegion | PlaceRound | ReleaseRound] = []
         self._synced: dict[str, tuple[list[dict], list[str], dict[str, int], list[str]]] = {}
         self._seq = 0
+        self._by_key: dict[str, Round] = {}  # wire key -> round in `reserving`
 
     # ---- asking -----------------------------------------------------------------------
 
     def request(self, req: GangRequest) -> None:
         self._seq += 1
-        round_id = f"{req.gang_id}@{self._seq}"
+        round_id = RoundId(req.job_id, req.gang_id, self._seq)
         indices = tuple(parse_task_id(t)[1] for t in req.task_ids)
-        self.reserving[req.gang_id] = Round(round_id, req.gang_id, req.job_id, indices,
-                                            req.hosts)
+        old = self.reserving.get(req.gang_id)
+        if old is not None:
+            self._by_key.pop(old.round_id.key, None)
+        rnd = self.reserving[req.gang_id] = Round(round_id, req.gang_id, req.job_id, indices,
+                                                  req.hosts)
+        self._by_key[round_id.key] = rnd
         self.outbox.append(PlaceRound(round_id, req.shape, req.regions))
 
     def held_hosts(self) -> set[str]:
@@ -106,7 +125,12 @@ class GangTracker:
 
     # ---- outcomes -----------------------------------------------------------------------
 
-    def placed_round(self, round_id: str, region: str, hosts: Iterable[str],
+    def round_of(self, key: str) -> RoundId | None:
+        """The round a coordinator outcome names (by its wire key), if still in flight."""
+        rnd = self._by_key.get(key)
+        return rnd.round_id if rnd is not None else None
+
+    def placed_round(self, round_id: RoundId, region: str, hosts: Iterable[str],
                      state: KernelState, workers: Mapping[str, WorkerInfo],
                      stopping: dict[str, dict[str, Resources]],
                      new_attempt_id: Callable[[], str]) -> tuple[list[Placement], dict | None]:
@@ -128,7 +152,7 @@ class GangTracker:
         return [Placement(rnd.job_id, i, h, new_attempt_id())
                 for i, h in zip(sorted(rnd.indices), hosts, strict=True)], None
 
-    def unplaceable(self, round_id: str, reasons: Mapping[str, str], now: float) -> str | None:
+    def unplaceable(self, round_id: RoundId, reasons: Mapping[str, str], now: float) -> str | None:
         """Every candidate region refused; returns the job to show the regions' reasons on."""
         rnd = self._take_reserving(round_id)
         if rnd is None:
@@ -140,12 +164,12 @@ class GangTracker:
             "details": {"gang": rnd.gang_id, "regions": dict(reasons)}})
         return rnd.job_id
 
-    def _take_reserving(self, round_id: str) -> Round | None:
-        gang_id = round_id.rsplit("@", 1)[0]
-        rnd = self.reserving.get(gang_id)
+    def _take_reserving(self, round_id: RoundId) -> Round | None:
+        rnd = self.reserving.get(round_id.gang_id)
         if rnd is None or rnd.round_id != round_id:
             return None
-        return self.reserving.pop(gang_id)
+        self._by_key.pop(round_id.key, None)
+        return self.reserving.pop(round_id.gang_id)
 
     # ---- upkeep -----------------------------------------------------------------------
 
@@ -159,6 +183,7 @@ class GangTracker:
         for gang_id, rnd in list(self.reserving.items()):
             if not all((rnd.job_id, i) in state.pending for i in rnd.indices):
                 del self.reserving[gang_id]
+                self._by_key.pop(rnd.round_id.key, None)
                 self.outbox.append(ReleaseRound(rnd.round_id))
 
     def sync_regions(self, state: KernelState, workers: Iterable[WorkerInfo],

@@ -1,7 +1,7 @@
 """The Region actor: one per region, the owner of its reservation ledger and its slices.
 
-Not the decisions (scheduling/ledger.py and autoscaler.py are pure). Requests and replies
-travel as the wire dicts of scheduling/wire_format.py; a malformed one raises ProtocolError
+Not the decisions (gangs/ledger.py and autoscaler.py are pure). Requests and replies
+travel as the wire dicts of gangs/wire_format.py; a malformed one raises ProtocolError
 at the caller and changes nothing. Leases lapse on the region's own clock, checked every
 tick, so a hold the coordinator forgot (it crashed, a message was lost) is released
 without anyone asking.
@@ -27,12 +27,12 @@ from iris.actors.hosting import requires
 from iris.actors.keys import CONTROLLER_KEY
 from iris.base.clock import SYSTEM_CLOCK, Clock
 from iris.base.errors import InvalidRequestError
-from iris.controller.autoscaler import AutoscalerConfig, Delete, SliceUsage
 from iris.controller.config import ScaleGroupConfig
+from iris.controller.gangs.ledger import ReservationLedger, SliceSpec
+from iris.controller.gangs.wire_format import from_wire, to_wire
 from iris.controller.providers.base import Provider
-from iris.controller.scaler import SliceManager
-from iris.controller.scheduling.ledger import ReservationLedger, SliceSpec
-from iris.controller.scheduling.wire_format import from_wire, to_wire
+from iris.controller.regions.autoscaler import AutoscalerConfig, Delete, SliceUsage
+from iris.controller.regions.scaler import SliceManager
 from iris.wire import control
 
 _GONE_KEPT_S = 60.0

@@ -1,9 +1,10 @@
 """The gang coordinator: a pure state machine that places each gang whole in one region.
 
 `handle(event, now) -> effects`. Events are requests from the controller (PlaceGang,
-ReleaseGang), replies from regions (protocol.py), fired timers, RegionDown and Restarted.
-Effects are messages to send, timers to arm, and outcomes to record. No sockets, no
-clock: the controller actor reads the clock once per event and applies the effects.
+ReleaseGang), replies from regions (protocol.py), fired timers, and RegionDown (a call to
+the region failed). Effects are messages to send, timers to arm, and outcomes to record.
+No sockets, no clock: runner.GangRunner, on the controller's turn, passes `now` and applies
+the effects.
 
 One attempt: ask every candidate region to reserve at once; when all have answered (or
 the gather timeout fires) commit the best offer and abort every other one; resend the
@@ -14,8 +15,9 @@ keeping the regions' reasons so "why pending" can show them.
 Why nothing leaks: every hold is an uncommitted reservation with a lease, aborted by
 key as soon as it is not wanted and ended by the region when its lease runs out if the
 abort is lost. A gang is placed only by one region's commit, which moves all its hosts at
-once. The coordinator's state is meant to be persisted by the controller after each event;
-`Restarted` re-arms what a crash lost (timers, unanswered requests).
+once. The coordinator's state is not persisted: a restarted controller starts with no
+rounds, every hold it had lapses with its lease (10 s), and its gangs, still pending in the
+job store, are asked for again.
 """
 
 from __future__ import annotations
@@ -23,8 +25,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-from iris.controller.scheduling.model import GangShape
-from iris.controller.scheduling.protocol import (
+from iris.controller.gangs.protocol import (
     AbortRequest,
     CommitRefused,
     CommitRequest,
@@ -36,6 +37,7 @@ from iris.controller.scheduling.protocol import (
     Reserved,
     ReserveRequest,
 )
+from iris.controller.scheduling.model import GangShape
 from iris.controller.scheduling.reasons import PendingReason, ReasonCode
 
 
@@ -81,12 +83,9 @@ class Timer:
 
 @dataclass(frozen=True, slots=True)
 class RegionDown:
+    """A call to the region failed: gathers waiting on its answer stop waiting."""
+
     region: str
-
-
-@dataclass(frozen=True, slots=True)
-class Restarted:
-    """The controller came back from a crash with this coordinator's persisted state."""
 
 
 # ---- effects ------------------------------------------------------------------------
@@ -164,14 +163,6 @@ class GangCoordinator:
             raise TypeError(f"gang coordinator cannot handle {type(event).__name__}")
         handler(self, event, now, out)
         return out
-
-    @classmethod
-    def from_records(cls, records: list[GangRecord],
-                     config: CoordinatorConfig | None = None) -> GangCoordinator:
-        """A coordinator rebuilt from persisted records; send it Restarted next."""
-        coord = cls(config)
-        coord._gangs = {r.gang_id: r for r in records}
-        return coord
 
     def record(self, gang_id: str) -> GangRecord | None:
         return self._gangs.get(gang_id)
@@ -279,7 +270,7 @@ class GangCoordinator:
             del self._gangs[ev.gang_id]
             out.append(GangReleased(ev.gang_id))
 
-    # ---- timers, failures, restarts ------------------------------------------------
+    # ---- timers and failures ----------------------------------------------------------
 
     def _on_timer(self, ev: Timer, now: float, out: list[Effect]) -> None:
         rec = self._gangs.get(ev.gang_id)
@@ -305,16 +296,6 @@ class GangCoordinator:
                 if not rec.waiting:
                     self._decide(rec, now, out)
             # COMMITTING / RELEASING keep resending: only that region can say what it holds.
-
-    def _on_restarted(self, ev: Restarted, now: float, out: list[Effect]) -> None:
-        for rec in list(self._gangs.values()):
-            if rec.phase is Phase.GATHERING:
-                self._abort_all(rec, out)
-                self._start_attempt(rec, now, out)
-            elif rec.phase in (Phase.COMMITTING, Phase.RELEASING):
-                self._send_chosen(rec, now, out)
-            elif rec.phase is Phase.BACKOFF:
-                self._arm(rec, rec.retry_at if rec.retry_at is not None else now, out)
 
     # ---- steps ---------------------------------------------------------------------
 
@@ -383,5 +364,4 @@ _HANDLERS = {
     Released: GangCoordinator._on_released,
     Timer: GangCoordinator._on_timer,
     RegionDown: GangCoordinator._on_region_down,
-    Restarted: GangCoordinator._on_restarted,
 }

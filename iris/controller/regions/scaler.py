@@ -25,9 +25,15 @@ from collections.abc import Callable, Mapping, Sequence
 from iris.base.clock import Clock
 from iris.base.errors import CapacityError, ConflictError
 from iris.base.ids import new_id
-from iris.controller.autoscaler import Autoscaler, AutoscalerConfig, Create, Delete, SliceUsage
 from iris.controller.config import ScaleGroupConfig
 from iris.controller.providers.base import Provider, SliceInfo, SliceState
+from iris.controller.regions.autoscaler import (
+    Autoscaler,
+    AutoscalerConfig,
+    Create,
+    Delete,
+    SliceUsage,
+)
 
 _log = logging.getLogger(__name__)
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 
 from iris.controller.config import ScaleGroupConfig
-from iris.controller.group_shapes import Ask, accelerator_keys, unmet_slices
 from iris.controller.jobs.spec import JobSpec
+from iris.controller.regions.group_shapes import Ask, accelerator_keys, unmet_slices
 from iris.controller.scheduling.constraints import matches_all, parse_constraints
 from iris.controller.scheduling.model import per_host_demand
 from iris.controller.scheduling.reasons import ReasonCode

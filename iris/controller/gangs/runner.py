@@ -1,0 +1,132 @@
+"""GangRunner: the pure GangCoordinator run against real Region actors on its OWNER's turn.
+
+Not the decisions (coordinator.py). No thread of its own and no queue: every method runs on
+the owner's thread (the Controller actor's, in the controller), region calls go out as
+async calls, and each reply comes back through `post` as a message into the owner's
+mailbox, where the coordinator handles it. Outcomes (Placed, Unplaceable, GangReleased) go
+to `on_outcome`, on that same turn. Sends wait for a flush posted behind whatever is queued
+in the mailbox, so under load every reply waiting there is handled first and their requests
+go out together, one `handle_many` per region (against three Region processes: 1,400 gangs
+a second when each reply sent its own, 5,700 batched, as the old placer thread did).
+Timers are fired by the owner's tick (`fire_due`): the coordinator's delays are 0.5 s and
+up, so a 50 ms tick is fine-grained enough. A failed call is not retried here: the region counts as down for
+the gathers waiting on it (RegionDown), the coordinator's resend timers cover commits and
+releases, and the regions' leases free any hold whose abort was lost.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from iris.actors import ActorFuture, Node
+from iris.actors.keys import region_key
+from iris.base.clock import Clock
+from iris.controller.gangs.coordinator import (
+    CoordinatorConfig,
+    GangCoordinator,
+    PlaceGang,
+    RegionDown,
+    ReleaseGang,
+    Send,
+    SetTimer,
+    Timer,
+)
+from iris.controller.gangs.wire_format import from_wire, to_wire
+from iris.controller.scheduling.model import GangShape
+
+_log = logging.getLogger(__name__)
+# Region calls fail after this long; the coordinator resends on its own schedule anyway.
+_CALL_TIMEOUT_S = 10.0
+
+
+class GangRunner:
+    def __init__(self, node: Node, post: Callable[..., Any], clock: Clock, *,
+                 regions: dict[str, str] | None = None,
+                 config: CoordinatorConfig | None = None,
+                 on_outcome: Callable[[Any], Any] = lambda outcome: None,
+                 auth: bytes | None = None):
+        """`post(fn, *args)` runs fn on the owner's turn (Node.post_to for an actor);
+        `regions` maps a region to the address of the node serving its actor; `auth`: the
+        cluster token that Region actors in other processes require."""
+        self._node, self._post, self._clock, self._auth = node, post, clock, auth
+        self._regions = dict(regions or {})
+        self._coordinator = GangCoordinator(config or CoordinatorConfig())
+        self._on_outcome = on_outcome
+        self._timers: list[tuple[float, int, Timer]] = []
+        self._timer_seq = 0
+        self._closed = False
+        self._outbox: dict[str, list[dict]] = {}  # region -> requests not sent yet
+        self._flush_posted = False
+
+    def add_region(self, region: str, address: str) -> None:
+        self._regions[region] = address
+
+    def place(self, gang_id: str, shape: GangShape, regions: tuple[str, ...]) -> None:
+        self.handle([PlaceGang(gang_id, shape, tuple(regions))])
+
+    def release(self, gang_id: str) -> None:
+        self.handle([ReleaseGang(gang_id)])
+
+    def fire_due(self, now: float) -> None:
+        """Fire the coordinator timers due by `now` (the owner's tick)."""
+        due = []
+        while self._timers and self._timers[0][0] <= now:
+            due.append(heapq.heappop(self._timers)[2])
+        if due:
+            self.handle(due, now)
+
+    def pending_timers(self) -> int:
+        return len(self._timers)
+
+    def close(self) -> None:
+        """Send nothing more (the owner is stopping); replies still arriving are ignored."""
+        self._closed = True
+
+    def handle(self, events: Iterable[object], now: float | None = None) -> None:
+        """Hand events to the coordinator; send what it asks, one call per region."""
+        if self._closed:
+            return
+        now = self._clock.monotonic() if now is None else now
+        for event in events:
+            for effect in self._coordinator.handle(event, now):
+                if isinstance(effect, Send):
+                    self._outbox.setdefault(effect.region, []).append(to_wire(effect.request))
+                elif isinstance(effect, SetTimer):
+                    self._timer_seq += 1
+                    heapq.heappush(self._timers, (effect.at, self._timer_seq, effect.timer))
+                else:
+                    self._on_outcome(effect)
+        if self._outbox and not self._flush_posted:
+            self._flush_posted = True
+            self._post(self._flush)
+
+    def _flush(self) -> None:  # on the owner's turn, behind what was queued before it
+        self._flush_posted = False
+        outbox, self._outbox = self._outbox, {}
+        if self._closed:
+            return
+        for region, messages in outbox.items():
+            self._send(region, messages)
+
+    def _send(self, region: str, messages: list[dict]) -> None:
+        address = self._regions.get(region)
+        if address is None:  # a region nobody serves: it can only refuse
+            self._post(self._failed, region, f"no Region actor for {region!r}")
+            return
+        fut = self._node.call(address, region_key(region), "handle_many", (messages,),
+                              timeout_s=_CALL_TIMEOUT_S, auth=self._auth)
+        fut.add_done_callback(lambda f: self._post(self._replied, region, f))
+
+    def _replied(self, region: str, fut: ActorFuture) -> None:  # on the owner's turn
+        error = fut.exception()
+        if error is not None:
+            self._failed(region, error)
+            return
+        self.handle([from_wire(reply) for reply in fut.result() if reply is not None])
+
+    def _failed(self, region: str, error: object) -> None:
+        _log.warning("gang requests to region %s failed: %s", region, error)
+        self.handle([RegionDown(region)])
