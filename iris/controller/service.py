@@ -77,6 +77,8 @@ class ControllerConfig:
     # Called once when the job store fails (disk full, I/O error): `iris controller serve`
     # exits non-zero so its supervisor restarts it; None leaves the controller refusing.
     on_fatal: Callable[[str], None] | None = None
+    # Checkpoints of the job store to GCS (checkpoint.CheckpointSettings); None: none taken.
+    checkpoints: Any = None
 
 
 @dataclass
