@@ -61,7 +61,8 @@ def _row(c: dict) -> dict:
                 "schema": "", "error": c["error"]}
     by_state = c.get("jobs_by_state") or {}
     done = sum(n for s, n in by_state.items() if s in _FINISHED)
-    return {"name": c["name"], "time": _time(c["taken_at"]), "size": _size(c["bytes"]),
+    return {"name": c["name"], "time": _time(c["taken_at"]), "taken_at": c["taken_at"],
+            "size": _size(c["bytes"]),
             "bytes": c["bytes"], "jobs": c["jobs"], "live": c["jobs"] - done,
             "jobs_by_state": by_state, "schema": c["schema_version"], "seq": c["seq"]}
 

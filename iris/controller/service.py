@@ -32,7 +32,7 @@ from iris.controller.jobs import kernel
 from iris.controller.jobs.spec import JobSpec
 from iris.controller.jobs.state import KernelConfig
 from iris.controller.jobs.store import JobStore
-from iris.controller.launch import start_body
+from iris.controller.launch import RESTORE_ATTEMPT_STRIDE, start_body
 from iris.controller.regions import RegionScaling
 from iris.controller.service_placement import SYNC_EVERY_S, Placement
 from iris.controller.service_regions import RegionRequests
@@ -102,6 +102,9 @@ class ControllerService(JobRequests, WorkerRequests, Placement, RegionRequests):
         self.store = JobStore(config.state_dir)
         self.store.prune(config.retention_s, clock.wall())
         self.state = self.store.load(KernelConfig(stop_grace_s=config.stop_grace_s))
+        # Restored from a checkpoint: number attempts past anything a worker may have run.
+        self.attempt_base = RESTORE_ATTEMPT_STRIDE * sum(
+            1 for row in self.store.lineage() if row["what"] == "restored")
         self.workers = WorkerTable(config.worker_dead_after_s)
         self.bundles = BundleStore(config.state_dir / "bundles")
         self.commands: list[Command] = []
@@ -217,7 +220,8 @@ class ControllerService(JobRequests, WorkerRequests, Placement, RegionRequests):
         if worker is None:
             return  # lost meanwhile: the WorkerLost event requeues the task
         self.commands.append(Command("start", worker.worker_id, worker.address, start_body(
-            self.state, self.workers.workers, start, self.address, self.log_store)))
+            self.state, self.workers.workers, start, self.address, self.log_store,
+            self.attempt_base)))
 
     @property
     def log_store(self) -> LogStoreConfig:
