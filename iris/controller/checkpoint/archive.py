@@ -14,9 +14,12 @@ store change it covers (`seq`), schema version, job counts by state, sizes and d
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import sqlite3
+import subprocess
+import sys
 import tarfile
 from pathlib import Path
 from typing import Any
@@ -32,43 +35,71 @@ FORMAT = 1  # of the archive and manifest; bump when either changes shape
 COMPRESS_LEVEL = 6
 MEMBERS = (DB_NAME, tokens.CLUSTER_TOKEN_FILE, tokens.ADMIN_TOKEN_FILE)
 _CHUNK = 1 << 20
+# The copy and compression run in a child process at this niceness: measured at 10,000
+# jobs on a loaded 2-core machine, packing on a thread of the controller raised submit p50
+# from 10 to 49 ms (GIL hand-offs around tarfile's small writes, and CPU); in a child it
+# shares no GIL, and the kernel serves the controller first when cores are short.
+_CHILD_NICE = 10
+_CHILD_TIMEOUT_S = 1800.0  # 100,000 jobs packed in seconds; an hour-long pack is a hang
+
+
+def pack_in_child(db_path: Path, state_dir: Path, out: Path, name: str,
+                  taken_at: float) -> dict:
+    """`pack`, run by a niced child process; its manifest. StorageError if it fails."""
+    argv = [sys.executable, "-m", __name__, str(db_path), str(state_dir), str(out), name,
+            repr(taken_at)]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=_CHILD_TIMEOUT_S,
+                              preexec_fn=lambda: os.nice(_CHILD_NICE), check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise StorageError(f"packing checkpoint {name}: {exc}") from exc
+    if done.returncode != 0:
+        tail = done.stderr.strip().splitlines()[-1:] or [f"exit code {done.returncode}"]
+        raise StorageError(f"packing checkpoint {name}: {tail[0]}")
+    return json.loads(done.stdout)
 
 
 def pack(db_path: Path, state_dir: Path, out: Path, name: str, taken_at: float) -> dict:
     """Write the archive of the store at `db_path` (+ tokens in `state_dir`) to `out`;
-    return its manifest. `out`'s directory is scratch space for the database copy."""
-    copy = out.with_name(out.name + ".db")
-    try:
-        _backup(db_path, copy)
-        facts = _facts(copy)
-        with tarfile.open(out, "w:gz", compresslevel=COMPRESS_LEVEL) as tar:
-            tar.add(copy, arcname=DB_NAME)
-            for token in MEMBERS[1:]:
-                if (state_dir / token).exists():
-                    tar.add(state_dir / token, arcname=token)
-        db_bytes = copy.stat().st_size
-    finally:
-        copy.unlink(missing_ok=True)
+    return its manifest.
+
+    The copy is made in memory, not on disk: 25 MB of copy written beside the live store
+    (10,000 jobs) slowed the controller's fsync per commit while it lasted. The child holds
+    the whole database in memory meanwhile (~250 MB at 100,000 jobs)."""
+    image = _backup(db_path)
+    facts = _facts(image)
+    with tarfile.open(out, "w:gz", compresslevel=COMPRESS_LEVEL) as tar:
+        info = tarfile.TarInfo(DB_NAME)
+        info.size, info.mtime, info.mode = len(image), int(taken_at), 0o600
+        tar.addfile(info, io.BytesIO(image))
+        for token in MEMBERS[1:]:
+            if (state_dir / token).exists():
+                tar.add(state_dir / token, arcname=token)
     return {"format": FORMAT, "name": name, "taken_at": taken_at, **facts,
-            "db_bytes": db_bytes, "bytes": out.stat().st_size, "sha256": _sha256(out)}
+            "db_bytes": len(image), "bytes": out.stat().st_size, "sha256": _sha256(out)}
 
 
-def _backup(db_path: Path, copy: Path) -> None:
-    copy.unlink(missing_ok=True)
+def _backup(db_path: Path) -> bytes:
+    """The database as one consistent image (a standalone file's bytes, no -wal needed)."""
     src = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
-    dst = sqlite3.connect(copy)
+    dst = sqlite3.connect(":memory:")
     try:
         src.backup(dst)  # pages=-1: every page in one step, one consistent read snapshot
-        # The copy is a standalone file (no -wal beside it) so the tar holds all of it.
-        dst.execute("PRAGMA journal_mode = DELETE")
+        image = bytearray(dst.serialize())
     finally:
         dst.close()
         src.close()
+    # Header bytes 18-19 say WAL (2), copied from the live file; 1 (rollback journal) is
+    # what `PRAGMA journal_mode = DELETE` writes: the image is whole without a -wal beside
+    # it, and opens in memory too (sqlite.org/fileformat2.html, "File format version").
+    image[18] = image[19] = 1
+    return bytes(image)
 
 
-def _facts(db: Path) -> dict[str, Any]:
-    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+def _facts(image: bytes) -> dict[str, Any]:
+    conn = sqlite3.connect(":memory:")
     try:
+        conn.deserialize(image)
         version = int(conn.execute("SELECT value FROM meta WHERE key = 'schema_version'")
                       .fetchone()[0])
         seq = conn.execute("SELECT COALESCE(MAX(seq), 0) FROM events").fetchone()[0]
@@ -174,3 +205,8 @@ def summary(manifest: dict) -> dict:
     return {k: manifest.get(k) for k in ("name", "taken_at", "bytes", "db_bytes", "jobs",
                                          "jobs_by_state", "schema_version", "seq")}
 
+
+
+if __name__ == "__main__":  # pack_in_child's child: args db state_dir out name taken_at
+    _db, _state, _out, _name, _at = sys.argv[1:6]
+    print(json.dumps(pack(Path(_db), Path(_state), Path(_out), _name, float(_at))))

@@ -2,10 +2,10 @@
 
 The controller never waits for a checkpoint. This thread wakes every POLL_S (or when
 asked), reads the store's newest change with its own read-only connection, asks
-`policy.decide`, and when one is due copies the database (SQLite backup API: a read
-transaction, which in WAL mode holds no lock a writer needs), compresses, uploads, prunes.
-Everything heavy (sqlite3's backup step, zlib, sockets) releases the GIL, so the
-controller's thread keeps scheduling; bench/checkpoint.py measures what is left of a pause.
+`policy.decide`, and when one is due has a niced child process copy the database (SQLite
+backup API: a read transaction, which in WAL mode holds no lock a writer needs) and
+compress it (archive.pack_in_child), then uploads and prunes. The controller's thread shares
+neither a lock nor the GIL with the heavy part; bench/checkpoint.py measures what is left.
 
 Waiters: `request()` returns a ticket; `on_done(result, ticket)` is called after each
 attempt with the newest ticket it covers (a checkpoint that *starts* after a request
@@ -25,7 +25,7 @@ from pathlib import Path
 from iris.base.clock import Clock
 from iris.base.errors import IrisError
 from iris.controller.checkpoint import policy
-from iris.controller.checkpoint.archive import pack
+from iris.controller.checkpoint.archive import pack_in_child
 from iris.controller.checkpoint.bucket import CheckpointBucket
 from iris.wire.states import DB_NAME
 
@@ -133,7 +133,7 @@ class Checkpointer:
         try:
             scratch.mkdir(parents=True)
             archive = scratch / "state.tar.gz"
-            manifest = pack(self._state_dir / DB_NAME, self._state_dir, archive, name,
+            manifest = pack_in_child(self._state_dir / DB_NAME, self._state_dir, archive, name,
                             clock.wall())
             t1 = clock.monotonic()
             self.bucket.put(archive, manifest)
