@@ -275,3 +275,33 @@ def test_durable_submit_without_checkpoints_says_the_job_is_not_durable(tmp_path
             iris.submit(quick, str(tmp_path), "x", durable=True)
         with pytest.raises(iris.IrisError, match="durable: expected True or False"):
             iris.submit(quick, str(tmp_path), "x", durable="yes")
+
+
+def test_serve_refuses_a_bad_restore_before_serving_and_changes_nothing(tmp_path, gcs):
+    site = Site(tmp_path, gcs)
+    try:
+        state = tmp_path / "state"
+        state.mkdir()
+        (state / "keep.txt").write_text("operator's file")
+        for flags, error in ((["--restore", "latest"], "no checkpoint in gs://"),
+                             (["--restore", "yesterday"], "not a checkpoint name")):
+            out = subprocess.run(
+                [sys.executable, "-m", "iris", "controller", "serve", "--config",
+                 str(site.config), "--state-dir", str(state), "--bind", site.address,
+                 "--dashboard-port", "0", *flags],
+                capture_output=True, text=True, env=site.env, timeout=120)
+            assert out.returncode == 2, out
+            assert error in out.stderr and "controller serving" not in out.stdout, out
+            assert sorted(p.name for p in state.iterdir()) == ["keep.txt"]
+    finally:
+        site.close()
+
+
+def test_checkpoint_commands_on_a_controller_without_checkpoints_say_how_to_enable(tmp_path):
+    with iris.local_cluster(workers=0, state_dir=tmp_path / "c") as cluster:
+        for verb in ("checkpoint", "checkpoints"):
+            out = subprocess.run([sys.executable, "-m", "iris", "--address", cluster.address,
+                                  "cluster", verb, "--json"], capture_output=True, text=True,
+                                 env={**os.environ, "PYTHONPATH": ROOT}, timeout=120)
+            assert out.returncode == 2, out
+            assert "takes no checkpoints: set storage.snapshot_bucket" in out.stderr, out
