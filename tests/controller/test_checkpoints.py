@@ -331,3 +331,19 @@ def test_store_newer_file_refused_without_changing_it(tmp_path):
 def test_policy_names_in_the_bucket_are_checkpoint_names(tmp_path, bucket):
     _one_checkpoint(tmp_path, bucket)
     assert all(policy.NAME.match(m["name"]) for m in bucket.list())
+
+
+def test_workspace_bundles_travel_with_checkpoints_once(tmp_path, bucket):
+    from iris.controller.bundle_store import BundleStore
+
+    store, _ = _store_with_jobs(tmp_path / "old", 1)
+    data = b"a packed workspace" * 1000
+    digest = hashlib.sha256(data).hexdigest()
+    BundleStore(tmp_path / "old" / "bundles").put(digest, data)
+    _take(tmp_path / "old", bucket)
+    _take(tmp_path / "old", bucket)  # the same bundle again: one object still
+    store.close()
+    assert bucket.bundle_digests() == {digest}
+    assert all(policy.NAME.match(m["name"]) for m in bucket.list())  # bundles are not listed
+    prepare(tmp_path / "new", bucket, None, SYSTEM_CLOCK.wall())
+    assert BundleStore(tmp_path / "new" / "bundles").get(digest) == data

@@ -1,6 +1,8 @@
 """Checkpoints in GCS, through the real google-cloud-storage client. Not when or what to take.
 
 Layout: `gs://BUCKET/PREFIX/controller-state/NAME/state.tar.gz`, one object per checkpoint,
+and `.../controller-state/bundles/DIGEST.tar.gz`, the workspace bundles jobs refer to (each
+uploaded once: content-addressed, shared by every checkpoint). One object per checkpoint,
 its manifest in the object's metadata. One object means a checkpoint is there whole or not
 at all (an upload that dies half way leaves nothing), and a listing returns every manifest
 without a read per checkpoint. Uploads use `if_generation_match=0` (create only): two
@@ -92,6 +94,32 @@ class CheckpointBucket:
             raise StorageError(f"downloading checkpoint {name} from {self.where}: {exc}") \
                 from exc
         return manifest
+
+    def bundle_digests(self) -> set[str]:
+        try:
+            return {b.name[len(self.root) + 8:].split(".")[0] for b in self._client.list_blobs(
+                self._bucket, prefix=f"{self.root}bundles/", timeout=_TIMEOUT_S, retry=_RETRY)}
+        except gexc.GoogleAPICallError as exc:
+            raise StorageError(f"listing bundles in {self.where}: {exc}") from exc
+
+    def put_bundle(self, path: Path) -> None:
+        """Upload a bundle file (named DIGEST.tar.gz) unless it is there already."""
+        blob = self._bucket.blob(f"{self.root}bundles/{path.name}", chunk_size=_CHUNK_BYTES)
+        try:
+            blob.upload_from_filename(str(path), if_generation_match=0, timeout=_TIMEOUT_S,
+                                      retry=_RETRY)
+        except gexc.PreconditionFailed:
+            pass  # content-addressed: the one there is the same
+        except gexc.GoogleAPICallError as exc:
+            raise StorageError(f"uploading bundle {path.name} to {self.where}: {exc}") from exc
+
+    def get_bundle(self, digest: str, dest: Path) -> None:
+        blob = self._bucket.blob(f"{self.root}bundles/{digest}.tar.gz", chunk_size=_CHUNK_BYTES)
+        try:
+            blob.download_to_filename(str(dest), timeout=_TIMEOUT_S, retry=_RETRY)
+        except gexc.GoogleAPICallError as exc:
+            raise StorageError(f"downloading bundle {digest[:12]} from {self.where}: {exc}") \
+                from exc
 
     def delete(self, name: str, generation: int) -> None:
         blob = self._bucket.blob(f"{self.root}{name}/{OBJECT}")

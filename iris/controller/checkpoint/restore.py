@@ -91,6 +91,7 @@ def install(state_dir: Path, bucket: CheckpointBucket, name: str, now: float) ->
             store.record_lineage("restored", {"checkpoint": name, "from": bucket.where,
                                               "taken_at": manifest["taken_at"],
                                               "seq": manifest["seq"]}, now)
+        _fetch_bundles(bucket, scratch / "bundles", state_dir / "bundles")
         _move_aside(state_dir, name)
         for member in MEMBERS:
             if (unpacked / member).exists():
@@ -101,6 +102,20 @@ def install(state_dir: Path, bucket: CheckpointBucket, name: str, now: float) ->
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return manifest
+
+
+def _fetch_bundles(bucket: CheckpointBucket, scratch: Path, bundles: Path) -> None:
+    """The workspace bundles jobs refer to, that this disk lacks (into scratch first, so a
+    failed download leaves no half file where the controller serves bundles from)."""
+    missing = sorted(d for d in bucket.bundle_digests() if not (bundles / f"{d}.tar.gz").exists())
+    if not missing:
+        return
+    scratch.mkdir()
+    for digest in missing:
+        bucket.get_bundle(digest, scratch / f"{digest}.tar.gz")
+    bundles.mkdir(parents=True, exist_ok=True)
+    for digest in missing:
+        os.replace(scratch / f"{digest}.tar.gz", bundles / f"{digest}.tar.gz")
 
 
 def _move_aside(state_dir: Path, name: str) -> None:

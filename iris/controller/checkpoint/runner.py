@@ -54,6 +54,7 @@ class Checkpointer:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="iris-checkpoints", daemon=True)
+        self._bundles_up: set[str] | None = None  # digests in GCS; listed on first use
         self.last: dict | None = None  # newest good checkpoint (manifest + timings)
         self.last_error: str | None = None
 
@@ -136,6 +137,7 @@ class Checkpointer:
             manifest = pack_in_child(self._state_dir / DB_NAME, self._state_dir, archive, name,
                             clock.wall())
             t1 = clock.monotonic()
+            self._ship_bundles()  # first: no checkpoint in GCS names a bundle not there
             self.bucket.put(archive, manifest)
             t2 = clock.monotonic()
         except (IrisError, OSError, sqlite3.Error) as exc:
@@ -152,6 +154,20 @@ class Checkpointer:
                   why, manifest["jobs"], manifest["bytes"], t1 - t0, t2 - t1)
         self._prune()
         return result
+
+    def _ship_bundles(self) -> None:
+        """Workspace bundles (state_dir/bundles, written before any job naming them was
+        accepted) not yet in GCS. Each is uploaded once."""
+        local = self._state_dir / "bundles"
+        if not local.is_dir():
+            return
+        if self._bundles_up is None:
+            self._bundles_up = self.bucket.bundle_digests()
+        for path in sorted(local.glob("*.tar.gz")):
+            digest = path.name.split(".")[0]
+            if digest not in self._bundles_up:
+                self.bucket.put_bundle(path)
+                self._bundles_up.add(digest)
 
     def _prune(self) -> None:
         try:
