@@ -62,6 +62,7 @@ class JobHandle:
         self.job_id = job_id
         self._ctx = ctx
         self._submission = submission
+        self._submitted_at = SYSTEM_CLOCK.wall()
 
     def __repr__(self) -> str:
         return f"JobHandle({self.job_id!r})"
@@ -73,15 +74,21 @@ class JobHandle:
         try:
             return _controller(self._ctx, method, *args, timeout_s=timeout_s)
         except NotFoundError as exc:
-            if self._submission is None or f"no job {self.job_id}" not in str(exc):
-                raise NotFoundError(f"{exc}: if its controller was restored from a checkpoint "
-                                    "taken before this job was submitted, the job was lost "
-                                    "with the machine; submit it again") from exc
+            restored = _controller(self._ctx, "restored")
+            if restored is None or f"no job {self.job_id}" not in str(exc):
+                raise
+            if self._submission is None:
+                raise NotFoundError(
+                    f"{exc}: its controller was restored from checkpoint "
+                    f"{restored['checkpoint']}; a job submitted after that checkpoint was "
+                    "taken was lost with the machine: submit it again") from exc
+            if restored["at"] < self._submitted_at:
+                raise  # submitted after the restore, so not lost in it (pruned, say)
         # The controller does not know the job it acknowledged: it lost its machine and came
         # back from an older checkpoint. Submit it again; its request id keeps it one job.
-        print(f"iris: job {self.job_id} was not in the controller's restored state (submitted "
-              "after its last checkpoint); resubmitting it with its request id",
-              file=sys.stderr, flush=True)
+        print(f"iris: job {self.job_id} was not in the controller's restored state (checkpoint "
+              f"{restored['checkpoint']}, taken before it was submitted); resubmitting it "
+              "with its request id", file=sys.stderr, flush=True)
         answer = _controller(self._ctx, "submit", self._submission)
         if answer["job_id"] != self.job_id:
             raise ConflictError(f"resubmitting {self.job_id} made {answer['job_id']}")

@@ -169,6 +169,13 @@ class Controller:
         """The checkpoints in GCS (`iris cluster checkpoints`), oldest first, and the policy."""
         return await self._checkpoint_desk().listing()
 
+    def restored(self) -> dict | None:
+        """The newest restore from a checkpoint this state went through (checkpoint name,
+        taken_at, and `at`: when it was restored), or None. Clients holding a job this
+        controller does not know resubmit it only if it was restored after they submitted."""
+        rows = [r for r in self._svc.store.lineage() if r["what"] == "restored"]
+        return rows[-1] if rows else None
+
     def _checkpoint_desk(self) -> Any:
         if self._checkpoints is None:
             raise ConfigError("this controller takes no checkpoints: set "

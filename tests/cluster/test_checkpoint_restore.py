@@ -230,9 +230,11 @@ def test_rollback_restores_an_older_checkpoint_on_purpose(site, tmp_path, wait_u
         assert "ROLLBACK" in first
         jobs = wait_until(lambda: _live_jobs(ctx), what="the rolled-back controller")
         assert sorted(j["job_id"] for j in jobs) == sorted(j.job_id for j in before)
+        assert _controller(ctx, "restored")["checkpoint"] == older["name"]  # its lineage
         # The state it replaced is kept beside it, whole.
         assert (tmp_path / "state" / f"replaced-{older['name']}" / "jobs.sqlite3").exists()
-        with pytest.raises(NotFoundError, match="restored from a checkpoint"):
+        with pytest.raises(NotFoundError, match=f"restored from checkpoint {older['name']}.*"
+                                                "lost with the machine"):
             _status_of(ctx, after[0].job_id)
 
 
