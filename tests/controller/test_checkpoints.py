@@ -347,3 +347,27 @@ def test_workspace_bundles_travel_with_checkpoints_once(tmp_path, bucket):
     assert all(policy.NAME.match(m["name"]) for m in bucket.list())  # bundles are not listed
     prepare(tmp_path / "new", bucket, None, SYSTEM_CLOCK.wall())
     assert BundleStore(tmp_path / "new" / "bundles").get(digest) == data
+
+
+def test_gcs_outage_fails_the_checkpoint_clearly_and_the_next_one_succeeds(tmp_path):
+    server = FakeGcs(tmp_path / "gcs-root")
+    server.start()
+    try:
+        name = server.new_bucket()
+        # 2 s of client retries, not the production 120 s: the test waits for the failure.
+        bucket = CheckpointBucket(name, "iris/state", client=server.client(), retry_s=2.0)
+        store, _ = _store_with_jobs(tmp_path / "s", 2)
+        runner = Checkpointer(tmp_path / "s", bucket, PolicyConfig(), SYSTEM_CLOCK,
+                              lambda r, t: None)
+        server.stop()
+        failed = runner.take("test")
+        assert failed["error"].startswith("checkpoint ") and "failed" in failed["error"]
+        assert runner.last_error == failed["error"]
+        assert not list((tmp_path / "s" / "checkpoint-scratch").glob("*"))  # cleaned up
+        server.start()
+        ok = runner.take("test")
+        store.close()
+        assert "error" not in ok and runner.last_error is None
+        assert [m["name"] for m in bucket.list()] == [ok["name"]]
+    finally:
+        server.stop()

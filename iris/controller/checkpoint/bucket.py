@@ -28,19 +28,23 @@ _CHUNK_BYTES = 8 << 20
 # 60 s per request, 120 s of retries in all: a checkpoint is worth waiting for, but a GCS
 # outage must show up as a failed checkpoint (and a retry later), not as a hung thread.
 _TIMEOUT_S = 60.0
-_RETRY = Retry(deadline=120.0)
+_RETRY_S = 120.0
+# An unreachable GCS ends in RetryError (not a GoogleAPICallError) once retries run out.
+_FAILED = (gexc.GoogleAPIError, OSError)
 
 
 class CheckpointBucket:
     """The checkpoints under one prefix. `client` defaults to `storage.Client()`, which reads
     project and credentials (or STORAGE_EMULATOR_HOST) from the environment."""
 
-    def __init__(self, bucket: str, prefix: str, client: Any = None):
+    def __init__(self, bucket: str, prefix: str, client: Any = None,
+                 retry_s: float = _RETRY_S):
         if client is None:
             from google.cloud import storage
 
             client = storage.Client()
         self._client = client
+        self._retry = Retry(deadline=retry_s)
         self._bucket = client.bucket(bucket)
         self.root = f"{prefix.strip('/')}/controller-state/" if prefix.strip("/") \
             else "controller-state/"
@@ -52,11 +56,11 @@ class CheckpointBucket:
         blob.metadata = {"manifest": encode_manifest(manifest)}
         try:
             blob.upload_from_filename(str(archive), content_type="application/gzip",
-                                      if_generation_match=0, timeout=_TIMEOUT_S, retry=_RETRY)
+                                      if_generation_match=0, timeout=_TIMEOUT_S, retry=self._retry)
         except gexc.PreconditionFailed as exc:
             raise StorageError(f"checkpoint {name} already exists in {self.where}: is another "
                                "controller writing to the same prefix?") from exc
-        except gexc.GoogleAPICallError as exc:
+        except _FAILED as exc:
             raise StorageError(f"uploading checkpoint {name} to {self.where}: {exc}") from exc
 
     def list(self) -> list[dict]:
@@ -64,7 +68,7 @@ class CheckpointBucket:
         out = []
         try:
             for blob in self._client.list_blobs(self._bucket, prefix=self.root,
-                                                timeout=_TIMEOUT_S, retry=_RETRY):
+                                                timeout=_TIMEOUT_S, retry=self._retry):
                 name = blob.name[len(self.root):].split("/")[0]
                 if blob.name != f"{self.root}{name}/{OBJECT}" or not policy.NAME.match(name):
                     continue  # not ours; leave it alone
@@ -74,7 +78,7 @@ class CheckpointBucket:
                 except StorageError as exc:
                     manifest = {"name": name, "error": str(exc)}
                 out.append({**manifest, "name": name, "generation": blob.generation})
-        except gexc.GoogleAPICallError as exc:
+        except _FAILED as exc:
             raise StorageError(f"listing checkpoints in {self.where}: {exc}") from exc
         return sorted(out, key=lambda m: m["name"])
 
@@ -83,14 +87,14 @@ class CheckpointBucket:
         policy.time_of(name)  # ValueError for something that is not a name
         blob = self._bucket.blob(f"{self.root}{name}/{OBJECT}", chunk_size=_CHUNK_BYTES)
         try:
-            blob.reload(timeout=_TIMEOUT_S, retry=_RETRY)
+            blob.reload(timeout=_TIMEOUT_S, retry=self._retry)
             manifest = decode_manifest((blob.metadata or {}).get("manifest"),
                                        f"{self.where}{name}")
             blob.download_to_filename(str(dest), if_generation_match=blob.generation,
-                                      timeout=_TIMEOUT_S, retry=_RETRY)
+                                      timeout=_TIMEOUT_S, retry=self._retry)
         except gexc.NotFound as exc:
             raise NotFoundError(f"no checkpoint {name} in {self.where}") from exc
-        except gexc.GoogleAPICallError as exc:
+        except _FAILED as exc:
             raise StorageError(f"downloading checkpoint {name} from {self.where}: {exc}") \
                 from exc
         return manifest
@@ -98,8 +102,8 @@ class CheckpointBucket:
     def bundle_digests(self) -> set[str]:
         try:
             return {b.name[len(self.root) + 8:].split(".")[0] for b in self._client.list_blobs(
-                self._bucket, prefix=f"{self.root}bundles/", timeout=_TIMEOUT_S, retry=_RETRY)}
-        except gexc.GoogleAPICallError as exc:
+                self._bucket, prefix=f"{self.root}bundles/", timeout=_TIMEOUT_S, retry=self._retry)}
+        except _FAILED as exc:
             raise StorageError(f"listing bundles in {self.where}: {exc}") from exc
 
     def put_bundle(self, path: Path) -> None:
@@ -107,25 +111,25 @@ class CheckpointBucket:
         blob = self._bucket.blob(f"{self.root}bundles/{path.name}", chunk_size=_CHUNK_BYTES)
         try:
             blob.upload_from_filename(str(path), if_generation_match=0, timeout=_TIMEOUT_S,
-                                      retry=_RETRY)
+                                      retry=self._retry)
         except gexc.PreconditionFailed:
             pass  # content-addressed: the one there is the same
-        except gexc.GoogleAPICallError as exc:
+        except _FAILED as exc:
             raise StorageError(f"uploading bundle {path.name} to {self.where}: {exc}") from exc
 
     def get_bundle(self, digest: str, dest: Path) -> None:
         blob = self._bucket.blob(f"{self.root}bundles/{digest}.tar.gz", chunk_size=_CHUNK_BYTES)
         try:
-            blob.download_to_filename(str(dest), timeout=_TIMEOUT_S, retry=_RETRY)
-        except gexc.GoogleAPICallError as exc:
+            blob.download_to_filename(str(dest), timeout=_TIMEOUT_S, retry=self._retry)
+        except _FAILED as exc:
             raise StorageError(f"downloading bundle {digest[:12]} from {self.where}: {exc}") \
                 from exc
 
     def delete(self, name: str, generation: int) -> None:
         blob = self._bucket.blob(f"{self.root}{name}/{OBJECT}")
         try:
-            blob.delete(if_generation_match=generation, timeout=_TIMEOUT_S, retry=_RETRY)
+            blob.delete(if_generation_match=generation, timeout=_TIMEOUT_S, retry=self._retry)
         except gexc.NotFound:
             pass  # pruned by someone else already
-        except gexc.GoogleAPICallError as exc:
+        except _FAILED as exc:
             raise StorageError(f"pruning checkpoint {name} in {self.where}: {exc}") from exc
