@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import iris
+from iris.base.clock import SYSTEM_CLOCK
 from iris.cli.jobs import print_rows
 from iris.client.jobs import _controller
 from iris.wire.states import TERMINAL_JOB
@@ -50,6 +51,11 @@ def checkpoints(args: argparse.Namespace) -> int:
     print(f"checkpoints in {listing['where']} (every {listing['interval_s']:.0f} s while "
           f"anything changes, or after {listing['after_changes']} changes)")
     print_rows(rows, ["name", "time", "size", "jobs", "live", "schema"], False)
+    newest = next((c for c in reversed(listing["checkpoints"]) if "taken_at" in c), None)
+    if newest is not None:  # what losing the machine now would cost, at most
+        age = SYSTEM_CLOCK.wall() - newest["taken_at"]
+        print(f"newest is {age:.0f} s old: losing the controller's machine now loses at most "
+              "what was acknowledged since")
     if listing.get("last_error"):
         print(f"last attempt failed: {listing['last_error']}")
     return 0
