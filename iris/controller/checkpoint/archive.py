@@ -14,7 +14,6 @@ store change it covers (`seq`), schema version, job counts by state, sizes and d
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import os
 import sqlite3
@@ -65,13 +64,13 @@ def pack(db_path: Path, state_dir: Path, out: Path, name: str, taken_at: float) 
 
     The copy is made in memory, not on disk: 25 MB of copy written beside the live store
     (10,000 jobs) slowed the controller's fsync per commit while it lasted. The child holds
-    the whole database in memory meanwhile (~250 MB at 100,000 jobs)."""
-    image = _backup(db_path)
-    facts = _facts(image)
+    the database twice at its peak (the copy, then its image: ~510 MB at 100,000 jobs) and
+    once while it compresses."""
+    image, facts = _backup(db_path)
     with tarfile.open(out, "w:gz", compresslevel=COMPRESS_LEVEL) as tar:
         info = tarfile.TarInfo(DB_NAME)
         info.size, info.mtime, info.mode = len(image), int(taken_at), 0o600
-        tar.addfile(info, io.BytesIO(image))
+        tar.addfile(info, _ImageReader(image))
         for token in MEMBERS[1:]:
             if (state_dir / token).exists():
                 tar.add(state_dir / token, arcname=token)
@@ -79,35 +78,46 @@ def pack(db_path: Path, state_dir: Path, out: Path, name: str, taken_at: float) 
             "db_bytes": len(image), "bytes": out.stat().st_size, "sha256": _sha256(out)}
 
 
-def _backup(db_path: Path) -> bytes:
-    """The database as one consistent image (a standalone file's bytes, no -wal needed)."""
+def _backup(db_path: Path) -> tuple[bytes, dict[str, Any]]:
+    """The database as one consistent image, and what the manifest says of it."""
     src = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
     dst = sqlite3.connect(":memory:")
     try:
         src.backup(dst)  # pages=-1: every page in one step, one consistent read snapshot
-        image = bytearray(dst.serialize())
+        src.close()
+        version = int(dst.execute("SELECT value FROM meta WHERE key = 'schema_version'")
+                      .fetchone()[0])
+        seq = dst.execute("SELECT COALESCE(MAX(seq), 0) FROM events").fetchone()[0]
+        by_state = dict(dst.execute("SELECT state, COUNT(*) FROM jobs GROUP BY state"))
+        image = dst.serialize()
     finally:
         dst.close()
         src.close()
-    # Header bytes 18-19 say WAL (2), copied from the live file; 1 (rollback journal) is
-    # what `PRAGMA journal_mode = DELETE` writes: the image is whole without a -wal beside
-    # it, and opens in memory too (sqlite.org/fileformat2.html, "File format version").
-    image[18] = image[19] = 1
-    return bytes(image)
+    return image, {"schema_version": version, "seq": seq, "jobs": sum(by_state.values()),
+                   "jobs_by_state": by_state}
 
 
-def _facts(image: bytes) -> dict[str, Any]:
-    conn = sqlite3.connect(":memory:")
-    try:
-        conn.deserialize(image)
-        version = int(conn.execute("SELECT value FROM meta WHERE key = 'schema_version'")
-                      .fetchone()[0])
-        seq = conn.execute("SELECT COALESCE(MAX(seq), 0) FROM events").fetchone()[0]
-        by_state = dict(conn.execute("SELECT state, COUNT(*) FROM jobs GROUP BY state"))
-    finally:
-        conn.close()
-    return {"schema_version": version, "seq": seq, "jobs": sum(by_state.values()),
-            "jobs_by_state": by_state}
+class _ImageReader:
+    """Reads a database image for tarfile without copying it, with header bytes 18-19 set
+    to 1: they say WAL (2), copied from the live file, and 1 (rollback journal) is what
+    `PRAGMA journal_mode = DELETE` writes, so the restored file is whole without a -wal
+    beside it (sqlite.org/fileformat2.html, "File format version numbers")."""
+
+    def __init__(self, image: bytes):
+        self._view = memoryview(image)
+        self._pos = 0
+
+    def read(self, n: int = -1) -> bytes:
+        end = len(self._view) if n < 0 else min(self._pos + n, len(self._view))
+        chunk = bytes(self._view[self._pos:end])
+        if self._pos < 20 and end > 18:  # the chunk holds byte 18 or 19
+            patched = bytearray(chunk)
+            for offset in (18, 19):
+                if self._pos <= offset < end:
+                    patched[offset - self._pos] = 1
+            chunk = bytes(patched)
+        self._pos = end
+        return chunk
 
 
 def _sha256(path: Path) -> str:
