@@ -17,7 +17,7 @@ from pathlib import Path
 import iris
 from iris.base.errors import InvalidRequestError, IrisError
 from iris.base.resources import parse_size
-from iris.cli import jobs
+from iris.cli import checkpoints, jobs
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -46,6 +46,7 @@ def _parser() -> argparse.ArgumentParser:
     _dashboard_options(start)
     cluster.add_parser("status", help="workers and jobs at a glance").add_argument(
         "--json", action="store_true")
+    checkpoints.add_parsers(cluster)
 
     controller = verbs.add_parser("controller", help="operator: the controller role")
     serve = controller.add_subparsers(dest="action", required=True).add_parser(
@@ -54,6 +55,13 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--bind", default="tcp://127.0.0.1:0")
     serve.add_argument("--config", type=Path, help="cluster config YAML")
     serve.add_argument("--keys", help="CURVE keys directory (required off loopback)")
+    origin = serve.add_mutually_exclusive_group()
+    origin.add_argument("--restore", metavar="CHECKPOINT",
+                        help="restore this checkpoint (a name from `iris cluster checkpoints`, "
+                        "or 'latest') before serving, even over a local job store, which is "
+                        "moved aside. Default: restore the newest only into an empty state dir")
+    origin.add_argument("--no-restore", action="store_true",
+                        help="never restore: use the local job store, or start empty")
     _dashboard_options(serve)
 
     worker = verbs.add_parser("worker", help="operator: run this host's worker; or `list`")
@@ -181,7 +189,8 @@ def _controller_serve(args: argparse.Namespace) -> int:
 
         cluster = load_config(args.config)  # refuse a bad config before serving anything
     run_controller(args.state_dir, bind=args.bind, keys_dir=args.keys, stop=_stop_event(),
-                   cluster=cluster, on_start=lambda node: _serve_dashboard(args, cluster, node))
+                   cluster=cluster, on_start=lambda node: _serve_dashboard(args, cluster, node),
+                   restore="none" if args.no_restore else args.restore)
     return 0
 
 
@@ -232,6 +241,8 @@ _HANDLERS = {
     ("keys", "generate"): _keys_generate,
     ("cluster", "start"): _cluster_start,
     ("cluster", "status"): jobs.cluster_status,
+    ("cluster", "checkpoint"): checkpoints.checkpoint,
+    ("cluster", "checkpoints"): checkpoints.checkpoints,
     ("controller", "serve"): _controller_serve,
     ("worker", None): _worker,
     ("worker", "list"): _worker,
@@ -242,5 +253,5 @@ _HANDLERS = {
     ("job", "stop"): jobs.job_stop,
     ("job", "logs"): jobs.job_logs,
 }
-_CLIENT_VERBS = {jobs.cluster_status, _actor_list, jobs.job_run, jobs.job_list,
+_CLIENT_VERBS = {jobs.cluster_status, checkpoints.checkpoint, checkpoints.checkpoints, _actor_list, jobs.job_run, jobs.job_list,
                  jobs.job_status, jobs.job_stop, jobs.job_logs}

@@ -67,6 +67,11 @@ def submit_options(*, name: Any, resources: Any, replicas: Any, priority: Any, e
         raise _fail("request_id", "a non-empty string", request_id)
 
 
+def invalid(arg: str, expected: str, got: Any) -> InvalidRequestError:
+    """The error for argument `arg` of a public call (for checks made outside this module)."""
+    return _fail(arg, expected, got)
+
+
 def name(value: Any, arg: str = "name") -> str:
     if not isinstance(value, str) or not value:
         raise _fail(arg, "an actor name (a non-empty string, e.g. 'trainer')", value)

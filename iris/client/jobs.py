@@ -24,7 +24,16 @@ from iris.actors import ActorGroup, ActorRef, ClusterContext, current
 from iris.actors.current import current_context
 from iris.actors.hosting import spec_of
 from iris.base.clock import SYSTEM_CLOCK
-from iris.base.errors import ActorNotFoundError, JobFailedError, PeerUnavailableError
+from iris.base.errors import (
+    ActorNotFoundError,
+    ConfigError,
+    ConflictError,
+    IrisError,
+    JobFailedError,
+    NotFoundError,
+    PeerUnavailableError,
+    StorageError,
+)
 from iris.base.resources import Resources
 from iris.client import checks
 from iris.client.retry import call_controller
@@ -45,17 +54,45 @@ def _controller(ctx: ClusterContext, method: str, *args: Any, timeout_s: float =
 
 
 class JobHandle:
-    """A submitted job. Every method asks the controller; the handle holds only the id."""
+    """A submitted job. Every method asks the controller; the handle holds the id and, when
+    it made the job, the submission (to resubmit it to a controller restored from a
+    checkpoint taken before it: same request id, so never twice)."""
 
-    def __init__(self, job_id: str, ctx: ClusterContext):
+    def __init__(self, job_id: str, ctx: ClusterContext, submission: dict | None = None):
         self.job_id = job_id
         self._ctx = ctx
+        self._submission = submission
+        self._submitted_at = SYSTEM_CLOCK.wall()
 
     def __repr__(self) -> str:
         return f"JobHandle({self.job_id!r})"
 
     def status(self) -> dict:
-        return _controller(self._ctx, "status", self.job_id)
+        return self._ask("status", self.job_id)
+
+    def _ask(self, method: str, *args: Any, timeout_s: float = 60.0) -> Any:
+        try:
+            return _controller(self._ctx, method, *args, timeout_s=timeout_s)
+        except NotFoundError as exc:
+            restored = _controller(self._ctx, "restored")
+            if restored is None or f"no job {self.job_id}" not in str(exc):
+                raise
+            if self._submission is None:
+                raise NotFoundError(
+                    f"{exc}: its controller was restored from checkpoint "
+                    f"{restored['checkpoint']}; a job submitted after that checkpoint was "
+                    "taken was lost with the machine: submit it again") from exc
+            if restored["at"] < self._submitted_at:
+                raise  # submitted after the restore, so not lost in it (pruned, say)
+        # The controller does not know the job it acknowledged: it lost its machine and came
+        # back from an older checkpoint. Submit it again; its request id keeps it one job.
+        print(f"iris: job {self.job_id} was not in the controller's restored state (checkpoint "
+              f"{restored['checkpoint']}, taken before it was submitted); resubmitting it "
+              "with its request id", file=sys.stderr, flush=True)
+        answer = _controller(self._ctx, "submit", self._submission)
+        if answer["job_id"] != self.job_id:
+            raise ConflictError(f"resubmitting {self.job_id} made {answer['job_id']}")
+        return _controller(self._ctx, method, *args, timeout_s=timeout_s)
 
     def tasks(self) -> list[dict]:
         return self.status()["tasks"]
@@ -64,8 +101,8 @@ class JobHandle:
         """Block until the job ends (or `timeout` s pass); its final status."""
         wait_s = 60.0 if timeout is None else timeout
         while True:
-            state = _controller(self._ctx, "wait", self.job_id, min(wait_s, 60.0),
-                                timeout_s=min(wait_s, 60.0) + 30.0)
+            state = self._ask("wait", self.job_id, min(wait_s, 60.0),
+                              timeout_s=min(wait_s, 60.0) + 30.0)
             if state in TERMINAL:
                 return self.status()
             if timeout is not None:
@@ -199,13 +236,18 @@ def submit(entry: Callable | Sequence[str], *args: Any, name: str | None = None,
            max_retries_preemption: int | None = None, max_task_failures: int | None = None,
            timeout: float | None = None, scheduling_timeout: float | None = None,
            request_id: str | None = None, workspace: str | os.PathLike | None = None,
-           dry_run: bool = False) -> JobHandle | dict:
+           dry_run: bool = False, durable: bool = False,
+           durable_timeout: float = 600.0) -> JobHandle | dict:
     """Run `entry(*args)` (a callable) or `entry` (a command list) as a job; its handle.
 
     `workspace`: a directory shipped (content-addressed, uploaded once) to run the tasks
     in; a `requirements.txt` in it is installed into the job's environment.
     `dry_run`: submit nothing; return whether it would fit now and where (a dict from the
     real scheduler over the live workers).
+    `durable`: return only once the submission is in a checkpoint in GCS, so it survives the
+    loss of the controller's machine (seconds: one checkpoint, shared by concurrent callers;
+    the controller must be configured with storage.snapshot_bucket). Without it a submission
+    is on the controller's disk at once, and off the machine within the checkpoint interval.
     """
     checks.entry(entry)
     checks.submit_options(
@@ -214,7 +256,10 @@ def submit(entry: Callable | Sequence[str], *args: Any, name: str | None = None,
         retries={"max_retries_failure": max_retries_failure,
                  "max_retries_preemption": max_retries_preemption,
                  "max_task_failures": max_task_failures},
-        timeouts={"timeout": timeout, "scheduling_timeout": scheduling_timeout})
+        timeouts={"timeout": timeout, "scheduling_timeout": scheduling_timeout,
+                  "durable_timeout": durable_timeout})
+    if not isinstance(durable, bool):
+        raise checks.invalid("durable", "True or False", durable)
     ctx = _context_or_local_cluster()
     if callable(entry):
         _ship_by_value(entry.func if isinstance(entry, functools.partial) else entry)
@@ -255,7 +300,18 @@ def submit(entry: Callable | Sequence[str], *args: Any, name: str | None = None,
         except PeerUnavailableError:
             if attempt == _SUBMIT_RETRIES - 1:
                 raise
-    return JobHandle(answer["job_id"], ctx)
+    if durable:
+        _wait_durable(ctx, answer["job_id"], durable_timeout)
+    return JobHandle(answer["job_id"], ctx, raw)
+
+
+def _wait_durable(ctx: ClusterContext, job_id: str, timeout: float) -> None:
+    try:
+        _controller(ctx, "wait_durable", timeout, timeout_s=timeout + 30.0)
+    except IrisError as exc:
+        kind = ConfigError if isinstance(exc, ConfigError) else StorageError
+        raise kind(f"job {job_id} was accepted, but is not yet durable off the controller's "
+                   f"machine: {exc}") from exc
 
 
 def spawn(cls: type, *args: Any, name: str, resources: Resources | None = None,

@@ -20,7 +20,7 @@ from typing import Any
 from iris.actors import Node, actor, tokens
 from iris.actors.hosting import requires
 from iris.actors.keys import CONTROLLER_KEY, region_key, worker_key
-from iris.base.errors import InvalidRequestError, IrisError, NotFoundError
+from iris.base.errors import ConfigError, InvalidRequestError, IrisError, NotFoundError
 from iris.controller.gangs.coordinator import (
     CoordinatorConfig,
     Placed,
@@ -78,6 +78,11 @@ class Controller:
         self._scaling = {r.region: r for r in config.autoscale}
         for region in sorted(self._scaling):  # they may grow before any worker exists
             self._ensure_region(region)
+        self._checkpoints = None
+        if config.checkpoints is not None:  # google-cloud-storage is imported only then
+            from iris.controller.checkpoint.desk import CheckpointDesk
+
+            self._checkpoints = CheckpointDesk(config.checkpoints, config.state_dir, node)
 
     # ------------------------------------------------------------ jobs
 
@@ -170,6 +175,36 @@ class Controller:
             if not waiters:
                 self._waiters.pop(job_id, None)
         return self._svc.job_state(job_id)
+
+    # ------------------------------------------------------------ checkpoints (checkpoint/)
+
+    async def checkpoint(self, timeout_s: float = 600.0) -> dict:
+        """Take a checkpoint now (`iris cluster checkpoint`): its name, size, job counts."""
+        schema.number(timeout_s, "timeout_s", min_value=0.0, max_value=86400.0)
+        return await self._checkpoint_desk().take(timeout_s)
+
+    async def wait_durable(self, timeout_s: float = 600.0) -> dict:
+        """Return once everything acknowledged before this call is in a checkpoint in GCS
+        (`iris.submit(..., durable=True)`); concurrent callers share one checkpoint."""
+        schema.number(timeout_s, "timeout_s", min_value=0.0, max_value=86400.0)
+        return await self._checkpoint_desk().take(timeout_s)
+
+    async def checkpoints(self) -> dict:
+        """The checkpoints in GCS (`iris cluster checkpoints`), oldest first, and the policy."""
+        return await self._checkpoint_desk().listing()
+
+    def restored(self) -> dict | None:
+        """The newest restore from a checkpoint this state went through (checkpoint name,
+        taken_at, and `at`: when it was restored), or None. Clients holding a job this
+        controller does not know resubmit it only if it was restored after they submitted."""
+        rows = [r for r in self._svc.store.lineage() if r["what"] == "restored"]
+        return rows[-1] if rows else None
+
+    def _checkpoint_desk(self) -> Any:
+        if self._checkpoints is None:
+            raise ConfigError("this controller takes no checkpoints: set "
+                              "storage.snapshot_bucket in its cluster config (--config)")
+        return self._checkpoints
 
     # ------------------------------------------------------------ workers
 
@@ -277,6 +312,8 @@ class Controller:
 
     def on_stop(self) -> None:
         self._gangs.close()
+        if self._checkpoints is not None:
+            self._checkpoints.stop()
         self._svc.close()
 
     # ------------------------------------------------------------ effects out

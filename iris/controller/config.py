@@ -74,6 +74,12 @@ class StorageConfig:
     snapshot_bucket: str | None = None  # GCS bucket for state snapshots; None = none taken
     snapshot_prefix: str = "iris/state"
     snapshot_interval_s: float = 300.0  # 5 min bounds what a lost controller disk costs
+    # A burst of this many committed changes checkpoints early, at most every min_gap_s
+    # (one checkpoint of 100,000 jobs took seconds here: bench/RESULTS.md).
+    snapshot_after_changes: int = 1000
+    snapshot_min_gap_s: float = 5.0
+    snapshot_keep: int = 24  # newest checkpoints kept (2 h at the 5 min default)
+    snapshot_keep_days: int = 7  # plus the newest of each of the last 7 days, for rollbacks
 
 
 @dataclass(frozen=True)
@@ -319,11 +325,23 @@ def _storage(data: Any) -> StorageConfig:
     interval = sec.get("snapshot_interval_s", float, 300.0)
     if interval <= 0:
         raise ConfigError(f"storage.snapshot_interval_s: must be > 0, got {interval}")
+    counts = {}
+    for key, least in (("snapshot_after_changes", 1), ("snapshot_keep", 1),
+                       ("snapshot_keep_days", 0)):
+        counts[key] = sec.get(key, int, StorageConfig.__dataclass_fields__[key].default)
+        if isinstance(counts[key], bool) or counts[key] < least:
+            raise ConfigError(f"storage.{key}: must be an integer >= {least}, got {counts[key]}")
+    gap = sec.get("snapshot_min_gap_s", float, 5.0)
+    if gap < 0:
+        raise ConfigError(f"storage.snapshot_min_gap_s: must be >= 0, got {gap}")
+    prefix = sec.get("snapshot_prefix", str, "iris/state")
+    if not re.fullmatch(r"[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*", prefix):
+        raise ConfigError(f"storage.snapshot_prefix: {prefix!r} must be '/'-separated names of "
+                          "letters, digits, '.', '_' or '-', without leading or trailing '/'")
     return StorageConfig(
         log_bucket=bucket, log_prefix=sec.get("log_prefix", str, "iris/logs"), log_dir=log_dir,
         snapshot_bucket=sec.get("snapshot_bucket", str, None),
-        snapshot_prefix=sec.get("snapshot_prefix", str, "iris/state"),
-        snapshot_interval_s=interval,
+        snapshot_prefix=prefix, snapshot_interval_s=interval, snapshot_min_gap_s=gap, **counts,
     )
 
 

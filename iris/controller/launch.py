@@ -18,9 +18,17 @@ from iris.controller.jobs.state import KernelState
 from iris.controller.workers import WorkerInfo
 from iris.logstore.config import LogStoreConfig
 
+# After the Nth restore from a checkpoint, attempt numbers on the wire start at N times
+# this. Workers fence a task's attempts by number (a newer one wins) and remember numbers
+# they ran; a restored controller may have forgotten attempts started after its checkpoint,
+# and numbering again from there would be refused ("already claimed") or stale. A million
+# is far beyond any task's retry budget (preemption retries default to 100).
+RESTORE_ATTEMPT_STRIDE = 1_000_000
+
 
 def start_body(state: KernelState, workers: Mapping[str, WorkerInfo], start: ev.StartAttempt,
-               controller_address: str, log_store: LogStoreConfig) -> dict:
+               controller_address: str, log_store: LogStoreConfig,
+               attempt_base: int = 0) -> dict:
     spec: JobSpec = state.jobs[start.job_id].spec
     attempt = state.attempts[start.attempt_id]
     env = task_environment(spec, start.task_index, start.attempt_id,
@@ -29,7 +37,7 @@ def start_body(state: KernelState, workers: Mapping[str, WorkerInfo], start: ev.
     env["IRIS_NAMESPACE"] = namespace(spec.name)
     return {
         "attempt_id": start.attempt_id, "job_id": start.job_id,
-        "task_index": start.task_index, "attempt_number": attempt.number,
+        "task_index": start.task_index, "attempt_number": attempt_base + attempt.number,
         "entrypoint": {"kind": spec.entrypoint.kind, "payload": spec.entrypoint.payload,
                        "argv": list(spec.entrypoint.argv)},
         "env": env, "pip": list(spec.pip), "resources": spec.resources.to_dict(),

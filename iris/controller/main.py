@@ -13,6 +13,7 @@ from iris.actors.keys import CONTROLLER_KEY
 from iris.actors.registry import REGISTRY_KEY
 from iris.base.errors import ConfigError
 from iris.controller.actor import Controller
+from iris.controller.checkpoint import CheckpointSettings, from_storage
 from iris.controller.regions.autoscaler import AutoscalerConfig
 from iris.controller.regions.capacity import offers_from_groups
 from iris.controller.regions.region import RegionScaling
@@ -74,18 +75,42 @@ def _provider_factory(kind: str, cluster: ClusterConfig, region: str,
     return make
 
 
+def restore_state(state_dir: Path, cluster: ClusterConfig | None, restore: str | None,
+                  now: float) -> tuple[CheckpointSettings | None, str | None]:
+    """Before the store opens: restore a checkpoint if the config and `restore` say so
+    (checkpoint/restore.py). Returns the settings and the line to print first."""
+    settings = from_storage(cluster.storage if cluster else None)
+    if settings is None:
+        if restore not in (None, "none"):
+            raise ConfigError("--restore: the config names no storage.snapshot_bucket to "
+                              "restore from")
+        return None, None
+    from iris.controller.checkpoint.restore import prepare
+
+    return settings, prepare(Path(state_dir), settings.open(), restore, now)
+
+
 def run_controller(state_dir: Path, *, bind: str = "tcp://127.0.0.1:0",
                    keys_dir: str | None = None, stop: threading.Event | None = None,
                    worker_dead_after_s: float | None = None,
                    cluster: ClusterConfig | None = None,
-                   on_start: Callable[[Node], Callable[[], None]] | None = None) -> None:
+                   on_start: Callable[[Node], Callable[[], None]] | None = None,
+                   restore: str | None = None) -> None:
     """Serve until `stop`. `on_start(node)` runs once the controller is up (the CLI starts the
-    dashboard there: a higher layer, so it is handed in); it returns its own stop function."""
+    dashboard there: a higher layer, so it is handed in); it returns its own stop function.
+    `restore`: None (a new, empty state dir restores the newest checkpoint), "latest", a
+    checkpoint name, or "none" (see checkpoint/restore.py)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: "
                         "%(message)s")
+    from iris.base.clock import SYSTEM_CLOCK
+
+    # First, before any socket: a bad checkpoint or prefix stops here, nothing started.
+    checkpoints, origin = restore_state(Path(state_dir), cluster, restore, SYSTEM_CLOCK.wall())
+    if origin:
+        print(origin, flush=True)
     security = Security.load(keys_dir) if keys_dir else None
     node = Node(NodeConfig(bind=bind), security=security).start()
-    extra: dict = {"log_store": log_store_from(cluster)}
+    extra: dict = {"log_store": log_store_from(cluster), "checkpoints": checkpoints}
     if cluster is not None:
         extra["offers"] = offers_from_groups(cluster.scale_groups())
         extra["autoscale"] = scaling_from_config(cluster, Path(state_dir))

@@ -32,7 +32,7 @@ from iris.controller.jobs import events as ev
 from iris.controller.jobs.spec import JobSpec
 from iris.controller.jobs.state import KernelConfig
 from iris.controller.jobs.store import JobStore
-from iris.controller.launch import start_body
+from iris.controller.launch import RESTORE_ATTEMPT_STRIDE, start_body
 from iris.controller.regions.capacity import Offer, fits_checker
 from iris.controller.regions.region import RegionScaling
 from iris.controller.service_placement import SYNC_EVERY_S, Placement
@@ -78,6 +78,8 @@ class ControllerConfig:
     # Called once when the job store fails (disk full, I/O error): `iris controller serve`
     # exits non-zero so its supervisor restarts it; None leaves the controller refusing.
     on_fatal: Callable[[str], None] | None = None
+    # Checkpoints of the job store to GCS (checkpoint.CheckpointSettings); None: none taken.
+    checkpoints: Any = None
 
 
 @dataclass
@@ -101,6 +103,9 @@ class ControllerService(JobRequests, WorkerRequests, Placement, RegionRequests):
         self.store = JobStore(config.state_dir)
         self.store.prune(config.retention_s, clock.wall())
         self.state = self.store.load(KernelConfig(stop_grace_s=config.stop_grace_s))
+        # Restored from a checkpoint: number attempts past anything a worker may have run.
+        self.attempt_base = RESTORE_ATTEMPT_STRIDE * sum(
+            1 for row in self.store.lineage() if row["what"] == "restored")
         self.workers = WorkerTable(config.worker_dead_after_s)
         self.bundles = BundleStore(config.state_dir / "bundles")
         self.commands: list[Command] = []
@@ -225,7 +230,8 @@ class ControllerService(JobRequests, WorkerRequests, Placement, RegionRequests):
         if worker is None:
             return  # lost meanwhile: the WorkerLost event requeues the task
         self.commands.append(Command("start", worker.worker_id, worker.address, start_body(
-            self.state, self.workers.workers, start, self.address, self.log_store)))
+            self.state, self.workers.workers, start, self.address, self.log_store,
+            self.attempt_base)))
 
     @property
     def log_store(self) -> LogStoreConfig:

@@ -35,10 +35,11 @@ from iris.controller.jobs.spec import JobSpec
 from iris.controller.jobs.state import KernelConfig, KernelState
 from iris.wire.states import DB_NAME
 
-SCHEMA_VERSION = 1
+# 2: the lineage table (where this state came from: restores and rollbacks of checkpoints).
+SCHEMA_VERSION = 2
 
+_META = "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
 _SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS jobs (
     job_id TEXT PRIMARY KEY, state TEXT NOT NULL, finished_at REAL,
     spec TEXT NOT NULL, payload BLOB NOT NULL, record TEXT NOT NULL);
@@ -60,7 +61,19 @@ CREATE INDEX IF NOT EXISTS events_at ON events (at);
 CREATE TABLE IF NOT EXISTS event_log (
     seq INTEGER PRIMARY KEY, at REAL NOT NULL, kind TEXT NOT NULL, body BLOB NOT NULL);
 CREATE INDEX IF NOT EXISTS event_log_at ON event_log (at);
+CREATE TABLE IF NOT EXISTS lineage (
+    seq INTEGER PRIMARY KEY, at REAL NOT NULL, what TEXT NOT NULL, detail TEXT NOT NULL);
 """
+
+
+def _v1_to_v2(db: sqlite3.Connection) -> None:
+    db.execute("CREATE TABLE IF NOT EXISTS lineage (seq INTEGER PRIMARY KEY, at REAL NOT NULL, "
+               "what TEXT NOT NULL, detail TEXT NOT NULL)")
+
+
+# version -> the step to the next one. Opening an older file runs the steps in one
+# transaction; a file from a newer Iris is refused before anything in it is touched.
+_MIGRATIONS = {1: _v1_to_v2}
 
 _JOB_UPSERT = """
 INSERT INTO jobs (job_id, state, finished_at, spec, payload, record) VALUES (?, ?, ?, ?, ?, ?)
@@ -90,25 +103,41 @@ class JobStore:
             self._db = sqlite3.connect(self.path, isolation_level=None,
                                        check_same_thread=False)
             self._setup()
-        except sqlite3.Error as exc:
+        except BaseException as exc:
+            if hasattr(self, "_db"):
+                self._db.close()
+            if not isinstance(exc, sqlite3.Error):
+                raise
             raise StorageError(f"cannot open job store {self.path}: {exc}") from exc
 
     def _setup(self) -> None:
         db = self._db
         db.execute(f"PRAGMA busy_timeout = {int(self.config.busy_timeout_ms)}")
+        version = _schema_version(db)
+        if version > SCHEMA_VERSION:  # refused before anything in the file is changed
+            raise StorageError(f"{self.path}: schema version {version} was written by a newer "
+                               f"Iris; this controller reads up to {SCHEMA_VERSION} (upgrade "
+                               "Iris, or restore an older checkpoint)")
         # auto_vacuum only takes effect on a new file, before the first table exists.
         db.execute("PRAGMA auto_vacuum = INCREMENTAL")
         mode = db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
         if mode.lower() != "wal":
             raise StorageError(f"{self.path}: could not switch to WAL (got {mode})")
         db.execute(f"PRAGMA synchronous = {self.config.synchronous}")
-        db.executescript(_SCHEMA)
-        row = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-        if row is None:
-            db.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
-        elif int(row[0]) != SCHEMA_VERSION:
-            raise StorageError(f"{self.path}: schema version {row[0]}, "
-                               f"this controller reads {SCHEMA_VERSION}")
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            db.execute(_META)
+            for step in range(version, SCHEMA_VERSION):
+                _MIGRATIONS[step](db)
+            for statement in filter(str.strip, _SCHEMA.split(";")):
+                db.execute(statement)
+            db.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)",
+                       (str(SCHEMA_VERSION),))
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        self.migrated_from = version if version != SCHEMA_VERSION else None
 
     def close(self) -> None:
         self._db.close()
@@ -237,6 +266,15 @@ class JobStore:
         self._db.execute("PRAGMA incremental_vacuum")
         self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
+    def record_lineage(self, what: str, detail: dict, at: float) -> None:
+        """Note where this state came from (a restore, a rollback); kept across checkpoints."""
+        self._db.execute("INSERT INTO lineage (at, what, detail) VALUES (?, ?, ?)",
+                         (at, what, json.dumps(detail, sort_keys=True)))
+
+    def lineage(self) -> list[dict]:
+        rows = self._db.execute("SELECT at, what, detail FROM lineage ORDER BY seq").fetchall()
+        return [{"at": at, "what": what, **json.loads(detail)} for at, what, detail in rows]
+
     def counts(self) -> dict[str, int]:
         tables = ("jobs", "tasks", "attempts", "results", "requests", "events")
         return {t: self._db.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] for t in tables}
@@ -245,6 +283,14 @@ class JobStore:
         """Database plus WAL on disk."""
         wal = self.path.with_name(self.path.name + "-wal")
         return self.path.stat().st_size + (wal.stat().st_size if wal.exists() else 0)
+
+
+def _schema_version(db: sqlite3.Connection) -> int:
+    """The file's schema version; a new, empty file is the current one."""
+    if db.execute("SELECT 1 FROM sqlite_master WHERE name = 'meta'").fetchone() is None:
+        return SCHEMA_VERSION
+    row = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    return SCHEMA_VERSION if row is None else int(row[0])
 
 
 def _data_error(exc: BaseException) -> bool:
