@@ -154,10 +154,19 @@ class Autoscaler:
         return out
 
     def blocked(self, now: float) -> dict[str, str]:
-        """Accelerator -> why wanted slices were held back at the last decide."""
+        """Accelerator -> why slices of it cannot be had here now: held back at the last
+        decide, or, demand or not, every zone backing off or the group cooling down.
+
+        The standing holds matter to the global router (demand.route), which sends work
+        to the first region not blocked: reporting a hold only while this region is asked
+        made the demand flap back as soon as it moved away (the asking region saw no hold
+        once unasked), so it never reached a third region. bench.daytrace, default day:
+        useful chip-hours 48% -> 86% of the upper bound (bench/RESULTS.md)."""
         out: dict[str, list[str]] = {}
-        for name, hold in self._held.items():
-            g = self._groups[name]
+        for name, g in self._groups.items():
+            hold = self._held.get(name) or self._standing_hold(g, now)
+            if hold is None:
+                continue
             text = self._hold_text(g, hold, now)
             for key in accelerator_keys(g):
                 out.setdefault(key, []).append(f"group {name}: {text}")
@@ -296,6 +305,11 @@ class Autoscaler:
             if own or left:
                 self._held[name] = hold
         return out
+
+    def _standing_hold(self, g: ScaleGroupConfig, now: float) -> str | None:
+        if self._cooldown.get(g.name, -math.inf) > now:
+            return "cooldown"
+        return "zones" if self._open_zone(g, now) is None else None
 
     def _hold(self, g: ScaleGroupConfig, now: float, n: int) -> str | None:
         """Why `g` cannot create now: cooldown, every zone backing off, at max; or None."""
