@@ -116,14 +116,17 @@ class JobHandle:
                               status)
 
     def logs(self, follow: bool = False, task: int | None = None, since: float | None = None,
-             grep: str | None = None) -> Iterator[LogLine]:
+             grep: str | None = None, build: bool = False) -> Iterator[LogLine]:
         """Lines from the log store (not the worker), merged by time; `follow` until it ends.
 
-        Each LogLine has ts, stream, task, attempt and text; `format_line` shows it as
-        `[task N/attempt M] text`.
+        Each LogLine has `ts` (wall-clock epoch seconds), `iso` (the same as ISO-8601 UTC),
+        `stream` ("stdout"/"stderr"), `task`, `attempt` and `text` (without its newline);
+        `format_line` shows it as `[task N/attempt M] text`. stdout and stderr come merged in
+        the order the task wrote them. `build=True` gives the environment build's output
+        (uv, stream "build") instead, which is kept out of the task's own lines.
         """
         sink = _sink(_controller(self._ctx, "log_config"))
-        flt = LogFilter(task=task, since=since, grep=grep)
+        flt = LogFilter(task=task, since=since, grep=grep, build=build)
         if follow:
             yield from follow_logs(sink, self.job_id,
                                    lambda: self.status()["state"] in TERMINAL, flt)

@@ -37,7 +37,8 @@ class PortInUseError(ConfigError):
 @dataclass(frozen=True)
 class DashboardHandle:
     """A running dashboard. `url` includes no token; `login_url` carries the token that
-    writes (kills) need; `stop()` is idempotent."""
+    writes (kills) need; `note` says why it is not where asked (a taken default port);
+    `stop()` is idempotent."""
 
     url: str
     host: str
@@ -45,6 +46,7 @@ class DashboardHandle:
     _stop: threading.Event
     _thread: threading.Thread
     write_token: str = ""
+    note: str = ""
 
     @property
     def login_url(self) -> str:
