@@ -134,6 +134,18 @@ class JobHandle:
             yield from read_logs(sink, self.job_id, flt)
 
 
+FUNCTION_ENV = "IRIS_FUNCTION"
+"""Every task of a callable job gets `module.qualname` of its function here; the dashboard
+shows it as what the job runs (the function itself travels pickled, without a name)."""
+
+
+def _qualified_name(fn: Any) -> str:
+    fn = fn.func if isinstance(fn, functools.partial) else fn
+    name = getattr(fn, "__qualname__", None) or type(fn).__qualname__
+    module = getattr(fn, "__module__", None)
+    return f"{module}.{name}" if module and module != "__main__" else name
+
+
 def _ship_by_value(obj: Any) -> None:
     """Pickle the module defining `obj` by value when it is the user's own code.
 
@@ -225,6 +237,7 @@ def submit(entry: Callable | Sequence[str], *args: Any, name: str | None = None,
             if isinstance(arg, type):
                 _ship_by_value(arg)
         entrypoint = {"kind": "callable", "payload": cloudpickle.dumps((entry, args, {}))}
+        env = {FUNCTION_ENV: _qualified_name(entry), **(env or {})}
         default_name = getattr(entry, "__name__", "job").strip("<>").replace("_", "-").strip("-") or "job"
     else:
         if args:
