@@ -102,12 +102,15 @@ class Backend:
 
     async def jobs(self, query: JobQuery) -> dict:
         page = await self._db(lambda r: r.jobs(query))
+        for job in page["jobs"]:
+            job["error"] = humanize(job["error"])
         if not any(j["task_counts"].get("pending") for j in page["jobs"]):
             return page  # nothing waits on this page: no reason to fetch the snapshot
         reasons = (await self.snapshot()).get("pending_reasons", {})
         for job in page["jobs"]:
             if job["job_id"] in reasons:
-                job["pending_reason"] = reasons[job["job_id"]]
+                reason = reasons[job["job_id"]]
+                job["pending_reason"] = {**reason, "message": humanize(reason["message"])}
         return page
 
     async def job(self, job_id: str) -> dict:
