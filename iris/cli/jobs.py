@@ -16,6 +16,7 @@ from iris.base.errors import InvalidRequestError, NotFoundError
 from iris.base.resources import Resources
 from iris.client.jobs import TERMINAL, JobHandle, _controller, _user
 from iris.logstore.model import format_line, iso_time
+from iris.logstore.reader import LogFilter
 
 
 def iso(ts: float | None) -> str:
@@ -162,6 +163,7 @@ def job_stop(args: argparse.Namespace) -> int:
 
 
 def job_logs(args: argparse.Namespace) -> int:
+    LogFilter(task=args.task, since=args.since, grep=args.grep)  # bad filters: before any call
     handle = JobHandle(resolve_job(args.job_id), iris.current())
     handle.status()  # an unknown job is an error, not an empty log
     for line in handle.logs(follow=args.follow, task=args.task, since=args.since,

@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable
 
 import iris
-from iris.base.errors import IrisError
+from iris.base.errors import InvalidRequestError, IrisError
 from iris.cli import jobs
 from iris.cli.parser import build_parser
 
@@ -82,12 +82,16 @@ def _cluster_start(args: argparse.Namespace) -> int:
     from iris.client.cluster import local_share
     from iris.dashboard import launch
 
+    try:
+        share = local_share(args.workers, args.cpu, args.memory)  # refused before starting
+    except InvalidRequestError as exc:
+        flag = {"worker_cpu": "--cpu", "worker_memory": "--memory"}.get(exc.field, exc.field)
+        raise InvalidRequestError(str(exc).replace(exc.field or "", flag, 1), flag) from exc
     with iris.local_cluster(workers=args.workers, bind=args.bind, worker_cpu=args.cpu,
                             worker_memory=args.memory) as cluster:
         dashboard = launch(cluster.node, cluster.address, host=args.dashboard_host,
                            port=args.dashboard_port)
         try:
-            share = local_share(args.workers, args.cpu, args.memory)
             print(f"cluster running at {cluster.address} with {args.workers} workers"
                   + (f" (each offers {share})" if args.workers else ""), flush=True)
             print(f"  export IRIS_ADDRESS={cluster.address}", flush=True)

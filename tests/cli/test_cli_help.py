@@ -86,3 +86,17 @@ def test_cli_bash_completion_completes_verbs_actions_options_and_choices():
     assert _complete(script, "iris", "job", "run", "--", "pyth") == []  # the job's own words
     zsh = _iris("completion", "zsh")
     assert zsh.returncode == 0 and "bashcompinit" in zsh.stdout
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["cluster", "start", "--local", "--cpu", "0"], "--cpu: expected a number > 0"),
+    (["cluster", "start", "--local", "--memory", "lots"], "--memory: cannot read size 'lots'"),
+    (["job", "logs", "x", "--task", "-1"], "task must be an integer >= 0"),
+    (["job", "logs", "x", "--grep", "("], "invalid --grep pattern '('"),
+])
+def test_cli_bad_option_is_refused_naming_it_before_anything_starts(argv, message):
+    # The address names nothing: a refusal that needed the cluster would hang, then differ.
+    out = _iris(*argv, "--address", "tcp://127.0.0.1:1")
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.startswith(f"iris: {message}"), out.stderr
+    assert "waiting for the controller" not in out.stderr and "cluster running" not in out.stdout
