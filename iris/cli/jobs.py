@@ -134,7 +134,9 @@ def job_list(args: argparse.Namespace) -> int:
     for row in rows:
         row["tasks"] = " ".join(f"{k}={v}" for k, v in row["task_counts"].items())
         row["why_pending"] = (row.get("pending_reason") or {}).get("message", "")
-    print_rows(rows, ["job_id", "state", "priority", "tasks", "why_pending"], args.json)
+        row["submitted"] = iso(row.get("submitted_at"))  # JSON also has submitted_at (epoch)
+    print_rows(rows, ["job_id", "state", "priority", "submitted", "tasks", "why_pending"],
+               args.json)
     return 0
 
 
@@ -144,6 +146,8 @@ def job_status(args: argparse.Namespace) -> int:
         print(json.dumps(status))
         return 0
     print(f"{status['job_id']}  {status['state']}  {status.get('error') or ''}".rstrip())
+    print(f"  submitted {iso(status.get('submitted_at'))}" + (
+        f", finished {iso(status['finished_at'])}" if status.get("finished_at") else ""))
     if status.get("pending_reason"):
         print(f"  pending: {status['pending_reason']['message']}")
     print_rows(status["tasks"], ["index", "state", "attempts", "worker_id", "error"], False)

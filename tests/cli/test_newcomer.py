@@ -91,6 +91,10 @@ def test_newcomer_job_that_succeeds_prints_its_lines_then_its_state(started):
     assert done.stdout.splitlines() == ["[task 0/attempt 0] hello world",
                                         "[task 0/attempt 0 stderr] careful"]
     assert done.stderr.strip().splitlines()[-1].endswith(": succeeded")
+    status = term.iris("job", "status", "hello")
+    assert re.search(r"submitted \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ, finished ", status.stdout)
+    listed = term.iris("job", "list").stdout.splitlines()
+    assert listed[0].split()[:4] == ["JOB_ID", "STATE", "PRIORITY", "SUBMITTED"]
 
 
 def test_newcomer_job_that_exits_3_names_the_code(started):
