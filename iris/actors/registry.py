@@ -226,4 +226,9 @@ class Registry:
                             del self._waiters[name]
 
     async def list(self, prefix: str = "/") -> list[dict]:
-        return [e.as_dict() for e in self._table.list(prefix, self._clock.monotonic())]
+        """Live entries under `prefix`; `registered_at` and `expires_at` in wall-clock epoch
+        seconds (the table keeps monotonic ones, which mean nothing outside this process)."""
+        now = self._clock.monotonic()
+        to_wall = self._clock.wall() - now
+        return [{**e.as_dict(), "registered_at": e.registered_at + to_wall,
+                 "expires_at": e.expires_at + to_wall} for e in self._table.list(prefix, now)]

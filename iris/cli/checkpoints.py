@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import json
 from datetime import UTC, datetime
-from typing import Any
 
 import iris
 from iris.base.clock import SYSTEM_CLOCK
@@ -20,15 +19,6 @@ from iris.wire.states import TERMINAL_JOB
 # A checkpoint of 100,000 jobs took seconds here (bench/RESULTS.md); 10 minutes covers a
 # slow link without hanging forever on a dead one.
 _TAKE_TIMEOUT_S = 600.0
-
-
-def add_parsers(cluster: Any) -> None:
-    take = cluster.add_parser("checkpoint", help="take a checkpoint of the controller's state "
-                              "in GCS now; prints its name and size")
-    take.add_argument("--json", action="store_true")
-    listing = cluster.add_parser("checkpoints", help="list the controller's checkpoints in "
-                                 "GCS (time, size, job counts), oldest first")
-    listing.add_argument("--json", action="store_true")
 
 
 def checkpoint(args: argparse.Namespace) -> int:

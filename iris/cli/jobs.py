@@ -15,50 +15,13 @@ import iris
 from iris.base.errors import InvalidRequestError, NotFoundError
 from iris.base.resources import Resources
 from iris.client.jobs import TERMINAL, JobHandle, _controller, _user
-from iris.logstore.model import format_line
+from iris.logstore.model import format_line, iso_time
+from iris.logstore.reader import LogFilter
 
 
-def add_parsers(verbs: Any) -> None:
-    job = verbs.add_parser("job", help="submit and follow jobs").add_subparsers(
-        dest="action", required=True)
-    run = job.add_parser(
-        "run", help="run a command as a job: iris job run [opts] -- CMD ...",
-        description="Run a command as a job, stream its output, exit 0 only if it succeeded.",
-        epilog="example: iris job run --cpu 2 --memory 4GiB --replicas 2 -- python train.py")
-    run.add_argument("--name", help="job name (default: the command's name plus a suffix)")
-    run.add_argument("--replicas", type=int, default=1, help="tasks to run (default 1)")
-    run.add_argument("--cpu", type=float, default=1.0, help="CPUs per task (default 1)")
-    run.add_argument("--memory", default=0,
-                     help="memory per task, in bytes or with a unit: 512Mi, 4GiB, 16GB")
-    run.add_argument("--tpu", help="a TPU slice type per task, e.g. v5litepod-16")
-    run.add_argument("--gpu", help="a GPU type, e.g. H100")
-    run.add_argument("--priority", choices=["production", "interactive", "batch"],
-                     help="priority band (default interactive)")
-    run.add_argument("--env", action="append", default=[], metavar="K=V",
-                     help="an environment variable for the tasks (repeatable)")
-    run.add_argument("--pip", action="append", default=[], metavar="PKG",
-                     help="a requirement for the job's environment, e.g. numpy>=1.26")
-    run.add_argument("--no-wait", action="store_true", help="print the job id and return")
-    run.add_argument("--dry-run", action="store_true",
-                     help="submit nothing: would it fit now, and where")
-    run.add_argument("--detach-on-interrupt", action="store_true",
-                     help="on Ctrl-C leave the job running (default: stop it)")
-    run.add_argument("--json", action="store_true")
-    run.add_argument("command", nargs=argparse.REMAINDER)
-    for name, helptext in (("list", "list jobs"), ("status", "one job's tasks and attempts"),
-                           ("stop", "kill a job (and its sub-jobs)"), ("logs", "a job's logs")):
-        sub = job.add_parser(name, help=helptext)
-        if name != "list":
-            sub.add_argument("job_id", nargs="?" if name == "stop" else None)
-        sub.add_argument("--json", action="store_true")
-    parsers = job.choices
-    parsers["list"].add_argument("--prefix")
-    parsers["list"].add_argument("--active", action="store_true", help="hide finished jobs")
-    parsers["stop"].add_argument("--prefix", help="kill every live job under this prefix")
-    parsers["logs"].add_argument("-f", "--follow", action="store_true")
-    parsers["logs"].add_argument("--task", type=int)
-    parsers["logs"].add_argument("--since", type=float, help="wall-clock seconds (epoch)")
-    parsers["logs"].add_argument("--grep")
+def iso(ts: float | None) -> str:
+    """Epoch seconds as the CLI prints times: ISO-8601 UTC, to the second."""
+    return iso_time(ts)[:19] + "Z" if ts else ""
 
 
 def resolve_job(given: str) -> str:
@@ -106,7 +69,7 @@ def job_run(args: argparse.Namespace) -> int:
     watcher.start()
     try:
         for line in handle.logs(follow=True):
-            print(format_line(line), end="" if line.text.endswith("\n") else "\n")
+            print(format_line(line, args.timestamps), flush=True)
         status = handle.wait()
     except KeyboardInterrupt:
         return _interrupted(handle, args.detach_on_interrupt)
@@ -171,7 +134,9 @@ def job_list(args: argparse.Namespace) -> int:
     for row in rows:
         row["tasks"] = " ".join(f"{k}={v}" for k, v in row["task_counts"].items())
         row["why_pending"] = (row.get("pending_reason") or {}).get("message", "")
-    print_rows(rows, ["job_id", "state", "priority", "tasks", "why_pending"], args.json)
+        row["submitted"] = iso(row.get("submitted_at"))  # JSON also has submitted_at (epoch)
+    print_rows(rows, ["job_id", "state", "priority", "submitted", "tasks", "why_pending"],
+               args.json)
     return 0
 
 
@@ -181,6 +146,8 @@ def job_status(args: argparse.Namespace) -> int:
         print(json.dumps(status))
         return 0
     print(f"{status['job_id']}  {status['state']}  {status.get('error') or ''}".rstrip())
+    print(f"  submitted {iso(status.get('submitted_at'))}" + (
+        f", finished {iso(status['finished_at'])}" if status.get("finished_at") else ""))
     if status.get("pending_reason"):
         print(f"  pending: {status['pending_reason']['message']}")
     print_rows(status["tasks"], ["index", "state", "attempts", "worker_id", "error"], False)
@@ -200,15 +167,13 @@ def job_stop(args: argparse.Namespace) -> int:
 
 
 def job_logs(args: argparse.Namespace) -> int:
+    LogFilter(task=args.task, since=args.since, grep=args.grep)  # bad filters: before any call
     handle = JobHandle(resolve_job(args.job_id), iris.current())
     handle.status()  # an unknown job is an error, not an empty log
     for line in handle.logs(follow=args.follow, task=args.task, since=args.since,
-                            grep=args.grep):
-        if args.json:
-            print(json.dumps({"ts": line.ts, "stream": line.stream, "task": line.task,
-                              "attempt": line.attempt, "text": line.text}))
-        else:
-            print(format_line(line), end="" if line.text.endswith("\n") else "\n")
+                            grep=args.grep, build=args.build_logs):
+        print(json.dumps(line.to_dict()) if args.json else format_line(line, args.timestamps),
+              flush=args.follow)
     return 0
 
 

@@ -1,6 +1,6 @@
-"""The `iris` command line: argument parsing and dispatch only; each verb calls the API.
+"""The `iris` command line: dispatch only (arguments in parser.py); each verb calls the API.
 
-Every listing takes --json, which prints exactly what the table shows as one JSON document.
+Every listing takes --json, which prints the rows the table shows as one JSON document.
 Client verbs find the cluster with --address or $IRIS_ADDRESS.
 """
 
@@ -12,91 +12,12 @@ import os
 import sys
 import threading
 from collections.abc import Callable
-from pathlib import Path
 
 import iris
 from iris.base.errors import InvalidRequestError, IrisError
 from iris.base.resources import parse_size
 from iris.cli import checkpoints, jobs
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="iris", description=__doc__.splitlines()[0])
-    parser.add_argument("--address", help="cluster address (default: $IRIS_ADDRESS)")
-    parser.add_argument("--version", action="version", version=f"iris {iris.__version__}")
-    verbs = parser.add_subparsers(dest="verb", required=True)
-
-    demo = verbs.add_parser("demo", help="run the RL trainer/rollout demo on a local cluster")
-    demo.add_argument("--rollouts", type=int, default=3, help="rollout tasks (default 3)")
-    demo.add_argument("--iterations", type=int, default=4, help="pulls/pushes per rollout")
-    demo.add_argument("--weights", default="4MiB", metavar="SIZE",
-                      help="weights published per training step, e.g. 256MiB (default 4MiB)")
-    demo.add_argument("--json", action="store_true", help="print the summary as JSON")
-
-    keys = verbs.add_parser("keys", help="CURVE cluster keys").add_subparsers(
-        dest="action", required=True)
-    keys.add_parser("generate", help="create a cluster keypair in DIR").add_argument("dir")
-
-    cluster = verbs.add_parser("cluster", help="run or inspect a cluster").add_subparsers(
-        dest="action", required=True)
-    start = cluster.add_parser("start", help="run an embedded cluster in the foreground")
-    start.add_argument("--local", action="store_true", required=True)
-    start.add_argument("--workers", type=int, default=2)
-    start.add_argument("--bind", default="tcp://127.0.0.1:0")
-    _dashboard_options(start)
-    cluster.add_parser("status", help="workers and jobs at a glance").add_argument(
-        "--json", action="store_true")
-    checkpoints.add_parsers(cluster)
-
-    controller = verbs.add_parser("controller", help="operator: the controller role")
-    serve = controller.add_subparsers(dest="action", required=True).add_parser(
-        "serve", help="run the controller (and registry) in the foreground")
-    serve.add_argument("--state-dir", required=True, type=Path)
-    serve.add_argument("--bind", default="tcp://127.0.0.1:0")
-    serve.add_argument("--config", type=Path, help="cluster config YAML")
-    serve.add_argument("--keys", help="CURVE keys directory (required off loopback)")
-    origin = serve.add_mutually_exclusive_group()
-    origin.add_argument("--restore", metavar="CHECKPOINT",
-                        help="restore this checkpoint (a name from `iris cluster checkpoints`, "
-                        "or 'latest') before serving, even over a local job store, which is "
-                        "moved aside. Default: restore the newest only into an empty state dir")
-    origin.add_argument("--no-restore", action="store_true",
-                        help="never restore: use the local job store, or start empty")
-    _dashboard_options(serve)
-
-    worker = verbs.add_parser("worker", help="operator: run this host's worker; or `list`")
-    worker.add_argument("action", nargs="?", choices=["list"])
-    worker.add_argument("--controller", help="controller address")
-    worker.add_argument("--region", default="local")
-    worker.add_argument("--attr", action="append", default=[], metavar="K=V")
-    worker.add_argument("--work-dir", type=Path)
-    worker.add_argument("--worker-id")
-    worker.add_argument("--bind", default="tcp://127.0.0.1:0")
-    worker.add_argument("--keys", help="CURVE keys directory")
-    worker.add_argument("--token-file", type=Path,
-                        help="the cluster token (the controller's STATE_DIR/cluster.token); on "
-                        "the controller's own host it is found without this")
-    worker.add_argument("--json", action="store_true")
-    worker.add_argument("--exit-with-parent", action="store_true",
-                        help="stop when the process that started this worker exits")
-
-    actor = verbs.add_parser("actor", help="registered actors").add_subparsers(
-        dest="action", required=True)
-    listing = actor.add_parser("list", help="list registered actor names")
-    listing.add_argument("--prefix", default="/")
-    listing.add_argument("--json", action="store_true")
-
-    jobs.add_parsers(verbs)
-    return parser
-
-
-def _dashboard_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--dashboard-port", type=int, default=None, metavar="PORT",
-                        help="dashboard HTTP port (default 8265, or a free one if taken; "
-                        "0: any free port)")
-    parser.add_argument("--dashboard-host", default="127.0.0.1", metavar="HOST",
-                        help="dashboard address (default loopback; any other needs "
-                        "$IRIS_DASHBOARD_TOKEN)")
+from iris.cli.parser import build_parser
 
 
 def _hoist_global_options(argv: list[str]) -> list[str]:
@@ -119,7 +40,7 @@ def _hoist_global_options(argv: list[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(_hoist_global_options(list(sys.argv[1:] if argv is None
+    args = build_parser().parse_args(_hoist_global_options(list(sys.argv[1:] if argv is None
                                                            else argv)))
     handler = _HANDLERS[(args.verb, getattr(args, "action", None))]
     try:
@@ -163,17 +84,28 @@ def _stop_event() -> threading.Event:
 
 
 def _cluster_start(args: argparse.Namespace) -> int:
+    from iris.client.cluster import local_share
     from iris.dashboard import launch
 
-    with iris.local_cluster(workers=args.workers, bind=args.bind) as cluster:
+    try:
+        share = local_share(args.workers, args.cpu, args.memory)  # refused before starting
+    except InvalidRequestError as exc:
+        flag = {"worker_cpu": "--cpu", "worker_memory": "--memory"}.get(exc.field, exc.field)
+        raise InvalidRequestError(str(exc).replace(exc.field or "", flag, 1), flag) from exc
+    with iris.local_cluster(workers=args.workers, bind=args.bind, worker_cpu=args.cpu,
+                            worker_memory=args.memory) as cluster:
         dashboard = launch(cluster.node, cluster.address, host=args.dashboard_host,
                            port=args.dashboard_port)
         try:
-            print(f"cluster running at {cluster.address} with {args.workers} workers",
-                  flush=True)
+            print(f"cluster running at {cluster.address} with {args.workers} workers"
+                  + (f" (each offers {share})" if args.workers else ""), flush=True)
             print(f"  export IRIS_ADDRESS={cluster.address}", flush=True)
             print(f"  dashboard: {dashboard.url}  (kills need its token: "
                   f"{dashboard.login_url})", flush=True)
+            if dashboard.note:
+                print(f"  note: {dashboard.note}", flush=True)
+            print("  try: iris job run -- python -c 'print(42)'   (Ctrl-C here stops the "
+                  "cluster)", flush=True)
             _stop_event().wait()
         finally:
             dashboard.stop()
@@ -205,6 +137,8 @@ def _serve_dashboard(args: argparse.Namespace, cluster, node) -> Callable[[], No
                        port=args.dashboard_port, scale_groups=groups)
     print(f"  dashboard: {dashboard.url}  (kills need its token: {dashboard.login_url})",
           flush=True)
+    if dashboard.note:
+        print(f"  note: {dashboard.note}", flush=True)
     return dashboard.stop
 
 
@@ -232,7 +166,19 @@ def _worker(args: argparse.Namespace) -> int:
 
 
 def _actor_list(args: argparse.Namespace) -> int:
-    jobs.print_rows(iris.list_actors(args.prefix), ["name", "address", "owner"], args.json)
+    rows = [row for row in iris.list_actors(args.prefix)
+            if args.all or not row["name"].startswith("/iris/")]
+    if not args.json:
+        rows = [{**row, "registered": jobs.iso(row.get("registered_at"))} for row in rows]
+    jobs.print_rows(rows, ["name", "address", "registered"] if not args.json else [],
+                    args.json)
+    return 0
+
+
+def _completion(args: argparse.Namespace) -> int:
+    from iris.cli.completion import script
+
+    print(script(build_parser(), args.shell))
     return 0
 
 
@@ -247,6 +193,7 @@ _HANDLERS = {
     ("worker", None): _worker,
     ("worker", "list"): _worker,
     ("actor", "list"): _actor_list,
+    ("completion", None): _completion,
     ("job", "run"): jobs.job_run,
     ("job", "list"): jobs.job_list,
     ("job", "status"): jobs.job_status,

@@ -13,15 +13,17 @@ import sys
 import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from iris.actors import ClusterContext, Node, NodeConfig, Security, tokens
 from iris.actors.context import join, security_from_env
 from iris.actors.current import current_context
 from iris.actors.keys import CONTROLLER_KEY
-from iris.base.errors import ConfigError, IrisError
+from iris.base.errors import ConfigError, InvalidRequestError, IrisError
+from iris.base.resources import parse_size
 from iris.controller.main import host_controller
-from iris.controller.regions.capacity import Offer, offers_from_groups
+from iris.controller.regions.capacity import Offer, human_bytes, offers_from_groups
 from iris.controller.regions.region import RegionScaling
 from iris.controller.service import ControllerConfig
 from iris.logstore.config import LogStoreConfig
@@ -31,22 +33,60 @@ _WORKER_START_S = 60.0
 
 
 
+@dataclass(frozen=True)
+class LocalShare:
+    """What each local worker offers: `cpu` CPUs and `memory` bytes."""
+
+    cpu: float
+    memory: int
+
+    def __str__(self) -> str:
+        return f"cpu={self.cpu:g} memory={human_bytes(self.memory)}"
+
+
+def local_share(workers: int, cpu: float | None = None,
+                memory: int | str | None = None) -> LocalShare:
+    """What each of `workers` local workers offers: what the user asked for, else this
+    machine's CPUs (those this process may run on) and memory split evenly between them.
+
+    Split, not each the whole machine: two workers that each claimed 8 CPUs on a 2-core
+    laptop accepted 16 one-CPU tasks at once and ran them at an eighth of the speed, with
+    nothing saying the machine was the limit. A worker never offers less than 1 CPU (a
+    default task asks for 1), so 4 workers on 2 cores offer 1 each: oversubscribed, and
+    `iris cluster start` prints what each offers.
+    """
+    if cpu is not None and (isinstance(cpu, bool) or not isinstance(cpu, int | float)
+                            or not 0 < cpu < float("inf")):
+        raise InvalidRequestError(f"worker_cpu: expected a number > 0, got {cpu!r}",
+                                  "worker_cpu")
+    memory_bytes = parse_size(memory, "worker_memory") if memory is not None else 0
+    if memory is not None and memory_bytes <= 0:
+        raise InvalidRequestError(f"worker_memory: expected a size > 0 like '8GiB', got "
+                                  f"{memory!r}", "worker_memory")
+    share = max(workers, 1)
+    return LocalShare(
+        cpu=float(cpu) if cpu is not None else max(1.0, float(_machine_cpus() // share)),
+        memory=memory_bytes or _machine_memory() // share)
+
+
 @contextmanager
 def local_cluster(workers: int = 0, *, bind: str = "tcp://127.0.0.1:0",
                   security: Security | None = None, state_dir: str | Path | None = None,
-                  worker_cpu: float = 8.0, worker_attrs: dict[str, str] | None = None,
+                  worker_cpu: float | None = None, worker_memory: int | str | None = None,
+                  worker_attrs: dict[str, str] | None = None,
                   stop_grace_s: float = 10.0, log_store: LogStoreConfig | None = None,
                   autoscale: Sequence[RegionScaling] = (),
                   ) -> Iterator[ClusterContext]:
     """An embedded cluster on this machine, current inside the `with` block.
 
-    `worker_cpu` is what each local worker advertises (default 8: a laptop-sized cluster
-    oversubscribes its cores rather than queueing small tasks). `autoscale`: regions whose
-    scale groups grow and shrink through a provider (e.g. LocalProvider processes) on top
-    of the `workers` started here.
+    `worker_cpu` and `worker_memory` (bytes, or a size like "8GiB") are what each local
+    worker offers; by default this machine's CPUs and memory shared between the `workers`
+    (see `local_share`). `autoscale`: regions whose scale groups grow and shrink through a
+    provider (e.g. LocalProvider processes) on top of the `workers` started here.
     """
     if not isinstance(workers, int) or workers < 0:
         raise ConfigError(f"workers: expected an int >= 0, got {workers!r}")
+    share = local_share(workers, worker_cpu, worker_memory)
     with ExitStack() as stack:
         root = Path(state_dir) if state_dir else Path(
             stack.enter_context(tempfile.TemporaryDirectory(prefix="iris-local-")))
@@ -56,14 +96,14 @@ def local_cluster(workers: int = 0, *, bind: str = "tcp://127.0.0.1:0",
         offers = offers_from_groups(g for r in autoscale for g in r.groups)
         if workers or not autoscale:
             offers += (Offer("local", (worker_attrs or {}).get("accelerator_type"),
-                             int((worker_attrs or {}).get("accelerator_count", 0)), worker_cpu,
-                             _machine_memory()),)
+                             int((worker_attrs or {}).get("accelerator_count", 0)), share.cpu,
+                             share.memory),)
         host_controller(node, ControllerConfig(state_dir=root / "controller",
                                                stop_grace_s=stop_grace_s, log_store=log_store,
                                                offers=offers, autoscale=tuple(autoscale)))
         ctx = ClusterContext(node, node.address)
         token = (root / "controller" / tokens.CLUSTER_TOKEN_FILE).read_text().strip()
-        procs = [_start_worker(node.address, root / f"worker-{i}", worker_cpu,
+        procs = [_start_worker(node.address, root / f"worker-{i}", share,
                                worker_attrs or {}, token) for i in range(workers)]
         # Unwound first: workers stop (and stop their attempts) while the controller they
         # report to is still up; then the node with the controller and registry.
@@ -73,16 +113,25 @@ def local_cluster(workers: int = 0, *, bind: str = "tcp://127.0.0.1:0",
             yield ctx
 
 
+def _machine_cpus() -> int:
+    """The CPUs this process may run on (a container's or taskset's share, not the host's)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def _machine_memory() -> int:
     """What a local worker can give a task: this machine's memory."""
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
-def _start_worker(address: str, root: Path, cpu: float, attrs: dict[str, str],
+def _start_worker(address: str, root: Path, share: LocalShare, attrs: dict[str, str],
                   token: str) -> subprocess.Popen:
     root.mkdir(parents=True, exist_ok=True)
     argv = [sys.executable, "-m", "iris", "worker", "--controller", address,
-            "--work-dir", str(root), "--attr", f"cpu={cpu}", "--exit-with-parent"]
+            "--work-dir", str(root), "--attr", f"cpu={share.cpu}",
+            "--attr", f"memory={share.memory}", "--exit-with-parent"]
     for key, value in attrs.items():
         argv += ["--attr", f"{key}={value}"]
     log = open(root / "worker.log", "ab")  # noqa: SIM115 - the child owns it from here

@@ -153,19 +153,34 @@ class JobHandle:
                               status)
 
     def logs(self, follow: bool = False, task: int | None = None, since: float | None = None,
-             grep: str | None = None) -> Iterator[LogLine]:
+             grep: str | None = None, build: bool = False) -> Iterator[LogLine]:
         """Lines from the log store (not the worker), merged by time; `follow` until it ends.
 
-        Each LogLine has ts, stream, task, attempt and text; `format_line` shows it as
-        `[task N/attempt M] text`.
+        Each LogLine has `ts` (wall-clock epoch seconds), `iso` (the same as ISO-8601 UTC),
+        `stream` ("stdout"/"stderr"), `task`, `attempt` and `text` (without its newline);
+        `format_line` shows it as `[task N/attempt M] text`. stdout and stderr come merged in
+        the order the task wrote them. `build=True` gives the environment build's output
+        (uv, stream "build") instead, which is kept out of the task's own lines.
         """
         sink = _sink(_controller(self._ctx, "log_config"))
-        flt = LogFilter(task=task, since=since, grep=grep)
+        flt = LogFilter(task=task, since=since, grep=grep, build=build)
         if follow:
             yield from follow_logs(sink, self.job_id,
                                    lambda: self.status()["state"] in TERMINAL, flt)
         else:
             yield from read_logs(sink, self.job_id, flt)
+
+
+FUNCTION_ENV = "IRIS_FUNCTION"
+"""Every task of a callable job gets `module.qualname` of its function here; the dashboard
+shows it as what the job runs (the function itself travels pickled, without a name)."""
+
+
+def _qualified_name(fn: Any) -> str:
+    fn = fn.func if isinstance(fn, functools.partial) else fn
+    name = getattr(fn, "__qualname__", None) or type(fn).__qualname__
+    module = getattr(fn, "__module__", None)
+    return f"{module}.{name}" if module and module != "__main__" else name
 
 
 def _ship_by_value(obj: Any) -> None:
@@ -267,6 +282,7 @@ def submit(entry: Callable | Sequence[str], *args: Any, name: str | None = None,
             if isinstance(arg, type):
                 _ship_by_value(arg)
         entrypoint = {"kind": "callable", "payload": cloudpickle.dumps((entry, args, {}))}
+        env = {FUNCTION_ENV: _qualified_name(entry), **(env or {})}
         default_name = getattr(entry, "__name__", "job").strip("<>").replace("_", "-").strip("-") or "job"
     else:
         if args:

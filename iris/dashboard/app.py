@@ -4,9 +4,14 @@ Not the data (backend.py) and not the page's look (page.py). Every page is the o
 plus a JSON API the page (and anything else, e.g. the CLI) reads:
 
     GET  /api/jobs?state=running,pending&user=&prefix=&sort=submitted&order=desc&page=1&per_page=50
-    GET  /api/job?id=/alice/train          GET /api/job/logs?id=/alice/train&tail=200
+    GET  /api/job?id=/alice/train          (command, resources, durations, attempts timeline)
+    GET  /api/job/logs?id=/alice/train&tail=200&task=0&stream=stderr&grep=RE
+    GET  /api/job/logs/download?id=/alice/train&task=0    (text/plain, with timestamps)
     POST /api/job/kill  {"job_id": "/alice/train"}
-    GET  /api/workers   /api/capacity   /api/actors?prefix=/   /api/scheduler   /metrics
+    GET  /api/workers   /api/capacity   /api/actors?prefix=/   /api/scheduler   /api/history
+    GET  /metrics
+
+Times in the API are wall-clock epoch seconds (log lines also carry ISO-8601 `time`).
 
 Access: with a token configured (required off loopback, see server.py) every request must
 carry it, as `Authorization: Bearer T` (the page sends it) or `?token=T` on a GET (for a first
@@ -57,6 +62,8 @@ def build_app(backend: Backend, token: str | None,
     app.router.add_get("/api/jobs", _jobs)
     app.router.add_get("/api/job", _job)
     app.router.add_get("/api/job/logs", _logs)
+    app.router.add_get("/api/job/logs/download", _logs_download)
+    app.router.add_get("/api/history", _simple("history_view"))
     app.router.add_post("/api/job/kill", _kill)
     app.router.add_get("/api/workers", _simple("workers"))
     app.router.add_get("/api/capacity", _simple("capacity"))
@@ -125,7 +132,24 @@ async def _logs(request: web.Request) -> web.Response:
     if not 1 <= tail <= MAX_LOG_TAIL:
         raise InvalidRequestError(f"tail: expected 1..{MAX_LOG_TAIL}, got {tail}", "tail")
     job_id = _job_id(request.query.get("id"))
-    return web.json_response(await request.app[_BACKEND].log_tail(job_id, tail))
+    return web.json_response(await request.app[_BACKEND].log_tail(
+        job_id, tail, **_log_filters(request.query)))
+
+
+async def _logs_download(request: web.Request) -> web.Response:
+    job_id = _job_id(request.query.get("id"))
+    filters = _log_filters(request.query)
+    text = await request.app[_BACKEND].log_text(job_id, **filters)
+    name = job_id.strip("/").replace("/", "_") + (
+        f"-task{filters['task']}" if filters["task"] is not None else "")
+    return web.Response(text=text, content_type="text/plain", charset="utf-8", headers={
+        "Content-Disposition": f'attachment; filename="{name}.log"'})
+
+
+def _log_filters(query) -> dict:
+    task = query.get("task")
+    return {"task": None if task in (None, "") else _int(query, "task", 0),
+            "stream": query.get("stream") or None, "grep": query.get("grep") or None}
 
 
 async def _kill(request: web.Request) -> web.Response:

@@ -22,12 +22,16 @@ from typing import Any
 
 from iris.actors import REGISTRY_KEY, Node
 from iris.actors.keys import CONTROLLER_KEY
+from iris.base.errors import InvalidRequestError
 from iris.base.ids import parent_path
 from iris.dashboard import metrics
 from iris.dashboard.capacity import capacity_view
+from iris.dashboard.history import History
+from iris.dashboard.jobview import enrich, humanize
 from iris.dashboard.reads import JobQuery, JobReader
 from iris.logstore.config import LogStoreConfig, open_sink
-from iris.logstore.reader import read_logs
+from iris.logstore.model import STREAMS, format_line
+from iris.logstore.reader import LogFilter, read_logs
 
 _log = logging.getLogger(__name__)
 # Calls to the controller and registry: they answer in milliseconds; 10 s covers a loaded
@@ -59,6 +63,7 @@ class Backend:
         self._snapshot: dict | None = None
         self._snapshot_at = 0.0
         self._snapshot_fetch: asyncio.Future | None = None  # one fetch shared by all pages
+        self.history = History()
 
     def close(self) -> None:
         if self._reader is not None:
@@ -97,31 +102,65 @@ class Backend:
 
     async def jobs(self, query: JobQuery) -> dict:
         page = await self._db(lambda r: r.jobs(query))
+        for job in page["jobs"]:
+            job["error"] = humanize(job["error"])
         if not any(j["task_counts"].get("pending") for j in page["jobs"]):
             return page  # nothing waits on this page: no reason to fetch the snapshot
         reasons = (await self.snapshot()).get("pending_reasons", {})
         for job in page["jobs"]:
             if job["job_id"] in reasons:
-                job["pending_reason"] = reasons[job["job_id"]]
+                reason = reasons[job["job_id"]]
+                job["pending_reason"] = {**reason, "message": humanize(reason["message"])}
         return page
 
     async def job(self, job_id: str) -> dict:
         view = await self._db(lambda r: r.job(job_id))
         reason = (await self.snapshot()).get("pending_reasons", {}).get(job_id)
         view["pending_reason"] = reason
-        return view
+        return enrich(view, self.node.clock.wall())
 
-    async def log_tail(self, job_id: str, lines: int) -> dict:
+    async def _read_logs(self, job_id: str, task: int | None, stream: str | None,
+                         grep: str | None) -> list:
+        if stream is not None and stream not in STREAMS:
+            raise InvalidRequestError(f"stream: expected one of {', '.join(STREAMS)}, got "
+                                      f"{stream!r}", "stream")
+        flt = LogFilter(task=task, grep=grep, build=stream == "build")  # checks task, grep
         await self._db(lambda r: r.job(job_id))  # NotFoundError for an unknown job
         if self._sink is None:
             config = await self._call(CONTROLLER_KEY, "log_config")
             self._sink = open_sink(LogStoreConfig.from_dict(config))
         sink = self._sink
-        got = await asyncio.get_running_loop().run_in_executor(
-            self._log_thread, lambda: read_logs(sink, job_id)[-lines:])
-        return {"job_id": job_id, "lines": [
-            {"ts": ln.ts, "stream": ln.stream, "task": ln.task, "attempt": ln.attempt,
-             "text": ln.text} for ln in got]}
+
+        def read() -> list:
+            return [ln for ln in read_logs(sink, job_id, flt)
+                    if stream in (None, "build") or ln.stream == stream]
+        return await asyncio.get_running_loop().run_in_executor(self._log_thread, read)
+
+    async def log_tail(self, job_id: str, lines: int, task: int | None = None,
+                       stream: str | None = None, grep: str | None = None) -> dict:
+        """The last `lines` lines, each with its time (epoch `ts` and ISO `time`); `stream`
+        stdout, stderr or build (the environment build, never mixed into the others)."""
+        got = await self._read_logs(job_id, task, stream, grep)
+        return {"job_id": job_id, "total": len(got),
+                "lines": [ln.to_dict() for ln in got[-lines:]]}
+
+    async def log_text(self, job_id: str, task: int | None = None,
+                       stream: str | None = None, grep: str | None = None) -> str:
+        """The whole log as `iris job logs --timestamps` prints it (the download)."""
+        got = await self._read_logs(job_id, task, stream, grep)
+        return "".join(format_line(ln, timestamps=True) + "\n" for ln in got)
+
+    async def sample(self) -> None:
+        """One point of the charts strip (the server calls this every SAMPLE_EVERY_S)."""
+        snap = await self.snapshot()
+        self.history.add(snap.get("at") or self.node.clock.wall(), snap)
+
+    async def history_view(self) -> dict:
+        """The sampled hour, ending with a point from the current snapshot (so the figures
+        shown are now's, not up to SAMPLE_EVERY_S old)."""
+        snap = await self.snapshot()
+        now = self.node.clock.wall()
+        return self.history.view(now, current=snap)
 
     async def kill(self, job_id: str) -> dict:
         await self._db(lambda r: r.job(job_id))  # NotFoundError before anything changes
@@ -152,7 +191,10 @@ class Backend:
         entries = await self._call(REGISTRY_KEY, "list", prefix)
         rows = [{"name": e["name"], "namespace": parent_path(e["name"]),
                  "address": e["address"], "host": _host(e["address"]),
-                 "key": e["key"], "owner": e["owner"]} for e in entries]
+                 "key": e["key"], "owner": e["owner"],
+                 "registered_at": e.get("registered_at"),
+                 # Iris's own names (/iris/...): shown behind the page's toggle
+                 "internal": e["name"].startswith("/iris/")} for e in entries]
         return {"actors": sorted(rows, key=lambda r: (r["name"], r["address"]))}
 
     async def scheduler(self) -> dict:
@@ -161,7 +203,9 @@ class Backend:
         reasons = snap.get("pending_reasons", {})
         for band in bands.values():
             for job in band:
-                job["pending_reason"] = reasons.get(job["job_id"])
+                reason = reasons.get(job["job_id"])
+                job["pending_reason"] = reason and {**reason,
+                                                    "message": humanize(reason["message"])}
         return {"bands": [{"priority": p, "jobs": jobs} for p, jobs in bands.items()],
                 "pending_tasks": snap.get("pending_tasks", 0)}
 

@@ -16,9 +16,14 @@ SLICE_STATES = ("READY", "CREATING", "PREEMPTED", "FAILED", "DELETING")
 """Every state a slice can be reported in; each group counts all of them (0 included)."""
 _COUNT_NAMES = {"READY": "ready", "CREATING": "booting", "PREEMPTED": "preempted",
                 "FAILED": "failed", "DELETING": "deleting"}
-NO_AUTOSCALER = ("no autoscaler reports to this controller: it has no autoscaled scale groups "
-                 "(or their regions have not reported yet), so no slices are created or "
-                 "deleted on demand")
+NO_AUTOSCALER = ("This cluster has no autoscaler: its capacity is the workers that have "
+                 "registered (see Workers), and no machines are added or removed on demand. "
+                 "To autoscale, give the controller a cluster config with scale groups "
+                 "(iris controller serve --config cluster.yaml).")
+NOT_REPORTED = ("The cluster config has the scale groups below, but no autoscaler has reported "
+                "on them yet; their slices show here once their regions report.")
+"""One message each: the page shows it as the whole empty state (it used to add a second
+sentence of its own on top, and the two said the same thing)."""
 
 
 def slice_counts(group: Mapping[str, Any]) -> dict[str, int]:
@@ -34,7 +39,8 @@ def capacity_view(snapshot: Mapping[str, Any], scale_groups: list[dict] | None) 
     """The /api/capacity body. `scale_groups`: the cluster config's, shown when configured."""
     regions = snapshot.get("capacity")
     if not regions:
-        return {"autoscaler": False, "note": NO_AUTOSCALER, "regions": [],
+        note = NOT_REPORTED if scale_groups is not None else NO_AUTOSCALER
+        return {"autoscaler": False, "note": note, "regions": [],
                 "scale_groups": scale_groups, "configured": scale_groups is not None,
                 "at": snapshot.get("at")}
     return {"autoscaler": True, "note": "", "at": snapshot.get("at"),

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from iris.base.errors import InvalidRequestError, NotFoundError, StorageError
+from iris.client.jobs import FUNCTION_ENV
 from iris.wire.states import DB_NAME, PRIORITIES, JobState, TaskState
 
 MAX_PER_PAGE = 500
@@ -130,6 +131,8 @@ class JobReader:
         view["spec"] = {k: spec.get(k) for k in ("resources", "replicas", "entrypoint", "pip",
                                                  "constraints", "timeout_s",
                                                  "max_retries_failure")}
+        # The env is not shown (it may hold secrets); only the name iris.submit put there.
+        view["spec"]["function"] = (spec.get("env") or {}).get(FUNCTION_ENV)
         attempts: dict[int, list[dict]] = {}
         for (rec,) in self._db.execute("SELECT record FROM attempts WHERE job_id = ?",
                                        (job_id,)):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import ipaddress
+import logging
 import secrets
 import threading
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from iris.base.errors import ConfigError
 from iris.dashboard.app import build_app
 from iris.dashboard.backend import Backend
 
+_log = logging.getLogger(__name__)
 DEFAULT_PORT = 8265
 """Ray's dashboard port: the users this replaces already type it; 0 picks a free one."""
 DEFAULT_HOST = "127.0.0.1"
@@ -37,7 +39,8 @@ class PortInUseError(ConfigError):
 @dataclass(frozen=True)
 class DashboardHandle:
     """A running dashboard. `url` includes no token; `login_url` carries the token that
-    writes (kills) need; `stop()` is idempotent."""
+    writes (kills) need; `note` says why it is not where asked (a taken default port);
+    `stop()` is idempotent."""
 
     url: str
     host: str
@@ -45,6 +48,7 @@ class DashboardHandle:
     _stop: threading.Event
     _thread: threading.Thread
     write_token: str = ""
+    note: str = ""
 
     @property
     def login_url(self) -> str:
@@ -133,7 +137,19 @@ async def _run(backend: Backend, token: str | None, write_token: str, host: str,
             return
         started["port"] = runner.addresses[0][1]
         ready.set()
+        sampler = asyncio.ensure_future(_sample(backend, stop))
         # The stop Event is set from any thread; one executor thread parks on it.
         await asyncio.get_running_loop().run_in_executor(None, stop.wait)
+        sampler.cancel()
     finally:
         await runner.cleanup()
+
+
+async def _sample(backend: Backend, stop: threading.Event) -> None:
+    """The charts strip's points: one snapshot read every SAMPLE_EVERY_S while serving."""
+    while not stop.is_set():
+        try:
+            await backend.sample()
+        except Exception as exc:  # a controller that does not answer leaves a gap, no more
+            _log.info("dashboard: no history sample: %s", exc)
+        await asyncio.sleep(backend.history.every_s)

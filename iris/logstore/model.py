@@ -11,7 +11,9 @@ child job's objects (`jobs/alice/train/eval/_tasks/...`) never fall under its pa
 `_tasks/` prefix.
 
 A chunk is a msgpack stream: one header map, then record maps. Each record holds one read
-from a task pipe: a wall timestamp, the stream, and one or more lines as raw bytes (a task
+from a task pipe: a wall timestamp (epoch seconds), the stream (stdout, stderr, or `build`:
+the worker's environment build, uv's output, kept apart from what the task printed), and
+one or more lines as raw bytes (a task
 may print bytes that are not UTF-8; they are decoded only for display). Because every chunk
 starts with its own header, a chunk decodes alone and the composed `log` (the chunks
 concatenated) decodes with the same code, each record still knowing its chunk's seq.
@@ -22,6 +24,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 import msgpack
 
@@ -30,20 +33,39 @@ from iris.base.ids import normalize_path
 from iris.logstore.errors import LogStorageError
 
 FORMAT_VERSION = 1
-STREAMS = ("stdout", "stderr")
+STREAMS = ("stdout", "stderr", "build")
+TASK_STREAMS = ("stdout", "stderr")
+"""What the task itself printed; `build` is the environment build before it started."""
 _STREAM_CODE = {name: code for code, name in enumerate(STREAMS)}
 _REL_KEY = re.compile(r"^(\d+)/attempts/(\d+)/(?:chunks/(\d{10})|(log))$")
 
 
 @dataclass(frozen=True, slots=True)
 class LogLine:
-    """One line a task printed. `ts` is wall seconds when the worker read it from the pipe."""
+    """One line a task printed, without its newline. `ts` is wall-clock epoch seconds (UTC)
+    when the worker read it from the pipe; `iso` is the same instant as ISO-8601."""
 
     ts: float
     stream: str
     task: int
     attempt: int
     text: str
+
+    @property
+    def iso(self) -> str:
+        """`2026-11-25T09:04:15.123Z`: the time as a person (and `date -d`) reads it."""
+        return iso_time(self.ts)
+
+    def to_dict(self) -> dict:
+        """The JSON shape of a line (`iris job logs --json`, the dashboard's log API)."""
+        return {"ts": self.ts, "time": self.iso, "stream": self.stream, "task": self.task,
+                "attempt": self.attempt, "text": self.text}
+
+
+def iso_time(ts: float) -> str:
+    """Epoch seconds as ISO-8601 UTC with milliseconds."""
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace(
+        "+00:00", "Z")
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +195,9 @@ def split_lines(header: ChunkHeader, rec: Record) -> list[LogLine]:
             for line in text.split("\n")]
 
 
-def format_line(line: LogLine) -> str:
-    """How `iris job logs` shows a line merged from many tasks."""
-    return f"[task {line.task}/attempt {line.attempt}] {line.text}"
+def format_line(line: LogLine, timestamps: bool = False) -> str:
+    """How `iris job logs` shows a line merged from many tasks: `[task 0/attempt 0] text`;
+    with `timestamps`, the ISO time first; stderr and build lines say their stream."""
+    stream = "" if line.stream == "stdout" else f" {line.stream}"
+    when = f"{line.iso} " if timestamps else ""
+    return f"{when}[task {line.task}/attempt {line.attempt}{stream}] {line.text}"

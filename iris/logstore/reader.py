@@ -35,12 +35,15 @@ _log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class LogFilter:
-    """task: only this task index. since: only lines at or after this wall time (seconds).
-    grep: only lines whose text matches this regular expression (re.search)."""
+    """task: only this task index. since: only lines at or after this wall time (epoch
+    seconds). grep: only lines whose text matches this regular expression (re.search).
+    build: the environment build's output (uv) instead of what the task printed; the two
+    are never mixed, so a task's log reads as the task wrote it."""
 
     task: int | None = None
     since: float | None = None
     grep: str | None = None
+    build: bool = False
 
     def __post_init__(self) -> None:
         if self.task is not None and (not isinstance(self.task, int) or self.task < 0):
@@ -56,7 +59,8 @@ class LogFilter:
     def keep(self, lines: list[LogLine]) -> list[LogLine]:
         pattern = re.compile(self.grep) if self.grep is not None else None
         return [ln for ln in lines
-                if (self.since is None or ln.ts >= self.since)
+                if (ln.stream == "build") == self.build
+                and (self.since is None or ln.ts >= self.since)
                 and (pattern is None or pattern.search(ln.text))]
 
 
@@ -138,7 +142,8 @@ class _JobCursor:
 
 
 def _merge(lines: list[LogLine]) -> list[LogLine]:
-    # Stable: lines of one pipe read share a timestamp and keep their printed order.
+    # Stable: lines of one pipe read share a timestamp and keep their printed order, and
+    # stdout and stderr of one attempt come from one reader (iris.worker.output), in order.
     return sorted(lines, key=lambda ln: (ln.ts, ln.task, ln.attempt))
 
 

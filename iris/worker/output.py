@@ -15,6 +15,7 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import select
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -52,18 +53,28 @@ def open_reader(path: Path) -> int:
     return fd
 
 
-class StreamReader:
-    """A thread that reads one fd to EOF and hands complete lines to `on_output`."""
+class MergedReader:
+    """One thread that reads several pipes to EOF and hands complete lines to `on_output`.
 
-    def __init__(self, name: str, fd: int, on_output: OnOutput | None, clock: Clock):
-        self.name = name
-        self._fd = fd
+    One thread for stdout and stderr, not one each, so the two streams are read in the order
+    their data arrives: with a thread per pipe, a loaded host (or the GIL's 5 ms switch
+    interval) let the stderr thread stamp and hand over a line before the stdout thread got
+    to a line written earlier, and logs showed a traceback above the prints that led to it.
+    Each read is stamped with the wall time when poll() saw it; lines written closer
+    together than the reader's wake-up (microseconds idle, milliseconds loaded) and landing
+    in the same poll are taken in `pipes` order (stdout first).
+    """
+
+    def __init__(self, pipes: list[tuple[str, int]], on_output: OnOutput | None,
+                 clock: Clock):
+        self.name = "+".join(name for name, _ in pipes)
+        self._pipes = list(pipes)
         self._on_output = on_output
         self._clock = clock
-        self._thread = threading.Thread(target=self._run, name=f"iris-{name}-reader",
+        self._thread = threading.Thread(target=self._run, name=f"iris-{self.name}-reader",
                                         daemon=True)
 
-    def start(self) -> StreamReader:
+    def start(self) -> MergedReader:
         self._thread.start()
         return self
 
@@ -71,31 +82,55 @@ class StreamReader:
         self._thread.join(timeout)
         return not self._thread.is_alive()
 
-    def _emit(self, line: bytes) -> None:
+    def _emit(self, name: str, line: bytes, ts: float) -> None:
         if self._on_output is None:
             return
         try:
-            self._on_output(self.name, line, self._clock.wall())
+            self._on_output(name, line, ts)
         except Exception:  # a broken sink must not stop the reader and block the task
-            _log.exception("output callback failed for %s", self.name)
+            _log.exception("output callback failed for %s", name)
 
     def _run(self) -> None:
-        pending = b""
+        names = {fd: name for name, fd in self._pipes}
+        order = {fd: i for i, (_, fd) in enumerate(self._pipes)}
+        pending = dict.fromkeys(names, b"")
+        poller = select.poll()
+        for fd in names:
+            poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
         try:
-            while True:
-                chunk = os.read(self._fd, _READ_SIZE)
-                if not chunk:
-                    break
-                pending += chunk
-                *lines, pending = pending.split(b"\n")
-                for line in lines:
-                    self._emit(line + b"\n")
-                while len(pending) >= _MAX_LINE:
-                    self._emit(pending[:_MAX_LINE])
-                    pending = pending[_MAX_LINE:]
-        except OSError as exc:
-            _log.warning("reading %s failed: %s", self.name, exc)
+            while pending:
+                ready = sorted((fd for fd, _ in poller.poll()), key=order.__getitem__)
+                ts = self._clock.wall()
+                for fd in ready:
+                    if fd in pending and not self._read_once(fd, names[fd], pending, ts):
+                        poller.unregister(fd)
         finally:
-            if pending:
-                self._emit(pending)
-            os.close(self._fd)
+            for fd in names:
+                os.close(fd)
+
+    def _read_once(self, fd: int, name: str, pending: dict[int, bytes], ts: float) -> bool:
+        """One read of a ready pipe; False (and the rest flushed) at EOF or on an error."""
+        try:
+            chunk = os.read(fd, _READ_SIZE)
+        except OSError as exc:
+            _log.warning("reading %s failed: %s", name, exc)
+            chunk = b""
+        if not chunk:
+            rest = pending.pop(fd)
+            if rest:
+                self._emit(name, rest, ts)
+            return False
+        *lines, rest = (pending[fd] + chunk).split(b"\n")
+        for line in lines:
+            self._emit(name, line + b"\n", ts)
+        while len(rest) >= _MAX_LINE:
+            self._emit(name, rest[:_MAX_LINE], ts)
+            rest = rest[_MAX_LINE:]
+        pending[fd] = rest
+        return True
+
+
+def StreamReader(name: str, fd: int, on_output: OnOutput | None,  # noqa: N802
+                 clock: Clock) -> MergedReader:
+    """A reader of one pipe (adopted attempts reopen their FIFOs one by one)."""
+    return MergedReader([(name, fd)], on_output, clock)

@@ -28,7 +28,7 @@ from iris.base.errors import IrisError
 from iris.base.ids import new_id
 from iris.worker.cgroups import AttemptCgroup, CgroupHost, join_then_exec_argv
 from iris.worker.outcome import Outcome, classify_exit, unknown_outcome
-from iris.worker.output import OnOutput, StreamReader, make_fifo, open_reader
+from iris.worker.output import MergedReader, OnOutput, make_fifo, open_reader
 from iris.worker.records import (
     AttemptRecord,
     kill_and_wait,
@@ -151,7 +151,7 @@ class AttemptProcess:
     """A running attempt. Thread-safe: `stop` and `wait` may be called from any thread."""
 
     def __init__(self, spec: AttemptSpec, leader: Leader, record: AttemptRecord,
-                 cgroup: AttemptCgroup | None, readers: list[StreamReader], clock: Clock,
+                 cgroup: AttemptCgroup | None, readers: list[MergedReader], clock: Clock,
                  on_exit: Callable[[AttemptProcess, Outcome], None] | None, adopted: bool):
         self.spec = spec
         self.record = record
@@ -229,8 +229,9 @@ class AttemptProcess:
             stderr_fifo=str(fifos[1]), started_wall=clock.wall(),
         )
         record.write(spec.attempt_dir)
-        readers = [StreamReader(name, fd, on_output, clock).start()
-                   for name, fd in zip(("stdout", "stderr"), reader_fds, strict=True)]
+        # One reader for both pipes: lines keep the order they were written in (output.py).
+        readers = [MergedReader(list(zip(("stdout", "stderr"), reader_fds, strict=True)),
+                                on_output, clock).start()]
         return cls(spec, leader, record, cgroup, readers, clock, on_exit, adopted=False)
 
     @staticmethod

@@ -4,8 +4,8 @@ calls these blocking methods from an executor and turns the callbacks into messa
 
 An attempt goes: claimed (fenced by attempt number; an older attempt of the task still
 running is stopped first) -> admitted (the worker never runs more than it advertises) ->
-BUILDING (bundle unpacked, venv built or found; uv's output reported line by line; a failed
-build raises with uv's text and releases everything) -> RUNNING (an AttemptProcess) -> ended
+BUILDING (bundle unpacked, venv built or found; uv's output handed on line by line as the
+`build` stream; a failed build raises with uv's text and releases everything) -> RUNNING (an AttemptProcess) -> ended
 (on_exit with the Outcome, then resources released and the attempt directory removed).
 """
 
@@ -143,7 +143,7 @@ class AttemptRunner:
             self._materialize(req.bundle, workdir)
             if (workdir / "requirements.txt").is_file():
                 pip += read_requirements_file(workdir / "requirements.txt")
-        env = self.envs.get(pip, progress=lambda line: on_state(AttemptState.BUILDING, line))
+        env = self.envs.get(pip, progress=self._build_output(on_output))
         task_env = env.activate({**dict(self.config.base_env), **req.env})
         if req.payload is not None:
             task_env["IRIS_RESULT_PATH"] = str(attempt_dir / "result.pkl")
@@ -157,6 +157,14 @@ class AttemptRunner:
             self._procs[(req.task_id, req.attempt)] = proc
         on_state(AttemptState.RUNNING, "")
         return proc
+
+    def _build_output(self, on_output: OnOutput | None) -> Callable[[str], None]:
+        """uv's lines go to the attempt's output as the `build` stream, apart from what the
+        task prints (`iris job logs --build-logs` shows them)."""
+        def progress(line: str) -> None:
+            if on_output is not None:
+                on_output("build", line.rstrip("\n").encode() + b"\n", self._clock.wall())
+        return progress
 
     def _materialize(self, digest: str, workdir: Path) -> None:
         if self.bundles.path_for(digest) is None:

@@ -9,9 +9,10 @@ import iris
 
 @pytest.fixture(scope="module")
 def shared_cluster(tmp_path_factory):
-    """Two workers shared by the non-destructive tests of a module."""
+    """Two workers shared by the non-destructive tests of a module. They offer 8 CPUs each,
+    more than this machine has, on purpose: the tests run many small tasks at once."""
     with iris.local_cluster(workers=2, state_dir=tmp_path_factory.mktemp("cluster"),
-                            stop_grace_s=2.0) as ctx:
+                            stop_grace_s=2.0, worker_cpu=8) as ctx:
         yield ctx
 
 

@@ -11,6 +11,7 @@ import json
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -163,3 +164,31 @@ def capacity_dash(tmp_path, capacity_snapshot):
             yield handle
         finally:
             handle.stop()
+
+
+CHROMIUM = "/usr/bin/chromium"
+SHOTS = Path(__file__).resolve().parents[2] / "artifacts" / "screenshots"
+# The flags shared/recipes.md section 6 found to work in this container.
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic",
+        "--disable-dev-shm-usage"]
+TIMEOUT_MS = 60_000  # a loaded 2-core machine; pages refresh every 2 s
+
+@pytest.fixture(scope="module")
+def browser():
+    # A missing playwright is a broken test environment (it is in the test extra), not a skip.
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser):
+    context = browser.new_context(viewport={"width": 1280, "height": 800})
+    page = context.new_page()
+    page.set_default_timeout(TIMEOUT_MS)
+    yield page
+    context.close()

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import re
+
+import pytest
 
 from tests.dashboard.conftest import http, wait_until
 
@@ -84,6 +87,25 @@ def test_log_tail_api_reads_the_job_log_from_the_sink(dash):
     assert lines[-1]["text"].strip() == "still running"
     status, body = dash.get(f"api/job/logs?id={job_id}&tail=0")
     assert status == 400 and body["error"]["field"] == "tail"
+
+
+def test_log_api_filters_by_stream_and_text_and_downloads_with_timestamps(dash):
+    job_id = dash.jobs["bad"].job_id
+    status, body = dash.get(f"api/job/logs?id={job_id}&stream=stdout&grep=about")
+    assert status == 200 and [ln["text"] for ln in body["lines"]] == ["about to fail"]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", body["lines"][0]["time"])
+    assert dash.get(f"api/job/logs?id={job_id}&stream=stderr")[1]["lines"] == []
+    assert dash.get(f"api/job/logs?id={job_id}&stream=build")[1]["lines"] == []
+    status, text = dash.get(f"api/job/logs/download?id={job_id}&task=0")
+    assert status == 200 and re.fullmatch(
+        r"\d{4}-\S+Z \[task 0/attempt 0\] about to fail\n", text)
+
+
+@pytest.mark.parametrize("query,field", [("stream=stdin", "stream"), ("task=x", "task"),
+                                         ("task=-1", "task"), ("grep=(", "grep")])
+def test_log_api_bad_filter_is_refused_naming_it(dash, query, field):
+    status, body = dash.get(f"api/job/logs?id={dash.jobs['bad'].job_id}&{query}")
+    assert status == 400 and body["error"]["field"] == field, body
 
 
 def test_workers_api_groups_workers_and_shows_their_running_attempts(dash):

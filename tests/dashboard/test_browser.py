@@ -4,43 +4,14 @@ user clicks through, with screenshots saved under artifacts/screenshots/."""
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import pytest
 
-from tests.dashboard.conftest import job_state, wait_until
-
-CHROMIUM = "/usr/bin/chromium"
-SHOTS = Path(__file__).resolve().parents[2] / "artifacts" / "screenshots"
-# The flags shared/recipes.md section 6 found to work in this container.
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic",
-        "--disable-dev-shm-usage"]
-TIMEOUT_MS = 60_000  # a loaded 2-core machine; pages refresh every 2 s
+from tests.dashboard.conftest import CHROMIUM, SHOTS, job_state, wait_until
 
 pytestmark = pytest.mark.skipif(
     not os.path.exists(CHROMIUM),
     reason="Debian's chromium is not installed (scripts/test.sh installs it when root)")
-
-
-@pytest.fixture(scope="module")
-def browser():
-    # A missing playwright is a broken test environment (it is in the test extra), not a skip.
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
-        yield b
-        b.close()
-
-
-@pytest.fixture
-def page(browser):
-    context = browser.new_context(viewport={"width": 1280, "height": 800})
-    page = context.new_page()
-    page.set_default_timeout(TIMEOUT_MS)
-    yield page
-    context.close()
 
 
 def _shot(page, name: str) -> None:

@@ -37,11 +37,28 @@ def test_reader_merges_tasks_by_time_with_prefixes(two_tasks):
     assert [format_line(ln) for ln in lines] == [
         "[task 0/attempt 0] t0 start",
         "[task 1/attempt 0] t1 start",
-        "[task 0/attempt 0] t0 error",
+        "[task 0/attempt 0 stderr] t0 error",
         "[task 1/attempt 1] t1 retry",
     ]
     assert [ln.stream for ln in lines] == ["stdout", "stdout", "stderr", "stdout"]
     assert lines[0].ts == 100.0
+
+
+def test_reader_lines_carry_wall_time_as_epoch_and_iso(sink):
+    _ship(sink, JOB, 0, 0, [(1767225600.25, "stdout", "new year")])  # 2026-01-01 00:00 UTC
+    (line,) = read_logs(sink, JOB)
+    assert line.ts == 1767225600.25 and line.iso == "2026-01-01T00:00:00.250Z"
+    assert line.to_dict()["time"] == "2026-01-01T00:00:00.250Z"
+    assert format_line(line, timestamps=True) == \
+        "2026-01-01T00:00:00.250Z [task 0/attempt 0] new year"
+
+
+def test_reader_keeps_environment_build_output_apart_from_the_tasks(sink):
+    _ship(sink, JOB, 0, 0, [(100.0, "build", "Resolved 1 package in 3ms"),
+                            (101.0, "stdout", "task output"), (102.0, "stderr", "task warns")])
+    assert [ln.text for ln in read_logs(sink, JOB)] == ["task output", "task warns"]
+    build = read_logs(sink, JOB, LogFilter(build=True))
+    assert [(ln.stream, ln.text) for ln in build] == [("build", "Resolved 1 package in 3ms")]
 
 
 def test_reader_filters_by_task_since_and_grep(two_tasks):

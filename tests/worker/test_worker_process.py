@@ -138,3 +138,27 @@ def test_attempt_output_partial_and_huge_lines_delivered_whole(attempts, lines):
     assert b"".join(chunks) == b"x" * (3 << 20) + b"\ntail without newline"
     assert chunks[-1] == b"tail without newline"
     assert max(len(c) for c in chunks) <= (1 << 20) + 1
+
+
+# Each line waits until the worker has read the pipe it went to (FIONREAD == 0) before the
+# next is written, so the order they were written in is a fact the reader can see, on any
+# load; the old reader (a thread per pipe) could still hand them on swapped.
+INTERLEAVED_TASK = textwrap.dedent("""
+    import fcntl, struct, sys, termios
+    def unread(fd):
+        return struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\\0" * 4))[0]
+    for i in range(20):
+        for stream, fd in ((sys.stdout, 1), (sys.stderr, 2)):
+            print(f"{'out' if fd == 1 else 'err'} {i}", file=stream, flush=True)
+            while unread(fd):
+                pass
+""")
+
+
+def test_attempt_stdout_and_stderr_reach_callback_in_the_order_written(attempts, lines):
+    proc = attempts([PYTHON, "-c", INTERLEAVED_TASK], lines)
+    assert proc.wait(WAIT_S).ok
+    got = [(stream, line.decode().rstrip("\n")) for stream, line in lines.items]
+    want = [(s, f"{'out' if s == 'stdout' else 'err'} {i}")
+            for i in range(20) for s in ("stdout", "stderr")]
+    assert got == want

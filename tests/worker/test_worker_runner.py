@@ -72,6 +72,17 @@ def test_runner_callable_with_pip_returns_result_in_its_env(make_runner):
     assert not proc.spec.attempt_dir.exists()
 
 
+def test_runner_env_build_output_is_its_own_stream_not_the_tasks(make_runner, lines):
+    runner = make_runner()
+    proc = runner.start(AttemptRequest("job/build", 0, command=("python", "-c",
+                                       "import six; print('task says', six.__version__)"),
+                                       pip=("six==1.14.0",)), on_output=lines)
+    assert proc.wait(WAIT_S).ok
+    assert lines.text("stdout") == ["task says 1.14.0"]
+    assert lines.text("stderr") == []  # uv's chatter is not the task's stderr
+    assert any("virtual environment" in line for line in lines.text("build")), lines.items
+
+
 def test_runner_command_runs_in_bundle_with_bundle_requirements(make_runner, tmp_path, lines):
     ws = tmp_path / "ws"
     ws.mkdir()

@@ -1,0 +1,90 @@
+"""An honest local cluster: what its workers offer, a taken dashboard port, API times."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import pytest
+
+import iris
+from iris.base.errors import InvalidRequestError
+from iris.client.cluster import local_share
+from iris.dashboard import launch
+from iris.dashboard.server import DEFAULT_PORT, PortInUseError
+
+
+def test_local_share_splits_the_machine_between_workers_unless_asked():
+    cpus = len(os.sched_getaffinity(0))
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    one, two = local_share(1), local_share(2)
+    assert one.cpu == cpus and one.memory == memory
+    assert two.cpu == max(1, cpus // 2) and two.memory == memory // 2
+    asked = local_share(2, cpu=8, memory="4GiB")
+    assert (asked.cpu, asked.memory) == (8.0, 4 << 30)
+    assert str(asked) == "cpu=8 memory=4 GiB"
+
+
+@pytest.mark.parametrize("cpu,memory,field", [(0, None, "worker_cpu"), (-1, None, "worker_cpu"),
+                                              ("8", None, "worker_cpu"),
+                                              (None, "lots", "worker_memory"),
+                                              (None, 0, "worker_memory")])
+def test_local_share_refuses_bad_sizes_naming_the_argument(cpu, memory, field):
+    with pytest.raises(InvalidRequestError) as info:
+        local_share(2, cpu=cpu, memory=memory)
+    assert info.value.field == field
+
+
+def test_local_workers_advertise_their_share_and_refuse_what_no_share_holds(tmp_path):
+    with iris.local_cluster(workers=2, worker_cpu=1, worker_memory="1GiB",
+                            state_dir=tmp_path) as ctx:
+        workers = ctx.node.call(ctx.address, "/iris/controller", "list_workers").result(60)
+        assert [(w["cpu"], w["memory_bytes"]) for w in workers] == [(1.0, 1 << 30)] * 2
+        with pytest.raises(iris.IrisError, match="memory=2 GiB"):
+            iris.submit(["true"], resources=iris.Resources(memory="2GiB"))
+
+
+def _hold(port: int) -> socket.socket | None:
+    """Listen on `port` (None if another process already does: it is taken either way)."""
+    sock = socket.socket()
+    try:
+        sock.bind(("127.0.0.1", port))
+    except OSError:
+        sock.close()
+        return None
+    sock.listen()
+    return sock
+
+
+def test_taken_default_dashboard_port_is_reported_and_an_asked_one_refused(tmp_path):
+    holder = _hold(DEFAULT_PORT)
+    try:
+        with iris.local_cluster(workers=0, state_dir=tmp_path) as ctx:
+            handle = launch(ctx.node, ctx.address)
+            try:
+                assert handle.port != DEFAULT_PORT
+                assert f"port {DEFAULT_PORT} is taken" in handle.note
+                assert str(handle.port) in handle.note and "--dashboard-port" in handle.note
+            finally:
+                handle.stop()
+            with pytest.raises(PortInUseError, match=f"127.0.0.1:{DEFAULT_PORT}"):
+                launch(ctx.node, ctx.address, port=DEFAULT_PORT)
+    finally:
+        if holder is not None:
+            holder.close()
+
+
+@iris.actor
+class Probe:
+    def ping(self) -> str:
+        return "pong"
+
+
+def test_list_actors_times_are_wall_clock_epoch_seconds(tmp_path):
+    with iris.local_cluster(workers=0, state_dir=tmp_path) as ctx:
+        before = ctx.node.clock.wall()
+        Probe.serve("probe")
+        after = ctx.node.clock.wall()
+        (entry,) = [e for e in iris.list_actors() if e["name"] == "/probe"]
+        assert before - 1 <= entry["registered_at"] <= after + 1
+        assert entry["expires_at"] > entry["registered_at"]
