@@ -66,6 +66,9 @@ def _parser() -> argparse.ArgumentParser:
                         help="the cluster token (the controller's STATE_DIR/cluster.token); on "
                         "the controller's own host it is found without this")
     worker.add_argument("--json", action="store_true")
+    worker.add_argument("--preemption-notice", choices=["auto", "gce", "off"], default="auto",
+                        help="watch the GCE metadata server (or $GCE_METADATA_HOST) for the "
+                        "cloud's preemption notice; auto: only on a GCE machine")
     worker.add_argument("--exit-with-parent", action="store_true",
                         help="stop when the process that started this worker exits")
 
@@ -211,7 +214,8 @@ def _worker(args: argparse.Namespace) -> int:
     token = tokens.read(args.token_file) if args.token_file else None
     run_worker(controller, region=args.region, attrs=parse_attrs(args.attr),
                root=args.work_dir, worker_id=args.worker_id, bind=args.bind,
-               keys_dir=args.keys, stop=stop, token=token)
+               keys_dir=args.keys, stop=stop, token=token,
+               preemption_notice=args.preemption_notice)
     return 0
 
 

@@ -21,6 +21,7 @@ from iris.base.errors import InvalidRequestError, NotFoundError
 from iris.controller.gang_tracking import PlaceRound, ReleaseRound, SyncRegion
 from iris.controller.gangs import GangPlacer
 from iris.controller.jobs.model import TERMINAL_JOB
+from iris.controller.preemption_notices import apply_notice
 from iris.controller.regions import Region
 from iris.controller.scheduling.coordinator import CoordinatorConfig, Placed, Unplaceable
 from iris.controller.service import ControllerConfig, ControllerService
@@ -170,6 +171,13 @@ class Controller:
         """From a worker's watchdog: the worker process died and its attempts are stopped."""
         self._after(self._svc.worker_gone(worker_id, address, "its worker process died (the "
                                           "watchdog stopped its attempts)"))
+
+    @requires(tokens.MEMBER)
+    def preemption_notice(self, worker_id: str, address: str, reason: str,
+                          time_left_s: float) -> dict:
+        """The cloud will take this worker's machine: requeue its work now (see
+        preemption_notices.py)."""
+        return self._after(apply_notice(self._svc, worker_id, address, reason, time_left_s))
 
     def list_workers(self) -> list[dict]:
         return self._svc.list_workers()

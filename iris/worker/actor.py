@@ -320,6 +320,10 @@ class Worker:
             self._queue(run.attempt_id, "exited", exit_code=1, error=f"could not start: {exc}")
 
     def _stop(self, run: _Running, grace_s: float | None) -> None:
+        with self._lock:  # the task's log says why it stops (a preemption notice, a kill)
+            shipper = self._shippers.get(run.attempt_id)
+        if shipper is not None:
+            shipper.write("stderr", f"[iris] stopping (grace {grace_s} s): {run.stop_reason}\n")
         try:
             self._runner.stop(run.task_id, run.number, grace_s)
         except IrisError as exc:  # not running (yet, or any more): nothing to stop
