@@ -16,7 +16,7 @@ from pathlib import Path
 
 import iris
 from iris.base.errors import IrisError
-from iris.cli import jobs
+from iris.cli import jobs, operate
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -34,18 +34,27 @@ def _parser() -> argparse.ArgumentParser:
         dest="action", required=True)
     keys.add_parser("generate", help="create a cluster keypair in DIR").add_argument("dir")
 
-    cluster = verbs.add_parser("cluster", help="run or inspect a cluster").add_subparsers(
-        dest="action", required=True)
-    start = cluster.add_parser("start", help="run an embedded cluster in the foreground")
-    start.add_argument("--local", action="store_true", required=True)
+    cluster_parser = verbs.add_parser("cluster", help="run or inspect a cluster")
+    cluster_parser.add_argument("--config", type=Path, help="cluster config YAML: operate "
+                                "the GCP cluster it describes (start, stop, slice, vm...)")
+    cluster = cluster_parser.add_subparsers(dest="action", required=True)
+    start = cluster.add_parser("start", help="--config F: create the controller VM and wait "
+                               "for it; --local: run an embedded cluster in the foreground")
+    start.add_argument("--local", action="store_true")
+    start.add_argument("--json", action="store_true")
+    start.add_argument("--timeout", type=float, default=operate.START_TIMEOUT_S,
+                       metavar="SECONDS", help="with --config: how long to wait for the "
+                       "controller to answer")
     start.add_argument("--workers", type=int, default=2)
     start.add_argument("--bind", default="tcp://127.0.0.1:0")
     _dashboard_options(start)
     cluster.add_parser("status", help="workers and jobs at a glance").add_argument(
         "--json", action="store_true")
+    operate.add_cluster_actions(cluster)
 
     controller = verbs.add_parser("controller", help="operator: the controller role")
-    serve = controller.add_subparsers(dest="action", required=True).add_parser(
+    controller_sub = controller.add_subparsers(dest="action", required=True)
+    serve = controller_sub.add_parser(
         "serve", help="run the controller (and registry) in the foreground")
     serve.add_argument("--state-dir", required=True, type=Path)
     serve.add_argument("--bind", default="tcp://127.0.0.1:0")
@@ -79,6 +88,7 @@ def _parser() -> argparse.ArgumentParser:
     listing.add_argument("--json", action="store_true")
 
     jobs.add_parsers(verbs)
+    operate.add_top_level(verbs, controller_sub)
     return parser
 
 
@@ -113,7 +123,8 @@ def _hoist_global_options(argv: list[str]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(_hoist_global_options(list(sys.argv[1:] if argv is None
                                                            else argv)))
-    handler = _HANDLERS[(args.verb, getattr(args, "action", None))]
+    handler = operate.run if operate.wanted(args) else \
+        _HANDLERS[(args.verb, getattr(args, "action", None))]
     try:
         if handler in _CLIENT_VERBS:
             with iris.connect(args.address):
