@@ -37,8 +37,8 @@ class ControllerVmConfig:
 def controller_vm(sec: Any, cluster: str, gcp: Any, address: str) -> ControllerVmConfig:
     """The section read through config._Section `sec` (unknown keys already refused)."""
     enabled = sec.get("enabled", bool, True)
-    zone = sec.name("zone", None if not enabled else ...)
-    if zone is ...:
+    zone = sec.name("zone", None)
+    if zone is None and enabled:
         raise ConfigError("controller.vm.zone: required (the zone the controller VM runs in)")
     if enabled and gcp is None:
         raise ConfigError("controller.vm: needs the gcp section (project) to make the VM")
