@@ -383,6 +383,8 @@ def parse_config(data: Any) -> ClusterConfig:
     if gcp_groups and config.gcp is None:
         raise ConfigError(f"gcp: required because scale group {gcp_groups[0].name} "
                           "uses provider gcp")
+    if config.controller.vm is not None and config.controller.vm.enabled and gcp is None:
+        raise ConfigError("gcp: required because controller.vm makes the controller's VM")
     return config
 
 

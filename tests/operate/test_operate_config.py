@@ -78,13 +78,12 @@ def test_readme_config_bad_values_are_refused(change, message):
 
 
 def test_controller_vm_in_the_multi_region_form():
-    text = EXAMPLE.read_text().replace(
-        "  state_dir: /var/lib/iris\n",
-        "  state_dir: /var/lib/iris\n  vm:\n    zone: us-central2-b\n    port: 7100\n")
+    text = EXAMPLE.read_text()
     vm = load_config(text).controller.vm
-    assert (vm.name, vm.zone, vm.dashboard_port) == ("iris-prod-controller", "us-central2-b",
-                                                     8265)
+    assert (vm.name, vm.zone, vm.machine_type, vm.dashboard_port) == \
+        ("iris-controller", "us-central2-b", "n2-standard-4", 8265)
+    with_port = text.replace("    zone: us-central2-b\n", "    zone: us-central2-b\n    port: 7101\n", 1)
     with pytest.raises(ConfigError, match="controller.vm.port: 7101 differs"):
-        load_config(text.replace("port: 7100", "port: 7101"))
+        load_config(with_port)
     with pytest.raises(ConfigError, match="controller.vm.zone: required"):
-        load_config(text.replace("    zone: us-central2-b\n", ""))
+        load_config(text.replace("    zone: us-central2-b\n", "", 1))
