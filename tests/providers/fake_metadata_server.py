@@ -30,6 +30,7 @@ class FakeMetadataServer:
 
     def __post_init__(self) -> None:
         self._lock = threading.Condition()
+        self._closing = False
 
     # --- test controls -------------------------------------------------------------------
     def set_value(self, key: str, value: str) -> None:
@@ -63,6 +64,8 @@ class FakeMetadataServer:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self._closing = True  # hanging GETs answer now, so none is left pending at close
+        self._loop.call_soon_threadsafe(self._wake)
         asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(30)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(30)
@@ -105,7 +108,7 @@ class FakeMetadataServer:
             return web.Response(status=404, text="not found")
         last = request.query.get("last_etag")
         timeout = float(request.query.get("timeout_sec") or 3600)
-        while wait and found[1] == last:
+        while wait and found[1] == last and not self._closing:
             try:
                 await asyncio.wait_for(self._changed.wait(), timeout)
             except TimeoutError:
