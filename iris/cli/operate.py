@@ -44,7 +44,8 @@ def add_top_level(verbs: Any, controller_sub: Any) -> None:
         _controller_action(controller_sub, action, with_config=True)
     for verb, add in (("slice", slices.add_slice_verbs), ("vm", slices.add_vm_verbs)):
         p = verbs.add_parser(verb, help=f"operator: the cluster's {verb}s (needs --config)")
-        p.add_argument("--config", type=Path, required=True, help="cluster config YAML")
+        p.add_argument("--config", type=Path, help="cluster config YAML (here or after the "
+                       "verb)")
         add(p)
 
 

@@ -10,8 +10,10 @@ Every verb prints a table, or with --json the same rows as one JSON document.
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from iris.base.errors import CapacityError, InvalidRequestError, NotFoundError
@@ -40,19 +42,25 @@ def add_slice_verbs(parent: Any) -> None:
     term.add_argument("--all", action="store_true", help="every slice of the cluster")
     term.add_argument("--yes", action="store_true", help="do not ask")
     for p in (create, listing, get, term):
-        p.add_argument("--json", action="store_true")
+        _leaf_options(p)
 
 
 def add_vm_verbs(parent: Any) -> None:
     sub = parent.add_subparsers(dest="vm_action", required=True)
-    sub.add_parser("status", help="every VM: the controller's and each slice host").add_argument(
-        "--json", action="store_true")
+    _leaf_options(sub.add_parser("status", help="every VM: the controller's and each host"))
     get = sub.add_parser("get", help="one VM")
     logs = sub.add_parser("logs", help="a host's task output from the log store, or the "
                           "controller VM's serial console")
     for p in (get, logs):
         p.add_argument("vm_id")
-        p.add_argument("--json", action="store_true")
+        _leaf_options(p)
+
+
+def _leaf_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true")
+    # Also after the verb (`iris slice list --config F`); SUPPRESS keeps an earlier one.
+    p.add_argument("--config", type=Path, default=argparse.SUPPRESS,
+                   help="cluster config YAML")
 
 
 class Providers:
@@ -73,6 +81,12 @@ class Providers:
         return self._made[region]
 
     def group(self, name: str) -> ScaleGroupConfig:
+        known = [g.name for g in self.config.scale_groups()]
+        if name not in known:
+            close = difflib.get_close_matches(name, known, n=1)
+            raise InvalidRequestError(f"--scale-group: no scale group {name!r}"
+                                      f"{f' (did you mean {close[0]!r}?)' if close else ''}; "
+                                      f"known: {', '.join(known) or 'none'}")
         group = self.config.scale_group(name)
         if group.provider != "gcp":
             raise InvalidRequestError(f"--scale-group: {name} uses provider {group.provider}; "

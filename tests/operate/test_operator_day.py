@@ -156,3 +156,34 @@ def test_bad_config_is_refused_before_any_cloud_call(tmp_path):
         assert out.returncode == 2
         assert "max_slice: unknown key (did you mean 'max_slices'?)" in out.stderr
         assert world.compute.requests == [] and world.tpu.requests == []
+
+
+def test_controller_run_local_runs_the_configs_autoscaler_here(tmp_path, wait_until):
+    with GcpWorld(tmp_path) as world:
+        path = _config(tmp_path, "here")
+        path.write_text(path.read_text().replace("max_slices: 1",
+                                                 "min_slices: 1\n        max_slices: 1"))
+        log = open(tmp_path / "run-local.log", "wb")  # noqa: SIM115 - closed below
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "iris", "cluster", "--config", str(path), "controller",
+             "run-local", "--state-dir", str(tmp_path / "state"), "--dashboard-port", "0"],
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            env={**os.environ, "PYTHONPATH": str(ROOT), **world.env})
+        try:
+            # min_slices 1: the config's autoscaler, running here, makes the slice.
+            wait_until(world.tpu.nodes, 180, "the autoscaler's slice",
+                       explain=lambda: (tmp_path / "run-local.log").read_text()[-2000:])
+            [node] = world.tpu.nodes()
+            assert node["labels"]["iris-cluster"] == "here"
+            assert world.compute.instances() == []  # no VM: the controller runs here
+            # The top-level forms, --config after the verb.
+            assert _json(world, "controller", "status", "--config", str(path))["answering"]
+            [row] = _json(world, "slice", "list", "--config", str(path))
+            assert row["group"] == "v5e-4"
+        finally:
+            proc.terminate()
+            proc.wait(timeout=60)
+            log.close()
+        assert _json(world, "slice", "terminate", "--all", "--yes", "--config",
+                     str(path))["deleted"] == [row["slice_id"]]
+        assert world.tpu.nodes() == []
