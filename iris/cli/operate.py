@@ -19,6 +19,7 @@ from typing import Any
 from iris.actors.keys import CONTROLLER_KEY
 from iris.base.errors import InvalidRequestError, IrisError
 from iris.cli import slices
+from iris.cli.jobs import _scale_groups as scale_group_rows
 from iris.cli.jobs import print_rows
 
 # A fresh controller VM boots (~30 s), installs Iris (~1 min with uv) and starts; 15 min
@@ -221,6 +222,9 @@ class _Operator:
         try:
             out["workers"] = len(_call(out["address"], "list_workers", timeout_s=5.0))
             out["answering"] = True
+            if whole:  # the autoscalers' own view, region by region
+                out["regions"] = scale_group_rows(_call(out["address"], "snapshot",
+                                                        timeout_s=5.0))
         except IrisError as exc:
             out["answering"], out["error"] = False, str(exc)
         if whole:
@@ -235,6 +239,10 @@ class _Operator:
         if whole:
             print_rows(out["scale_groups"], ["region", "group", "accelerator", "min", "max",
                                              "slices"], False)
+            for g in out.get("regions", []):
+                print(f"  autoscaler {g['region']}/{g['group']}: {g['ready']} ready, "
+                      f"{g['booting']} booting, {g['preempted']} preempted"
+                      f"{'; held back: ' + g['held'] if g['held'] else ''}")
         return 0
 
     def _groups(self) -> list[dict]:

@@ -33,7 +33,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from iris.actors import tokens
 from iris.base.clock import SYSTEM_CLOCK, Clock
 from iris.base.errors import ConfigError, IrisError
 
@@ -202,6 +201,8 @@ class NoticeResponder:
 
     def _discover_token(self) -> bytes | None:
         """As the Worker does on the controller's own host: from the state dir it names."""
+        from iris.actors import tokens  # here: tasks import this module (read_notice) bare
+
         try:
             state_dir = self._node.call(self._controller, self._key, "state_dir",
                                         timeout_s=5.0).result()
