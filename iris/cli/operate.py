@@ -19,7 +19,6 @@ from typing import Any
 from iris.actors.keys import CONTROLLER_KEY
 from iris.base.errors import InvalidRequestError, IrisError
 from iris.cli import slices
-from iris.cli.jobs import _scale_groups as scale_group_rows
 from iris.cli.jobs import print_rows
 
 # A fresh controller VM boots (~30 s), installs Iris (~1 min with uv) and starts; 15 min
@@ -281,6 +280,18 @@ class _Operator:
             state_dir=args.state_dir or Path(ctl.state_dir or "iris-state"),
             bind=args.bind or ctl.bind or ctl.address, config=args.config, keys=None,
             dashboard_host=args.dashboard_host, dashboard_port=args.dashboard_port))
+
+
+def scale_group_rows(snapshot: dict) -> list[dict]:
+    """The controller snapshot's autoscaled groups: slices by state, and what holds them."""
+    rows = []
+    for region in snapshot.get("capacity") or []:
+        for g in region.get("groups", []):
+            states = [s.get("state") for s in g.get("slices", [])]
+            rows.append({"region": region.get("region"), "group": g.get("group"),
+                         "ready": states.count("READY"), "booting": states.count("CREATING"),
+                         "preempted": states.count("PREEMPTED"), "held": g.get("held", "")})
+    return rows
 
 
 def _call(address: str, method: str, *args: Any, timeout_s: float) -> Any:
