@@ -110,6 +110,9 @@ def test_operator_day_start_slice_job_logs_terminate_stop(tmp_path, wait_until):
         groups = _json(world, "cluster", "status", "--address", address)["scale_groups"]
         assert [(g["group"], g["ready"]) for g in groups] == [("v5e-4", 1)]
         assert len(world.tpu.requests_for("POST", "/nodes")) == 1
+        regions = _json(world, *cluster, "status")["regions"]
+        assert [(g["region"], g["group"], g["ready"]) for g in regions] == \
+            [("us-central2", "v5e-4", 1)]
 
         vms = {r["vm_id"]: r for r in _json(world, *cluster, "vm", "status")}
         assert set(vms) == {"day-controller", host} and vms[host]["slice"] == slice_id

@@ -130,3 +130,23 @@ def test_gce_preemption_notice_requeues_task_and_runs_on_preempt_with_deadline(t
             for proc in (gce, spare):
                 if proc is not None:
                     _stop(proc)
+
+
+def test_preemption_notice_needs_the_worker_role_and_a_well_formed_message(tmp_path):
+    from iris.base.errors import InvalidRequestError, PermissionDeniedError
+
+    state = tmp_path / "cluster"
+    with iris.local_cluster(workers=1, state_dir=state) as ctx, \
+            iris.connect(ctx.address) as client:  # a separate node: not the controller's own
+        [worker] = _workers(ctx).values()
+        args = (worker["worker_id"], worker["address"], "GCE instance/preempted=TRUE", 30.0)
+        with pytest.raises(PermissionDeniedError):
+            client.node.call(ctx.address, CONTROLLER_KEY, "preemption_notice", args,
+                             timeout_s=30).result()
+        token = tokens.read(state / "controller" / tokens.CLUSTER_TOKEN_FILE)
+        with pytest.raises(InvalidRequestError, match="time_left_s"):
+            client.node.call(ctx.address, CONTROLLER_KEY, "preemption_notice",
+                             (*args[:3], -1.0), timeout_s=30, auth=token).result()
+        assert worker["worker_id"] in _workers(ctx)
+        # A client's job still lands on that worker: nothing was drained by the refusals.
+        assert iris.submit(["true"]).wait(timeout=120)["state"] == "succeeded"
