@@ -16,7 +16,7 @@ from collections.abc import Callable
 import iris
 from iris.base.errors import InvalidRequestError, IrisError
 from iris.base.resources import parse_size
-from iris.cli import checkpoints, jobs
+from iris.cli import checkpoints, jobs, operate
 from iris.cli.parser import build_parser
 
 
@@ -42,7 +42,8 @@ def _hoist_global_options(argv: list[str]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(_hoist_global_options(list(sys.argv[1:] if argv is None
                                                            else argv)))
-    handler = _HANDLERS[(args.verb, getattr(args, "action", None))]
+    handler = operate.run if operate.wanted(args) else \
+        _HANDLERS[(args.verb, getattr(args, "action", None))]
     try:
         if handler in _CLIENT_VERBS:
             with iris.connect(args.address):
@@ -161,7 +162,8 @@ def _worker(args: argparse.Namespace) -> int:
     token = tokens.read(args.token_file) if args.token_file else None
     run_worker(controller, region=args.region, attrs=parse_attrs(args.attr),
                root=args.work_dir, worker_id=args.worker_id, bind=args.bind,
-               keys_dir=args.keys, stop=stop, token=token)
+               keys_dir=args.keys, stop=stop, token=token,
+               preemption_notice=args.preemption_notice)
     return 0
 
 

@@ -10,8 +10,10 @@ from __future__ import annotations
 import argparse
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import iris
+from iris.cli import operate
 
 DESCRIPTION = """\
 Iris runs Python jobs and actors on a cluster: your laptop, or TPU and GPU hosts in several
@@ -58,7 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     _job(verbs)
     _actor(verbs)
     _worker(verbs)
-    _controller(verbs)
+    operate.add_top_level(verbs, _controller(verbs))
     _keys(verbs)
     _demo(verbs)
     completion = verbs.add_parser(
@@ -77,13 +79,22 @@ def _sub(verbs, name: str, help: str, example: str, description: str | None = No
 
 
 def _cluster(verbs) -> None:
-    cluster = verbs.add_parser("cluster", help="start a local cluster, or see one at a glance")
+    cluster = verbs.add_parser("cluster", help="start a local cluster, or operate one from its "
+                               "config file; see one at a glance")
+    cluster.add_argument("--config", type=Path, metavar="FILE",
+                         help="cluster config YAML: operate the GCP cluster it describes "
+                         "(start, stop, slice, vm...), e.g. --config cluster.yaml")
     actions = cluster.add_subparsers(dest="action", required=True, metavar="ACTION")
-    start = _sub(actions, "start", "run a cluster on this machine in the foreground (Ctrl-C "
-                 "stops it)", "iris cluster start --local --workers 2 --cpu 1")
-    start.add_argument("--local", action="store_true", required=True,
+    start = _sub(actions, "start", "--local: run a cluster on this machine in the foreground "
+                 "(Ctrl-C stops it); --config F: create the controller VM and wait for it",
+                 "iris cluster start --local --workers 2 --cpu 1")
+    start.add_argument("--local", action="store_true",
                        help="the cluster runs here: controller in this process, workers as "
-                       "child processes (required; remote clusters are started by operators)")
+                       "child processes (or --config F for a GCP cluster)")
+    start.add_argument("--json", action="store_true", help=_JSON_HELP)
+    start.add_argument("--timeout", type=float, default=operate.START_TIMEOUT_S,
+                       metavar="SECONDS", help="with --config: how long to wait for the "
+                       f"controller to answer, e.g. 900 (default {operate.START_TIMEOUT_S:g})")
     start.add_argument("--workers", type=int, default=2, metavar="N",
                        help="worker processes to start, e.g. 2 (default 2)")
     start.add_argument("--cpu", type=float, default=None, metavar="CPUS",
@@ -105,6 +116,7 @@ def _cluster(verbs) -> None:
     listing = _sub(actions, "checkpoints", "list the controller's checkpoints in GCS (time, "
                    "size, job counts), oldest first", "iris cluster checkpoints --json")
     listing.add_argument("--json", action="store_true", help=_JSON_HELP)
+    operate.add_cluster_actions(actions)
 
 
 def _job(verbs) -> None:
@@ -244,9 +256,13 @@ def _worker(verbs) -> None:
     worker.add_argument("--json", action="store_true", help=_JSON_HELP + " (with list)")
     worker.add_argument("--exit-with-parent", action="store_true",
                         help="stop when the process that started this worker exits")
+    worker.add_argument("--preemption-notice", choices=["auto", "gce", "off"], default="auto",
+                        help="watch the GCE metadata server (or $GCE_METADATA_HOST) for the "
+                        "cloud's preemption notice; auto: only on a GCE machine, e.g. "
+                        "--preemption-notice off")
 
 
-def _controller(verbs) -> None:
+def _controller(verbs) -> Any:
     controller = verbs.add_parser("controller", help="operators: run the controller")
     actions = controller.add_subparsers(dest="action", required=True, metavar="ACTION")
     serve = _sub(actions, "serve", "run the controller (and registry) in the foreground",
@@ -271,6 +287,7 @@ def _controller(verbs) -> None:
     origin.add_argument("--no-restore", action="store_true",
                         help="never restore: use the local job store, or start empty")
     dashboard_options(serve)
+    return actions
 
 
 def _keys(verbs) -> None:

@@ -31,6 +31,7 @@ from iris.controller.gangs.coordinator import (
 from iris.controller.gangs.runner import GangRunner
 from iris.controller.gangs.tracking import PlaceRound, ReleaseRound, SyncRegion
 from iris.controller.jobs.model import TERMINAL_JOB
+from iris.controller.preemption_notices import apply_notice
 from iris.controller.regions.region import Region
 from iris.controller.service import ControllerConfig, ControllerService
 from iris.wire import schema
@@ -229,6 +230,13 @@ class Controller:
         """From a worker's watchdog: the worker process died and its attempts are stopped."""
         self._after(self._svc.worker_gone(worker_id, address, "its worker process died (the "
                                           "watchdog stopped its attempts)"))
+
+    @requires(tokens.MEMBER)
+    def preemption_notice(self, worker_id: str, address: str, reason: str,
+                          time_left_s: float) -> dict:
+        """The cloud will take this worker's machine: requeue its work now (see
+        preemption_notices.py)."""
+        return self._after(apply_notice(self._svc, worker_id, address, reason, time_left_s))
 
     def list_workers(self) -> list[dict]:
         return self._svc.list_workers()

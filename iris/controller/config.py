@@ -90,6 +90,9 @@ class ControllerSection:
     address: str  # what others dial, e.g. tcp://10.128.0.2:7100
     bind: str | None = None  # what the controller binds; None = same as address
     state_dir: str | None = None  # SQLite state directory; None = the CLI's --state-dir
+    # The controller's own VM, for `iris cluster start|stop` (config_vm.py); None: the
+    # operator runs the controller somewhere else.
+    vm: Any = None
 
 
 @dataclass(frozen=True)
@@ -345,14 +348,20 @@ def _storage(data: Any) -> StorageConfig:
     )
 
 
-def _controller(data: Any) -> ControllerSection:
-    sec = _Section(data, "controller", ("address", "bind", "state_dir"))
+def _controller(data: Any, name: str, gcp: Any) -> ControllerSection:
+    from iris.controller.config_vm import controller_vm
+
+    sec = _Section(data, "controller", ("address", "bind", "state_dir", "vm"))
     for key in ("address", "bind"):
         value = sec.get(key, str, None if key == "bind" else _REQUIRED)
         if value is not None and not _ADDRESS.match(value):
             raise ConfigError(f"controller.{key}: {value!r} is not tcp://HOST:PORT or ipc://PATH")
+    vm = sec.get("vm", dict, None)
     return ControllerSection(address=sec.data["address"], bind=sec.data.get("bind"),
-                            state_dir=sec.get("state_dir", str, None))
+                             state_dir=sec.get("state_dir", str, None),
+                             vm=None if vm is None else controller_vm(
+                                 _Section(vm, "controller.vm", _VM_KEYS), name, gcp,
+                                 sec.data["address"]))
 
 
 def _gcp(data: Any) -> GcpConfig:
@@ -361,8 +370,17 @@ def _gcp(data: Any) -> GcpConfig:
                         for k, f in GcpConfig.__dataclass_fields__.items()})
 
 
+_VM_KEYS = ("enabled", "name", "zone", "machine_type", "boot_image", "disk_size_gb", "port",
+            "dashboard_port", "image")
+
+
 def parse_config(data: Any) -> ClusterConfig:
-    """A ClusterConfig from an already-parsed YAML tree (dicts, lists, scalars)."""
+    """A ClusterConfig from an already-parsed YAML tree (dicts, lists, scalars): the
+    multi-region form, or the single-region form of the Iris README (config_seed.py)."""
+    from iris.controller.config_seed import is_seed_form, normalize_seed
+
+    if is_seed_form(data):
+        data = normalize_seed(data)
     top = _Section(data, "", ("name", "controller", "storage", "gcp", "regions", "autoscaler"))
     regions_sec = _Section(top.get("regions", dict), "regions", tuple(top.data["regions"]))
     if not regions_sec.data:
@@ -373,16 +391,19 @@ def parse_config(data: Any) -> ClusterConfig:
         if not isinstance(name, str) or not _NAME.match(name):
             raise ConfigError(f"regions.{name}: {_bad_name(name)}")
         regions[name] = _region(region, f"regions.{name}", name, seen)
+    name = top.name("name")
+    gcp = _gcp(top.data["gcp"]) if top.data.get("gcp") is not None else None
     config = ClusterConfig(
-        name=top.name("name"), controller=_controller(top.get("controller", dict)),
-        storage=_storage(top.get("storage", dict)), regions=regions,
-        gcp=_gcp(top.data["gcp"]) if top.data.get("gcp") is not None else None,
+        name=name, controller=_controller(top.get("controller", dict), name, gcp),
+        storage=_storage(top.get("storage", dict)), regions=regions, gcp=gcp,
         autoscaler=_autoscaler(top.get("autoscaler", dict, {})),
     )
     gcp_groups = [g for g in config.scale_groups() if g.provider == "gcp"]
     if gcp_groups and config.gcp is None:
         raise ConfigError(f"gcp: required because scale group {gcp_groups[0].name} "
                           "uses provider gcp")
+    if config.controller.vm is not None and config.controller.vm.enabled and gcp is None:
+        raise ConfigError("gcp: required because controller.vm makes the controller's VM")
     return config
 
 

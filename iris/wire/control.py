@@ -5,7 +5,8 @@ frozen dataclass; `decode(Cls, raw)` checks a peer's plain data completely (type
 missing and unknown fields) before anything acts on it, and names the first wrong field, so a
 refused message changes no state anywhere. `encode(msg)` gives the plain data to send.
 
-    worker -> controller   WorkerRegistration (register_worker), WorkerReport (report)
+    worker -> controller   WorkerRegistration (register_worker), WorkerReport (report),
+                           PreemptionNotice (preemption_notice)
     controller -> worker   Launch (start_attempt), StopRequest (stop_attempt)
     controller -> region   RegionSync (sync)
     region -> controller   DrainHosts, UndrainHosts, HostsGone
@@ -23,7 +24,8 @@ from iris.base.errors import InvalidRequestError
 from iris.wire.schema import decode, encode, limits
 
 __all__ = [
-    "AttemptUpdate", "DrainHosts", "Entrypoint", "HostsGone", "Launch", "RegionSync",
+    "AttemptUpdate", "DrainHosts", "Entrypoint", "HostsGone", "Launch", "PreemptionNotice",
+    "RegionSync",
     "SliceInfo", "StopRequest", "UndrainHosts", "WorkerRegistration", "WorkerReport",
     "arguments", "decode", "encode",
 ]
@@ -71,6 +73,18 @@ class WorkerReport:
     updates: tuple[AttemptUpdate, ...] = field(metadata=limits(max_items=4096))
     stats: dict[str, Any] | None = field(default=None, metadata=limits(max_items=64))
     running: tuple[str, ...] | None = field(default=None, metadata=_ATTEMPTS)
+
+
+@dataclass(frozen=True)
+class PreemptionNotice:
+    """The cloud announced it will take this worker's machine (GCE gives 30 s): requeue its
+    work now, place nothing more on it; its attempts get `time_left_s` to checkpoint."""
+
+    worker_id: str = field(metadata=_ID)
+    address: str = field(metadata=limits(max_len=512, non_empty=True))
+    reason: str = field(metadata=limits(max_len=4096, non_empty=True))
+    # GCE's longest notice is 60 s (maintenance); an hour bounds a nonsense value.
+    time_left_s: float = field(metadata=limits(min_value=0.0, max_value=3600.0))
 
 
 @dataclass(frozen=True)

@@ -97,6 +97,10 @@ class Worker:
         stop = control.decode(control.StopRequest, body)
         if stop.attempt_id not in self._book.held:
             return False
+        shipper = self._shippers.get(stop.attempt_id)
+        if shipper is not None:  # the task's log says why it stops (a preemption notice, a kill)
+            grace = f"{stop.grace_s:g} s" if "grace_s" in body else "the default grace"
+            shipper.write("stderr", f"[iris] stopping ({grace}): {stop.reason}\n")
         self._on_event(attempts.Stop(stop.attempt_id, body.get("grace_s")))
         return True
 

@@ -16,6 +16,7 @@ from iris.actors.keys import CONTROLLER_KEY, worker_key
 from iris.base.errors import ConfigError, InvalidRequestError
 from iris.base.ids import new_id
 from iris.base.resources import Resources, tpu_shape
+from iris.worker import preemption_notice as notices
 from iris.worker.actor import Worker
 
 
@@ -92,7 +93,8 @@ def run_worker(controller: str, *, region: str = "local", attrs: dict[str, str] 
                root: Path | None = None, worker_id: str | None = None,
                bind: str = "tcp://127.0.0.1:0", keys_dir: str | None = None,
                grace_s: float = 10.0, ready: threading.Event | None = None,
-               stop: threading.Event | None = None, token: bytes | None = None) -> None:
+               stop: threading.Event | None = None, token: bytes | None = None,
+               preemption_notice: str = "auto") -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: "
                         "%(message)s")
     root = root or Path(os.environ.get("IRIS_WORKER_DIR", "/tmp/iris-worker"))
@@ -109,6 +111,7 @@ def run_worker(controller: str, *, region: str = "local", attrs: dict[str, str] 
     node = Node(NodeConfig(bind=bind), security=security).start()
     ctx = ClusterContext(node, controller, namespace="/", owns_node=True)
     stop = stop or threading.Event()
+    watcher = None
     try:
         # Hosted, not registered: the controller calls a worker at the address it registered
         # with, so a registry name (and its renewal every second) would only double each
@@ -116,11 +119,15 @@ def run_worker(controller: str, *, region: str = "local", attrs: dict[str, str] 
         node.host(worker_key(worker_id), Worker, (worker_id, controller, CONTROLLER_KEY,
                                                    attributes, root, node, advertised, grace_s,
                                                    token))
+        watcher = notices.start_watching(preemption_notice, notices.NoticeResponder(
+            node, controller, CONTROLLER_KEY, worker_id, root, token))
         print(f"worker {worker_id} serving at {node.address}", flush=True)
         if ready is not None:
             ready.set()
         stop.wait()
     finally:
+        if watcher is not None:
+            watcher.stop()
         ctx.close()
         os.close(lock)
 

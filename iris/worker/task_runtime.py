@@ -3,12 +3,16 @@ runner for callable tasks. No sockets: importable without pyzmq.
 
     import iris.worker.task_runtime as rt
     rt.on_preempt(lambda: save_checkpoint())   # runs once on SIGTERM, then the task exits
+    rt.on_preempt(lambda notice: save_checkpoint(by=notice.deadline))   # the cloud's notice
 
 The worker stops an attempt with SIGTERM, waits a grace period (10 s by default), then
 SIGKILLs the whole process group. Registered callbacks run once, on the first
 SIGTERM, on a thread of their own while the main thread runs on; once they return the
 process exits at once with code 143 (128 + SIGTERM), so the worker reads it as "stopped"
-and the controller can retry from the checkpoint.
+and the controller can retry from the checkpoint. A callback that takes one argument gets
+the cloud's preemption notice (`preemption_notice.Notice`: reason, deadline as wall-clock
+seconds, `time_left(now)`) when the stop comes from one, else None; the notice is also
+printed to stderr, so the task's log says why it stopped.
 
 A callable task is a cloudpickled `(fn, args, kwargs)`; `python -m iris.worker.task_runtime
 PAYLOAD_FILE` runs one. Its result (or exception) is written, cloudpickled, to the file named
@@ -26,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 PREEMPT_EXIT_CODE = 128 + signal.SIGTERM
-_callbacks: list[Callable[[], None]] = []  # per process by nature: signal handlers are too
+_callbacks: list[Callable[..., None]] = []  # per process by nature: signal handlers are too
 _lock = threading.Lock()
 _fired = False
 
@@ -47,8 +51,9 @@ def current_attempt() -> AttemptInfo | None:
                        attempt_dir=os.environ.get("IRIS_ATTEMPT_DIR", ""))
 
 
-def on_preempt(callback: Callable[[], None]) -> None:
-    """Run `callback` once when the worker asks this task to stop, within the grace period."""
+def on_preempt(callback: Callable[..., None]) -> None:
+    """Run `callback` once when the worker asks this task to stop, within the grace period;
+    one taking an argument gets the cloud's preemption notice (or None on a plain stop)."""
     if not callable(callback):
         raise TypeError(f"on_preempt: expected a callable, got {callback!r}")
     with _lock:
@@ -74,10 +79,11 @@ def _handle_sigterm(signum: int, frame: object) -> None:
                      name="iris-preempt", daemon=True).start()
 
 
-def _run_callbacks_then_exit(callbacks: list[Callable[[], None]]) -> None:
+def _run_callbacks_then_exit(callbacks: list[Callable[..., None]]) -> None:
+    notice = _notice()
     for callback in callbacks:
         try:
-            callback()
+            callback(notice) if _takes_argument(callback) else callback()
         except Exception:
             traceback.print_exc()
     for stream in (sys.stdout, sys.stderr):
@@ -86,6 +92,31 @@ def _run_callbacks_then_exit(callbacks: list[Callable[[], None]]) -> None:
         except Exception:
             pass
     os._exit(PREEMPT_EXIT_CODE)
+
+
+def _notice() -> object | None:
+    """The cloud's notice the worker left in this attempt's directory, said on stderr."""
+    from iris.base.clock import SYSTEM_CLOCK
+    from iris.worker.preemption_notice import read_notice
+
+    notice = read_notice(os.environ.get("IRIS_ATTEMPT_DIR", "")) \
+        if os.environ.get("IRIS_ATTEMPT_DIR") else None
+    if notice is not None:
+        print(f"[iris] preemption notice: {notice.reason}; "
+              f"{notice.time_left(SYSTEM_CLOCK.wall()):.1f} s left; running on_preempt "
+              "callbacks", file=sys.stderr, flush=True)
+    return notice
+
+
+def _takes_argument(callback: Callable[..., None]) -> bool:
+    import inspect
+
+    try:
+        params = inspect.signature(callback).parameters.values()
+    except (TypeError, ValueError):  # a builtin without a signature: call it bare
+        return False
+    return any(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)
+               for p in params)
 
 
 def run_payload(payload: bytes) -> int:

@@ -87,6 +87,9 @@ CALLS = [
     ("drain_hosts", st.tuples(junk)),
     ("hosts_gone", st.tuples(junk)),
     ("get_bundle", st.tuples(st.one_of(unknown_id, not_str))),
+    ("preemption_notice", st.tuples(st.one_of(unknown_id, not_str), junk, not_str, junk)),
+    ("preemption_notice", st.tuples(unknown_id, st.just("tcp://127.0.0.1:9"), st.text(),
+                                    st.floats().filter(lambda x: not 0 <= x <= 3600))),
 ]
 call = st.sampled_from(range(len(CALLS))).flatmap(
     lambda i: st.tuples(st.just(CALLS[i][0]), CALLS[i][1]))

@@ -13,6 +13,7 @@ become ProviderError. Each is raised `from` the Google exception.
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 from dataclasses import dataclass
@@ -76,9 +77,15 @@ class GcpTpuSettings:
     poll_max_s: float = 30.0
 
 
+# Anonymous credentials against this endpoint instead of Google's (an emulator or a fake).
+ENV_ENDPOINT = "IRIS_GCP_TPU_ENDPOINT"
+
+
 def make_tpu_client(endpoint: str | None = None) -> tpu_v2.TpuClient:
-    """The REST client: application default credentials, or anonymous against `endpoint`."""
-    if endpoint is None:
+    """The REST client: application default credentials, or anonymous against `endpoint`
+    (default $IRIS_GCP_TPU_ENDPOINT)."""
+    endpoint = endpoint or os.environ.get(ENV_ENDPOINT)
+    if not endpoint:
         return tpu_v2.TpuClient(transport="rest")
     return tpu_v2.TpuClient(credentials=AnonymousCredentials(), transport="rest",
                             client_options=ClientOptions(api_endpoint=endpoint))

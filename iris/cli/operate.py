@@ -1,0 +1,331 @@
+"""Operating a cluster from its config file: `iris cluster --config F start|stop|restart|status`,
+`... controller start|stop|restart|status|run-local`, and the slice and vm verbs (slices.py).
+
+Not the controller: `start` makes (or finds) the controller's VM through the Compute Engine
+client, whose startup script runs `iris controller serve --config` (and with it the
+autoscaler), then waits until the controller answers. Slices are the autoscaler's; `stop`
+deletes them all and then the VM. The same verbs stand at the top level with their own
+--config (`iris slice list --config F`, `iris controller status --config F`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from iris.actors.keys import CONTROLLER_KEY
+from iris.base.errors import InvalidRequestError, IrisError
+from iris.cli import slices
+from iris.cli.jobs import print_rows
+
+# A fresh controller VM boots (~30 s), installs Iris (~1 min with uv) and starts; 15 min
+# covers a slow image pull or pip fallback before `start` gives up waiting.
+START_TIMEOUT_S = 900.0
+_CONTROLLER_ACTIONS = ("start", "stop", "restart", "status", "run-local")
+
+
+def add_cluster_actions(cluster: Any) -> None:
+    """stop, restart, controller, slice, vm under `iris cluster` (start/status exist)."""
+    for name, text in (("stop", "delete every slice, then the controller VM (asks first)"),
+                       ("restart", "restart the controller VM, keeping its state")):
+        p = cluster.add_parser(name, help=text)
+        _common(p, yes=name == "stop")
+    _controller_actions(cluster.add_parser("controller", help="the controller alone"), False)
+    slices.add_slice_verbs(cluster.add_parser("slice", help="the cluster's slices"))
+    slices.add_vm_verbs(cluster.add_parser("vm", help="the cluster's VMs"))
+
+
+def add_top_level(verbs: Any, controller_sub: Any) -> None:
+    """`iris slice|vm ... --config F` and `iris controller start|... --config F`."""
+    for action in _CONTROLLER_ACTIONS:
+        _controller_action(controller_sub, action, with_config=True)
+    for verb, add in (("slice", slices.add_slice_verbs), ("vm", slices.add_vm_verbs)):
+        p = verbs.add_parser(verb, help=f"operator: the cluster's {verb}s (needs --config)")
+        p.add_argument("--config", type=Path, help="cluster config YAML (here or after the "
+                       "verb)")
+        add(p)
+
+
+def _common(p: argparse.ArgumentParser, yes: bool = False) -> None:
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--timeout", type=float, default=START_TIMEOUT_S, metavar="SECONDS",
+                   help=f"how long to wait for the controller to answer (default "
+                   f"{START_TIMEOUT_S:.0f})")
+    if yes:
+        p.add_argument("--yes", action="store_true", help="do not ask")
+
+
+def _controller_actions(parser: argparse.ArgumentParser, with_config: bool) -> None:
+    sub = parser.add_subparsers(dest="controller_action", required=True)
+    for action in _CONTROLLER_ACTIONS:
+        _controller_action(sub, action, with_config)
+
+
+def _controller_action(sub: Any, action: str, with_config: bool) -> None:
+    p = sub.add_parser(action, help={
+        "start": "create (or find) the controller VM and wait until it answers",
+        "stop": "delete the controller VM (slices are left; asks first)",
+        "restart": "reset the controller VM: it resumes from its state on disk",
+        "status": "the controller VM and whether the controller answers",
+        "run-local": "run the controller and its autoscaler on this machine"}[action])
+    if with_config:
+        p.add_argument("--config", type=Path, required=True, help="cluster config YAML")
+    if action == "run-local":
+        p.add_argument("--state-dir", type=Path, help="default: controller.state_dir, "
+                       "else ./iris-state")
+        p.add_argument("--bind", help="default: controller.bind, else controller.address")
+        p.add_argument("--dashboard-port", type=int, default=None, metavar="PORT")
+        p.add_argument("--dashboard-host", default="127.0.0.1", metavar="HOST")
+    else:
+        _common(p, yes=action == "stop")
+
+
+def wanted(args: argparse.Namespace) -> bool:
+    """Whether these parsed arguments are an operator verb of this module."""
+    if args.verb in ("slice", "vm"):
+        return True
+    if args.verb == "controller":
+        return args.action != "serve"
+    if args.verb != "cluster" or getattr(args, "local", False):
+        return False
+    if args.action in ("checkpoint", "checkpoints"):  # client verbs (checkpoints.py)
+        return False
+    return args.config is not None or args.action not in ("status",)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.verb == "cluster" and args.action == "start" and args.config is None:
+        raise InvalidRequestError("cluster start: pass --config F (a GCP cluster) or --local")
+    kind = args.verb if args.verb in ("slice", "vm") else (
+        args.action if args.action in ("slice", "vm") else None)
+    op = _Operator(args.config)
+    try:
+        if kind == "slice":
+            return slices.slice_verb(args, op.providers, confirm)
+        if kind == "vm":
+            return op.vm(args)
+        if args.verb == "controller":
+            return op.act(args.action, args, whole=False)
+        if args.action == "controller":
+            return op.act(args.controller_action, args, whole=False)
+        return op.act(args.action, args, whole=True)
+    finally:
+        op.close()
+
+
+def confirm(question: str, yes: bool) -> bool:
+    """Ask on a terminal; without one, only --yes proceeds (a script must say so)."""
+    if yes:
+        return True
+    if not sys.stdin.isatty():
+        raise InvalidRequestError(f"{question} Not asked without a terminal: pass --yes")
+    return input(f"{question} [y/N] ").strip().lower() in ("y", "yes")
+
+
+class _Operator:
+    def __init__(self, config_path: Path | None):
+        from iris.controller.config import load_config
+
+        if config_path is None:
+            raise InvalidRequestError("--config: required (the cluster config YAML)")
+        self.config = load_config(config_path)  # refused whole before any cloud call
+        try:
+            self.text = Path(config_path).read_text()
+        except OSError as exc:
+            raise InvalidRequestError(f"{config_path}: {exc.strerror}") from exc
+        self.providers = slices.Providers(self.config)
+        self._vm: Any = None
+
+    @property
+    def controller_vm(self) -> Any:
+        if self._vm is None:
+            from iris.controller.providers.gcp_compute import ControllerVm
+
+            self._vm = ControllerVm(self.config, self.text)
+        return self._vm
+
+    def has_vm(self) -> bool:
+        vm = self.config.controller.vm
+        return vm is not None and vm.enabled
+
+    def close(self) -> None:
+        self.providers.close()
+        if self._vm is not None:
+            self._vm.close()
+
+    def act(self, action: str, args: argparse.Namespace, whole: bool) -> int:
+        if action == "run-local":
+            return self.run_local(args)
+        if action == "start":
+            info, made = self.controller_vm.create()
+            print(f"controller VM {info.name} in {info.zone}: "
+                  f"{'created' if made else 'found'} ({info.status}, {info.internal_ip})",
+                  file=sys.stderr, flush=True)
+            return self._answering(args, {"vm": info.name, "created": made})
+        if action == "restart":
+            self.controller_vm.reset()
+            print(f"controller VM {self.controller_vm.vm.name} reset; waiting for it",
+                  file=sys.stderr, flush=True)
+            return self._answering(args, {"vm": self.controller_vm.vm.name, "reset": True})
+        if action == "stop":
+            return self.stop(args, whole)
+        return self.status(args, whole)
+
+    def _answering(self, args: argparse.Namespace, facts: dict) -> int:
+        address = self.config.controller.address
+        workers = _call(address, "list_workers", timeout_s=args.timeout)
+        host = address.split("://", 1)[-1].rsplit(":", 1)[0]
+        port = self.config.controller.vm.dashboard_port if self.has_vm() else 8265
+        out = {**facts, "address": address, "dashboard": f"http://{host}:{port}",
+               "workers": len(workers)}
+        if args.json:
+            print(json.dumps(out))
+        else:
+            print(f"controller answering at {address} ({len(workers)} workers)")
+            print(f"  export IRIS_ADDRESS={address}")
+            print(f"  dashboard: {out['dashboard']}")
+        return 0
+
+    def stop(self, args: argparse.Namespace, whole: bool) -> int:
+        doomed = self.providers.all_slices() if whole else []
+        what = (f"{len(doomed)} slice(s) and " if whole else "") + \
+            f"the controller VM {self.controller_vm.vm.name}"
+        if not confirm(f"delete {what} of cluster {self.config.name}?", args.yes):
+            print("nothing deleted", file=sys.stderr)
+            return 1
+        deleted = self._delete_slices(doomed) if whole else []
+        vm_deleted = self.controller_vm.delete()
+        print(f"controller VM {self.controller_vm.vm.name}: "
+              f"{'deleted' if vm_deleted else 'not found'}", file=sys.stderr)
+        if whole:  # the autoscaler may have made one while we deleted: it is gone now
+            deleted += self._delete_slices(self.providers.all_slices())
+        if args.json:
+            print(json.dumps({"slices_deleted": deleted, "vm_deleted": vm_deleted}))
+        return 0
+
+    def _delete_slices(self, doomed: list) -> list[str]:
+        for info in doomed:
+            self.providers.find(info.slice_id)[1].delete_slice(info.slice_id)
+            print(f"deleted slice {info.slice_id}", file=sys.stderr, flush=True)
+        return [s.slice_id for s in doomed]
+
+    def status(self, args: argparse.Namespace, whole: bool) -> int:
+        out: dict[str, Any] = {"cluster": self.config.name,
+                               "address": self.config.controller.address}
+        if self.has_vm():
+            found = self.controller_vm.find()
+            out["vm"] = {"name": self.controller_vm.vm.name, "zone": self.controller_vm.vm.zone,
+                         "status": found.status if found else "NOT_FOUND",
+                         "internal_ip": found.internal_ip if found else ""}
+        try:
+            out["workers"] = len(_call(out["address"], "list_workers", timeout_s=5.0))
+            out["answering"] = True
+            if whole:  # the autoscalers' own view, region by region
+                out["regions"] = scale_group_rows(_call(out["address"], "snapshot",
+                                                        timeout_s=5.0))
+        except IrisError as exc:
+            out["answering"], out["error"] = False, str(exc)
+        if whole:
+            out["scale_groups"] = self._groups()
+        if args.json:
+            print(json.dumps(out))
+            return 0
+        vm = out.get("vm")
+        print(f"cluster {out['cluster']}: controller {out['address']} "
+              f"{'answering, ' + str(out['workers']) + ' workers' if out['answering'] else 'not answering'}"
+              + (f"; VM {vm['name']} ({vm['zone']}): {vm['status']}" if vm else ""))
+        if whole:
+            print_rows(out["scale_groups"], ["region", "group", "accelerator", "min", "max",
+                                             "slices"], False)
+            for g in out.get("regions", []):
+                print(f"  autoscaler {g['region']}/{g['group']}: {g['ready']} ready, "
+                      f"{g['booting']} booting, {g['preempted']} preempted"
+                      f"{'; held back: ' + g['held'] if g['held'] else ''}")
+        return 0
+
+    def _groups(self) -> list[dict]:
+        found = self.providers.all_slices()
+        return [{"region": g.region, "group": g.name, "accelerator": g.accelerator_variant
+                 or g.accelerator_type, "min": g.min_slices, "max": g.max_slices,
+                 "provider": g.provider,
+                 "slices": " ".join(f"{s.slice_id}:{s.state.value}" for s in found
+                                    if s.group == g.name)}
+                for g in self.config.scale_groups()]
+
+    def vm(self, args: argparse.Namespace) -> int:
+        rows = slices.vm_rows(self.providers, self.controller_vm if self.has_vm() else None)
+        if args.vm_action == "status":
+            print_rows(rows, slices.VM_COLUMNS, args.json)
+            return 0
+        row = next((r for r in rows if r["vm_id"] == args.vm_id), None)
+        if row is None:
+            raise InvalidRequestError(f"vm: no VM {args.vm_id!r} in cluster {self.config.name} "
+                                      f"(known: {', '.join(r['vm_id'] for r in rows)})")
+        if args.vm_action == "get":
+            print(json.dumps(row) if args.json else "\n".join(f"{k}: {v}" for k, v in row.items()))
+            return 0
+        if row["role"] == "controller":
+            text = self.controller_vm.serial_output()
+            print(json.dumps({"vm_id": row["vm_id"], "serial": text}) if args.json else text)
+            return 0
+        return _host_logs(self.config.controller.address, args.vm_id, args.json)
+
+    def run_local(self, args: argparse.Namespace) -> int:
+        """`iris controller serve` with this config, on this machine, in the foreground."""
+        from iris.cli.main import _controller_serve
+
+        ctl = self.config.controller
+        return _controller_serve(argparse.Namespace(
+            state_dir=args.state_dir or Path(ctl.state_dir or "iris-state"),
+            bind=args.bind or ctl.bind or ctl.address, config=args.config, keys=None,
+            dashboard_host=args.dashboard_host, dashboard_port=args.dashboard_port))
+
+
+def scale_group_rows(snapshot: dict) -> list[dict]:
+    """The controller snapshot's autoscaled groups: slices by state, and what holds them."""
+    rows = []
+    for region in snapshot.get("capacity") or []:
+        for g in region.get("groups", []):
+            states = [s.get("state") for s in g.get("slices", [])]
+            rows.append({"region": region.get("region"), "group": g.get("group"),
+                         "ready": states.count("READY"), "booting": states.count("CREATING"),
+                         "preempted": states.count("PREEMPTED"), "held": g.get("held", "")})
+    return rows
+
+
+def _call(address: str, method: str, *args: Any, timeout_s: float) -> Any:
+    import iris
+    from iris.client.retry import call_controller
+
+    with iris.connect(address) as ctx:
+        return call_controller(ctx.node, address, method, args, timeout_s=timeout_s)
+
+
+def _host_logs(address: str, host: str, as_json: bool) -> int:
+    """What tasks printed on `host`, from the log store (it outlives the host)."""
+    import iris
+    from iris.client.jobs import JobHandle
+    from iris.logstore.model import format_line
+
+    with iris.connect(address) as ctx:
+        for job in ctx.node.call(address, CONTROLLER_KEY, "list_jobs", (None, True),
+                                 timeout_s=30).result():
+            handle = JobHandle(job["job_id"], ctx)
+            for task in handle.tasks():
+                if task.get("worker_id") != host:
+                    continue
+                for line in handle.logs(task=task["index"]):
+                    if as_json:
+                        print(json.dumps({"job_id": job["job_id"], "task": line.task,
+                                          "attempt": line.attempt, "stream": line.stream,
+                                          "text": line.text}))
+                    else:
+                        text = format_line(line)
+                        print(f"{job['job_id']} {text}", end="" if text.endswith("\n") else "\n")
+    return 0
+
+
+__all__ = ["add_cluster_actions", "add_top_level", "confirm", "run", "wanted"]

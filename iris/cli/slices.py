@@ -1,0 +1,199 @@
+"""`iris slice ...` and `iris vm ...`: an operator's hands on the slices of a config's cluster.
+
+Not the autoscaler: these call the same Provider code it uses (GcpTpuProvider), one call
+per command, with the cluster's labels, so a slice made here is one the autoscaler lists
+and adopts (counted against its group's max_slices, never a second time). VM ids are the
+host ids the workers register under (`<slice>-w<index>`), plus the controller VM's name.
+Every verb prints a table, or with --json the same rows as one JSON document.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from iris.base.errors import CapacityError, InvalidRequestError, NotFoundError
+from iris.base.ids import new_id
+from iris.cli.jobs import print_rows
+from iris.controller.config import ClusterConfig, ScaleGroupConfig
+from iris.controller.providers.base import SliceInfo, SliceState
+
+SLICE_COLUMNS = ["slice_id", "group", "zone", "state", "hosts"]
+VM_COLUMNS = ["vm_id", "role", "slice", "zone", "state", "address"]
+_GONE = (SliceState.DELETING, SliceState.NOT_FOUND)
+
+
+def add_slice_verbs(parent: Any) -> None:
+    """`slice create|list|get|terminate` under `parent` (a subparsers object)."""
+    sub = parent.add_subparsers(dest="slice_action", required=True)
+    create = sub.add_parser("create", help="make one slice of a scale group now")
+    create.add_argument("--scale-group", required=True, metavar="G")
+    create.add_argument("--zone", help="default: the group's zones, in order")
+    listing = sub.add_parser("list", help="the cluster's slices")
+    listing.add_argument("--scale-group", metavar="G")
+    get = sub.add_parser("get", help="one slice")
+    get.add_argument("slice_id")
+    term = sub.add_parser("terminate", help="delete slices (asks first)")
+    term.add_argument("slice_ids", nargs="*", metavar="SLICE_ID")
+    term.add_argument("--all", action="store_true", help="every slice of the cluster")
+    term.add_argument("--yes", action="store_true", help="do not ask")
+    for p in (create, listing, get, term):
+        _leaf_options(p)
+
+
+def add_vm_verbs(parent: Any) -> None:
+    sub = parent.add_subparsers(dest="vm_action", required=True)
+    _leaf_options(sub.add_parser("status", help="every VM: the controller's and each host"))
+    get = sub.add_parser("get", help="one VM")
+    logs = sub.add_parser("logs", help="a host's task output from the log store, or the "
+                          "controller VM's serial console")
+    for p in (get, logs):
+        p.add_argument("vm_id")
+        _leaf_options(p)
+
+
+def _leaf_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true")
+    # Also after the verb (`iris slice list --config F`); SUPPRESS keeps an earlier one.
+    p.add_argument("--config", type=Path, default=argparse.SUPPRESS,
+                   help="cluster config YAML")
+
+
+class Providers:
+    """One GcpTpuProvider per region with gcp groups, made on first use, closed at the end."""
+
+    def __init__(self, config: ClusterConfig):
+        self.config = config
+        self._made: dict[str, Any] = {}
+
+    def regions(self) -> list[str]:
+        return sorted({g.region for g in self.config.scale_groups() if g.provider == "gcp"})
+
+    def for_region(self, region: str) -> Any:
+        if region not in self._made:
+            from iris.controller.providers.gcp_tpu import GcpTpuProvider
+
+            self._made[region] = GcpTpuProvider.from_config(self.config, region)
+        return self._made[region]
+
+    def group(self, name: str) -> ScaleGroupConfig:
+        known = [g.name for g in self.config.scale_groups()]
+        if name not in known:
+            close = difflib.get_close_matches(name, known, n=1)
+            raise InvalidRequestError(f"--scale-group: no scale group {name!r}"
+                                      f"{f' (did you mean {close[0]!r}?)' if close else ''}; "
+                                      f"known: {', '.join(known) or 'none'}")
+        group = self.config.scale_group(name)
+        if group.provider != "gcp":
+            raise InvalidRequestError(f"--scale-group: {name} uses provider {group.provider}; "
+                                      "slice commands act on gcp groups (the controller makes "
+                                      "the others itself)")
+        return group
+
+    def all_slices(self) -> list[SliceInfo]:
+        return [s for r in self.regions() for s in self.for_region(r).list_slices()]
+
+    def find(self, slice_id: str) -> tuple[SliceInfo, Any]:
+        for region in self.regions():
+            info = self.for_region(region).slice_status(slice_id)
+            if info.state is not SliceState.NOT_FOUND:
+                return info, self.for_region(region)
+        raise NotFoundError(f"no slice {slice_id!r} in cluster {self.config.name}")
+
+    def close(self) -> None:
+        for provider in self._made.values():
+            provider.close()
+
+
+def slice_row(info: SliceInfo) -> dict:
+    return {"slice_id": info.slice_id, "group": info.group, "zone": info.zone,
+            "state": info.state.value, "hosts": ",".join(h.address for h in info.hosts),
+            "detail": info.detail}
+
+
+def create_slice(providers: Providers, group_name: str, zone: str | None) -> SliceInfo:
+    """One slice of the group, within its max_slices (the autoscaler adopts it), trying the
+    group's zones in order past stock-outs."""
+    group = providers.group(group_name)
+    if zone is not None and zone not in group.zones:
+        raise InvalidRequestError(f"--zone: scale group {group.name} does not use {zone!r} "
+                                  f"(its zones: {', '.join(group.zones)})")
+    provider = providers.for_region(group.region)
+    alive = [s for s in provider.list_slices(group.name) if s.state not in _GONE]
+    if len(alive) >= group.max_slices:
+        raise InvalidRequestError(
+            f"--scale-group: {group.name} is at max_slices {group.max_slices} "
+            f"({', '.join(s.slice_id for s in alive)}); terminate one or raise max_slices")
+    slice_id = f"{group.name[:48].rstrip('-')}-op-{new_id(nbytes=3)}"
+    errors = []
+    for candidate in [zone] if zone else list(group.zones):
+        try:
+            return provider.create_slice(group, candidate, slice_id)
+        except CapacityError as exc:
+            errors.append(str(exc))
+    raise CapacityError("; ".join(errors))
+
+
+def slice_verb(args: argparse.Namespace, providers: Providers, confirm: Any) -> int:
+    action = args.slice_action
+    if action == "create":
+        info = create_slice(providers, args.scale_group, args.zone)
+        _out([slice_row(info)], SLICE_COLUMNS, args.json, one=True)
+    elif action == "list":
+        found = providers.all_slices()
+        if args.scale_group:
+            providers.group(args.scale_group)  # a typo is named, not an empty list
+            found = [s for s in found if s.group == args.scale_group]
+        _out([slice_row(s) for s in found], SLICE_COLUMNS, args.json)
+    elif action == "get":
+        _out([slice_row(providers.find(args.slice_id)[0])], SLICE_COLUMNS, args.json, one=True)
+    else:
+        return _terminate(args, providers, confirm)
+    return 0
+
+
+def _terminate(args: argparse.Namespace, providers: Providers, confirm: Any) -> int:
+    if bool(args.all) == bool(args.slice_ids):
+        raise InvalidRequestError("slice terminate: name slice ids or pass --all (not both)")
+    targets = providers.all_slices() if args.all else \
+        [providers.find(s)[0] for s in args.slice_ids]  # every id checked before any delete
+    if targets and not confirm(f"delete {len(targets)} slice(s): "
+                               f"{', '.join(s.slice_id for s in targets)}?", args.yes):
+        print("nothing deleted", file=sys.stderr)
+        return 1
+    for info in targets:
+        providers.find(info.slice_id)[1].delete_slice(info.slice_id)
+        print(f"deleted slice {info.slice_id}", file=sys.stderr)
+    if args.json:
+        print(json.dumps({"deleted": [s.slice_id for s in targets]}))
+    return 0
+
+
+def vm_rows(providers: Providers, controller_vm: Any) -> list[dict]:
+    rows = []
+    if controller_vm is not None:
+        found = controller_vm.find()
+        rows.append({"vm_id": controller_vm.vm.name, "role": "controller", "slice": "",
+                     "zone": controller_vm.vm.zone,
+                     "state": found.status if found else "NOT_FOUND",
+                     "address": found.internal_ip if found else ""})
+    for info in providers.all_slices():
+        rows += [{"vm_id": h.host_id, "role": "worker", "slice": info.slice_id,
+                  "zone": info.zone, "state": info.state.value, "address": h.address}
+                 for h in info.hosts]
+    return rows
+
+
+def _out(rows: list[dict], columns: list[str], as_json: bool, one: bool = False) -> None:
+    if as_json and one:
+        print(json.dumps(rows[0]))
+    else:
+        print_rows(rows, columns, as_json)
+
+
+__all__ = ["Providers", "add_slice_verbs", "add_vm_verbs", "create_slice", "slice_row",
+           "slice_verb", "vm_rows"]
