@@ -12,6 +12,7 @@ time and GB/s; rollout output comes from the log store, as `iris job logs -f` sh
 
 from __future__ import annotations
 
+import math
 import os
 import resource
 import sys
@@ -114,7 +115,11 @@ def rollout(iterations: int) -> int:
 def run_demo(rollouts: int = 3, iterations: int = 4, out: Any = sys.stdout,
              weights_bytes: int = DEFAULT_WEIGHTS_BYTES) -> dict:
     started = time.perf_counter()
-    with iris.local_cluster(workers=2) as cluster:
+    # Every rollout must run at once (each training step waits for all of them), and a
+    # local worker offers its share of this machine (1 CPU each on 2 cores), so the demo
+    # asks for enough CPUs per worker: rollouts are light, mostly waiting on the trainer.
+    per_worker = float(max(1, math.ceil(rollouts / 2)))
+    with iris.local_cluster(workers=2, worker_cpu=per_worker) as cluster:
         print(f"[demo] cluster at {cluster.address} with 2 workers; weights "
               f"{_size(weights_bytes)} in {_TENSORS} arrays", file=out, flush=True)
         trainer = Trainer.serve("trainer", rollouts, weights_bytes, out)
