@@ -31,7 +31,7 @@ def add_cluster_actions(cluster: Any) -> None:
     """stop, restart, controller, slice, vm under `iris cluster` (start/status exist)."""
     for name, text in (("stop", "delete every slice, then the controller VM (asks first)"),
                        ("restart", "restart the controller VM, keeping its state")):
-        p = cluster.add_parser(name, help=text)
+        p = slices.leaf(cluster, name, text, f"iris cluster --config cluster.yaml {name}")
         _common(p, yes=name == "stop")
     _controller_actions(cluster.add_parser("controller", help="the controller alone"), False)
     slices.add_slice_verbs(cluster.add_parser("slice", help="the cluster's slices"))
@@ -45,17 +45,17 @@ def add_top_level(verbs: Any, controller_sub: Any) -> None:
     for verb, add in (("slice", slices.add_slice_verbs), ("vm", slices.add_vm_verbs)):
         p = verbs.add_parser(verb, help=f"operator: the cluster's {verb}s (needs --config)")
         p.add_argument("--config", type=Path, help="cluster config YAML (here or after the "
-                       "verb)")
+                       "verb), e.g. cluster.yaml")
         add(p)
 
 
 def _common(p: argparse.ArgumentParser, yes: bool = False) -> None:
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--timeout", type=float, default=START_TIMEOUT_S, metavar="SECONDS",
-                   help=f"how long to wait for the controller to answer (default "
+                   help=f"how long to wait for the controller to answer, e.g. 600 (default "
                    f"{START_TIMEOUT_S:.0f})")
     if yes:
-        p.add_argument("--yes", action="store_true", help="do not ask")
+        p.add_argument("--yes", action="store_true", help="do not ask before deleting")
 
 
 def _controller_actions(parser: argparse.ArgumentParser, with_config: bool) -> None:
@@ -65,20 +65,26 @@ def _controller_actions(parser: argparse.ArgumentParser, with_config: bool) -> N
 
 
 def _controller_action(sub: Any, action: str, with_config: bool) -> None:
-    p = sub.add_parser(action, help={
+    p = slices.leaf(sub, action, {
         "start": "create (or find) the controller VM and wait until it answers",
         "stop": "delete the controller VM (slices are left; asks first)",
         "restart": "reset the controller VM: it resumes from its state on disk",
         "status": "the controller VM and whether the controller answers",
-        "run-local": "run the controller and its autoscaler on this machine"}[action])
+        "run-local": "run the controller and its autoscaler on this machine"}[action],
+        f"iris controller {action} --config cluster.yaml")
     if with_config:
-        p.add_argument("--config", type=Path, required=True, help="cluster config YAML")
+        p.add_argument("--config", type=Path, required=True,
+                       help="cluster config YAML, e.g. cluster.yaml")
     if action == "run-local":
-        p.add_argument("--state-dir", type=Path, help="default: controller.state_dir, "
-                       "else ./iris-state")
-        p.add_argument("--bind", help="default: controller.bind, else controller.address")
-        p.add_argument("--dashboard-port", type=int, default=None, metavar="PORT")
-        p.add_argument("--dashboard-host", default="127.0.0.1", metavar="HOST")
+        p.add_argument("--state-dir", type=Path, help="where jobs are kept, e.g. ./iris-state "
+                       "(default: controller.state_dir, else ./iris-state)")
+        p.add_argument("--bind", help="address to listen on, e.g. tcp://127.0.0.1:7100 "
+                       "(default: controller.bind, else controller.address)")
+        p.add_argument("--dashboard-port", type=int, default=None, metavar="PORT",
+                       help="dashboard HTTP port, e.g. 8265 (default 8265)")
+        p.add_argument("--dashboard-host", default="127.0.0.1", metavar="HOST",
+                       help="dashboard address, e.g. 0.0.0.0 (default loopback; any other "
+                       "needs $IRIS_DASHBOARD_TOKEN)")
     else:
         _common(p, yes=action == "stop")
 
@@ -281,7 +287,8 @@ class _Operator:
         return _controller_serve(argparse.Namespace(
             state_dir=args.state_dir or Path(ctl.state_dir or "iris-state"),
             bind=args.bind or ctl.bind or ctl.address, config=args.config, keys=None,
-            dashboard_host=args.dashboard_host, dashboard_port=args.dashboard_port))
+            dashboard_host=args.dashboard_host, dashboard_port=args.dashboard_port,
+            restore=None, no_restore=False))  # as serve: the newest checkpoint, if empty
 
 
 def scale_group_rows(snapshot: dict) -> list[dict]:
