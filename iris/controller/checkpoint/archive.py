@@ -48,8 +48,10 @@ def pack_in_child(db_path: Path, state_dir: Path, out: Path, name: str,
     argv = [sys.executable, "-m", __name__, str(db_path), str(state_dir), str(out), name,
             repr(taken_at)]
     try:
+        # No preexec_fn: that forces a fork() under the GIL of a process holding every job
+        # in memory; the child renices itself instead (see __main__ below).
         done = subprocess.run(argv, capture_output=True, text=True, timeout=_CHILD_TIMEOUT_S,
-                              preexec_fn=lambda: os.nice(_CHILD_NICE), check=False)
+                              check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise StorageError(f"packing checkpoint {name}: {exc}") from exc
     if done.returncode != 0:
@@ -218,5 +220,6 @@ def summary(manifest: dict) -> dict:
 
 
 if __name__ == "__main__":  # pack_in_child's child: args db state_dir out name taken_at
+    os.nice(_CHILD_NICE)
     _db, _state, _out, _name, _at = sys.argv[1:6]
     print(json.dumps(pack(Path(_db), Path(_state), Path(_out), _name, float(_at))))

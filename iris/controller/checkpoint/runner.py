@@ -105,8 +105,11 @@ class Checkpointer:
                 self._wake.clear()
                 if self._stop.is_set():
                     break
-                reader = reader or _open_reader(self._state_dir / DB_NAME)
-                self._maybe_take(_newest_seq(reader))
+                try:
+                    reader = reader or _open_reader(self._state_dir / DB_NAME)
+                    self._maybe_take(_newest_seq(reader))
+                except sqlite3.Error as exc:  # busy or briefly unreadable: look again soon
+                    _log.warning("checkpoint thread cannot read the job store: %s", exc)
         finally:
             if reader is not None:
                 reader.close()
@@ -140,7 +143,7 @@ class Checkpointer:
             self._ship_bundles()  # first: no checkpoint in GCS names a bundle not there
             self.bucket.put(archive, manifest)
             t2 = clock.monotonic()
-        except (IrisError, OSError, sqlite3.Error) as exc:
+        except (IrisError, OSError, sqlite3.Error, ValueError) as exc:
             self.last_error = f"checkpoint {name} failed: {exc}"
             _log.warning("%s (%s); retrying in %.0f s", self.last_error, why,
                          self.config.retry_s)
