@@ -46,6 +46,7 @@ def product(tmp_path_factory):
         handle = start_dashboard(ctx.node, ctx.address, port=0)
         try:
             Echo.serve("trainer")
+            Echo.serve("/iris/probe")  # stands in for an actor of Iris's own
             jobs = {
                 "mixed": iris.submit(["python", "-c", MIXED], name="mixed", replicas=2,
                                      resources=iris.Resources(cpu=0.5, memory="256MiB")),
@@ -158,8 +159,13 @@ def test_actors_page_lists_user_actors_with_internal_ones_behind_a_toggle(produc
     row = page.locator("tr.actor-row", has_text="/trainer")
     row.wait_for()
     assert re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", row.inner_text())  # wall clock
-    assert page.locator("#show-internal").is_visible()
-    assert page.locator("tr.actor-row", has_text="/iris/").count() == 0
+    assert page.locator("tr.actor-row", has_text="/iris/probe").count() == 0
+    assert "1 hidden" in page.locator("#content").inner_text()
+    page.check("#show-internal")
+    internal = page.locator("tr.actor-row", has_text="/iris/probe")
+    internal.wait_for()
+    assert "(Iris)" in internal.inner_text()
+    assert page.locator("tr.actor-row", has_text="/trainer").count() == 1
     _shot(page, "product-actors")
 
 
