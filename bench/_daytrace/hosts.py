@@ -50,7 +50,8 @@ class Host:
                 accelerator_variant=acc.rsplit("-", 1)[0] if acc else None,
                 preemptible=self.group.preemptible,
                 running=tuple(RunningAttempt(a, t.demand.task_id, t.job.job.id, t.job.job.user,
-                                             t.job.band, t.job.need, t.demand.gang_id)
+                                             t.job.band, t.job.need, t.demand.gang_id,
+                                             started_at=t.started_at)
                               for a, t in self.tasks.items()))
         return self.view
 

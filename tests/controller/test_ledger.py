@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 
 from iris.base.errors import InvalidRequestError
@@ -210,3 +214,26 @@ def test_ledger_inventory_release_after_the_slice_left_frees_nothing_twice():
     ledger.release("g1", held.token, now=1)
     assert ledger.live(now=1) == [] and ledger.hosts == ()
     assert isinstance(ledger.reserve("g2", 1, SLICE, 10, now=1), Refused)
+
+
+_REPLAY = """
+from iris.controller.gangs.ledger import ReservationLedger, SliceSpec
+from iris.controller.scheduling.model import GangShape
+specs = [SliceSpec(f"cpu-{i:02d}", None, (f"cpu-{i:02d}-w0",)) for i in range(40)]
+ledger = ReservationLedger("r1", specs)
+ledger.set_inventory(specs, busy=[s.hosts[0] for s in specs])
+ledger.set_inventory(specs, busy=[])
+print(ledger.reserve("g", 1, GangShape(None, 8), 10.0, 0.0).hosts)
+"""
+
+
+def test_ledger_offers_the_same_hosts_whatever_the_process_string_hashing():
+    """The same inventory history picks the same hosts in every process, so a recorded day
+    replays the same (bench.daytrace gave different results for the same seed before)."""
+    picks = set()
+    for seed in ("1", "2", "3", "4"):
+        out = subprocess.run([sys.executable, "-c", _REPLAY], capture_output=True, text=True,
+                             env={**os.environ, "PYTHONHASHSEED": seed}, timeout=120,
+                             check=True)
+        picks.add(out.stdout)
+    assert len(picks) == 1

@@ -208,6 +208,30 @@ def test_schedule_eviction_prefers_the_cheapest_host():
     assert [p.attempt_id for p in plan.preemptions] == ["d"]
 
 
+def _started(aid, at, **kw):
+    a = attempt(aid, **kw)
+    return RunningAttempt(a.attempt_id, a.task_id, a.job_id, a.user, a.band, a.demand,
+                          a.gang_id, a.terminating, started_at=at)
+
+
+def test_schedule_eviction_among_equal_costs_takes_the_attempt_that_started_last():
+    """Evicting loses the work since the last checkpoint; an attempt that started minutes
+    ago has the least of it (bench.daytrace default day: wasted 2,241 -> 1,959 chip-hours)."""
+    old = cpu_host("h1", cpu=4, running=(_started("old", 100.0, cpu=4),))
+    young = cpu_host("h2", cpu=4, running=(_started("young", 5_000.0, cpu=4),))
+    plan = schedule([old, young], [task("p1", band=Band.PRODUCTION, res=Resources(cpu=4))])
+    assert [p.attempt_id for p in plan.preemptions] == ["young"]
+
+
+def test_schedule_gang_eviction_frees_the_slice_whose_work_started_last():
+    def busy(sid, at):
+        return tpu_slice(sid, running={j: [_started(f"{sid}{j}", at, chips=4, cpu=8,
+                                                    gang=f"{sid}-g")] for j in range(4)})
+    plan = schedule(busy("a-old", 100.0) + busy("z-new", 5_000.0),
+                    gang_tasks("big", band=Band.PRODUCTION))
+    assert sorted(p.attempt_id for p in plan.preemptions) == [f"z-new{j}" for j in range(4)]
+
+
 def test_schedule_eviction_budget_bounds_evictions_per_pass():
     hosts = [cpu_host(f"h{i}", cpu=1, running=(attempt(f"b{i}", cpu=1),)) for i in range(5)]
     plan = schedule(hosts, [task(f"p{i}", band=Band.PRODUCTION) for i in range(5)],

@@ -234,8 +234,11 @@ class ReservationLedger:
             if sid not in self._slices:
                 self._add_slice(spec)
         busy_now = {h for h in busy if h in self._host_slice}
-        self.set_busy(self._busy - busy_now, False)
-        self.set_busy(busy_now - self._busy, True)
+        # Sorted: the order hosts come free is the order they are offered, and a set's
+        # order changes with each process's string hashing, so a day replayed twice
+        # (bench.daytrace, same seed) placed gangs on different slices.
+        self.set_busy(sorted(self._busy - busy_now), False)
+        self.set_busy(sorted(busy_now - self._busy), True)
 
     def set_busy(self, host_ids: Iterable[str], busy: bool) -> None:
         """Hosts running work placed outside gangs; a busy host is never reserved."""
@@ -256,7 +259,7 @@ class ReservationLedger:
         """The ledger after a crash and restart: committed gangs survive, holds do not."""
         fresh = ReservationLedger(self.region, self._slices.values(), boot=boot,
                                   tombstone_ttl_s=self._ttl)
-        fresh.set_busy(self._busy, True)
+        fresh.set_busy(sorted(self._busy), True)
         for res in self._by_token.values():
             if res.state is State.COMMITTED:
                 kept = Reservation(res.key, res.token, res.hosts, State.COMMITTED, 0.0)

@@ -60,7 +60,9 @@ def per_host_demand(resources: Resources) -> Demand:
 
 @dataclass(frozen=True, slots=True)
 class RunningAttempt:
-    """An attempt occupying part of a host. `terminating`: already told to stop (grace period)."""
+    """An attempt occupying part of a host. `terminating`: already told to stop (grace period).
+    `started_at`: when it started running (monotonic seconds; None = unknown): evicting the
+    youngest loses the least work, as work since the last checkpoint is lost."""
 
     attempt_id: str
     task_id: str
@@ -70,6 +72,7 @@ class RunningAttempt:
     demand: Demand
     gang_id: str | None = None
     terminating: bool = False
+    started_at: float | None = None
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ period) count as room that is coming, so a pass never evicts twice for the same 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -71,19 +72,32 @@ class Preemptor:
         return sum(len(self.fleet.gang_members.get(a.gang_id, ())) if a.gang_id else 1
                    for _, a in victims)
 
+    def oldest_start(self, victims: Sequence[Victim]) -> float:
+        """When the oldest victim started (-inf if any start is unknown): among equally
+        cheap choices, the latest is best, because an evicted attempt loses its work since
+        its last checkpoint, and one that started minutes ago has less of it to lose."""
+        starts = [a.started_at for _, a in victims]
+        if not starts:
+            return math.inf
+        return -math.inf if None in starts else min(starts)
+
     def best_host(self, candidates: Sequence[int], need: Demand,
                   band: Band) -> tuple[int, list[Victim]] | None:
-        best: tuple[int, int, list[Victim]] | None = None
+        best: tuple[int, float, int, list[Victim]] | None = None
         for i in candidates[:_MAX_SCAN]:
             victims = self.host_victims(i, need, band)
             if victims is None:
                 continue
             c = self.cost(victims)
-            if c <= self.budget and (best is None or c < best[0]):
-                best = (c, i, victims)
-                if c <= 1:
+            if c > self.budget:
+                continue
+            age = self.oldest_start(victims)
+            if best is None or (c, -age) < (best[0], -best[1]):
+                best = (c, age, i, victims)
+                # Without start times every 1-victim host is as good: take the first.
+                if c <= 1 and age in (math.inf, -math.inf):
                     break
-        return None if best is None else (best[1], best[2])
+        return None if best is None else (best[2], best[3])
 
     def slice_victims(self, members: Sequence[int], band: Band) -> list[Victim] | None:
         """What to evict so a gang of `band` gets every host of a slice, or None."""
