@@ -42,7 +42,7 @@ def host_views(state: KernelState, workers: Iterable[WorkerInfo],
             running.append(RunningAttempt(
                 attempt_id, task_id(attempt.job_id, attempt.task_index), attempt.job_id,
                 spec.user, Band.parse(spec.priority), per_host_demand(spec.resources),
-                gang_id(spec, attempt.task_index)))
+                gang_id(spec, attempt.task_index), started_at=attempt.started_at))
         accelerator = attrs.get("accelerator_type") or None
         views.append(HostView(
             w.worker_id, w.region, attrs.get("zone", w.region),
