@@ -39,6 +39,7 @@ from iris.controller.service_placement import SYNC_EVERY_S, Placement
 from iris.controller.service_regions import RegionRequests
 from iris.controller.service_requests import JobRequests
 from iris.controller.service_workers import REGISTRATIONS_PER_S, WorkerRequests
+from iris.controller.turns import now_mono, now_wall
 from iris.controller.workers import DEFAULT_DEAD_AFTER_S, WorkerInfo, WorkerTable
 from iris.logstore.config import LogStoreConfig
 
@@ -116,6 +117,7 @@ class ControllerService(JobRequests, WorkerRequests, Placement, RegionRequests):
         # Workers that had attempts before a restart and have not come back yet.
         self._unclaimed = set(self.state.by_worker)
         self._broken: str | None = None
+        self._turn_now: tuple[float, float] | None = None  # (wall, monotonic): turns.py
         # Placement runs only after something changed (an event, a worker came or went):
         # a pass over 7,500 pending tasks cost 17-77 ms, too much for every 50 ms tick.
         self._placement_due = True
@@ -150,7 +152,7 @@ class ControllerService(JobRequests, WorkerRequests, Placement, RegionRequests):
         everything in one transaction, and only then act."""
         if self._broken:
             raise IrisError(f"controller halted after a storage failure: {self._broken}")
-        now = self.clock.wall()
+        now = now_wall(self)
         effects: list = []
         log: list[tuple[float, str, bytes]] = []  # the events that changed state, for replay
         self._handle_all(events, now, effects, log)
@@ -221,7 +223,7 @@ class ControllerService(JobRequests, WorkerRequests, Placement, RegionRequests):
     def _queue_stop(self, worker: WorkerInfo, attempt_id: str, grace_s: float,
                     reason: str, hold: Resources | None = None) -> None:
         stops.handle(self.stops, stops.StopSent(worker.worker_id, attempt_id, grace_s, hold),
-                     self.clock.monotonic())
+                     now_mono(self))
         self.commands.append(Command("stop", worker.worker_id, worker.address, {
             "attempt_id": attempt_id, "grace_s": grace_s, "reason": reason}))
 

@@ -15,6 +15,7 @@ from iris.controller.jobs import events as ev
 from iris.controller.regions import demand
 from iris.controller.scheduling.reasons import ReasonCode
 from iris.controller.scheduling.scheduler import schedule
+from iris.controller.turns import now_mono, turn
 
 _log = logging.getLogger(__name__)
 # Region inventories are pushed at most this often (and before any gang round).
@@ -22,8 +23,9 @@ SYNC_EVERY_S = 0.2
 
 
 class Placement:
+    @turn
     def tick(self) -> None:
-        now = self.clock.monotonic()
+        now = now_mono(self)
         events: list[ev.Event] = [ev.Tick(new_id("ev-"))]
         lost = self.workers.lost(now)
         events += [ev.WorkerLost(new_id("ev-"), w, "no heartbeat") for w in lost]
@@ -42,12 +44,13 @@ class Placement:
         """Push each region its inventory. Walking every worker costs O(fleet), so this runs
         at most every SYNC_EVERY_S (a burst of 10,000 registrations once made it O(N^2)),
         and at once before a gang round that relies on it."""
-        now = self.clock.monotonic()
+        now = now_mono(self)
         if self._inventory_dirty and (force or now - self._synced_at >= SYNC_EVERY_S):
             self._inventory_dirty, self._synced_at = False, now
             self.gangs.sync_regions(self.state, self.workers.workers.values(), self.stopping,
                                     self.unmet, self.region_groups, self.draining)
 
+    @turn
     def prune(self) -> None:
         self._run(ev.Prune(new_id("ev-"), self.config.retention_s))
 
@@ -65,7 +68,7 @@ class Placement:
         hosts = scheduler_view.host_views(self.state, self.workers.workers.values(),
                                           self.stopping,
                                           held=self.gangs.held_hosts() | set(self.draining))
-        started = self.clock.monotonic()
+        started = self.clock.monotonic()  # a measured duration, not a decision
         plan = schedule(hosts, demands, reserving_gangs=set(self.gangs.reserving),
                         scaling_up=demand.scaling_up(self.region_reports))
         self.pass_seconds.observe(self.clock.monotonic() - started)
@@ -86,7 +89,7 @@ class Placement:
         """What each pending task asks for; gangs every region refused wait out their
         cooling (counted in `unplaced`: capacity must grow) without being asked again."""
         demands = []
-        now = self.clock.monotonic()
+        now = now_mono(self)
         for job_id, index in self.state.pending:
             job = self.state.jobs[job_id]
             if job.spec.gang_size > 1:

@@ -10,12 +10,14 @@ from typing import Any
 from iris.base.ids import new_id
 from iris.controller.gangs.tracking import RoundId
 from iris.controller.jobs import events as ev
+from iris.controller.turns import now_mono, turn
 from iris.wire import control
 
 _log = logging.getLogger(__name__)
 
 
 class RegionRequests:
+    @turn
     def set_region_reports(self, reports: dict[str, dict]) -> None:
         """The Region actors' latest stats (reservations, capacity, scaling_up, blocked).
         A change in what is scaling or held back re-runs placement: reasons and routing
@@ -28,6 +30,7 @@ class RegionRequests:
         self.hosts_gone({h: str(why) for rep in reports.values()
                          for h, why in rep.get("gone_hosts", {}).items()})
 
+    @turn
     def drain_hosts(self, hosts: Any) -> None:
         """A region wants to delete these hosts' idle slice (host -> slice): place nothing
         more on them; the next sync tells it which run nothing (then it deletes)."""
@@ -37,6 +40,7 @@ class RegionRequests:
         self._run_many([], schedule=True)
         self._sync_regions(force=True)  # the region waits on this answer
 
+    @turn
     def undrain_hosts(self, hosts: Any) -> None:
         """The region kept the slice after all (work reached it first): place on it again."""
         msg = control.decode(control.UndrainHosts, {"hosts": hosts})
@@ -46,6 +50,7 @@ class RegionRequests:
         self._run_many([], schedule=True)
         self._sync_regions(force=True)  # the region waits on this answer
 
+    @turn
     def hosts_gone(self, gone: Any) -> None:
         """Workers whose slice a region deleted (host id -> why): lost now, their work
         requeued, instead of at the heartbeat timeout; nothing more is placed on them."""
@@ -64,6 +69,7 @@ class RegionRequests:
 
     # ------------------------------------------------------------ gangs
 
+    @turn
     def gangs_settled(self, placed: list[tuple[RoundId, str, tuple[str, ...]]],
                       refused: list[tuple[RoundId, dict[str, str]]]) -> None:
         """Rounds the coordinator committed (round, region, hosts: assign the gang's tasks
@@ -80,7 +86,7 @@ class RegionRequests:
             if placements:
                 events.append(ev.Assign(new_id("ev-"), tuple(placements)))
         for round_id, reasons in refused:
-            self.gangs.unplaceable(round_id, reasons, self.clock.monotonic())
+            self.gangs.unplaceable(round_id, reasons, now_mono(self))
         self._placement_due = True
         self._run_many(events, schedule=True)
 

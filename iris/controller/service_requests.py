@@ -17,11 +17,13 @@ from iris.controller.jobs import views
 from iris.controller.jobs.spec import validate_submit
 from iris.controller.regions.capacity import fits_checker, offers_from_workers
 from iris.controller.scheduling.dry_run import dry_run
+from iris.controller.turns import now_mono, now_wall, turn
 
 _log = logging.getLogger(__name__)
 
 
 class JobRequests:
+    @turn
     def submit(self, raw: dict, schedule: bool = True) -> dict:
         """Accept a job; with `schedule`, place it in the same turn and transaction."""
         if isinstance(raw, dict) and raw.get("bundle") and not self.bundles.has(raw["bundle"]):
@@ -34,6 +36,7 @@ class JobRequests:
         accepted = next(e for e in effects if isinstance(e, ev.Accepted))
         return {"job_id": accepted.job_id, "duplicate": accepted.duplicate}
 
+    @turn
     def schedule_now(self) -> None:
         """A scheduling pass, if anything changed since the last one."""
         self._run_many([], schedule=True)
@@ -50,13 +53,15 @@ class JobRequests:
                 self.workers.workers.values())))
         return self._live_fits[1]
 
+    @turn
     def dry_run(self, raw: dict) -> dict:
         """Would this submission fit now, and where (the real scheduler; changes nothing)."""
         spec = validate_submit(raw, parent=self._parent_spec(raw), fits=self._fits)
         hosts = scheduler_view.host_views(self.state, self.workers.workers.values(),
                                           self.stopping)
-        return dry_run(hosts, scheduler_view.task_demands(spec, self.clock.wall()))
+        return dry_run(hosts, scheduler_view.task_demands(spec, now_wall(self)))
 
+    @turn
     def kill(self, job_id: str, reason: str = "killed by user") -> dict:
         self._run(ev.Kill(new_id("ev-"), job_id, reason))
         return views.job_view(self.state, job_id, tasks=False)
@@ -79,8 +84,9 @@ class JobRequests:
             raise NotFoundError(f"no job {job_id}")
         return self.store.results(job_id)
 
+    @turn
     def list_workers(self) -> list[dict]:
-        now = self.clock.monotonic()
+        now = now_mono(self)
         rows = []
         for info in self.workers.workers.values():
             row = info.as_dict(now)
@@ -88,13 +94,14 @@ class JobRequests:
             rows.append(row)
         return sorted(rows, key=lambda r: r["worker_id"])
 
+    @turn
     def snapshot(self) -> dict:
         """Plain data for dashboards and metrics, built on the controller's thread."""
         counts: dict[str, int] = {}
         for job in self.state.jobs.values():
             counts[job.state.value] = counts.get(job.state.value, 0) + 1
         return {
-            "at": self.clock.wall(), "workers": self.list_workers(),
+            "at": now_wall(self), "workers": self.list_workers(),
             "pending_reasons": dict(self.pending_reasons), "jobs_by_state": counts,
             "summary": self.state.summary(), "pending_tasks": len(self.state.pending),
             "log_shipping": self._log_shipping(),

@@ -20,6 +20,7 @@ from iris.controller import stops
 from iris.controller.jobs import events as ev
 from iris.controller.jobs import views
 from iris.controller.repair import repairs
+from iris.controller.turns import now_mono, now_wall, turn
 from iris.wire import control, schema
 
 _log = logging.getLogger(__name__)
@@ -30,6 +31,7 @@ _REGION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 
 class WorkerRequests:
+    @turn
     def register_worker(self, worker_id: Any, address: Any, attributes: Any, running: Any,
                         updates: Any = ()) -> list[dict]:
         """(Re)register. `updates` are what the worker has not had acknowledged: they are
@@ -41,7 +43,7 @@ class WorkerRequests:
         self._check_region(msg.attributes.get("region", "local"), msg.worker_id)
         self._admit(msg.worker_id, msg.address)
         self.workers.register(msg.worker_id, msg.address, msg.attributes,
-                              self.clock.monotonic())
+                              now_mono(self))
         self._regions_seen.add(msg.attributes.get("region", "local"))
         self._registrations += 1
         self._unclaimed.discard(msg.worker_id)
@@ -56,6 +58,7 @@ class WorkerRequests:
         self._run_many([e for e in events if e is not None], schedule=True)
         return views.desired_attempts(self.state, msg.worker_id)
 
+    @turn
     def report(self, worker_id: Any, updates: Any, stats: Any = None,
                running: Any = None) -> dict:
         """Attempt updates from a worker (also its heartbeat). Unknown worker: re-register.
@@ -64,7 +67,7 @@ class WorkerRequests:
         attempts it runs now, to repair lost start and stop commands (repair.py)."""
         msg = control.decode(control.WorkerReport, {
             "worker_id": worker_id, "updates": updates, "stats": stats, "running": running})
-        if not self.workers.heard(msg.worker_id, self.clock.monotonic()):
+        if not self.workers.heard(msg.worker_id, now_mono(self)):
             return {"acked": [], "reregister": True}
         if msg.stats is not None:
             self.worker_stats[msg.worker_id] = msg.stats
@@ -74,6 +77,7 @@ class WorkerRequests:
             self._repair(msg.worker_id, list(msg.running))
         return {"acked": [u.attempt_id for u in msg.updates], "reregister": False}
 
+    @turn
     def worker_gone(self, worker_id: Any, address: Any, why: str) -> None:
         """A worker stopped (goodbye) or died and its watchdog stopped its attempts: lost now,
         its work requeued at once. Only the registration at `address` is meant: a worker
@@ -97,7 +101,7 @@ class WorkerRequests:
         known = self.workers.workers.get(worker_id)
         if known is not None and known.address == address:
             return  # a refresh costs little
-        now = self.clock.monotonic()
+        now = now_mono(self)
         self._admission = min(REGISTRATIONS_PER_S, self._admission
                               + (now - self._admitted_at) * REGISTRATIONS_PER_S)
         self._admitted_at = now
@@ -124,7 +128,7 @@ class WorkerRequests:
         """Send again what a lost call never delivered (see repair.py)."""
         worker = self.workers.workers[worker_id]
         fix = repairs(self.state, worker_id, running, self.stopping.get(worker_id, {}),
-                      self.stops.sent, self.clock.wall(), self.clock.monotonic())
+                      self.stops.sent, now_wall(self), now_mono(self))
         for attempt_id in fix.stopped:
             self._stopped(attempt_id)
         for attempt_id in fix.start_again:
@@ -166,8 +170,8 @@ class WorkerRequests:
 
     def _forget_stops(self, worker_id: str) -> None:
         """A worker is gone, and with it whatever it was stopping."""
-        stops.handle(self.stops, stops.WorkerGone(worker_id), self.clock.monotonic())
+        stops.handle(self.stops, stops.WorkerGone(worker_id), now_mono(self))
 
     def _stopped(self, attempt_id: str) -> None:
-        if stops.handle(self.stops, stops.Stopped(attempt_id), self.clock.monotonic()):
+        if stops.handle(self.stops, stops.Stopped(attempt_id), now_mono(self)):
             self._placement_due = True  # its resources are free again

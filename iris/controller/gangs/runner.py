@@ -24,6 +24,7 @@ from typing import Any
 from iris.actors import ActorFuture, Node
 from iris.actors.keys import region_key
 from iris.base.clock import Clock
+from iris.base.errors import ProtocolError
 from iris.controller.gangs.coordinator import (
     CoordinatorConfig,
     GangCoordinator,
@@ -125,7 +126,19 @@ class GangRunner:
         if error is not None:
             self._failed(region, error)
             return
-        self.handle([from_wire(reply) for reply in fut.result() if reply is not None])
+        replies = fut.result()
+        if not isinstance(replies, list):
+            self._failed(region, f"expected a list of replies, got {type(replies).__name__}")
+            return
+        events = []
+        for reply in replies:
+            if reply is None:
+                continue
+            try:
+                events.append(from_wire(reply))
+            except ProtocolError as exc:  # one bad reply must not lose the others
+                _log.warning("region %s sent a malformed gang reply: %s", region, exc)
+        self.handle(events)
 
     def _failed(self, region: str, error: object) -> None:
         _log.warning("gang requests to region %s failed: %s", region, error)
