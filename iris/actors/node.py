@@ -312,6 +312,7 @@ class Node:
         this host are copied into shared memory once for all of them, not once per target."""
         timeout_s = self.config.default_timeout_s if timeout_s is None else timeout_s
         futs, segment, shared = [], None, []
+        receivers: dict[shm.Segment, list[ActorFuture]] = {}  # slot i = i-th future
         for address, key in targets:
             if not (self._shm_min and shm.same_host(address) and address != self.address):
                 futs.append(self.call(address, key, method, args, kwargs, timeout_s=timeout_s))
@@ -326,12 +327,16 @@ class Node:
                 fut.set_exception(TypeError(f"arguments of {key}.{method} cannot be sent: "
                                             f"{exc}"))
                 continue
-            frames, segment = self._pool.spill(frames, self._shm_min, segment, len(shared))
+            slot = len(receivers.get(segment, ())) if segment is not None else 0
+            frames, used = self._pool.spill(frames, self._shm_min, segment, slot)
+            if used is not None:  # a new segment (slot 0) only if the buffers differ
+                segment = used
+                receivers.setdefault(used, []).append(fut)
             shared.append((call_id, fut, frames))
-        if segment is not None:
-            self._pool.sent(segment, len(shared), len(shared), self.now() + timeout_s)
-            for _, fut, _ in shared:
-                fut.add_done_callback(lambda _: self._pool.answered(segment))
+        for used, holders in receivers.items():
+            self._pool.sent(used, len(holders), len(holders), self.now() + timeout_s)
+            for fut in holders:
+                fut.add_done_callback(lambda _, used=used: self._pool.answered(used))
         for call_id, fut, frames in shared:
             if self._stopped:
                 fut.set_exception(PeerUnavailableError(

@@ -187,6 +187,7 @@ class Pool:
             sizes = [_nbytes(b) for b in sources]
             segment = self._acquire(sum(sizes))
             segment.fill(sources, sizes)
+            slot = 0  # the first receiver of a new segment
         out = list(frames)
         for i in indices:
             out[i] = b""

@@ -124,6 +124,7 @@ class Publisher:
         # Subscribers register next to the publisher's absolute name, wherever their own
         # namespace is (a rollout task lives in its job's tree, the trainer in the client's).
         self._rollouts = self._ref.name + _ROLLOUTS
+        self.last_failures: dict = {}  # of the last publish(wait=True): address -> why
 
     @property
     def version(self) -> int:

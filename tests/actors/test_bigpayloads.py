@@ -390,3 +390,18 @@ def test_dead_forwarder_fails_its_subtree_delivery_and_they_fetch_instead(
     assert head in failures and order[1] in failures and len(failures) == 2
     for address in order[1:]:  # the one below the dead head too: get() fetches it
         assert probes[address][1].get(0).result(60)[:2] == [1, 1.0]
+
+
+def test_group_broadcast_of_big_arrays_is_copied_once_for_every_member_on_the_host(
+        cluster, child_process, wait_until):
+    for _ in range(3):
+        child_process(SERVE, {"IRIS_ADDRESS": cluster.address, "SVC_NAME": "replica"}
+                      ).wait_ready()
+    wait_until(lambda: len(iris.resolve_all("replica")) == 3, 60, "3 replicas")
+    group = iris.resolve_all("replica")
+    weights = {"w": np.arange(2 * MiB, dtype=np.float32)}
+    futs = group.describe.broadcast(weights)
+    assert len(futs) == 3
+    for fut in futs:
+        assert fut.result(60)["w"][:3] == ["float32", [2 * MiB], float(weights["w"].sum())]
+    assert len(memfds()) == 1  # one segment for the three of them
