@@ -196,16 +196,21 @@ class _Operator:
         return 0
 
     def stop(self, args: argparse.Namespace, whole: bool) -> int:
+        """Slices, then the VM (when the config has one: else the controller runs
+        elsewhere and only the slices go), then whatever the autoscaler made meanwhile."""
+        vm = self.controller_vm if (self.has_vm() or not whole) else None
         doomed = self.providers.all_slices() if whole else []
-        what = (f"{len(doomed)} slice(s) and " if whole else "") + \
-            f"the controller VM {self.controller_vm.vm.name}"
+        what = " and ".join(filter(None, (
+            f"{len(doomed)} slice(s)" if whole else "",
+            f"the controller VM {vm.vm.name}" if vm else "")))
         if not confirm(f"delete {what} of cluster {self.config.name}?", args.yes):
             print("nothing deleted", file=sys.stderr)
             return 1
         deleted = self._delete_slices(doomed) if whole else []
-        vm_deleted = self.controller_vm.delete()
-        print(f"controller VM {self.controller_vm.vm.name}: "
-              f"{'deleted' if vm_deleted else 'not found'}", file=sys.stderr)
+        vm_deleted = vm.delete() if vm else False
+        if vm:
+            print(f"controller VM {vm.vm.name}: {'deleted' if vm_deleted else 'not found'}",
+                  file=sys.stderr)
         if whole:  # the autoscaler may have made one while we deleted: it is gone now
             deleted += self._delete_slices(self.providers.all_slices())
         if args.json:

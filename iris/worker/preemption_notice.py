@@ -16,8 +16,9 @@ told (`preemption_notice`, worker role), which requeues this worker's work on th
 preemption budget and stops the attempts with the time left as their grace.
 
 The metadata address is `$GCE_METADATA_HOST` (host[:port]), as in google-auth, else
-169.254.169.254. Mode "auto" watches only on a GCE machine (its DMI product name says so) or
-when $GCE_METADATA_HOST is set; "gce" always; "off" never.
+169.254.169.254. Mode "auto" watches on a GCE machine (its DMI product name says so), when
+$GCE_METADATA_HOST is set, or when a probe of the server is answered as GCE answers; "gce"
+always; "off" never.
 """
 
 from __future__ import annotations
@@ -49,6 +50,9 @@ MAINTENANCE_NOTICE_S = 60.0
 # A hanging GET returns after this long without a change (the server's timeout_sec); a
 # minute keeps the idle cost to one request per key per minute.
 HANG_S = 60.0
+# Mode auto off GCE hardware: the metadata server is link-local and answers in < 10 ms when
+# it exists; 1 s bounds the probe where 169.254.169.254 is a black hole.
+_PROBE_S = 1.0
 # After a failed GET: wait, doubling up to the cap (a metadata server restarting).
 _RETRY_INITIAL_S, _RETRY_MAX_S = 1.0, 30.0
 
@@ -112,6 +116,20 @@ class NoticeWatcher:
         for thread in self._threads:
             thread.start()
         return self
+
+    def start_if_answering(self) -> None:
+        """Watch only if a metadata server answers as GCE's does (mode auto, off GCE's own
+        hardware: a container on a GCE VM sees no DMI name but does reach the server)."""
+        request = urllib.request.Request(f"{self._base}/instance/id",
+                                         headers={"Metadata-Flavor": "Google"})
+        try:
+            with urllib.request.urlopen(request, timeout=_PROBE_S) as reply:
+                answered = reply.headers.get("Metadata-Flavor") == "Google"
+        except (OSError, urllib.error.URLError):
+            answered = False
+        if answered and not self._stop.is_set():
+            _log.info("watching %s for preemption notices", self._base)
+            self.start()
 
     def stop(self) -> None:
         """Stop watching; a GET in flight ends by itself within hang_s (daemon threads)."""
@@ -217,10 +235,15 @@ def start_watching(mode: str, responder: Callable[[Notice], None]) -> NoticeWatc
     if mode not in MODES:
         raise ConfigError(f"--preemption-notice: must be one of {', '.join(MODES)}, "
                           f"got {mode!r}")
-    if mode == "off" or (mode == "auto" and not on_gce()):
+    if mode == "off":
         return None
+    watcher = NoticeWatcher(responder)
+    if mode == "auto" and not on_gce():  # ask the server, off the worker's start-up path
+        threading.Thread(target=watcher.start_if_answering, daemon=True,
+                         name="preemption-notice-probe").start()
+        return watcher
     _log.info("watching %s for preemption notices", metadata_url())
-    return NoticeWatcher(responder).start()
+    return watcher.start()
 
 
 __all__ = ["MODES", "NOTICE_FILE", "Notice", "NoticeWatcher", "metadata_url", "notice_from",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from iris.base.errors import ConflictError, ProviderError
+from iris.base.errors import CapacityError, ConflictError, ProviderError
 from iris.controller.config import load_config
 from iris.controller.providers.gcp_compute import (
     CONFIG_KEY,
@@ -90,5 +90,17 @@ def test_reset_serial_output_and_delete(server):
         assert server.instances() == [] and vm.find() is None
         with pytest.raises(ProviderError, match="reset vmtest-controller failed: NotFound"):
             vm.reset()
+    finally:
+        vm.close()
+
+
+def test_a_stocked_out_zone_is_a_capacity_error_naming_it(server):
+    server.stock_out("us-central2-b")
+    vm = _vm(server)
+    try:
+        with pytest.raises(CapacityError, match="zone us-central2-b: insert .*"
+                           "ZONE_RESOURCE_POOL_EXHAUSTED"):
+            vm.create()
+        assert server.instances() == []
     finally:
         vm.close()

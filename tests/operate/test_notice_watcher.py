@@ -89,3 +89,23 @@ def test_notice_files_reach_every_attempt_directory(tmp_path):
     assert read_notice(attempts / "b-1") is None
     assert read_notice(tmp_path / "nowhere") is None
     assert write_notice_files(tmp_path / "missing", notice) == []
+
+
+def test_auto_mode_watches_only_when_a_metadata_server_answers(metadata):
+    from iris.worker.preemption_notice import start_watching
+
+    seen = _Seen()
+    watcher = NoticeWatcher(seen, base_url=f"http://{metadata.host}/computeMetadata/v1",
+                            hang_s=2)
+    watcher.start_if_answering()  # the fake answers as GCE does: watching
+    try:
+        metadata.raise_preemption()
+        assert seen.event.wait(30)
+    finally:
+        watcher.stop()
+    quiet = NoticeWatcher(_Seen(), base_url="http://127.0.0.1:9/computeMetadata/v1")
+    quiet.start_if_answering()  # nothing there: no thread started
+    assert not any(t.is_alive() for t in quiet._threads)
+    assert start_watching("off", seen) is None
+    with pytest.raises(Exception, match="--preemption-notice: must be one of auto, gce, off"):
+        start_watching("always", seen)

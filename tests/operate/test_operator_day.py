@@ -164,8 +164,9 @@ def test_bad_config_is_refused_before_any_cloud_call(tmp_path):
 def test_controller_run_local_runs_the_configs_autoscaler_here(tmp_path, wait_until):
     with GcpWorld(tmp_path) as world:
         path = _config(tmp_path, "here")
-        path.write_text(path.read_text().replace("max_slices: 1",
-                                                 "min_slices: 1\n        max_slices: 1"))
+        text = path.read_text().replace("max_slices: 1", "min_slices: 1\n        max_slices: 1")
+        vm = text[text.index("  vm:"):text.index("storage:")]
+        path.write_text(text.replace(vm, ""))  # no VM: the controller runs here
         log = open(tmp_path / "run-local.log", "wb")  # noqa: SIM115 - closed below
         proc = subprocess.Popen(
             [sys.executable, "-m", "iris", "cluster", "--config", str(path), "controller",
@@ -187,6 +188,7 @@ def test_controller_run_local_runs_the_configs_autoscaler_here(tmp_path, wait_un
             proc.terminate()
             proc.wait(timeout=60)
             log.close()
-        assert _json(world, "slice", "terminate", "--all", "--yes", "--config",
-                     str(path))["deleted"] == [row["slice_id"]]
-        assert world.tpu.nodes() == []
+        # Without a controller VM, stopping the cluster deletes its slices only.
+        assert _json(world, "cluster", "--config", str(path), "stop", "--yes") == \
+            {"slices_deleted": [row["slice_id"]], "vm_deleted": False}
+        assert world.tpu.nodes() == [] and world.compute.requests == []

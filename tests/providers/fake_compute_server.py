@@ -37,6 +37,7 @@ class FakeComputeServer:
     _instances: dict[str, dict] = field(default_factory=dict)  # "zone/name" -> instance
     _serial: dict[str, str] = field(default_factory=dict)
     _ops: dict[str, dict] = field(default_factory=dict)
+    _stocked_out: set[str] = field(default_factory=set)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _ids: itertools.count = field(default_factory=lambda: itertools.count(1))
 
@@ -45,6 +46,12 @@ class FakeComputeServer:
         """Every instance in every zone (copies): the inventory a test checks is empty."""
         with self._lock:
             return [dict(self._instances[k]) for k in sorted(self._instances)]
+
+    def stock_out(self, zone: str, on: bool = True) -> None:
+        """Inserts in `zone` are accepted, then their operation ends DONE with GCE's
+        ZONE_RESOURCE_POOL_EXHAUSTED error, and no instance is left."""
+        with self._lock:
+            (self._stocked_out.add if on else self._stocked_out.discard)(zone)
 
     def append_serial(self, name: str, text: str) -> None:
         """What the instance `name` writes on its serial console (boot, startup script)."""
@@ -104,6 +111,8 @@ class FakeComputeServer:
         with self._lock:
             if key in self._instances:
                 return _error(409, f"The resource '{_link(request, name)}' already exists")
+            if zone in self._stocked_out:
+                return web.json_response(self._failed_op(request, name, zone))
             n = next(self._ids)
             self._instances[key] = {
                 **body, "kind": "compute#instance", "id": str(1000 + n), "status": "RUNNING",
@@ -166,6 +175,17 @@ class FakeComputeServer:
             return _error(404, f"operation {request.match_info['op']} not found")
         return web.json_response(op)
 
+    def _failed_op(self, request: web.Request, name: str, zone: str) -> dict:
+        """An insert operation that ended in a stock-out (lock held)."""
+        op_name = f"operation-{next(self._ids)}"
+        op = {"kind": "compute#operation", "id": op_name[10:], "name": op_name,
+              "zone": _zone_link(request), "operationType": "insert", "status": "DONE",
+              "progress": 100, "targetLink": _link(request, name),
+              "httpErrorStatusCode": 503, "httpErrorMessage": "SERVICE UNAVAILABLE",
+              "error": _stock_out_error(zone)}
+        self._ops[op_name] = op
+        return dict(op)
+
     async def _operation(self, request: web.Request, kind: str, name: str,
                          hook: Hook | None, instance: dict) -> web.Response:
         """Run the hook (it may start a process: off the loop), then answer the operation,
@@ -180,6 +200,12 @@ class FakeComputeServer:
         with self._lock:
             self._ops[op_name] = op
             return web.json_response(dict(op))
+
+
+def _stock_out_error(zone: str) -> dict:
+    return {"errors": [{"code": "ZONE_RESOURCE_POOL_EXHAUSTED", "message": (
+        f"The zone 'projects/p/zones/{zone}' does not have enough resources available to "
+        "fulfill the request. Try a different zone, or try again later.")}]}
 
 
 def _zone_link(request: web.Request) -> str:
