@@ -4,10 +4,10 @@ Not the watching (iris/worker/preemption_notice.py does that on the worker) nor 
 policy (the job kernel's Preempted event spends the preemption budget). GCE gives a
 preemptible VM 30 s between the notice and the power-off; without the notice the controller
 learns of the loss only after DEFAULT_DEAD_AFTER_S of silence, plus the boot of whatever
-replaces it. With it, the worker's attempts are requeued at once (their tasks may be placed
-elsewhere while the old attempts, already told to stop, spend their last seconds in
-`iris.on_preempt` callbacks: the machine is gone after the notice anyway, and a stale
-attempt's reports are fenced by attempt id), and the worker is held out of placement.
+replaces it. With it, the worker's attempts are requeued at once and the worker is held out
+of placement; each task's new attempt starts once its old one, told to stop with the time
+left as grace, has run its `iris.on_preempt` callbacks and exited (service_placement.py:
+at most one attempt of a task at a time).
 """
 
 from __future__ import annotations

@@ -85,13 +85,36 @@ class Placement:
                 self.region_groups, self.region_reports, self.pending_reasons)
         return _plan_events(plan)
 
+    def _still_stopping(self) -> set[tuple[str, int | None]]:
+        """(job, task index) of every attempt told to stop that has not exited yet, and
+        (job, None) for each job with one: a gang's tasks wait for all of its members."""
+        out: set[tuple[str, int | None]] = set()
+        for held in self.stopping.values():
+            for attempt_id in held:
+                attempt = self.state.attempts.get(attempt_id)
+                if attempt is not None:
+                    out |= {(attempt.job_id, attempt.task_index), (attempt.job_id, None)}
+        return out
+
     def _demands(self, unplaced: dict[str, int]) -> list:
         """What each pending task asks for; gangs every region refused wait out their
         cooling (counted in `unplaced`: capacity must grow) without being asked again."""
         demands = []
         now = now_mono(self)
+        stopping = self._still_stopping()
         for job_id, index in self.state.pending:
             job = self.state.jobs[job_id]
+            # At most one attempt of a task at a time: a requeued task (evicted, preempted,
+            # its gang restarted) waits until its previous attempt, still in its grace period
+            # (on_preempt callbacks writing a checkpoint), has exited. A gang waits whole.
+            waiting_on = index if job.spec.gang_size == 1 else None
+            if (job_id, waiting_on) in stopping or (job_id, index) in stopping:
+                self.pending_reasons.setdefault(job_id, {
+                    "code": ReasonCode.PREVIOUS_ATTEMPT_STOPPING.value,
+                    "message": f"task {index}: its previous attempt is still stopping (at "
+                               "most one attempt of a task runs at a time)",
+                    "details": {}})
+                continue
             if job.spec.gang_size > 1:
                 cooling = self.gangs.waiting(scheduler_view.gang_id(job.spec, index), now)
                 if cooling is not None:

@@ -46,3 +46,19 @@ def _runs(pid: int) -> bool:
     except OSError:
         return False
     return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
+
+def hold_with_slow_goodbye(marker_dir: str, name: str = "patient",
+                           goodbye_s: float = 3.0) -> str:
+    """`hold_checking_overlap`, with an on_preempt callback that takes `goodbye_s` (a task
+    writing its checkpoint when told to stop), marking when it ends."""
+    import iris  # in the task's process
+
+    attempt = os.environ["IRIS_ATTEMPT_ID"]
+
+    def goodbye() -> None:
+        threading.Event().wait(goodbye_s)
+        Path(marker_dir, f"goodbye-{name}-{attempt}").touch()
+
+    iris.on_preempt(goodbye)
+    return hold_checking_overlap(marker_dir, name)

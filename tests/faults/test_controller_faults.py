@@ -19,12 +19,28 @@ from tests.faults.markers import hold, hold_checking_overlap, starts
 pytestmark = pytest.mark.slow
 
 
-def test_a_client_waits_through_a_controller_restart(tmp_path, wait_until, capfd):
+def _controller_and_worker(tmp_path):
+    """`iris controller serve` and one `iris worker` as processes of their own."""
     address = f"tcp://127.0.0.1:{free_port()}"
     controller = start_controller(tmp_path / "state", address)
     worker = subprocess.Popen([sys.executable, "-m", "iris", "worker", "--controller", address,
                                "--work-dir", str(tmp_path / "w")], stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL, start_new_session=True)
+    return address, controller, worker
+
+
+def _stop(*procs: subprocess.Popen) -> None:
+    for proc in procs:
+        try:
+            os.killpg(proc.pid, signal.SIGCONT)  # a frozen one must run to stop
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        proc.wait(60)
+
+
+def test_a_client_waits_through_a_controller_restart(tmp_path, wait_until, capfd):
+    address, controller, worker = _controller_and_worker(tmp_path)
     try:
         with iris.connect(address):
             job = iris.submit(hold_checking_overlap, str(tmp_path), "task")
@@ -50,23 +66,14 @@ def test_a_client_waits_through_a_controller_restart(tmp_path, wait_until, capfd
         else:  # a loaded machine restarted it too slowly: fenced once, then run again
             assert names[-1] == f"start-task-0-{attempt}" and len(names) == 2, (down_s, names)
     finally:
-        for proc in (controller, worker):
-            try:
-                os.killpg(proc.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-            proc.wait(60)
+        _stop(controller, worker)
 
 
 def test_a_controller_frozen_10s_loses_nothing(tmp_path, wait_until):
     """SIGSTOP the controller for 10 s (a long GC pause, a stalled VM): shorter than a
     worker's lease (FENCE_AFTER_S), so no attempt is fenced, no worker declared lost (silence
     is measured only while the controller could listen), and the task runs once."""
-    address = f"tcp://127.0.0.1:{free_port()}"
-    controller = start_controller(tmp_path / "state", address)
-    worker = subprocess.Popen([sys.executable, "-m", "iris", "worker", "--controller", address,
-                               "--work-dir", str(tmp_path / "w")], stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL, start_new_session=True)
+    address, controller, worker = _controller_and_worker(tmp_path)
     try:
         with iris.connect(address):
             job = iris.submit(hold, str(tmp_path), "paused")
@@ -81,10 +88,4 @@ def test_a_controller_frozen_10s_loses_nothing(tmp_path, wait_until):
         assert (task["attempts"], task["preemptions"], task["failures"]) == (1, 0, 0)
         assert worker.poll() is None  # the worker kept serving through the freeze
     finally:
-        for proc in (controller, worker):
-            try:
-                os.killpg(proc.pid, signal.SIGCONT)
-                os.killpg(proc.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-            proc.wait(60)
+        _stop(controller, worker)

@@ -19,6 +19,7 @@ class ReasonCode(enum.StrEnum):
     SCALING_UP = "SCALING_UP"                      # no room now; a region is adding hosts
     PREEMPTING = "PREEMPTING"                      # lower-band work is being evicted for it
     WORKERS_BUSY = "WORKERS_BUSY"                  # room exists but workers push back
+    PREVIOUS_ATTEMPT_STOPPING = "PREVIOUS_ATTEMPT_STOPPING"  # at most one attempt at a time
 
 
 @dataclass(frozen=True)
