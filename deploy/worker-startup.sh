@@ -37,11 +37,23 @@ else
   "$VENV/bin/pip" install --upgrade pip "$IRIS_PACKAGE"
 fi
 
+# The cluster token proves this host is a worker (without it the controller refuses its
+# registration); the controller hands it over as node metadata. Kept readable by root only.
+mkdir -p /etc/iris
+TOKEN_FLAG=""
+if curl -sf -H 'Metadata-Flavor: Google' \
+    http://metadata.google.internal/computeMetadata/v1/instance/attributes/iris-cluster-token \
+    -o /etc/iris/cluster.token.new; then
+  install -m 600 /etc/iris/cluster.token.new /etc/iris/cluster.token
+  TOKEN_FLAG="--token-file /etc/iris/cluster.token"
+fi
+rm -f /etc/iris/cluster.token.new
+
 # Run the worker under systemd so it restarts on crash and stops cleanly on shutdown.
 cat > /etc/iris-worker.env <<ENV
 IRIS_CONTROLLER=$IRIS_CONTROLLER
 IRIS_REGION=$IRIS_REGION
-IRIS_WORKER_ATTRS=--worker-id $IRIS_SLICE_ID-w$HOST_INDEX --attr slice_id=$IRIS_SLICE_ID --attr scale_group=$IRIS_SCALE_GROUP --attr zone=$IRIS_ZONE --attr cluster=$IRIS_CLUSTER --attr accelerator_type=$IRIS_ACCELERATOR --attr host_index=$HOST_INDEX
+IRIS_WORKER_ATTRS=$TOKEN_FLAG --worker-id $IRIS_SLICE_ID-w$HOST_INDEX --attr slice_id=$IRIS_SLICE_ID --attr scale_group=$IRIS_SCALE_GROUP --attr zone=$IRIS_ZONE --attr cluster=$IRIS_CLUSTER --attr accelerator_type=$IRIS_ACCELERATOR --attr host_index=$HOST_INDEX
 ENV
 cat > /etc/systemd/system/iris-worker.service <<'UNIT'
 [Unit]

@@ -12,10 +12,12 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
 
+from iris.actors import tokens
 from iris.base.errors import CapacityError, InvalidRequestError, NotFoundError
 from iris.base.ids import new_id
 from iris.cli.jobs import print_rows
@@ -91,7 +93,12 @@ class Providers:
         if region not in self._made:
             from iris.controller.providers.gcp_tpu import GcpTpuProvider
 
-            self._made[region] = GcpTpuProvider.from_config(self.config, region)
+            # Slices made here hand their workers the cluster token only if the operator has
+            # it ($IRIS_CLUSTER_TOKEN, the controller's STATE_DIR/cluster.token); the
+            # autoscaler's own slices always get it from the controller.
+            token = os.environ.get(tokens.ENV_TOKEN, "")
+            self._made[region] = GcpTpuProvider.from_config(self.config, region,
+                                                            cluster_token=token)
         return self._made[region]
 
     def group(self, name: str) -> ScaleGroupConfig:
@@ -137,6 +144,11 @@ def create_slice(providers: Providers, group_name: str, zone: str | None) -> Sli
         raise InvalidRequestError(f"--zone: scale group {group.name} does not use {zone!r} "
                                   f"(its zones: {', '.join(group.zones)})")
     provider = providers.for_region(group.region)
+    if not os.environ.get(tokens.ENV_TOKEN):
+        print(f"warning: ${tokens.ENV_TOKEN} is not set, so this slice's workers get no "
+              "cluster token and cannot register; set it to the controller's "
+              "STATE_DIR/cluster.token, or let the autoscaler make the slice",
+              file=sys.stderr)
     alive = [s for s in provider.list_slices(group.name) if s.state not in _GONE]
     if len(alive) >= group.max_slices:
         raise InvalidRequestError(

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from iris.actors import ClusterContext, Node, NodeConfig, Registry, Security
+from iris.actors import ClusterContext, Node, NodeConfig, Registry, Security, tokens
 from iris.actors.keys import CONTROLLER_KEY
 from iris.actors.registry import REGISTRY_KEY
 from iris.base.errors import ConfigError
@@ -71,7 +71,9 @@ def _provider_factory(kind: str, cluster: ClusterConfig, region: str,
             from iris.controller.providers.simulated import SimulatedProvider
             return SimulatedProvider(SYSTEM_CLOCK)
         from iris.controller.providers.gcp_tpu import GcpTpuProvider
-        return GcpTpuProvider.from_config(cluster, region)
+        # The controller made its token at start: its workers on other hosts need it.
+        token = tokens.read(state_dir / tokens.CLUSTER_TOKEN_FILE).hex()
+        return GcpTpuProvider.from_config(cluster, region, cluster_token=token)
     return make
 
 

@@ -197,3 +197,36 @@ def test_create_slice_operation_never_done_raises_provider_error_and_deletes_nod
         assert fake_tpu.node("s-1")["state"] == "DELETING"
     finally:
         provider.close()
+
+
+def test_created_node_hands_its_workers_the_cluster_token_as_metadata(fake_tpu, tmp_path):
+    """A worker on a TPU VM proves its role with the cluster token: the provider puts it in
+    the node's metadata and the startup script hands it to `iris worker --token-file`."""
+    provider = GcpTpuProvider.from_config(cluster_config(), REGION, cluster_token="ab" * 32,
+                                          client=make_tpu_client(fake_tpu.url), **FAST_GCP)
+    try:
+        provider.create_slice(cluster_config().scale_group("v4-8"), ZONE_B, "tok-1")
+    finally:
+        provider.close()
+    body = fake_tpu.requests_for("POST", "/nodes")[-1].body
+    assert body["metadata"]["iris-cluster-token"] == "ab" * 32
+    assert "--token-file /etc/iris/cluster.token" in body["metadata"]["startup-script"]
+    assert "ab" * 32 not in body["metadata"]["startup-script"]  # not in the script's log
+    assert "ab" * 32 not in repr(provider._s)  # nor in logged settings
+
+
+def test_controller_hands_its_gcp_provider_its_own_cluster_token(fake_tpu, tmp_path,
+                                                                monkeypatch):
+    from iris.actors import tokens
+    from iris.controller.main import scaling_from_config
+    from iris.controller.providers.gcp_tpu import ENV_ENDPOINT
+
+    monkeypatch.setenv(ENV_ENDPOINT, fake_tpu.url)
+    token = tokens.load_or_create(tmp_path / tokens.CLUSTER_TOKEN_FILE)
+    (scaling,) = [s for s in scaling_from_config(cluster_config(), tmp_path)
+                  if s.region == REGION]
+    provider = scaling.provider("tcp://127.0.0.1:7100")
+    try:
+        assert provider._s.cluster_token == token.hex()
+    finally:
+        provider.close()

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import requests
@@ -37,6 +37,8 @@ from iris.base.errors import (
 from iris.controller.config import ClusterConfig, ScaleGroupConfig
 from iris.controller.providers.base import HostInfo, SliceInfo, SliceState, check_create_request
 
+# The node metadata key worker-startup.sh reads the cluster token from.
+TOKEN_METADATA_KEY = "iris-cluster-token"
 DEFAULT_STARTUP_SCRIPT = Path(__file__).resolve().parents[3] / "deploy" / "worker-startup.sh"
 LABEL_CLUSTER, LABEL_GROUP, LABEL_REGION = "iris-cluster", "iris-group", "iris-region"
 _PLACEHOLDER = re.compile(r"\{\{([A-Z_]+)\}\}")
@@ -66,6 +68,10 @@ class GcpTpuSettings:
     zones: tuple[str, ...]  # zones list_slices looks in: every zone of the region
     controller_address: str  # what the startup script passes to `iris worker --controller`
     iris_package: str = "iris"  # pip requirement the startup script installs
+    # The cluster's member token (hex), handed to the slice's workers as node metadata
+    # (`iris-cluster-token`): without it a worker on another host cannot register. Empty:
+    # none is handed (the workers must be given one some other way).
+    cluster_token: str = field(default="", repr=False)
     service_account: str | None = None
     network: str = "default"
     subnetwork: str | None = None
@@ -215,7 +221,9 @@ class GcpTpuProvider:
             accelerator_type=group.accelerator_variant, runtime_version=group.runtime_version,
             scheduling_config=tpu_v2.SchedulingConfig(
                 spot=group.spot, preemptible=group.preemptible and not group.spot),
-            metadata={"startup-script": script},
+            metadata={"startup-script": script,
+                      **({TOKEN_METADATA_KEY: self._s.cluster_token}
+                         if self._s.cluster_token else {})},
             labels={LABEL_CLUSTER: self._s.cluster, LABEL_GROUP: group.name,
                     LABEL_REGION: self._s.region},
             network_config=tpu_v2.NetworkConfig(network=self._s.network,
