@@ -20,13 +20,15 @@ from typing import Any
 
 from aiohttp import web
 
+from tests.providers.fake_http import FakeHttpServer
+
 _BASE = "/compute/v1/projects/{project}/zones/{zone}"
 _STATUS = {400: "INVALID_ARGUMENT", 404: "NOT_FOUND", 409: "ALREADY_EXISTS", 500: "INTERNAL"}
 Hook = Callable[[dict], None]
 
 
 @dataclass
-class FakeComputeServer:
+class FakeComputeServer(FakeHttpServer):
     """Start with `with FakeComputeServer() as s:`; point the client at `s.url`."""
 
     on_insert: Hook | None = None  # called with the instance once its insert is DONE
@@ -59,24 +61,9 @@ class FakeComputeServer:
             self._serial[name] = self._serial.get(name, "") + text
 
     # --- lifecycle -----------------------------------------------------------------------
-    def __enter__(self) -> FakeComputeServer:
-        ready = threading.Event()
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._serve, args=(ready,), daemon=True,
-                                        name="fake-compute-server")
-        self._thread.start()
-        if not ready.wait(30):
-            raise RuntimeError("fake Compute Engine server did not start within 30 s")
-        return self
+    _name = "fake Compute Engine server"
 
-    def __exit__(self, *exc: object) -> None:
-        asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(30)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(30)
-        self._loop.close()
-
-    def _serve(self, ready: threading.Event) -> None:
-        asyncio.set_event_loop(self._loop)
+    def _app(self) -> web.Application:
         app = web.Application(middlewares=[self._log])
         r = app.router
         r.add_post(_BASE + "/instances", self._insert)
@@ -87,13 +74,7 @@ class FakeComputeServer:
         r.add_get(_BASE + "/instances/{name}/serialPort", self._serial_port)
         r.add_get(_BASE + "/operations/{op}", self._get_op)
         r.add_post(_BASE + "/operations/{op}/wait", self._get_op)
-        self._runner = web.AppRunner(app)
-        self._loop.run_until_complete(self._runner.setup())
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        self._loop.run_until_complete(site.start())
-        self.url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
-        ready.set()
-        self._loop.run_forever()
+        return app
 
     @web.middleware
     async def _log(self, request: web.Request, handler):

@@ -17,14 +17,15 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
+from tests.providers.fake_http import FakeHttpServer
+
 
 @dataclass
-class FakeMetadataServer:
+class FakeMetadataServer(FakeHttpServer):
     """Start with `with FakeMetadataServer() as m:`; `m.raise_preemption()` gives notice."""
 
     values: dict[str, str] = field(default_factory=lambda: {
         "preempted": "FALSE", "maintenance-event": "NONE", "id": "4242", "hostname": "fake"})
-    host: str = ""  # "127.0.0.1:PORT", for GCE_METADATA_HOST
     # (key, wait_for_change) of every GET, in order, so a test can wait for a watcher.
     gets: list[tuple[str, bool]] = field(default_factory=list)
 
@@ -53,36 +54,23 @@ class FakeMetadataServer:
                 raise TimeoutError(f"no hanging GET on {key} within {timeout} s")
 
     # --- lifecycle -----------------------------------------------------------------------
-    def __enter__(self) -> FakeMetadataServer:
-        ready = threading.Event()
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._serve, args=(ready,), daemon=True,
-                                        name="fake-metadata-server")
-        self._thread.start()
-        if not ready.wait(30):
-            raise RuntimeError("fake metadata server did not start within 30 s")
-        return self
+    _name = "fake metadata server"
+    _shutdown_s = 0.1
 
-    def __exit__(self, *exc: object) -> None:
+    def _before_close(self) -> None:
         self._closing = True  # hanging GETs answer now, so none is left pending at close
         self._loop.call_soon_threadsafe(self._wake)
-        asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(30)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(30)
-        self._loop.close()
 
-    def _serve(self, ready: threading.Event) -> None:
-        asyncio.set_event_loop(self._loop)
+    def _app(self) -> web.Application:
         self._changed = asyncio.Event()
         app = web.Application()
         app.router.add_get("/computeMetadata/v1/instance/{key}", self._get)
-        self._runner = web.AppRunner(app, shutdown_timeout=0.1)
-        self._loop.run_until_complete(self._runner.setup())
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        self._loop.run_until_complete(site.start())
-        self.host = f"127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
-        ready.set()
-        self._loop.run_forever()
+        return app
+
+    @property
+    def host(self) -> str:
+        """"127.0.0.1:PORT", for GCE_METADATA_HOST."""
+        return f"127.0.0.1:{self.port}"
 
     def _wake(self) -> None:  # on the loop: release every hanging GET to look again
         self._changed.set()

@@ -10,7 +10,6 @@ instead of polling for a call made from another thread.
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import threading
 from dataclasses import dataclass, field
@@ -20,6 +19,7 @@ from aiohttp import web
 
 from iris.base.errors import InvalidRequestError
 from iris.base.resources import tpu_shape
+from tests.providers.fake_http import FakeHttpServer
 
 _NODE_TYPE = "type.googleapis.com/google.cloud.tpu.v2.Node"
 _EMPTY_TYPE = "type.googleapis.com/google.protobuf.Empty"
@@ -53,7 +53,7 @@ class _Operation:
 
 
 @dataclass
-class FakeTpuServer:
+class FakeTpuServer(FakeHttpServer):
     """Start with `with FakeTpuServer() as s:`; point the client at `s.url`."""
 
     polls_before_done: int = 1  # operation GETs answered "not done" before it completes
@@ -136,24 +136,9 @@ class FakeTpuServer:
             return matching()[count - 1]
 
     # --- lifecycle -----------------------------------------------------------------------
-    def __enter__(self) -> FakeTpuServer:
-        ready = threading.Event()
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._serve, args=(ready,), daemon=True,
-                                        name="fake-tpu-server")
-        self._thread.start()
-        if not ready.wait(30):
-            raise RuntimeError("fake TPU server did not start within 30 s")
-        return self
+    _name = "fake TPU server"
 
-    def __exit__(self, *exc: object) -> None:
-        asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(30)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(30)
-        self._loop.close()
-
-    def _serve(self, ready: threading.Event) -> None:
-        asyncio.set_event_loop(self._loop)
+    def _app(self) -> web.Application:
         app = web.Application(middlewares=[self._log_middleware])
         base = "/v2/projects/{project}/locations/{zone}"
         app.router.add_post(base + "/nodes", self._create)
@@ -161,14 +146,7 @@ class FakeTpuServer:
         app.router.add_get(base + "/nodes/{node}", self._get)
         app.router.add_delete(base + "/nodes/{node}", self._delete)
         app.router.add_get(base + "/operations/{op}", self._get_operation)
-        self._runner = web.AppRunner(app)
-        self._loop.run_until_complete(self._runner.setup())
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        self._loop.run_until_complete(site.start())
-        port = site._server.sockets[0].getsockname()[1]
-        self.url = f"http://127.0.0.1:{port}"
-        ready.set()
-        self._loop.run_forever()
+        return app
 
     # --- handlers ------------------------------------------------------------------------
     @web.middleware
