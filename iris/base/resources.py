@@ -25,6 +25,20 @@ _POWERS = {"": 0, "K": 1, "M": 2, "G": 3, "T": 4, "P": 5}
 MAX_SIZE = 64 << 40
 
 
+_BINARY_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
+
+
+def human_bytes(n: int | float) -> str:
+    """1 << 31 -> "2 GiB", 1536 << 20 -> "1.5 GiB", 1000 << 30 -> "1000 GiB": sizes as a
+    person reads them in reasons, errors and tables (limits are mostly set in binary units,
+    and read back the way they were written)."""
+    value, unit = float(n), 0
+    while value >= 1024 and unit < len(_BINARY_UNITS) - 1:
+        value, unit = value / 1024, unit + 1
+    text = f"{value:.1f}".removesuffix(".0")
+    return f"{text} {_BINARY_UNITS[unit]}"
+
+
 def parse_size(value: int | float | str | None, field_name: str) -> int:
     """Bytes from 123, "512Mi", "16GB"... ; None means 0."""
     if value is None:

@@ -21,9 +21,9 @@ from iris.actors.context import join, security_from_env
 from iris.actors.current import current_context
 from iris.actors.keys import CONTROLLER_KEY
 from iris.base.errors import ConfigError, InvalidRequestError, IrisError
-from iris.base.resources import parse_size
+from iris.base.resources import human_bytes, parse_size
 from iris.controller.main import host_controller
-from iris.controller.regions.capacity import Offer, human_bytes, offers_from_groups
+from iris.controller.regions.capacity import Offer, offers_from_groups
 from iris.controller.regions.region import RegionScaling
 from iris.controller.service import ControllerConfig
 from iris.logstore.config import LogStoreConfig

@@ -11,18 +11,11 @@ import re
 import shlex
 from typing import Any
 
-_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
+from iris.base.resources import human_bytes
+
 _RAW_BYTES = re.compile(r"\b(\d{7,}) ?bytes\b|\b(memory|disk)=(\d{7,})\b")
 
 
-def human_bytes(n: int | float) -> str:
-    """2147483648 -> '2 GiB'."""
-    value = float(n)
-    for unit in _UNITS:
-        if value < 1024 or unit == _UNITS[-1]:
-            return f"{value:.3g} {unit}"
-        value /= 1024
-    return f"{n} B"
 
 
 def humanize(text: str) -> str:

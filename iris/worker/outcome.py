@@ -17,6 +17,8 @@ import enum
 import signal
 from dataclasses import dataclass
 
+from iris.base.resources import human_bytes
+
 _SHELL_SIGNAL_BASE = 128  # `sh` reports a child killed by signal N as exit code 128+N
 _LAST_SIGNAL = 64  # Linux real-time signals end at 64; 128+65 and up are plain exit codes
 
@@ -103,14 +105,3 @@ def failure_line(outcome: Outcome) -> str:
     return f"{how}: out of memory" + (f" (limit {human_bytes(limit)})" if limit else "")
 
 
-_BINARY_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
-
-
-def human_bytes(n: int) -> str:
-    """1 << 31 -> "2 GiB", 1536 << 20 -> "1.5 GiB": limits are set in binary units (Gi, Mi)
-    more often than not, and read back the way they were written."""
-    value, unit = float(n), 0
-    while value >= 1024 and unit < len(_BINARY_UNITS) - 1:
-        value, unit = value / 1024, unit + 1
-    text = f"{value:.1f}".removesuffix(".0")
-    return f"{text} {_BINARY_UNITS[unit]}"

@@ -66,6 +66,17 @@ def test_schedule_fits_tasks_on_cpu_and_memory_until_full():
     assert reason.code is ReasonCode.NO_CAPACITY and "cpu=1" in reason.message
 
 
+def test_no_room_reason_says_busy_only_for_workers_large_enough_and_sizes_in_human_units():
+    hosts = [cpu_host("small", cpu=1),
+             cpu_host("big", cpu=4, running=(attempt("a1", band=Band.PRODUCTION),))]
+    need = Resources(cpu=2, memory=3 << 30)
+    reason = schedule(hosts, [task("t1", res=need)]).reasons["t1"]
+    assert reason.code is ReasonCode.NO_CAPACITY
+    assert "memory=3 GiB" in reason.message  # never a raw byte count
+    assert "1 large enough but busy; 1 too small for it" in reason.message
+    assert "full" not in reason.message
+
+
 def test_schedule_every_task_is_assigned_or_has_a_reason():
     hosts = [cpu_host("h1", cpu=3), *tpu_slice("s1")]
     pending = [task(f"t{i}", res=Resources(cpu=i % 3 + 1)) for i in range(10)]

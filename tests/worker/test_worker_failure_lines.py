@@ -8,7 +8,8 @@ import sys
 import pytest
 
 import iris
-from iris.worker.outcome import failure_line, human_bytes
+from iris.base.resources import human_bytes
+from iris.worker.outcome import failure_line
 from iris.worker.process import AttemptStartError
 
 PYTHON = sys.executable

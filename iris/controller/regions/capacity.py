@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from iris.base.resources import Resources
+from iris.base.resources import Resources, human_bytes
 
 
 @dataclass(frozen=True)
@@ -63,11 +63,3 @@ def offers_from_workers(workers: Iterable) -> tuple[Offer, ...]:
         shapes, key=lambda s: (s[0] or "", s[1], s[2], s[3] or 0)))
 
 
-def human_bytes(n: int) -> str:
-    """1099511627776 -> '1 TiB'; sizes in messages a person reads."""
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
-        if value < 1024 or unit == "PiB":
-            return f"{value:.3g} {unit}"
-        value /= 1024
-    return f"{n} B"

@@ -22,7 +22,7 @@ from collections import deque
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from iris.base.resources import Resources
+from iris.base.resources import Resources, human_bytes
 from iris.controller.scheduling.constraints import Constraint
 from iris.controller.scheduling.fleet import Fleet, Pool
 from iris.controller.scheduling.gang_placement import GangAsk, GangRequest, place_gang
@@ -318,12 +318,18 @@ class _Pass:
                                  f"{cls.busy} worker(s) with room are not accepting new work "
                                  "yet (back-pressure)", {"workers": cls.busy})
         n = cls.need
+        # "Full" only for workers that could hold it once free; the others are too small.
+        big = sum(1 for h in cls.candidates if _holds(self.fleet.hosts[h].capacity, n))
+        why = "; ".join(part for part in (
+            f"{big} large enough but busy" if big else "",
+            f"{len(cls.candidates) - big} too small for it" if big < len(cls.candidates)
+            else "") if part)
         return self._scaling(accel) or PendingReason(
             ReasonCode.NO_CAPACITY,
-            f"no {accel} worker has room for cpu={n.cpu:g} memory={n.memory} chips={n.chips} "
-            f"({len(cls.candidates)} matching workers are full)",
+            f"no {accel} worker has room for cpu={n.cpu:g} memory={human_bytes(n.memory)} "
+            f"chips={n.chips} (of {len(cls.candidates)} matching workers: {why})",
             {"cpu": n.cpu, "memory": n.memory, "chips": n.chips, "accelerator": accel,
-             "matching_workers": len(cls.candidates)})
+             "matching_workers": len(cls.candidates), "large_enough": big})
 
     def _scaling(self, accel: str) -> PendingReason | None:
         regions = self.scaling.get(accel)
@@ -370,3 +376,9 @@ class _Pass:
         if result.code is ReasonCode.NO_CAPACITY:
             result = self._scaling(shape.accelerator or "cpu") or result
         self._mark(tasks, result)
+
+
+def _holds(capacity: Demand, need: Demand) -> bool:
+    """Could a host of this total capacity hold `need` when nothing else runs there?"""
+    return (capacity.cpu >= need.cpu and capacity.memory >= need.memory
+            and capacity.chips >= need.chips)
