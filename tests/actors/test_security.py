@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 import zmq
 
@@ -76,8 +78,11 @@ def test_plain_socket_to_a_curve_node_delivers_nothing(secure_cluster):
         assert plain.poll(1000) == 0  # no answer: the handshake never completed
         assert node.stats.calls_received == 0 and node.stats.malformed == 0
     finally:
-        plain.close()
-        ctx.term()
+        plain.close(linger=0)
+        # Terminating a context whose socket is mid-way through a refused CURVE handshake
+        # blocked inside libzmq now and then under load (about 1 run in 4 at load 20+);
+        # the socket is closed, so let the context end on a thread of its own.
+        threading.Thread(target=ctx.term, daemon=True, name="plain-ctx-term").start()
 
 
 def test_binding_a_non_loopback_address_without_keys_is_refused():
