@@ -107,8 +107,10 @@ def test_operator_day_start_slice_job_logs_terminate_stop(tmp_path, wait_until):
         assert "hello from the slice" in ran.stdout
 
         # The autoscaler adopted the hand-made slice: counted once, none made beside it.
-        groups = _json(world, "cluster", "status", "--address", address)["scale_groups"]
-        assert [(g["group"], g["ready"]) for g in groups] == [("v5e-4", 1)]
+        # (The autoscaler sees it at its next provider poll, every 2 s.)
+        wait_until(lambda: [(g["group"], g["ready"]) for g in _json(
+            world, "cluster", "status", "--address", address)["scale_groups"]] == [
+            ("v5e-4", 1)], 120, "the autoscaler counting the hand-made slice")
         assert len(world.tpu.requests_for("POST", "/nodes")) == 1
         regions = _json(world, *cluster, "status")["regions"]
         assert [(g["region"], g["group"], g["ready"]) for g in regions] == \
