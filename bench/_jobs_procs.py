@@ -172,7 +172,8 @@ def worker_kill_once(tmp: Path) -> dict:
     markers = tmp / "markers"
     markers.mkdir(parents=True)
     orphans = []
-    with iris.local_cluster(workers=2, state_dir=tmp / "cluster", stop_grace_s=2.0) as ctx:
+    with iris.local_cluster(workers=2, worker_cpu=8, state_dir=tmp / "cluster",
+                            stop_grace_s=2.0) as ctx:
         def workers() -> dict[str, dict]:
             rows = ctx.node.call(ctx.address, "/iris/controller", "list_workers").result(30)
             return {w["worker_id"]: w for w in rows}

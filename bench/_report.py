@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 
 
@@ -15,3 +16,13 @@ def fmt(value: float | None) -> str:
 def step(what: str) -> None:
     """Say on stderr what is being measured now (stdout keeps the figures)."""
     print(f"  measuring {what} ...", file=sys.stderr, flush=True)
+
+
+def peer_installed() -> bool:
+    """Is Ray (the peer) importable? Without it the Iris figures still print, with a note
+    on stderr saying how to get the peer's: a bench must not lose its own figures to it."""
+    if importlib.util.find_spec("ray") is not None:
+        return True
+    print("  ray is not installed, so no peer figures this run: pip install -e '.[bench]'",
+          file=sys.stderr, flush=True)
+    return False

@@ -43,7 +43,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from bench._procs import Children, exit_cleanly_on_signals, exit_with_parent
-from bench._report import fmt, step
+from bench._report import fmt, peer_installed, step
 
 SMALL = b"0123456789abcdef"
 BIG_BYTES = 64 * 2**20
@@ -455,7 +455,7 @@ def main(argv: list[str] | None = None) -> None:
         figures.update(bench_zmq(cfg, children))
         if args.only != "ray":
             figures.update(bench_iris(cfg, children))
-    if args.only != "iris":
+    if args.only != "iris" and peer_installed():
         figures.update(bench_ray(cfg))
     print_table(figures, cfg)
     figures.update(n=cfg.n, quick=args.quick, small_arg_bytes=len(SMALL), big_bytes=BIG_BYTES,

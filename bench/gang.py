@@ -35,6 +35,7 @@ import random
 import statistics
 from collections import Counter, deque
 
+from bench._report import peer_installed
 from iris.base.clock import SYSTEM_CLOCK
 from iris.base.resources import Resources
 from iris.controller.gangs.coordinator import (
@@ -233,7 +234,7 @@ def main(argv: list[str] | None = None) -> None:
     result.update(bench_gangs_controller(150 if args.quick else 600))
     print(f"through the controller: {result['controller_gangs_placed']} gang jobs placed in "
           f"{result['controller_place_s']:.2f} s")
-    if not args.no_ray:
+    if not args.no_ray and peer_installed():
         result.update(bench_ray_placement_groups(500 if args.quick else 2_000))
     print(json.dumps(result))
 

@@ -60,7 +60,7 @@ from bench._jobs_procs import (
     worker_kill_once,
 )
 from bench._procs import exit_cleanly_on_signals
-from bench._report import fmt, step
+from bench._report import fmt, peer_installed, step
 from iris.base.clock import SYSTEM_CLOCK
 
 
@@ -194,7 +194,8 @@ def bench_iris(cfg: Settings) -> dict:
     import iris
 
     with tempfile.TemporaryDirectory(prefix="iris-bench-jobs-") as tmp, \
-            iris.local_cluster(workers=2, state_dir=tmp, stop_grace_s=2.0) as ctx:
+            iris.local_cluster(workers=2, worker_cpu=8, state_dir=tmp,
+                               stop_grace_s=2.0) as ctx:
         rows = ctx.node.call(ctx.address, "/iris/controller", "list_workers").result(30)
         worker_pids = [int(w["attributes"]["pid"]) for w in rows]
         # Both workers build the job environment and start its zygote before anything counts.
@@ -346,7 +347,7 @@ def main(argv: list[str] | None = None) -> dict:
         figures.update(bench_cold_iris(cfg))
         figures.update(bench_iris(cfg))
         figures.update(bench_kills(cfg))
-    if args.only != "iris":
+    if args.only != "iris" and peer_installed():
         figures.update(bench_ray(cfg))
     print_table(figures, cfg)
     figures.update(jobs=cfg.jobs, threads=cfg.threads, seq=cfg.seq, cold_reps=cfg.cold_reps,

@@ -31,7 +31,7 @@ import sys
 import time
 
 from bench._procs import Children, exit_cleanly_on_signals, exit_with_parent
-from bench._report import fmt, step
+from bench._report import fmt, peer_installed, step
 
 MiB = 1 << 20
 ECHO_BYTES = 64 * MiB
@@ -328,7 +328,7 @@ def main(argv: list[str] | None = None) -> None:
         figures.update(bench_zmq(cfg["reps"], children))
         if args.only != "ray":
             figures.update(bench_iris(cfg, children))
-    if args.only != "iris":
+    if args.only != "iris" and peer_installed():
         figures.update(bench_ray(cfg))
     print_table(figures, cfg)
     figures.update(quick=args.quick, echo_bytes=ECHO_BYTES, sync_bytes=cfg["size"],
