@@ -112,10 +112,7 @@ class _Watch:
         if stream == "stderr":
             self._tail.append(line)
 
-    def on_state(self, state: AttemptState, detail: str) -> None:
-        if state is AttemptState.BUILDING and detail:
-            self._shipper.write("stderr", f"[iris build] {detail}\n")
-            return
+    def on_state(self, state: AttemptState) -> None:
         status = "building" if state is AttemptState.BUILDING else "running"
         self._work.tell(attempts.PhaseReached(self._attempt_id, status))
 

@@ -83,7 +83,7 @@ def _dir_name(task_id: str, attempt: int) -> str:
     return f"{safe}-{hashlib.sha256(task_id.encode()).hexdigest()[:8]}.{attempt}"
 
 
-OnState = Callable[[AttemptState, str], None]
+OnState = Callable[[AttemptState], None]
 OnExit = Callable[[AttemptProcess, Outcome], None]
 
 
@@ -124,7 +124,7 @@ class AttemptRunner:
             self._table.claim(req.task_id, req.attempt)
             self._table.launched(req.task_id, req.attempt)
         try:
-            proc = self._launch(req, on_output, on_state or (lambda s, d: None), on_exit)
+            proc = self._launch(req, on_output, on_state or (lambda s: None), on_exit)
         except BaseException:
             self._release(key)
             raise
@@ -137,7 +137,7 @@ class AttemptRunner:
         workdir = attempt_dir / "work"
         workdir.mkdir(parents=True)
         (attempt_dir / _REQUEST_NAME).write_text(json.dumps(req.resources.to_dict()))
-        on_state(AttemptState.BUILDING, "")
+        on_state(AttemptState.BUILDING)
         pip = list(req.pip)
         if req.bundle:
             self._materialize(req.bundle, workdir)
@@ -155,7 +155,7 @@ class AttemptRunner:
                                      on_exit=self._exit_handler(on_exit))
         with self._lock:
             self._procs[(req.task_id, req.attempt)] = proc
-        on_state(AttemptState.RUNNING, "")
+        on_state(AttemptState.RUNNING)
         return proc
 
     def _build_output(self, on_output: OnOutput | None) -> Callable[[str], None]:

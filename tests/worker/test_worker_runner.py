@@ -64,7 +64,7 @@ def test_runner_callable_with_pip_returns_result_in_its_env(make_runner):
 
     proc = runner.start(AttemptRequest("job/t0", 0, payload=_payload(six_version),
                                        pip=("six==1.15.0",)),
-                        on_state=lambda s, d: states.append(s), on_exit=on_exit)
+                        on_state=states.append, on_exit=on_exit)
     assert proc.wait(WAIT_S).ok
     assert results[0][1] == ("ok", "1.15.0")
     assert states[0] is AttemptState.BUILDING and states[-1] is AttemptState.RUNNING
