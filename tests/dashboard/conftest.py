@@ -7,9 +7,11 @@ runs; `ok` succeeded and `bad` failed with exit code 3.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -82,33 +84,40 @@ def dash_current(dash):
     current_context.reset(token)
 
 
-@pytest.fixture(scope="session")
-def dash(tmp_path_factory):
-    with iris.local_cluster(workers=1, worker_cpu=3, stop_grace_s=1.0,
-                            state_dir=tmp_path_factory.mktemp("dash")) as ctx:
+@contextlib.contextmanager
+def cluster_with_dashboard(state_dir: Path, **cluster: object) -> Iterator[tuple]:
+    """A local cluster, made current, with a dashboard on a free port: (context, handle)."""
+    with iris.local_cluster(state_dir=state_dir, **cluster) as ctx:
         token = current_context.set(ctx)
         handle = start_dashboard(ctx.node, ctx.address, port=0)
         try:
-            Echo.serve("dash-echo")
-            jobs = {
-                "ok": iris.submit(["python", "-c", "print('hello from ok')"], name="ok"),
-                "bad": iris.submit(["sh", "-c", "echo about to fail; exit 3"], name="bad"),
-                "run": iris.submit(["sh", "-c", "echo still running; sleep 600"], name="run"),
-                "victim": iris.submit(["sh", "-c", "echo kill me; sleep 600"], name="victim"),
-            }
-            jobs["pend"] = iris.submit(["true"], name="pend", resources=iris.Resources(cpu=3))
-            jobs["ok"].wait(WAIT_S)
-            jobs["bad"].wait(WAIT_S)
-            dash = Dash(ctx, handle, jobs)
-            wait_until(lambda: dash.get(f"api/job?id={jobs['pend'].job_id}")[1]
-                       ["pending_reason"], "the pending job's reason in the snapshot")
-            for name in ("run", "victim"):
-                wait_until(lambda n=name: job_state(dash, jobs[n].job_id) == "running",
-                           f"{name} to run")
-            yield dash
+            yield ctx, handle
         finally:
             handle.stop()
             current_context.reset(token)
+
+
+@pytest.fixture(scope="session")
+def dash(tmp_path_factory):
+    with cluster_with_dashboard(tmp_path_factory.mktemp("dash"), workers=1, worker_cpu=3,
+                                stop_grace_s=1.0) as (ctx, handle):
+        Echo.serve("dash-echo")
+        jobs = {
+            "ok": iris.submit(["python", "-c", "print('hello from ok')"], name="ok"),
+            "bad": iris.submit(["sh", "-c", "echo about to fail; exit 3"], name="bad"),
+            "run": iris.submit(["sh", "-c", "echo still running; sleep 600"], name="run"),
+            "victim": iris.submit(["sh", "-c", "echo kill me; sleep 600"], name="victim"),
+        }
+        jobs["pend"] = iris.submit(["true"], name="pend", resources=iris.Resources(cpu=3))
+        jobs["ok"].wait(WAIT_S)
+        jobs["bad"].wait(WAIT_S)
+        dash = Dash(ctx, handle, jobs)
+        wait_until(lambda: dash.get(f"api/job?id={jobs['pend'].job_id}")[1]
+                   ["pending_reason"], "the pending job's reason in the snapshot")
+        for name in ("run", "victim"):
+            wait_until(lambda n=name: job_state(dash, jobs[n].job_id) == "running",
+                       f"{name} to run")
+        yield dash
 
 
 def autoscaler_status() -> dict:

@@ -10,9 +10,14 @@ import re
 import pytest
 
 import iris
-from iris.actors.current import current_context
-from iris.dashboard import start_dashboard
-from tests.dashboard.conftest import CHROMIUM, WAIT_S, Echo, http, wait_until
+from tests.dashboard.conftest import (
+    CHROMIUM,
+    WAIT_S,
+    Echo,
+    cluster_with_dashboard,
+    http,
+    wait_until,
+)
 from tests.dashboard.test_browser import _shot
 
 pytestmark = pytest.mark.skipif(not __import__("os").path.exists(CHROMIUM),
@@ -40,27 +45,23 @@ def square(x: int) -> int:
 
 @pytest.fixture(scope="module")
 def product(tmp_path_factory):
-    with iris.local_cluster(workers=1, worker_cpu=4, stop_grace_s=1.0,
-                            state_dir=tmp_path_factory.mktemp("product")) as ctx:
-        token = current_context.set(ctx)
-        handle = start_dashboard(ctx.node, ctx.address, port=0)
+    with cluster_with_dashboard(tmp_path_factory.mktemp("product"), workers=1, worker_cpu=4,
+                                stop_grace_s=1.0) as (_, handle):
+        Echo.serve("trainer")
+        Echo.serve("/iris/probe")  # stands in for an actor of Iris's own
+        jobs = {
+            "mixed": iris.submit(["python", "-c", MIXED], name="mixed", replicas=2,
+                                 resources=iris.Resources(cpu=0.5, memory="256MiB")),
+            "fn": iris.submit(square, 7, name="square"),
+            "ticker": iris.submit(["sh", "-c", "i=0; while true; do i=$((i+1)); "
+                                   "echo tick $i; sleep 0.5; done"], name="ticker"),
+        }
         try:
-            Echo.serve("trainer")
-            Echo.serve("/iris/probe")  # stands in for an actor of Iris's own
-            jobs = {
-                "mixed": iris.submit(["python", "-c", MIXED], name="mixed", replicas=2,
-                                     resources=iris.Resources(cpu=0.5, memory="256MiB")),
-                "fn": iris.submit(square, 7, name="square"),
-                "ticker": iris.submit(["sh", "-c", "i=0; while true; do i=$((i+1)); "
-                                       "echo tick $i; sleep 0.5; done"], name="ticker"),
-            }
             jobs["mixed"].wait(WAIT_S)
             jobs["fn"].wait(WAIT_S)
             yield handle, jobs
         finally:
             jobs["ticker"].kill()
-            handle.stop()
-            current_context.reset(token)
 
 
 def _open_job(page, handle, job) -> None:
@@ -196,26 +197,22 @@ def test_times_do_not_wrap_even_in_a_narrow_window(product, browser):
 
 
 def test_empty_cluster_pages_say_what_to_do(tmp_path, page):
-    with iris.local_cluster(workers=0, state_dir=tmp_path) as ctx:
-        handle = start_dashboard(ctx.node, ctx.address, port=0)
-        try:
-            page.goto(handle.url)
-            assert "iris job run" in page.locator("#jobs-empty").inner_text()
-            page.click("#nav-workers")
-            assert "iris cluster start --local" in page.locator("#workers-empty").inner_text()
-            page.click("#nav-scheduler")
-            assert "Nothing is waiting" in page.locator("#scheduler-empty").inner_text()
-            page.click("#nav-actors")
-            assert "Trainer.serve" in page.locator("#actors-empty").inner_text()
-            page.click("#nav-capacity")
-            note = page.locator("#capacity-note")
-            note.wait_for()
-            text = page.locator("#content").inner_text().strip()
-            assert text == note.inner_text().strip()  # one message, not two overlapping
-            assert "no autoscaler" in text and "--config" in text
-            _shot(page, "product-capacity-empty")
-        finally:
-            handle.stop()
+    with cluster_with_dashboard(tmp_path, workers=0) as (_, handle):
+        page.goto(handle.url)
+        assert "iris job run" in page.locator("#jobs-empty").inner_text()
+        page.click("#nav-workers")
+        assert "iris cluster start --local" in page.locator("#workers-empty").inner_text()
+        page.click("#nav-scheduler")
+        assert "Nothing is waiting" in page.locator("#scheduler-empty").inner_text()
+        page.click("#nav-actors")
+        assert "Trainer.serve" in page.locator("#actors-empty").inner_text()
+        page.click("#nav-capacity")
+        note = page.locator("#capacity-note")
+        note.wait_for()
+        text = page.locator("#content").inner_text().strip()
+        assert text == note.inner_text().strip()  # one message, not two overlapping
+        assert "no autoscaler" in text and "--config" in text
+        _shot(page, "product-capacity-empty")
 
 
 def test_job_api_reasons_and_errors_use_human_units(product):
