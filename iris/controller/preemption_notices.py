@@ -44,10 +44,8 @@ def apply_notice(svc: Any, worker_id: Any, address: Any, reason: Any,
     why = f"preemption notice: {msg.reason} ({msg.time_left_s:.0f} s left)"
     _log.warning("worker %s: %s; requeueing %d attempts", msg.worker_id, why, len(held))
     svc._placement_due = True
-    svc._run_many([ev.Preempted(new_id("ev-"), a, why) for a in held], schedule=True)
-    for cmd in svc.commands:  # the kernel stops them with its usual grace: give the notice's
-        if cmd.kind == "stop" and cmd.worker_id == msg.worker_id:
-            cmd.body["grace_s"] = msg.time_left_s
+    svc._run_many([ev.Preempted(new_id("ev-"), a, why, grace_s=msg.time_left_s)
+                   for a in held], schedule=True)
     return {"requeued": held}
 
 

@@ -64,6 +64,7 @@ class Preempted:
     event_id: str
     attempt_id: str
     reason: str = "preempted"
+    grace_s: float | None = None  # the stop's grace; None: the kernel's stop_grace_s
 
 
 @dataclass(frozen=True)

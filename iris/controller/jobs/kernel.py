@@ -245,7 +245,7 @@ def _exited(tx: lc.Tx, ev: AttemptExited) -> None:
 def _preempted(tx: lc.Tx, ev: Preempted) -> None:
     found = _current(tx, ev.event_id, ev.attempt_id)
     if found is not None:
-        lc.attempt_ended(tx, *found, TaskState.PREEMPTED, ev.reason)
+        lc.attempt_ended(tx, *found, TaskState.PREEMPTED, ev.reason, grace_s=ev.grace_s)
 
 
 def _worker_lost(tx: lc.Tx, ev: WorkerLost) -> None:

@@ -65,9 +65,10 @@ class Tx:
         return [persist, *self.effects]
 
 
-def stop(tx: Tx, attempt: Attempt, state: TaskState, reason: str, notify: bool = True) -> None:
+def stop(tx: Tx, attempt: Attempt, state: TaskState, reason: str, notify: bool = True,
+         grace_s: float | None = None) -> None:
     """End an active attempt in `state`; tell its worker to stop it unless it already exited
-    (or, `notify` False, the worker is gone)."""
+    (or, `notify` False, the worker is gone), within `grace_s` (default stop_grace_s)."""
     if attempt.state not in ACTIVE_ATTEMPT:
         return
     attempt.state = state
@@ -76,8 +77,8 @@ def stop(tx: Tx, attempt: Attempt, state: TaskState, reason: str, notify: bool =
     tx.state.release_attempt(attempt)
     tx.touch(attempt)
     if notify and attempt.exit_code is None:
-        tx.effects.append(StopAttempt(attempt.worker_id, attempt.attempt_id,
-                                      tx.state.config.stop_grace_s, reason))
+        grace = tx.state.config.stop_grace_s if grace_s is None else grace_s
+        tx.effects.append(StopAttempt(attempt.worker_id, attempt.attempt_id, grace, reason))
 
 
 def end_task(tx: Tx, task: Task, state: TaskState, error: str) -> None:
@@ -93,10 +94,10 @@ def end_task(tx: Tx, task: Task, state: TaskState, error: str) -> None:
 
 
 def attempt_ended(tx: Tx, task: Task, attempt: Attempt, state: TaskState, error: str,
-                  notify: bool = True) -> None:
+                  notify: bool = True, grace_s: float | None = None) -> None:
     """The current attempt ended badly (`state` FAILED, PREEMPTED or WORKER_FAILED): spend the
     matching budget, then retry the task or end it, and restart or end the rest of its gang."""
-    stop(tx, attempt, state, error, notify)
+    stop(tx, attempt, state, error, notify, grace_s)
     spec = tx.state.jobs[task.job_id].spec
     task.error = error
     if state is TaskState.FAILED:
