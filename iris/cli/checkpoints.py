@@ -40,6 +40,10 @@ def checkpoints(args: argparse.Namespace) -> int:
         return 0
     print(f"checkpoints in {listing['where']} (every {listing['interval_s']:.0f} s while "
           f"anything changes, or after {listing['after_changes']} changes)")
+    owner = listing.get("owner")
+    if owner:  # which controller writes here (checkpoint/ownership.py)
+        print(f"owned by the controller on {owner['host']} (state dir {owner['state_dir']}, "
+              f"pid {owner['pid']}, epoch {owner['epoch']})")
     print_rows(rows, ["name", "time", "size", "jobs", "live", "schema"], False)
     newest = next((c for c in reversed(listing["checkpoints"]) if "taken_at" in c), None)
     if newest is not None:  # what losing the machine now would cost, at most

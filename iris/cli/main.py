@@ -123,7 +123,8 @@ def _controller_serve(args: argparse.Namespace) -> int:
         cluster = load_config(args.config)  # refuse a bad config before serving anything
     run_controller(args.state_dir, bind=args.bind, keys_dir=args.keys, stop=_stop_event(),
                    cluster=cluster, on_start=lambda node: _serve_dashboard(args, cluster, node),
-                   restore="none" if args.no_restore else args.restore)
+                   restore="none" if args.no_restore else args.restore,
+                   take_over=args.take_over)
     return 0
 
 

@@ -286,6 +286,11 @@ def _controller(verbs) -> Any:
                         "into an empty state dir")
     origin.add_argument("--no-restore", action="store_true",
                         help="never restore: use the local job store, or start empty")
+    serve.add_argument("--take-over", action="store_true",
+                       help="claim the config's checkpoint prefix even though another live "
+                       "controller owns it; that one stops on its next lease renewal (within "
+                       "20 s), e.g. when moving the controller to a new VM while the old one "
+                       "still runs")
     dashboard_options(serve)
     return actions
 

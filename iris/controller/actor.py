@@ -83,7 +83,8 @@ class Controller:
         if config.checkpoints is not None:  # google-cloud-storage is imported only then
             from iris.controller.checkpoint.desk import CheckpointDesk
 
-            self._checkpoints = CheckpointDesk(config.checkpoints, config.state_dir, node)
+            self._checkpoints = CheckpointDesk(config.checkpoints, config.state_dir, node,
+                                               on_fenced=config.on_fatal)
 
     # ------------------------------------------------------------ jobs
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -78,18 +79,30 @@ def _provider_factory(kind: str, cluster: ClusterConfig, region: str,
 
 
 def restore_state(state_dir: Path, cluster: ClusterConfig | None, restore: str | None,
-                  now: float) -> tuple[CheckpointSettings | None, str | None]:
-    """Before the store opens: restore a checkpoint if the config and `restore` say so
-    (checkpoint/restore.py). Returns the settings and the line to print first."""
+                  now: float, take_over: bool = False, bind: str = "",
+                  ) -> tuple[CheckpointSettings | None, str | None]:
+    """Before the store opens: claim the checkpoint prefix (checkpoint/ownership.py), then
+    restore a checkpoint if the config and `restore` say so (checkpoint/restore.py). Returns
+    the settings, holding the claimed lease, and the line to print first. ConflictError if
+    another live controller owns the prefix and `take_over` is False."""
     settings = from_storage(cluster.storage if cluster else None)
     if settings is None:
         if restore not in (None, "none"):
             raise ConfigError("--restore: the config names no storage.snapshot_bucket to "
                               "restore from")
+        if take_over:
+            raise ConfigError("--take-over: the config names no storage.snapshot_bucket "
+                              "whose checkpoints this controller would own")
         return None, None
+    from iris.controller.checkpoint.ownership import Lease, Owner
     from iris.controller.checkpoint.restore import prepare
 
-    return settings, prepare(Path(state_dir), settings.open(), restore, now)
+    bucket = settings.open()
+    # The address a second controller probes to tell whether this one still serves.
+    concrete = bind and not bind.endswith(":0") and "0.0.0.0" not in bind and "*" not in bind
+    address = bind if concrete else cluster.controller.address
+    lease = Lease.claim(bucket, Owner.me(state_dir, address), take_over)
+    return replace(settings, lease=lease), prepare(Path(state_dir), bucket, restore, now)
 
 
 def run_controller(state_dir: Path, *, bind: str = "tcp://127.0.0.1:0",
@@ -97,7 +110,7 @@ def run_controller(state_dir: Path, *, bind: str = "tcp://127.0.0.1:0",
                    worker_dead_after_s: float | None = None,
                    cluster: ClusterConfig | None = None,
                    on_start: Callable[[Node], Callable[[], None]] | None = None,
-                   restore: str | None = None) -> None:
+                   restore: str | None = None, take_over: bool = False) -> None:
     """Serve until `stop`. `on_start(node)` runs once the controller is up (the CLI starts the
     dashboard there: a higher layer, so it is handed in); it returns its own stop function.
     `restore`: None (a new, empty state dir restores the newest checkpoint), "latest", a
@@ -107,7 +120,8 @@ def run_controller(state_dir: Path, *, bind: str = "tcp://127.0.0.1:0",
     from iris.base.clock import SYSTEM_CLOCK
 
     # First, before any socket: a bad checkpoint or prefix stops here, nothing started.
-    checkpoints, origin = restore_state(Path(state_dir), cluster, restore, SYSTEM_CLOCK.wall())
+    checkpoints, origin = restore_state(Path(state_dir), cluster, restore, SYSTEM_CLOCK.wall(),
+                                        take_over, bind)
     if origin:
         print(origin, flush=True)
     security = Security.load(keys_dir) if keys_dir else None
@@ -140,4 +154,4 @@ def run_controller(state_dir: Path, *, bind: str = "tcp://127.0.0.1:0",
     finally:
         node.stop()
     if fatal:  # a supervisor restarts us from the state file; say why we went
-        raise SystemExit(f"controller halted: the job store failed: {fatal[0]}")
+        raise SystemExit(f"controller halted: {fatal[0]}")

@@ -76,8 +76,10 @@ class ControllerConfig:
     # Without offers from a config, a request no registered worker could ever hold is
     # refused at submit. True: accept it as pending (more, larger workers are expected).
     accept_unfit: bool = False
-    # Called once when the job store fails (disk full, I/O error): `iris controller serve`
-    # exits non-zero so its supervisor restarts it; None leaves the controller refusing.
+    # Called once, with why, when this controller must stop: its job store failed (disk full,
+    # I/O error), or another controller took over its checkpoint prefix. `iris controller
+    # serve` exits non-zero; None leaves the controller refusing (a store failure) or serving
+    # without checkpoints (fenced).
     on_fatal: Callable[[str], None] | None = None
     # Checkpoints of the job store to GCS (checkpoint.CheckpointSettings); None: none taken.
     checkpoints: Any = None
@@ -189,7 +191,7 @@ class ControllerService(JobRequests, WorkerRequests, Placement, RegionRequests):
             self._broken = str(exc)
             _log.critical("controller halted: job store failed: %s", exc)
             if self.config.on_fatal is not None:
-                self.config.on_fatal(self._broken)
+                self.config.on_fatal(f"the job store failed: {self._broken}")
             raise
 
     def _handle_all(self, events: list, now: float, effects: list, log: list) -> None:

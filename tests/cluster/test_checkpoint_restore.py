@@ -71,12 +71,14 @@ class Site:
         self.procs: list[subprocess.Popen] = []
         self.controller: subprocess.Popen | None = None
 
-    def serve(self, state_dir: Path, *flags: str) -> tuple[str, str]:
+    def serve(self, state_dir: Path, *flags: str, bind: str | None = None,
+              err_name: str = "controller.err") -> tuple[str, str]:
         """Start a controller; its first two lines (where its state came from; serving)."""
-        with open(self.tmp / "controller.err", "a") as err:
+        with open(self.tmp / err_name, "a") as err:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "iris", "controller", "serve", "--config",
-                 str(self.config), "--state-dir", str(state_dir), "--bind", self.address,
+                 str(self.config), "--state-dir", str(state_dir), "--bind",
+                 bind or self.address,
                  "--dashboard-port", "0", *flags], stdout=subprocess.PIPE, stderr=err,
                 text=True, env=self.env, start_new_session=True)
         self.procs.append(proc)
@@ -305,3 +307,31 @@ def test_checkpoint_commands_on_a_controller_without_checkpoints_say_how_to_enab
                                  env={**os.environ, "PYTHONPATH": ROOT}, timeout=120)
             assert out.returncode == 2, out
             assert "takes no checkpoints: set storage.snapshot_bucket" in out.stderr, out
+
+
+def test_two_controllers_on_one_prefix_one_is_refused_and_a_take_over_fences_the_first(
+        site, tmp_path):
+    """An operator starts a second controller on the same checkpoints while the first is
+    alive (another VM): refused, naming the first. With --take-over it serves, and the first
+    stops within one lease renewal, saying why, and writes no checkpoint after that."""
+    _, serving = site.serve(tmp_path / "vm1", err_name="vm1.err")
+    assert serving.startswith("controller serving at"), serving
+    first = site.controller
+    other = f"tcp://127.0.0.1:{free_port()}"
+    refused = subprocess.run(
+        [sys.executable, "-m", "iris", "controller", "serve", "--config", str(site.config),
+         "--state-dir", str(tmp_path / "vm2"), "--bind", other, "--dashboard-port", "0"],
+        capture_output=True, text=True, env=site.env, timeout=120)
+    assert refused.returncode == 2, refused
+    assert "is alive" in refused.stderr and str(tmp_path / "vm1") in refused.stderr, refused
+    assert "--take-over" in refused.stderr and "controller serving" not in refused.stdout
+
+    _, serving = site.serve(tmp_path / "vm2", "--take-over", bind=other, err_name="vm2.err")
+    assert serving.startswith("controller serving at"), serving
+    assert first.wait(timeout=120) != 0  # fenced at its next renewal: it halts
+    said = (tmp_path / "vm1.err").read_text()
+    assert "controller halted: the controller on" in said and "took over" in said, said[-2000:]
+    site.address = other  # the CLI now asks the new owner
+    listing = json.loads(site.cli("cluster", "checkpoints", "--json"))
+    assert listing["owner"]["state_dir"] == str(tmp_path / "vm2")
+    assert listing["owner"]["epoch"] == 2 and listing["fenced"] is None

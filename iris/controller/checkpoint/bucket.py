@@ -12,6 +12,7 @@ the second gets a clear error instead. Deletes name the generation they listed.
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,8 @@ from google.api_core.retry import Retry
 from iris.base.errors import NotFoundError, StorageError
 from iris.controller.checkpoint import policy
 from iris.controller.checkpoint.archive import decode_manifest, encode_manifest
+from iris.controller.checkpoint.ownership import OWNER_OBJECT as OWNER
+from iris.controller.checkpoint.ownership import FencedError
 
 OBJECT = "state.tar.gz"
 # Big states upload in 8 MiB resumable chunks (the client's default is 100 MiB in memory).
@@ -45,10 +48,18 @@ class CheckpointBucket:
             client = storage.Client()
         self._client = client
         self._retry = Retry(deadline=retry_s)
+        self._timeout = min(_TIMEOUT_S, retry_s)
         self._bucket = client.bucket(bucket)
         self.root = f"{prefix.strip('/')}/controller-state/" if prefix.strip("/") \
             else "controller-state/"
         self.where = f"gs://{bucket}/{self.root}"
+
+    def hurried(self, retry_s: float) -> CheckpointBucket:
+        """The same prefix with a shorter patience: the last checkpoint of a controller
+        that is stopping must not hold its exit for minutes while GCS is down."""
+        quick = copy.copy(self)
+        quick._retry, quick._timeout = Retry(deadline=retry_s), min(_TIMEOUT_S, retry_s)
+        return quick
 
     def put(self, archive: Path, manifest: dict) -> None:
         name = manifest["name"]
@@ -56,19 +67,46 @@ class CheckpointBucket:
         blob.metadata = {"manifest": encode_manifest(manifest)}
         try:
             blob.upload_from_filename(str(archive), content_type="application/gzip",
-                                      if_generation_match=0, timeout=_TIMEOUT_S, retry=self._retry)
+                                      if_generation_match=0, timeout=self._timeout, retry=self._retry)
         except gexc.PreconditionFailed as exc:
             raise StorageError(f"checkpoint {name} already exists in {self.where}: is another "
                                "controller writing to the same prefix?") from exc
         except _FAILED as exc:
             raise StorageError(f"uploading checkpoint {name} to {self.where}: {exc}") from exc
 
+    # ------------------------------------------------------------ the owner (ownership.py)
+
+    def read_owner(self) -> tuple[bytes | None, int]:
+        """The owner record and its generation; (None, 0) when the prefix has none."""
+        blob = self._bucket.blob(f"{self.root}{OWNER}")
+        try:
+            return blob.download_as_bytes(timeout=self._timeout, retry=self._retry), \
+                blob.generation
+        except gexc.NotFound:
+            return None, 0
+        except _FAILED as exc:
+            raise StorageError(f"reading the owner of {self.where}: {exc}") from exc
+
+    def write_owner(self, data: bytes, generation: int) -> int:
+        """Replace the owner record if it is still at `generation` (0: there is none);
+        its new generation. FencedError if someone else wrote it meanwhile."""
+        blob = self._bucket.blob(f"{self.root}{OWNER}")
+        try:
+            blob.upload_from_string(data, content_type="application/json",
+                                    if_generation_match=generation, timeout=self._timeout,
+                                    retry=self._retry)
+        except gexc.PreconditionFailed as exc:
+            raise FencedError(f"the owner of {self.where} changed") from exc
+        except _FAILED as exc:
+            raise StorageError(f"writing the owner of {self.where}: {exc}") from exc
+        return blob.generation
+
     def list(self) -> list[dict]:
         """Manifests of the checkpoints here, oldest first (each with its `generation`)."""
         out = []
         try:
             for blob in self._client.list_blobs(self._bucket, prefix=self.root,
-                                                timeout=_TIMEOUT_S, retry=self._retry):
+                                                timeout=self._timeout, retry=self._retry):
                 name = blob.name[len(self.root):].split("/")[0]
                 if blob.name != f"{self.root}{name}/{OBJECT}" or not policy.NAME.match(name):
                     continue  # not ours; leave it alone
@@ -87,11 +125,11 @@ class CheckpointBucket:
         policy.time_of(name)  # ValueError for something that is not a name
         blob = self._bucket.blob(f"{self.root}{name}/{OBJECT}", chunk_size=_CHUNK_BYTES)
         try:
-            blob.reload(timeout=_TIMEOUT_S, retry=self._retry)
+            blob.reload(timeout=self._timeout, retry=self._retry)
             manifest = decode_manifest((blob.metadata or {}).get("manifest"),
                                        f"{self.where}{name}")
             blob.download_to_filename(str(dest), if_generation_match=blob.generation,
-                                      timeout=_TIMEOUT_S, retry=self._retry)
+                                      timeout=self._timeout, retry=self._retry)
         except gexc.NotFound as exc:
             raise NotFoundError(f"no checkpoint {name} in {self.where}") from exc
         except _FAILED as exc:
@@ -102,7 +140,7 @@ class CheckpointBucket:
     def bundle_digests(self) -> set[str]:
         try:
             return {b.name[len(self.root) + 8:].split(".")[0] for b in self._client.list_blobs(
-                self._bucket, prefix=f"{self.root}bundles/", timeout=_TIMEOUT_S, retry=self._retry)}
+                self._bucket, prefix=f"{self.root}bundles/", timeout=self._timeout, retry=self._retry)}
         except _FAILED as exc:
             raise StorageError(f"listing bundles in {self.where}: {exc}") from exc
 
@@ -110,7 +148,7 @@ class CheckpointBucket:
         """Upload a bundle file (named DIGEST.tar.gz) unless it is there already."""
         blob = self._bucket.blob(f"{self.root}bundles/{path.name}", chunk_size=_CHUNK_BYTES)
         try:
-            blob.upload_from_filename(str(path), if_generation_match=0, timeout=_TIMEOUT_S,
+            blob.upload_from_filename(str(path), if_generation_match=0, timeout=self._timeout,
                                       retry=self._retry)
         except gexc.PreconditionFailed:
             pass  # content-addressed: the one there is the same
@@ -120,7 +158,7 @@ class CheckpointBucket:
     def get_bundle(self, digest: str, dest: Path) -> None:
         blob = self._bucket.blob(f"{self.root}bundles/{digest}.tar.gz", chunk_size=_CHUNK_BYTES)
         try:
-            blob.download_to_filename(str(dest), timeout=_TIMEOUT_S, retry=self._retry)
+            blob.download_to_filename(str(dest), timeout=self._timeout, retry=self._retry)
         except _FAILED as exc:
             raise StorageError(f"downloading bundle {digest[:12]} from {self.where}: {exc}") \
                 from exc
@@ -128,7 +166,7 @@ class CheckpointBucket:
     def delete(self, name: str, generation: int) -> None:
         blob = self._bucket.blob(f"{self.root}{name}/{OBJECT}")
         try:
-            blob.delete(if_generation_match=generation, timeout=_TIMEOUT_S, retry=self._retry)
+            blob.delete(if_generation_match=generation, timeout=self._timeout, retry=self._retry)
         except gexc.NotFound:
             pass  # pruned by someone else already
         except _FAILED as exc:

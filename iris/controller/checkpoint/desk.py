@@ -8,6 +8,7 @@ scheduling goes on. Waiters are resolved by the checkpoint thread through `call_
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,11 +19,12 @@ from iris.controller.checkpoint.settings import CheckpointSettings
 
 
 class CheckpointDesk:
-    def __init__(self, settings: CheckpointSettings, state_dir: Path, node: Any):
+    def __init__(self, settings: CheckpointSettings, state_dir: Path, node: Any,
+                 on_fenced: Callable[[str], None] | None = None):
         self._node = node
         self._waiters: list[tuple[int, asyncio.Future]] = []  # loop thread only
         self.runner = Checkpointer(state_dir, settings.open(), settings.policy, node.clock,
-                                   self._done).start()
+                                   self._done, settings.lease, on_fenced).start()
 
     def stop(self) -> None:
         self.runner.stop()

@@ -50,7 +50,7 @@ def prepare(state_dir: Path, bucket: CheckpointBucket, choice: str | None, now: 
     name = _pick(listed, choice, bucket.where)
     manifest = install(state_dir, bucket, name, now)
     taken = datetime.fromtimestamp(manifest["taken_at"], UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-    newest = listed[-1]["name"] if listed else name
+    newest = _newest(listed) if listed else name
     rollback = "" if name == newest else f"; a ROLLBACK: {newest} is newer"
     return (f"controller restored checkpoint {name} from {bucket.where} (taken {taken}, "
             f"{max(now - manifest['taken_at'], 0):.0f} s ago; {manifest['jobs']} jobs"
@@ -64,7 +64,7 @@ def _pick(listed: list[dict], choice: str | None, where: str) -> str:
             raise NotFoundError(f"no checkpoint in {where}: nothing to restore (check "
                                 "storage.snapshot_bucket and snapshot_prefix, or start with "
                                 "--no-restore)")
-        return listed[-1]["name"]
+        return _newest(listed)
     try:
         policy.time_of(choice)
     except ValueError as exc:
@@ -73,6 +73,12 @@ def _pick(listed: list[dict], choice: str | None, where: str) -> str:
         names = ", ".join(m["name"] for m in listed[-5:]) or "none"
         raise NotFoundError(f"no checkpoint {choice} in {where} (newest: {names})")
     return choice
+
+
+def _newest(listed: list[dict]) -> str:
+    """The newest checkpoint of the newest owner (ownership.py): a controller fenced while
+    uploading may land one with a later time than its successor's first; it is not newer."""
+    return max(listed, key=lambda m: (m.get("epoch", 0), m["name"]))["name"]
 
 
 def install(state_dir: Path, bucket: CheckpointBucket, name: str, now: float) -> dict:

@@ -19,7 +19,7 @@ import shutil
 import sqlite3
 import threading
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from iris.base.clock import Clock
@@ -27,6 +27,7 @@ from iris.base.errors import IrisError
 from iris.controller.checkpoint import policy
 from iris.controller.checkpoint.archive import pack_in_child
 from iris.controller.checkpoint.bucket import CheckpointBucket
+from iris.controller.checkpoint.ownership import Lease
 from iris.wire.states import DB_NAME
 
 _log = logging.getLogger(__name__)
@@ -34,6 +35,8 @@ _log = logging.getLogger(__name__)
 # Half a second between looks at the store: the burst trigger reacts within it, and one
 # `SELECT MAX(seq)` on the primary key costs microseconds.
 POLL_S = 0.5
+# Patience per GCS request for the last checkpoint of a controller that is stopping.
+FINAL_RETRY_S = 15.0
 SCRATCH = "checkpoint-scratch"  # under the state dir: same disk, so no cross-device copy
 
 
@@ -42,7 +45,9 @@ class Checkpointer:
     or {"error": text}; called on this thread."""
 
     def __init__(self, state_dir: Path, bucket: CheckpointBucket, config: policy.PolicyConfig,
-                 clock: Clock, on_done: Callable[[dict, int], None]):
+                 clock: Clock, on_done: Callable[[dict, int], None],
+                 lease: Lease | None = None,
+                 on_fenced: Callable[[str], None] | None = None):
         self._state_dir = Path(state_dir)
         self.bucket = bucket
         self.config = config
@@ -57,6 +62,11 @@ class Checkpointer:
         self._bundles_up: set[str] | None = None  # digests in GCS; listed on first use
         self.last: dict | None = None  # newest good checkpoint (manifest + timings)
         self.last_error: str | None = None
+        # The prefix's ownership (ownership.py), claimed by `iris controller serve`; renewed
+        # here. None (a Checkpointer used alone, in tests): no fencing.
+        self._lease = lease
+        if lease is not None:
+            lease.keep_renewing(on_fenced)
 
     def start(self) -> Checkpointer:
         self._thread.start()
@@ -65,21 +75,31 @@ class Checkpointer:
     def stop(self) -> None:
         """Stop the thread; then, if anything changed since the newest checkpoint and GCS
         was answering, take a last one: a controller stopped on purpose (a VM moved by its
-        operator) loses nothing."""
+        operator) loses nothing. Then free the prefix for the next controller."""
         self._stop.set()
         self._wake.set()
         self._thread.join(timeout=180.0)  # an upload in flight finishes or times out
         with self._lock:
             state = self._policy
-        if state.in_flight or state.failed_at is not None:
-            return
+        if not (self.fenced or state.in_flight or state.failed_at is not None) \
+                and self._changed_since(state.taken_seq):
+            # At most FINAL_RETRY_S per GCS request: a controller stopping while GCS is down
+            # exits within a minute or so instead of retrying each step for two.
+            self.bucket = self.bucket.hurried(FINAL_RETRY_S)
+            self.take("final")
+        if self._lease is not None:
+            self._lease.release(self._clock.wall())
+
+    @property
+    def fenced(self) -> str | None:
+        return self._lease.fenced if self._lease is not None else None
+
+    def _changed_since(self, taken_seq: int) -> bool:
         reader = _open_reader(self._state_dir / DB_NAME)
         try:
-            seq = _newest_seq(reader)
+            return _newest_seq(reader) > taken_seq
         finally:
             reader.close()
-        if seq > state.taken_seq:
-            self.take("final")
 
     def request(self) -> int:
         """Ask for a checkpoint now; the ticket that `on_done` will cover."""
@@ -91,7 +111,9 @@ class Checkpointer:
         return ticket
 
     def status(self) -> dict:
+        owner = asdict(self._lease.owner) if self._lease is not None else None
         return {"where": self.bucket.where, "last": self.last, "last_error": self.last_error,
+                "owner": owner, "fenced": self.fenced,
                 "interval_s": self.config.interval_s,
                 "after_changes": self.config.after_changes}
 
@@ -105,6 +127,8 @@ class Checkpointer:
                 self._wake.clear()
                 if self._stop.is_set():
                     break
+                if self.fenced:
+                    break  # another controller owns the prefix now: not a byte more
                 try:
                     reader = reader or _open_reader(self._state_dir / DB_NAME)
                     self._maybe_take(_newest_seq(reader))
@@ -141,6 +165,9 @@ class Checkpointer:
                             clock.wall())
             t1 = clock.monotonic()
             self._ship_bundles()  # first: no checkpoint in GCS names a bundle not there
+            if self._lease is not None:  # still the owner? (FencedError: nothing written)
+                self._lease.renew(clock.wall())
+                manifest["epoch"] = self._lease.owner.epoch  # a restore prefers the highest
             self.bucket.put(archive, manifest)
             t2 = clock.monotonic()
         except (IrisError, OSError, sqlite3.Error, ValueError) as exc:

@@ -17,6 +17,9 @@ class CheckpointSettings:
     prefix: str  # checkpoints go under PREFIX/controller-state/
     policy: PolicyConfig = PolicyConfig()
     client: Any = None  # a google-cloud-storage client; None: storage.Client() (environment)
+    # The ownership.Lease `iris controller serve` claimed on this prefix before serving; the
+    # checkpoint thread renews it. None: no fencing (a controller hosted by a test).
+    lease: Any = None
 
     def open(self) -> CheckpointBucket:
         from iris.controller.checkpoint.bucket import CheckpointBucket
