@@ -155,6 +155,10 @@ def _job(verbs) -> None:
                      "iris job logs -f ID")
     run.add_argument("--dry-run", action="store_true",
                      help="submit nothing: say whether it would fit now, and where")
+    run.add_argument("--durable", action="store_true",
+                     help="return (or start following) only once the job is in a checkpoint "
+                     "in GCS, so it survives the loss of the controller's machine, e.g. "
+                     "--durable --no-wait (needs storage.snapshot_bucket)")
     run.add_argument("--detach-on-interrupt", action="store_true",
                      help="on Ctrl-C leave the job running (default: ask, or stop it when "
                      "not on a terminal)")

@@ -256,6 +256,8 @@ def test_durable_submit_survives_the_machine_and_a_plain_one_is_resubmitted(
             wait_until(lambda: _controller(ctx, "list_workers"), what="the worker")
             wait_until(site.newest_checkpoint, what="the first checkpoint")
             durable = iris.submit(quick, str(markers), "d", durable=True)
+            from_cli = json.loads(site.cli("job", "run", "--durable", "--no-wait", "--json",
+                                           "--", "python", "-c", "print('cli')"))["job_id"]
             plain = iris.submit(hold, str(markers), "p")
             site.kill_controller()
             shutil.rmtree(tmp_path / "vm1")
@@ -263,6 +265,7 @@ def test_durable_submit_survives_the_machine_and_a_plain_one_is_resubmitted(
             assert first.startswith("controller restored checkpoint"), first
             jobs = {j["job_id"] for j in wait_until(lambda: _live_jobs(ctx), what="restore")}
             assert durable.job_id in jobs and plain.job_id not in jobs
+            assert from_cli in jobs  # `iris job run --durable` returned after the checkpoint
             (markers / "release").touch()
             assert durable.result(timeout=300) == "d"
             assert plain.result(timeout=300)  # resubmitted by its handle, then ran
