@@ -8,7 +8,6 @@ and unknown keys are errors, so a typo never silently falls back to a default.
 
 from __future__ import annotations
 
-import difflib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,10 +15,11 @@ from typing import Any
 
 from iris.base.errors import ConfigError, InvalidRequestError
 from iris.base.resources import KNOWN_GPUS, tpu_shape
+from iris.controller.config_reader import NAME as _NAME
+from iris.controller.config_reader import REQUIRED as _REQUIRED
+from iris.controller.config_reader import Section as _Section
+from iris.controller.config_reader import bad_name as _bad_name
 
-# Names end up in GCP labels and TPU node ids, which allow only lowercase letters, digits
-# and '-', start with a letter, and stop at 63 characters.
-_NAME = re.compile(r"^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$")
 _ADDRESS = re.compile(r"^(tcp://[^\s:/]+:\d{1,5}|ipc://\S+)$")
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]$")
 ACCELERATOR_TYPES = ("tpu", "gpu", "cpu")
@@ -31,7 +31,6 @@ _DEFAULT_RUNTIME = {
     "v5p": "v2-alpha-tpuv5",
     "v6e": "v2-alpha-tpuv6e",
 }
-_REQUIRED = object()
 
 
 @dataclass(frozen=True)
@@ -133,78 +132,6 @@ class ClusterConfig:
             if group.name == name:
                 return group
         raise ConfigError(f"no scale group named {name!r}")
-
-
-class _Section:
-    """One mapping of the YAML tree, with its key path, refusing keys it does not know."""
-
-    def __init__(self, data: Any, path: str, allowed: tuple[str, ...]):
-        if not isinstance(data, dict):
-            raise ConfigError(f"{path or '<top level>'}: expected a mapping, got {_kind(data)}")
-        self.data, self.path = data, path
-        for key in data:
-            if key not in allowed:
-                close = difflib.get_close_matches(str(key), allowed, n=1)
-                hint = f" (did you mean {close[0]!r}?)" if close else ""
-                raise ConfigError(
-                    f"{self.key(key)}: unknown key{hint}; known keys: {', '.join(allowed)}"
-                )
-
-    def key(self, name: Any) -> str:
-        return f"{self.path}.{name}" if self.path else str(name)
-
-    def get(self, name: str, kind: type | tuple[type, ...], default: Any = _REQUIRED) -> Any:
-        value = self.data.get(name)
-        if value is None:
-            if default is _REQUIRED:
-                raise ConfigError(f"{self.key(name)}: required")
-            return default
-        kinds = kind if isinstance(kind, tuple) else (kind,)
-        if isinstance(value, bool) and bool not in kinds:
-            raise ConfigError(f"{self.key(name)}: expected {_names(kinds)}, got {value!r}")
-        if float in kinds and isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
-        if not isinstance(value, kinds):
-            raise ConfigError(
-                f"{self.key(name)}: expected {_names(kinds)}, got {_kind(value)} {value!r}"
-            )
-        return value
-
-    def count(self, name: str, default: Any = _REQUIRED) -> int:
-        value = self.get(name, int, default)
-        if value is not None and value < 0:
-            raise ConfigError(f"{self.key(name)}: must be >= 0, got {value}")
-        return value
-
-    def name(self, name: str, default: Any = _REQUIRED) -> str:
-        value = self.get(name, str, default)
-        if value is not None and not _NAME.match(value):
-            raise ConfigError(f"{self.key(name)}: {_bad_name(value)}")
-        return value
-
-    def zones(self, name: str, default: Any = _REQUIRED) -> tuple[str, ...]:
-        value = self.get(name, list, default)
-        if value is None:
-            return ()
-        for i, zone in enumerate(value):
-            if not isinstance(zone, str) or not _NAME.match(zone):
-                raise ConfigError(f"{self.key(name)}[{i}]: {_bad_name(zone)}")
-        if len(set(value)) != len(value):
-            raise ConfigError(f"{self.key(name)}: lists a zone twice")
-        return tuple(value)
-
-
-def _kind(value: Any) -> str:
-    return "nothing" if value is None else type(value).__name__
-
-
-def _names(kinds: tuple[type, ...]) -> str:
-    return " or ".join("a number" if k is float else k.__name__ for k in kinds)
-
-
-def _bad_name(value: Any) -> str:
-    return (f"{value!r} is not a valid name: use lowercase letters, digits and '-', "
-            "start with a letter, at most 63 characters")
 
 
 _GROUP_KEYS = ("accelerator_type", "accelerator_variant", "hosts_per_slice",
