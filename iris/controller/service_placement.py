@@ -6,16 +6,15 @@ from __future__ import annotations
 
 import logging
 
-from iris.base.errors import (
-    InvalidRequestError,
-)
+from iris.base.errors import InvalidRequestError, StorageError
 from iris.base.ids import new_id
 from iris.controller import scheduler_view
+from iris.controller.jobs import event_log
 from iris.controller.jobs import events as ev
 from iris.controller.regions import demand
 from iris.controller.scheduling.reasons import ReasonCode
 from iris.controller.scheduling.scheduler import schedule
-from iris.controller.turns import now_mono, turn
+from iris.controller.turns import now_mono, now_wall, turn
 
 _log = logging.getLogger(__name__)
 # Region inventories are pushed at most this often (and before any gang round).
@@ -53,6 +52,11 @@ class Placement:
     @turn
     def prune(self) -> None:
         self._run(ev.Prune(new_id("ev-"), self.config.retention_s))
+        if self.store.logged_count() > event_log.FOLD_AFTER_ROWS:
+            try:  # housekeeping: a failed fold rolls back and is tried again next prune
+                self.store.compact_event_log(now_wall(self))
+            except StorageError as exc:
+                _log.warning("folding the event log failed: %s", exc)
 
     def _scheduled(self) -> list[ev.Event]:
         """The global scheduler's pass over every pending task: Assign events, Preempted

@@ -43,7 +43,8 @@ def _report(svc: ControllerService, worker: str, *updates: dict) -> None:
 
 
 def _replayed(svc: ControllerService):
-    return event_log.replayable(event_log.replay(svc.store.logged_events(), KERNEL))
+    return event_log.replayable(event_log.replay(svc.store.logged_events(), KERNEL,
+                                                 svc.store.replay_base()))
 
 
 def _scenario(svc: ControllerService, clock: FakeClock) -> dict[str, str]:
@@ -105,6 +106,39 @@ def test_the_log_continues_across_a_controller_restart_and_still_replays(tmp_pat
         _submit(svc, "after-restart")
         svc.kill(jobs["queued"], "changed my mind")
         svc.tick()
+        assert _replayed(svc) == event_log.replayable(svc.state)
+    finally:
+        svc.close()
+
+
+def test_pruning_folds_the_log_and_replay_still_rebuilds_the_state(tmp_path):
+    """Finished jobs pruned and the log folded into a replay base: the log is short again,
+    and base + log still gives exactly the controller's state, before and after more
+    changes and a restart (whose start-up prune folds again)."""
+    clock = FakeClock()
+    svc = _service(tmp_path, clock)
+    try:
+        jobs = _scenario(svc, clock)
+        clock.advance(svc.config.retention_s + 1)  # the killed job is past retention
+        _report(svc, "w1")
+        svc.prune()  # few rows: the hourly prune folds only a long log
+        assert jobs["doomed"] not in svc.state.jobs
+        assert _replayed(svc) == event_log.replayable(svc.state)
+        gone = svc.store.compact_event_log(clock.wall())
+        assert gone > 0 and svc.store.logged_events() == []
+        assert _replayed(svc) == event_log.replayable(svc.state)
+        svc.kill(jobs["queued"], "changed my mind")
+        _submit(svc, "after-fold")
+        svc.tick()
+        assert 0 < len(svc.store.logged_events()) < gone
+        assert _replayed(svc) == event_log.replayable(svc.state)
+    finally:
+        svc.close()
+    clock.advance(svc.config.retention_s + 1)
+    svc = _service(tmp_path, clock)  # prunes the killed job at start, folding the log
+    try:
+        assert jobs["queued"] not in svc.state.jobs
+        assert svc.store.logged_events() == []
         assert _replayed(svc) == event_log.replayable(svc.state)
     finally:
         svc.close()

@@ -9,9 +9,11 @@ an AttemptExited's result bytes (stored in the results table; the log keeps only
 there was one, and replays it as b""). So `replay` rebuilds every record but those bytes;
 `replayable` compares what it rebuilds.
 
-The log is pruned with the finished jobs (store.prune): replay from a log's first row gives
-the state exactly while nothing has been pruned; after that, jobs submitted before the
-cutoff and still live are missing from the replay (the price of a bounded file).
+The log stays bounded by folding: the store now and then (when the log passes
+FOLD_AFTER_ROWS at the hourly prune, and whenever finished jobs are pruned) writes the
+records as committed into a replay base and empties the log in the same transaction. So
+`replay(rows, base=store.replay_base())` rebuilds the state exactly at any time; the log
+holds the events since the last fold.
 """
 
 from __future__ import annotations
@@ -72,10 +74,17 @@ def changed_state(effects: Iterable[object]) -> bool:
     return any(isinstance(e, ev.Persist) for e in effects)
 
 
-def replay(rows: Iterable[tuple[float, str, bytes]],
-           config: KernelConfig | None = None) -> KernelState:
-    """The kernel state the logged events (at, kind, body), in order, lead to."""
-    state = KernelState(config=config or KernelConfig())
+# 10,000 rows: a few MB of log, and a fold (which rewrites every live record) at most about
+# once per 10,000 changes.
+FOLD_AFTER_ROWS = 10_000
+
+
+def replay(rows: Iterable[tuple[float, str, bytes]], config: KernelConfig | None = None,
+           base: tuple[list, list, list] | None = None) -> KernelState:
+    """The kernel state the logged events (at, kind, body), in order, lead to from `base`
+    (jobs, tasks, attempts records: store.replay_base()), or from nothing."""
+    state = KernelState.from_records(*base, config) if base else \
+        KernelState(config=config or KernelConfig())
     for at, kind, body in rows:
         kernel.handle(state, decode(kind, body), at)
     return state

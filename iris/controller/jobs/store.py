@@ -28,6 +28,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+import msgpack
+
 from iris.base.errors import ConfigError, InvalidRequestError, NotFoundError, StorageError
 from iris.controller.jobs.events import Persist
 from iris.controller.jobs.model import Attempt, Job, Task
@@ -61,6 +63,9 @@ CREATE INDEX IF NOT EXISTS events_at ON events (at);
 CREATE TABLE IF NOT EXISTS event_log (
     seq INTEGER PRIMARY KEY, at REAL NOT NULL, kind TEXT NOT NULL, body BLOB NOT NULL);
 CREATE INDEX IF NOT EXISTS event_log_at ON event_log (at);
+CREATE TABLE IF NOT EXISTS replay_base (
+    id INTEGER PRIMARY KEY CHECK (id = 1), upto_seq INTEGER NOT NULL, at REAL NOT NULL,
+    body BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS lineage (
     seq INTEGER PRIMARY KEY, at REAL NOT NULL, what TEXT NOT NULL, detail TEXT NOT NULL);
 """
@@ -234,12 +239,58 @@ class JobStore:
         return rows[::-1]
 
     def logged_events(self) -> list[tuple[float, str, bytes]]:
-        """Every logged event (at, kind, body), oldest first: what event_log.replay takes."""
+        """Every logged event (at, kind, body) after the replay base, oldest first: what
+        event_log.replay takes, with `replay_base()`."""
         return self._db.execute("SELECT at, kind, body FROM event_log ORDER BY seq").fetchall()
 
+    def replay_base(self) -> tuple[list[Job], list[Task], list[Attempt]] | None:
+        """The records the logged events start from (None: from nothing)."""
+        row = self._db.execute("SELECT body FROM replay_base WHERE id = 1").fetchone()
+        if row is None:
+            return None
+        base = msgpack.unpackb(row[0], raw=False)
+        return ([Job.from_dict(JobSpec.from_dict(json.loads(spec), b""), json.loads(rec))
+                 for spec, rec in base["jobs"]],
+                [Task.from_dict(json.loads(r)) for r in base["tasks"]],
+                [Attempt.from_dict(json.loads(r)) for r in base["attempts"]])
+
+    def logged_count(self) -> int:
+        return self._db.execute("SELECT COUNT(*) FROM event_log").fetchone()[0]
+
+    def compact_event_log(self, now: float) -> int:
+        """Fold the event log into a new replay base: the records as committed now, which
+        are what replaying the log gives; then the log restarts empty. So the file stays
+        bounded while `replay(base + log)` still rebuilds the state exactly. Returns how
+        many log rows went."""
+        db = self._db
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                self._fold_log(now)
+                gone = db.execute("DELETE FROM event_log").rowcount
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as exc:
+            raise StorageError(f"folding the event log: {exc}") from exc
+        return gone
+
+    def _fold_log(self, now: float) -> None:
+        db = self._db
+        upto = db.execute("SELECT COALESCE(MAX(seq), 0) FROM event_log").fetchone()[0]
+        body = msgpack.packb({
+            "jobs": db.execute("SELECT spec, record FROM jobs ORDER BY job_id").fetchall(),
+            "tasks": [r for (r,) in db.execute("SELECT record FROM tasks")],
+            "attempts": [r for (r,) in db.execute("SELECT record FROM attempts")],
+        }, use_bin_type=True)
+        db.execute("INSERT OR REPLACE INTO replay_base (id, upto_seq, at, body) "
+                   "VALUES (1, ?, ?, ?)", (upto, now, body))
+
     def prune(self, retention_s: float, now: float) -> int:
-        """Delete jobs finished more than `retention_s` before `now` (and events older than
-        that), then return the freed pages to the file system. Returns how many jobs went.
+        """Delete jobs finished more than `retention_s` before `now` (and event ids older
+        than that; the event log is folded into its replay base), then return the freed
+        pages to the file system. Returns how many jobs went.
 
         Run it while the kernel state is not loaded, or after the kernel's own Prune event,
         so memory and disk agree."""
@@ -253,7 +304,9 @@ class JobStore:
             for job_id in old:
                 self._delete_job(job_id)
             db.execute("DELETE FROM events WHERE at <= ?", (cutoff,))
-            db.execute("DELETE FROM event_log WHERE at <= ?", (cutoff,))
+            if old:  # replay must not meet events of jobs it never saw submitted
+                self._fold_log(now)
+                db.execute("DELETE FROM event_log")
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")
