@@ -116,15 +116,17 @@ class ControllerService(JobRequests, WorkerRequests, Placement, RegionRequests):
         self.pending_reasons: dict[str, dict] = {}
         self.worker_stats: dict[str, dict] = {}  # worker id -> its last reported figures
         self._started = clock.monotonic()
-        # Workers that had attempts before a restart and have not come back yet.
-        self._unclaimed = set(self.state.by_worker)
+        # Attempts told to stop whose exit is not reported yet (stops.py), kept in the store
+        # too: after a restart, a requeued task still waits for its old attempt to exit.
+        self.stops = self._load_stops()
+        # Workers that had attempts (running, or stopping) before a restart and have not
+        # come back yet.
+        self._unclaimed = set(self.state.by_worker) | set(self.stops.by_worker)
         self._broken: str | None = None
         self._turn_now: tuple[float, float] | None = None  # (wall, monotonic): turns.py
         # Placement runs only after something changed (an event, a worker came or went):
         # a pass over 7,500 pending tasks cost 17-77 ms, too much for every 50 ms tick.
         self._placement_due = True
-        # Attempts told to stop whose exit is not reported yet (stops.py).
-        self.stops = stops.StopState()
         self._fits = fits_checker(config.offers) if config.offers is not None else None
         # Multi-host gangs are reserved through the Region actors; this is the controller's
         # half (rounds in flight, hosts held, what each region's ledger should own).
@@ -222,10 +224,27 @@ class ControllerService(JobRequests, WorkerRequests, Placement, RegionRequests):
         """worker -> attempt -> resources of attempts told to stop and not gone yet."""
         return self.stops.by_worker
 
+    def _load_stops(self) -> stops.StopState:
+        state = stops.StopState()
+        for attempt_id, worker_id, hold, grace_s in self.store.load_stops():
+            # Sent again after its grace + 5 s unless the worker reports it gone first.
+            stops.handle(state, stops.StopSent(worker_id, attempt_id, grace_s,
+                                               Resources.from_dict(hold)),
+                         self.clock.monotonic())
+        return state
+
+    def _save_stops(self, **change: Any) -> None:
+        try:
+            self.store.save_stops(**change)
+        except StorageError as exc:  # the next commit halts a failing disk; this is a hint
+            _log.error("%s", exc)
+
     def _queue_stop(self, worker: WorkerInfo, attempt_id: str, grace_s: float,
                     reason: str, hold: Resources | None = None) -> None:
         stops.handle(self.stops, stops.StopSent(worker.worker_id, attempt_id, grace_s, hold),
                      now_mono(self))
+        if hold is not None:
+            self._save_stops(held=[(attempt_id, worker.worker_id, hold.to_dict(), grace_s)])
         self.commands.append(Command("stop", worker.worker_id, worker.address, {
             "attempt_id": attempt_id, "grace_s": grace_s, "reason": reason}))
 

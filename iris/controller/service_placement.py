@@ -35,6 +35,8 @@ class Placement:
         if self._unclaimed and now - self._started > self.config.restart_grace_s:
             events += [ev.WorkerLost(new_id("ev-"), w, "did not come back after a controller "
                                      "restart") for w in sorted(self._unclaimed)]
+            for worker_id in self._unclaimed:  # nor did what it was stopping
+                self._forget_stops(worker_id)
             self._unclaimed.clear()
         self._run_many(events, schedule=True)
         self._sync_regions()  # what changed since the last push, at most every SYNC_EVERY_S

@@ -170,8 +170,12 @@ class WorkerRequests:
 
     def _forget_stops(self, worker_id: str) -> None:
         """A worker is gone, and with it whatever it was stopping."""
+        if worker_id in self.stops.by_worker:
+            self._save_stops(workers_gone=[worker_id])
+            self._placement_due = True  # tasks waiting on those attempts may go now
         stops.handle(self.stops, stops.WorkerGone(worker_id), now_mono(self))
 
     def _stopped(self, attempt_id: str) -> None:
         if stops.handle(self.stops, stops.Stopped(attempt_id), now_mono(self)):
+            self._save_stops(gone=[attempt_id])
             self._placement_due = True  # its resources are free again

@@ -63,6 +63,9 @@ CREATE INDEX IF NOT EXISTS events_at ON events (at);
 CREATE TABLE IF NOT EXISTS event_log (
     seq INTEGER PRIMARY KEY, at REAL NOT NULL, kind TEXT NOT NULL, body BLOB NOT NULL);
 CREATE INDEX IF NOT EXISTS event_log_at ON event_log (at);
+CREATE TABLE IF NOT EXISTS stopping (
+    attempt_id TEXT PRIMARY KEY, worker_id TEXT NOT NULL, hold TEXT NOT NULL,
+    grace_s REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS replay_base (
     id INTEGER PRIMARY KEY CHECK (id = 1), upto_seq INTEGER NOT NULL, at REAL NOT NULL,
     body BLOB NOT NULL);
@@ -253,6 +256,28 @@ class JobStore:
                  for spec, rec in base["jobs"]],
                 [Task.from_dict(json.loads(r)) for r in base["tasks"]],
                 [Attempt.from_dict(json.loads(r)) for r in base["attempts"]])
+
+    # ------------------------------------------------------------ stops in flight (stops.py)
+
+    def save_stops(self, held: Iterable[tuple[str, str, dict, float]] = (),
+                   gone: Iterable[str] = (), workers_gone: Iterable[str] = ()) -> None:
+        """Attempts told to stop (attempt, worker, resources held, grace) and those gone: a
+        restarted controller keeps a requeued task waiting until its old attempt exits."""
+        try:
+            with self._db:  # one transaction (the connection is in autocommit otherwise)
+                self._db.execute("BEGIN")
+                self._db.executemany("INSERT OR REPLACE INTO stopping VALUES (?, ?, ?, ?)",
+                                     [(a, w, json.dumps(h), g) for a, w, h, g in held])
+                self._db.executemany("DELETE FROM stopping WHERE attempt_id = ?",
+                                     [(a,) for a in gone])
+                self._db.executemany("DELETE FROM stopping WHERE worker_id = ?",
+                                     [(w,) for w in workers_gone])
+        except sqlite3.Error as exc:
+            raise StorageError(f"saving stops in flight: {exc}") from exc
+
+    def load_stops(self) -> list[tuple[str, str, dict, float]]:
+        rows = self._db.execute("SELECT attempt_id, worker_id, hold, grace_s FROM stopping")
+        return [(a, w, json.loads(h), g) for a, w, h, g in rows]
 
     def logged_count(self) -> int:
         return self._db.execute("SELECT COUNT(*) FROM event_log").fetchone()[0]

@@ -1,0 +1,83 @@
+"""A controller restart forgets nothing about stops in flight: a task evicted just before the
+restart still waits for its old attempt (spending its grace period in an on_preempt
+checkpoint) to exit, though a free worker is right there. Real SQLite, a fake clock."""
+
+from __future__ import annotations
+
+from iris.base.clock import FakeClock
+from iris.controller.scheduling.reasons import ReasonCode
+from iris.controller.service import ControllerService
+from tests.controller.test_event_replay import _service, _starts
+
+A = {"cpu": "1", "memory": str(2**33), "region": "r1", "slot": "a"}
+B = {"cpu": "1", "memory": str(2**33), "region": "r1", "slot": "b"}
+
+
+def _submit(svc: ControllerService, name: str, **extra) -> str:
+    return svc.submit({"name": f"/alice/{name}", "user": "alice", "resources": {"cpu": 1},
+                       "entrypoint": {"kind": "command", "argv": ["true"]}, **extra})["job_id"]
+
+
+def _evicted_then_restarted(tmp_path, clock: FakeClock) -> tuple[ControllerService, str, str]:
+    """The batch task runs on a; a production job pinned to a evicts it; the controller
+    is restarted while the old attempt still stops. Returns (new service, batch, old)."""
+    svc = _service(tmp_path, clock)
+    svc.register_worker("a", "tcp://127.0.0.1:2", A, [])
+    batch = _submit(svc, "batch", priority="batch")
+    svc.tick()
+    (old,) = _starts(svc)
+    svc.report("a", [{"attempt_id": old, "status": "running"}])
+    _submit(svc, "urgent", priority="production", constraints={"slot": "a"})
+    svc.tick()
+    stops = [c for c in svc.take_commands() if c.kind == "stop"]
+    assert [c.body["attempt_id"] for c in stops] == [old]
+    assert svc.state.tasks[(batch, 0)].state.value == "pending"  # requeued at once
+    svc.close()  # the controller goes down (its file is all that remains)
+    svc = _service(tmp_path, clock)
+    svc.register_worker("b", "tcp://127.0.0.1:3", B, [])  # free, and the batch task fits
+    svc.register_worker("a", "tcp://127.0.0.1:2", A, [old])  # still saying goodbye
+    return svc, batch, old
+
+
+def test_a_task_evicted_before_a_restart_waits_for_its_old_attempt_after_it(tmp_path):
+    clock = FakeClock()
+    svc, batch, old = _evicted_then_restarted(tmp_path, clock)
+    try:
+        svc.tick()
+        assert not [c for c in svc.take_commands() if c.kind == "start" and c.worker_id == "b"]
+        reason = svc.status(batch)["pending_reason"]
+        assert reason["code"] == ReasonCode.PREVIOUS_ATTEMPT_STOPPING.value, reason
+        clock.advance(2.0)
+        svc.report("a", [{"attempt_id": old, "status": "exited", "exit_code": -15}])
+        svc.tick()
+        starts = {svc.state.attempts[a].job_id: w for a, w in _starts(svc).items()}
+        assert starts[batch] == "b", starts  # only now, on the free worker
+    finally:
+        svc.close()
+
+
+def test_stops_of_a_worker_that_never_comes_back_end_with_the_restart_grace(tmp_path):
+    clock = FakeClock()
+    svc = _service(tmp_path, clock)
+    svc.register_worker("a", "tcp://127.0.0.1:2", A, [])
+    batch = _submit(svc, "batch", priority="batch")
+    svc.tick()
+    (old,) = _starts(svc)
+    svc.report("a", [{"attempt_id": old, "status": "running"}])
+    _submit(svc, "urgent", priority="production", constraints={"slot": "a"})
+    svc.tick()
+    svc.close()
+    svc = _service(tmp_path, clock)
+    try:
+        svc.register_worker("b", "tcp://127.0.0.1:3", B, [])
+        svc.tick()
+        assert not _starts(svc)  # a may still be stopping it
+        for _ in range(int(svc.config.restart_grace_s) + 2):  # a never returns: its
+            clock.advance(1.0)                               # processes, the old attempt's
+            svc.report("b", [])                              # too, are gone with it
+            svc.tick()
+        starts = {svc.state.attempts[a].job_id: w for a, w in _starts(svc).items()}
+        assert starts[batch] == "b", starts
+        assert svc.store.load_stops() == []
+    finally:
+        svc.close()
