@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from iris.base.clock import SYSTEM_CLOCK, Clock
-from iris.base.errors import InvalidRequestError
+from iris.base.errors import InvalidRequestError, IrisError
 from iris.base.resources import Resources
 from iris.wire.bundles import BundleError
 from iris.worker.adoption import Leftover, LeftoverAction, adopt_or_kill
@@ -106,6 +106,7 @@ class AttemptRunner:
         self._table = AttemptTable()
         self._ledger = CapacityLedger(advertised)
         self._procs: dict[tuple[str, int], AttemptProcess] = {}
+        self._closed = False
 
     def start(self, req: AttemptRequest, on_output: OnOutput | None = None,
               on_state: OnState | None = None, on_exit: OnExit | None = None
@@ -150,11 +151,18 @@ class AttemptRunner:
         spec = AttemptSpec(task_id=req.task_id, attempt=req.attempt, attempt_dir=attempt_dir,
                            cwd=workdir, env=task_env,
                            memory_limit_bytes=req.resources.memory_bytes)
+        with self._lock:  # a build can outlast the worker: close() may have run meanwhile
+            if self._closed:
+                raise IrisError(f"attempt {req.task_id}#{req.attempt} not started: the "
+                                "worker is stopping")
         proc = AttemptProcess.launch(spec, self._spawner(req, str(env.python)), on_output,
                                      cgroups=self._cgroups, clock=self._clock,
                                      on_exit=self._exit_handler(on_exit))
         with self._lock:
             self._procs[(req.task_id, req.attempt)] = proc
+            closed_meanwhile = self._closed
+        if closed_meanwhile:  # close() took its list before this process was in it
+            proc.stop(self.config.grace_s)
         on_state(AttemptState.RUNNING)
         return proc
 
@@ -255,8 +263,10 @@ class AttemptRunner:
             self._release((record.task_id, record.attempt))  # it ended while we registered
 
     def close(self) -> None:
-        """Stop every attempt (grace period each, in parallel) and the zygotes."""
+        """Stop every attempt (grace period each, in parallel) and the zygotes. An attempt
+        whose environment is still being built never starts (see `_launch`)."""
         with self._lock:
+            self._closed = True
             procs = list(self._procs.values())
         threads = [threading.Thread(target=p.stop, args=(self.config.grace_s,)) for p in procs]
         for t in threads:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import sys
+import threading
 
 import cloudpickle
 import pytest
 
-from iris.base.errors import ConflictError, StaleAttemptError
+from iris.base.errors import ConflictError, IrisError, StaleAttemptError
 from iris.base.resources import Resources
 from iris.wire.bundles import pack
 from iris.worker.adoption import LeftoverAction
@@ -158,4 +159,38 @@ def test_runner_bad_request_refused(make_runner):
     runner = make_runner()
     with pytest.raises(Exception, match="exactly one"):
         runner.start(AttemptRequest("t", 0))
+    assert runner.running() == {}
+
+
+def test_runner_closed_while_a_start_is_preparing_never_launches_it(make_runner, tmp_path):
+    """The worker stops while an attempt's bundle (or environment) is still being fetched:
+    the attempt must not start afterwards, a process nobody would ever stop."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "main.py").write_text("import time; time.sleep(600)")
+    digest, data = pack(ws)
+    fetching, release = threading.Event(), threading.Event()
+
+    def slow_fetch(wanted: str) -> bytes:
+        fetching.set()
+        release.wait(WAIT_S)
+        return data
+
+    runner = make_runner(fetch_bundle=slow_fetch)
+    refused: list[BaseException] = []
+
+    def start() -> None:
+        try:
+            runner.start(AttemptRequest("job/late", 0, command=("python", "main.py"),
+                                        bundle=digest))
+        except IrisError as exc:
+            refused.append(exc)
+
+    starting = threading.Thread(target=start)
+    starting.start()
+    assert fetching.wait(WAIT_S)
+    runner.close()  # nothing runs yet: returns at once
+    release.set()
+    starting.join(WAIT_S)
+    assert refused and "the worker is stopping" in str(refused[0])
     assert runner.running() == {}
