@@ -13,14 +13,12 @@ import pytest
 from iris.base.clock import SYSTEM_CLOCK
 from iris.base.errors import ConflictError, StorageError
 from iris.controller.checkpoint import ownership
-from iris.controller.checkpoint.bucket import CheckpointBucket
 from iris.controller.checkpoint.ownership import LEASE_S, Lease, Owner, may_claim
 from iris.controller.checkpoint.policy import PolicyConfig
 from iris.controller.checkpoint.restore import _newest
 from iris.controller.checkpoint.runner import Checkpointer
 from iris.controller.jobs.store import JobStore
 from tests.controller.test_job_support import Harness, spec
-from tests.logstore.conftest import FakeGcs, _server
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -61,16 +59,6 @@ def test_a_garbled_owner_record_is_refused_naming_it():
 
 
 # ------------------------------------------------------------ against GCS
-
-
-@pytest.fixture(scope="module")
-def gcs(tmp_path_factory):
-    yield from _server(tmp_path_factory)
-
-
-@pytest.fixture
-def bucket(gcs: FakeGcs) -> CheckpointBucket:
-    return CheckpointBucket(gcs.new_bucket(), "iris/state", client=gcs.client())
 
 
 class FakeWall:

@@ -22,19 +22,9 @@ from iris.controller.checkpoint.runner import Checkpointer
 from iris.controller.jobs.store import SCHEMA_VERSION, JobStore
 from iris.wire.states import DB_NAME
 from tests.controller.test_job_support import Harness, snapshot, spec
-from tests.logstore.conftest import FakeGcs, _server
+from tests.logstore.conftest import FakeGcs
 
 pytestmark = pytest.mark.timeout(300)
-
-
-@pytest.fixture(scope="module")
-def gcs(tmp_path_factory):
-    yield from _server(tmp_path_factory)
-
-
-@pytest.fixture
-def bucket(gcs: FakeGcs) -> CheckpointBucket:
-    return CheckpointBucket(gcs.new_bucket(), "iris/state", client=gcs.client())
 
 
 def _store_with_jobs(state_dir: Path, n: int) -> tuple[JobStore, Harness]:

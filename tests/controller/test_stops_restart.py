@@ -20,7 +20,8 @@ def _submit(svc: ControllerService, name: str, **extra) -> str:
 
 def _evicted_then_restarted(tmp_path, clock: FakeClock) -> tuple[ControllerService, str, str]:
     """The batch task runs on a; a production job pinned to a evicts it; the controller
-    is restarted while the old attempt still stops. Returns (new service, batch, old)."""
+    is restarted while the old attempt still stops, and worker b, free, registers with the
+    new one. Returns (new service, batch, old attempt)."""
     svc = _service(tmp_path, clock)
     svc.register_worker("a", "tcp://127.0.0.1:2", A, [])
     batch = _submit(svc, "batch", priority="batch")
@@ -35,7 +36,6 @@ def _evicted_then_restarted(tmp_path, clock: FakeClock) -> tuple[ControllerServi
     svc.close()  # the controller goes down (its file is all that remains)
     svc = _service(tmp_path, clock)
     svc.register_worker("b", "tcp://127.0.0.1:3", B, [])  # free, and the batch task fits
-    svc.register_worker("a", "tcp://127.0.0.1:2", A, [old])  # still saying goodbye
     return svc, batch, old
 
 
@@ -43,6 +43,7 @@ def test_a_task_evicted_before_a_restart_waits_for_its_old_attempt_after_it(tmp_
     clock = FakeClock()
     svc, batch, old = _evicted_then_restarted(tmp_path, clock)
     try:
+        svc.register_worker("a", "tcp://127.0.0.1:2", A, [old])  # still saying goodbye
         svc.tick()
         assert not [c for c in svc.take_commands() if c.kind == "start" and c.worker_id == "b"]
         reason = svc.status(batch)["pending_reason"]
@@ -58,18 +59,8 @@ def test_a_task_evicted_before_a_restart_waits_for_its_old_attempt_after_it(tmp_
 
 def test_stops_of_a_worker_that_never_comes_back_end_with_the_restart_grace(tmp_path):
     clock = FakeClock()
-    svc = _service(tmp_path, clock)
-    svc.register_worker("a", "tcp://127.0.0.1:2", A, [])
-    batch = _submit(svc, "batch", priority="batch")
-    svc.tick()
-    (old,) = _starts(svc)
-    svc.report("a", [{"attempt_id": old, "status": "running"}])
-    _submit(svc, "urgent", priority="production", constraints={"slot": "a"})
-    svc.tick()
-    svc.close()
-    svc = _service(tmp_path, clock)
+    svc, batch, _ = _evicted_then_restarted(tmp_path, clock)
     try:
-        svc.register_worker("b", "tcp://127.0.0.1:3", B, [])
         svc.tick()
         assert not _starts(svc)  # a may still be stopping it
         for _ in range(int(svc.config.restart_grace_s) + 2):  # a never returns: its
