@@ -134,9 +134,7 @@ def validate_submit(raw: Mapping[str, Any], *, parent: JobSpec | None = None,
     user = _user(raw.get("user"), parent)
     resources = _resources(raw.get("resources"))
     if fits is not None:
-        reason = fits(resources)
-        if reason:
-            raise UnschedulableError(f"resources: {reason}", "resources")
+        _check_fits(resources, fits)
     inherited_env = dict(parent.env) if parent else {}
     return JobSpec(
         name=_name(raw.get("name"), parent_name, user),
@@ -235,6 +233,17 @@ def _resources(res: Any) -> Resources:
         return Resources.from_dict(res.to_dict())
     raise InvalidRequestError(f"resources: expected Resources or a mapping, got {res!r}",
                               "resources")
+
+
+def _check_fits(resources: Resources, fits: Fits) -> None:
+    """Some alternative must fit the catalogue; the others may wait for capacity to exist."""
+    options = ([resources.choose(t) for t in resources.tpu_alternatives]
+               if resources.has_fallbacks else [resources])
+    reasons = [fits(r) for r in options]
+    if all(reasons):
+        said = "; ".join(f"{r.tpu}: {why}" for r, why in zip(options, reasons, strict=True)) \
+            if len(options) > 1 else reasons[0]
+        raise UnschedulableError(f"resources: {said}", "resources")
 
 
 def _int(raw: Mapping[str, Any], key: str, default: int, lo: int = 0,
