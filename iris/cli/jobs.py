@@ -51,6 +51,7 @@ def job_run(args: argparse.Namespace) -> int:
     env = dict(pair.split("=", 1) for pair in args.env if "=" in pair)
     handle = iris.submit(command, name=args.name, replicas=args.replicas, env=env,
                          pip=args.pip, priority=args.priority, dry_run=args.dry_run,
+                         existing_capacity_only=args.existing_capacity_only,
                          resources=Resources(cpu=args.cpu, memory=args.memory, tpu=args.tpu,
                                              gpu=args.gpu))
     if args.dry_run:

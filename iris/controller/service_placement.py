@@ -14,7 +14,7 @@ from iris.controller import scheduler_view
 from iris.controller.jobs import events as ev
 from iris.controller.regions import demand
 from iris.controller.scheduling.reasons import ReasonCode
-from iris.controller.scheduling.scheduler import schedule
+from iris.controller.scheduling.scheduler import SchedulerConfig, schedule
 from iris.controller.turns import now_mono, turn
 
 _log = logging.getLogger(__name__)
@@ -70,7 +70,8 @@ class Placement:
                                           held=self.gangs.held_hosts() | set(self.draining))
         started = self.clock.monotonic()  # a measured duration, not a decision
         plan = schedule(hosts, demands, reserving_gangs=set(self.gangs.reserving),
-                        scaling_up=demand.scaling_up(self.region_reports))
+                        scaling_up=demand.scaling_up(self.region_reports),
+                        config=SchedulerConfig(demoted=self.over_budget()))
         self.pass_seconds.observe(self.clock.monotonic() - started)
         for request in plan.gang_requests:
             self.gangs.request(request)
@@ -78,6 +79,9 @@ class Placement:
             job_id = scheduler_view.parse_task_id(task)[0]
             self.pending_reasons.setdefault(job_id, reason.to_dict())
             if reason.code in (ReasonCode.NO_CAPACITY, ReasonCode.SCALING_UP):
+                if self.state.jobs[job_id].spec.existing_capacity_only:
+                    self.pending_reasons[job_id] = demand.hold_existing(reason.to_dict())
+                    continue
                 unplaced[job_id] = unplaced.get(job_id, 0) + 1
         if self.region_groups and unplaced:
             self.unmet = demand.plan_growth(
@@ -134,7 +138,7 @@ def _plan_events(plan) -> list[ev.Event]:
     for a in plan.assignments:
         job_id, index = scheduler_view.parse_task_id(a.task_id)
         events.append(ev.Assign(new_id("ev-"), (
-            ev.Placement(job_id, index, a.host_id, new_id("att-")),)))
+            ev.Placement(job_id, index, a.host_id, new_id("att-"), a.accelerator),)))
     for p in plan.preemptions:
         events.append(ev.Preempted(new_id("ev-"), p.attempt_id,
                                    f"preempted for {p.for_job} ({p.reason})"))

@@ -45,7 +45,7 @@ not. Passed in by the controller, which knows the configured scale groups."""
 _FIELDS = frozenset({
     "name", "entrypoint", "resources", "replicas", "priority", "env", "pip", "constraints",
     "max_retries_failure", "max_retries_preemption", "max_task_failures", "timeout_s",
-    "scheduling_timeout_s", "user", "parent", "request_id", "bundle",
+    "scheduling_timeout_s", "user", "parent", "request_id", "bundle", "existing_capacity_only",
 })
 
 
@@ -83,6 +83,8 @@ class JobSpec:
     request_id: str | None = None
     bundle: str | None = None
     """sha256 of the workspace bundle the tasks run in (a sub-job inherits its parent's)."""
+    existing_capacity_only: bool = False
+    """Run only on hosts already up: never asks the autoscaler for more (it waits instead)."""
 
     @property
     def gang_size(self) -> int:
@@ -105,6 +107,7 @@ class JobSpec:
             "max_task_failures": self.max_task_failures, "timeout_s": self.timeout_s,
             "scheduling_timeout_s": self.scheduling_timeout_s, "parent": self.parent,
             "request_id": self.request_id, "bundle": self.bundle,
+            "existing_capacity_only": self.existing_capacity_only,
         }
 
     @classmethod
@@ -155,6 +158,7 @@ def validate_submit(raw: Mapping[str, Any], *, parent: JobSpec | None = None,
         parent=parent_name,
         request_id=_request_id(raw.get("request_id")),
         bundle=_bundle(raw.get("bundle"), parent.bundle if parent else None),
+        existing_capacity_only=_flag(raw, "existing_capacity_only"),
     )
 
 
@@ -253,6 +257,13 @@ def _int(raw: Mapping[str, Any], key: str, default: int, lo: int = 0,
         value = default
     if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
         raise InvalidRequestError(f"{key}: expected an int in [{lo}, {hi}], got {value!r}", key)
+    return value
+
+
+def _flag(raw: Mapping[str, Any], key: str) -> bool:
+    value = raw.get(key, False)
+    if not isinstance(value, bool):
+        raise InvalidRequestError(f"{key}: expected true or false, got {value!r}", key)
     return value
 
 

@@ -1,0 +1,139 @@
+"""Scheduling policy on real processes: accelerator fallbacks, budgets, capacity-only jobs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+import iris
+from iris.base.errors import InvalidRequestError
+from iris.client import budgets
+
+pytestmark = pytest.mark.slow
+
+# A local worker posing as a one-host TPU slice of the fallback type (no TPU is touched:
+# the worker only advertises the type; tasks here never import jax).
+V5E_4 = {"accelerator_type": "v5litepod-4", "accelerator_count": "4"}
+
+
+def accelerator() -> str:
+    return os.environ["IRIS_ACCELERATOR"]
+
+
+def hold(marker_dir: str) -> str:
+    Path(marker_dir, "holding").touch()
+    gate = threading.Event()
+    while not Path(marker_dir, "release").exists() and not gate.wait(0.05):
+        pass
+    return "released"
+
+
+def _cli(cluster, *argv: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "iris", "--address", cluster.address, *argv],
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, **(env or {})})
+
+
+def test_fallback_taken_when_preferred_type_absent(tmp_path):
+    with iris.local_cluster(workers=1, worker_cpu=2, state_dir=tmp_path / "c",
+                            worker_attrs=V5E_4):
+        job = iris.submit(accelerator, resources=iris.Resources(tpu="v6e-4,v5litepod-4"))
+        assert job.result(timeout=180) == "v5litepod-4"
+        (task,) = job.status()["tasks"]
+        assert task["accelerator"] == "v5litepod-4"
+        assert job.status()["accelerators"] == ["v6e-4", "v5litepod-4"]
+
+
+def test_fallbacks_of_different_host_counts_refused_at_submit(tmp_path):
+    with iris.local_cluster(workers=0, state_dir=tmp_path / "c"):
+        with pytest.raises(InvalidRequestError, match="same number of hosts"):
+            iris.submit(accelerator, resources=iris.Resources(tpu=["v6e-4", "v5litepod-16"]))
+        assert iris.current() is not None
+
+
+def test_over_budget_user_is_demoted_to_batch_and_told(tmp_path, wait_until):
+    with iris.local_cluster(workers=1, worker_cpu=2, state_dir=tmp_path / "c",
+                            worker_attrs=V5E_4, stop_grace_s=2) as cluster:
+        tpu = iris.Resources(tpu="v5litepod-4")
+        running = iris.submit(hold, str(tmp_path), resources=tpu, priority="batch")
+        wait_until(lambda: (tmp_path / "holding").exists(), what="alice's batch job running")
+        token = tmp_path / "c" / "controller" / "admin.token"
+        user = running.status()["user"]  # this process's user (the client keeps one)
+        # 1e-6 accelerator-hours: spent in a millisecond by 4 chips, so she is over at once.
+        done = _cli(cluster, "user", "budget", "set", user, "--hours", "0.000001",
+                    "--admin-token-file", str(token), "--json")
+        assert done.returncode == 0, done.stderr
+        urgent = iris.submit(accelerator, resources=tpu, priority="production")
+
+        def reason():
+            return urgent.status().get("pending_reason", {}).get("message", "")
+        message = wait_until(lambda: "over budget" in reason() and reason(),
+                             what="the demotion in the pending reason")
+        assert message.startswith(f"{user} is over budget (")
+        assert "accelerator-hours in 7 days): scheduled as batch" in message
+        shown = _cli(cluster, "job", "status", urgent.job_id, "--json")
+        assert "scheduled as batch" in json.loads(shown.stdout)["pending_reason"]["message"]
+        # As batch it did not evict her running batch job (as production it would have).
+        assert running.status()["state"] == "running"
+        got = json.loads(_cli(cluster, "user", "budget", "get", user, "--json").stdout)
+        assert got["used_hours"] > 0 and got["hours"] == 0.000001
+        usage = budgets.list_budgets()["usage"]
+        assert [u["over_budget"] is not None for u in usage if u["user"] == user] == [True]
+        (tmp_path / "release").touch()
+        assert urgent.result(timeout=180) == "v5litepod-4"
+
+
+def test_band_above_cap_refused_at_submit_and_budget_cli_round_trips(tmp_path):
+    with iris.local_cluster(workers=0, state_dir=tmp_path / "c") as cluster:
+        token = str(tmp_path / "c" / "controller" / "admin.token")
+        refused = _cli(cluster, "user", "budget", "set", "bob", "--max-priority", "batch")
+        assert refused.returncode != 0 and "admin token" in refused.stderr
+        set_ = _cli(cluster, "user", "budget", "set", "bob", "--hours", "800",
+                    "--max-priority", "batch", "--window-days", "7",
+                    "--admin-token-file", token)
+        assert set_.returncode == 0, set_.stderr
+        as_bob = {"IRIS_USER": "bob"}
+        run = _cli(cluster, "job", "run", "--priority", "production", "--no-wait", "--", "true",
+                   env=as_bob)
+        assert run.returncode != 0
+        assert "priority: production is above the cap for user bob: at most batch" in run.stderr
+        assert json.loads(_cli(cluster, "job", "list", "--json").stdout) == []
+        ok = _cli(cluster, "job", "run", "--priority", "batch", "--no-wait", "--json", "--",
+                  "true", env=as_bob)
+        assert ok.returncode == 0, ok.stderr
+        got = json.loads(_cli(cluster, "user", "budget", "get", "bob", "--json").stdout)
+        assert (got["subject"], got["hours"], got["max_priority"], got["window_days"]) == \
+            ("bob", 800.0, "batch", 7.0)
+        listing = json.loads(_cli(cluster, "user", "budget", "list", "--json").stdout)
+        assert [b["subject"] for b in listing["budgets"]] == ["bob"]
+        cleared = _cli(cluster, "user", "budget", "set", "bob", "--clear",
+                       "--admin-token-file", token)
+        assert cleared.returncode == 0, cleared.stderr
+        again = _cli(cluster, "job", "run", "--priority", "production", "--no-wait", "--",
+                     "true", env=as_bob)
+        assert again.returncode == 0, again.stderr  # the cap went with the budget
+
+
+def test_band_above_cap_refused_through_the_api(tmp_path):
+    with iris.local_cluster(workers=0, state_dir=tmp_path / "c"):
+        user = iris.submit(["true"], priority="batch").status()["user"]
+        budgets.set_budget(user, max_priority="interactive",
+                           admin_token_file=tmp_path / "c" / "controller" / "admin.token")
+        with pytest.raises(InvalidRequestError, match="at most interactive") as err:
+            iris.submit(["true"], priority="production")
+        assert err.value.field == "priority"
+
+
+def test_budget_survives_controller_restart(tmp_path):
+    state = tmp_path / "c"
+    with iris.local_cluster(workers=0, state_dir=state):
+        budgets.set_budget("carol", hours=5, max_priority="interactive",
+                           admin_token_file=state / "controller" / "admin.token")
+    with iris.local_cluster(workers=0, state_dir=state):
+        assert budgets.get_budget("carol")["max_priority"] == "interactive"
