@@ -253,7 +253,8 @@ def submit(entry: Callable | Sequence[str], *args: Any, name: str | None = None,
            request_id: str | None = None, workspace: str | os.PathLike | None = None,
            dry_run: bool = False, durable: bool = False,
            durable_timeout: float = 600.0,
-           existing_capacity_only: bool = False) -> JobHandle | dict:
+           existing_capacity_only: bool = False, colocate: str | None = None,
+           colocate_with: str | None = None) -> JobHandle | dict:
     """Run `entry(*args)` (a callable) or `entry` (a command list) as a job; its handle.
 
     `workspace`: a directory shipped (content-addressed, uploaded once) to run the tasks
@@ -262,6 +263,10 @@ def submit(entry: Callable | Sequence[str], *args: Any, name: str | None = None,
     real scheduler over the live workers).
     `existing_capacity_only`: run only on hosts already up; wait for them rather than have
     the autoscaler add any (its pending reason says so).
+    `colocate`: "zone" or "region": run in the same zone (region) as the parent job (the
+    job whose task submits this one), or as `colocate_with` (a job id, or a name relative
+    to the parent): a coordinator can follow its accelerator job; it waits until that job
+    is placed.
     `durable`: return only once the submission is in a checkpoint in GCS, so it survives the
     loss of the controller's machine (seconds: one checkpoint, shared by concurrent callers;
     the controller must be configured with storage.snapshot_bucket). Without it a submission
@@ -310,7 +315,8 @@ def submit(entry: Callable | Sequence[str], *args: Any, name: str | None = None,
                 "max_task_failures": max_task_failures, "timeout_s": timeout,
                 "scheduling_timeout_s": scheduling_timeout,
                 "parent": os.environ.get("IRIS_JOB_ID"),
-                "existing_capacity_only": existing_capacity_only or None}
+                "existing_capacity_only": existing_capacity_only or None,
+                "colocate": colocate, "colocate_with": colocate_with}
     raw.update({k: v for k, v in optional.items() if v is not None})
     if dry_run:
         return _controller(ctx, "dry_run", raw)

@@ -12,7 +12,7 @@ from collections.abc import Collection, Iterable
 from iris.base.resources import Resources
 from iris.controller.jobs.spec import JobSpec
 from iris.controller.jobs.state import KernelState
-from iris.controller.scheduling.constraints import parse_constraints
+from iris.controller.scheduling.constraints import Constraint, parse_constraints
 from iris.controller.scheduling.model import (
     Band,
     Demand,
@@ -57,9 +57,11 @@ def host_views(state: KernelState, workers: Iterable[WorkerInfo],
 
 
 def task_demands(spec: JobSpec, submitted_at: float,
-                 indices: Iterable[int] | None = None) -> list[TaskDemand]:
-    """Tasks of a job (all of them, or `indices`) as the scheduler's pending work."""
-    constraints = parse_constraints(spec.constraints)
+                 indices: Iterable[int] | None = None,
+                 extra: tuple[Constraint, ...] = ()) -> list[TaskDemand]:
+    """Tasks of a job (all of them, or `indices`) as the scheduler's pending work; `extra`:
+    constraints settled at placement (colocation)."""
+    constraints = parse_constraints(spec.constraints) + extra
     band = Band.parse(spec.priority)
     wanted = range(spec.num_tasks) if indices is None else indices
     return [TaskDemand(task_id(spec.name, i), spec.name, spec.user, band, spec.resources,

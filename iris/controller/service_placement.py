@@ -10,8 +10,9 @@ from iris.base.errors import (
     InvalidRequestError,
 )
 from iris.base.ids import new_id
-from iris.controller import scheduler_view
+from iris.controller import colocate, scheduler_view
 from iris.controller.jobs import events as ev
+from iris.controller.jobs.model import ACTIVE_ATTEMPT
 from iris.controller.regions import demand
 from iris.controller.scheduling.reasons import ReasonCode
 from iris.controller.scheduling.scheduler import SchedulerConfig, schedule
@@ -89,6 +90,28 @@ class Placement:
                 self.region_groups, self.region_reports, self.pending_reasons)
         return _plan_events(plan)
 
+    def _colocation(self, spec, placed: dict) -> tuple | dict:
+        """The constraint keeping a colocated job beside the job it follows, or the reason
+        it waits (colocate.py); `placed` caches where each followed job is, for one pass."""
+        key = (spec.colocate["scope"], spec.colocate["job"])
+        if key not in placed:
+            placed[key] = colocate.resolve(spec.colocate, self._placed_in(*key))
+        where = placed[key]
+        return where if isinstance(where, dict) else (where,)
+
+    def _placed_in(self, scope: str, job_id: str) -> set[str]:
+        """Zones (or regions) where the live attempts of `job_id` run."""
+        job, found = self.state.jobs.get(job_id), set()
+        for index in range(job.spec.num_tasks if job else 0):
+            attempt = self.state.attempts.get(self.state.tasks[(job_id, index)].attempt_id
+                                              or "")
+            worker = self.workers.workers.get(attempt.worker_id) if attempt is not None \
+                and attempt.state in ACTIVE_ATTEMPT else None
+            if worker is not None:
+                found.add(worker.region if scope == "region" else
+                          worker.attributes.get("zone", worker.region))
+        return found
+
     def _still_stopping(self) -> set[tuple[str, int | None]]:
         """(job, task index) of every attempt told to stop that has not exited yet, and
         (job, None) for each job with one: a gang's tasks wait for all of its members."""
@@ -106,6 +129,7 @@ class Placement:
         demands = []
         now = now_mono(self)
         stopping = self._still_stopping()
+        placed: dict = {}
         for job_id, index in self.state.pending:
             job = self.state.jobs[job_id]
             # At most one attempt of a task at a time: a requeued task (evicted, preempted,
@@ -125,8 +149,13 @@ class Placement:
                     self.pending_reasons[job_id] = cooling
                     unplaced[job_id] = unplaced.get(job_id, 0) + 1
                     continue
+            extra = self._colocation(job.spec, placed) if job.spec.colocate else ()
+            if isinstance(extra, dict):
+                self.pending_reasons[job_id] = extra
+                continue
             try:
-                demands += scheduler_view.task_demands(job.spec, job.submitted_at, (index,))
+                demands += scheduler_view.task_demands(job.spec, job.submitted_at, (index,),
+                                                       extra)
             except InvalidRequestError as exc:  # one bad job must not stop every pass
                 self.pending_reasons[job_id] = {"code": "INVALID", "message": str(exc),
                                                 "details": {}}

@@ -22,6 +22,7 @@ from typing import Any
 from iris.base.errors import InvalidRequestError, UnschedulableError
 from iris.base.ids import join_path, normalize_path, validate_component
 from iris.base.resources import Resources
+from iris.controller import colocate
 from iris.controller.scheduling.constraints import parse_constraints
 from iris.wire.states import PRIORITIES
 
@@ -46,6 +47,7 @@ _FIELDS = frozenset({
     "name", "entrypoint", "resources", "replicas", "priority", "env", "pip", "constraints",
     "max_retries_failure", "max_retries_preemption", "max_task_failures", "timeout_s",
     "scheduling_timeout_s", "user", "parent", "request_id", "bundle", "existing_capacity_only",
+    "colocate", "colocate_with",
 })
 
 
@@ -85,6 +87,8 @@ class JobSpec:
     """sha256 of the workspace bundle the tasks run in (a sub-job inherits its parent's)."""
     existing_capacity_only: bool = False
     """Run only on hosts already up: never asks the autoscaler for more (it waits instead)."""
+    colocate: Mapping[str, str] | None = None
+    """{"scope": "zone"|"region", "job": id}: run where that job runs (controller/colocate.py)."""
 
     @property
     def gang_size(self) -> int:
@@ -108,6 +112,7 @@ class JobSpec:
             "scheduling_timeout_s": self.scheduling_timeout_s, "parent": self.parent,
             "request_id": self.request_id, "bundle": self.bundle,
             "existing_capacity_only": self.existing_capacity_only,
+            "colocate": dict(self.colocate) if self.colocate else None,
         }
 
     @classmethod
@@ -159,6 +164,7 @@ def validate_submit(raw: Mapping[str, Any], *, parent: JobSpec | None = None,
         request_id=_request_id(raw.get("request_id")),
         bundle=_bundle(raw.get("bundle"), parent.bundle if parent else None),
         existing_capacity_only=_flag(raw, "existing_capacity_only"),
+        colocate=colocate.parse(raw, user, parent_name),
     )
 
 

@@ -44,6 +44,7 @@ def _summary(job: Job) -> dict[str, Any]:
         "accelerators": list(spec.resources.tpu_alternatives) or (
             [spec.resources.accelerator] if spec.resources.accelerator else []),
         "existing_capacity_only": spec.existing_capacity_only,
+        "colocate": dict(spec.colocate) if spec.colocate else None,
         "submitted_at": job.submitted_at, "finished_at": job.finished_at,
         "task_counts": {s.value: n for s, n in sorted(job.counts.items()) if n},
     }
