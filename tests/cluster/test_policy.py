@@ -14,6 +14,8 @@ import pytest
 import iris
 from iris.base.errors import InvalidRequestError
 from iris.client import budgets
+from iris.dashboard import start_dashboard
+from tests.dashboard.conftest import http
 
 pytestmark = pytest.mark.slow
 
@@ -85,6 +87,15 @@ def test_over_budget_user_is_demoted_to_batch_and_told(tmp_path, wait_until):
         assert got["used_hours"] > 0 and got["hours"] == 0.000001
         usage = budgets.list_budgets()["usage"]
         assert [u["over_budget"] is not None for u in usage if u["user"] == user] == [True]
+        dashboard = start_dashboard(cluster.node, cluster.address, port=0)
+        try:
+            status, body = http(dashboard.url + "api/usage")
+            assert status == 200
+            (row,) = [u for u in body["usage"] if u["user"] == user]
+            assert row["used_hours"] > 0 and row["over_budget"].startswith(user)
+            assert "usagePage" in http(dashboard.url)[1]
+        finally:
+            dashboard.stop()
         (tmp_path / "release").touch()
         assert urgent.result(timeout=180) == "v5litepod-4"
 
