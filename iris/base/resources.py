@@ -14,6 +14,7 @@ the same number of hosts, so the job has one task count whichever it lands on.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Sequence
@@ -101,6 +102,7 @@ _TPU_NAME = re.compile(r"^(v4|v5p|v5litepod|v6e)-(\d+)$")
 KNOWN_GPUS = ("H100", "H200", "A100", "L4", "B200")
 
 
+@functools.lru_cache(maxsize=256)  # a scheduling pass asks for the same few names 100,000s of times
 def tpu_shape(name: str) -> TpuShape:
     m = _TPU_NAME.match(name or "")
     if not m:

@@ -130,6 +130,9 @@ class _Pass:
         self.pool_order: dict[Pool, list[int]] = {}
         self.failed_gangs: dict[tuple[object, ...], PendingReason] = {}
         self.failed_free: dict[tuple[object, ...], PendingReason] = {}  # fallbacks, no evicting
+        # id(Resources) -> (it, its alternatives); holding `it` keeps the id from reuse.
+        self.alternatives: dict[int, tuple[Resources, list[Resources]]] = {}
+        self.gang_forms: dict[tuple[int, int, int], tuple] = {}  # (res, need, shape, pool)
         self.used: dict[str, Demand] = {}                # user -> all bands, for quotas
         self.band_used: dict[tuple[Band, str], list[float]] = {}  # for fair share
         for h in hosts:
@@ -252,7 +255,7 @@ class _Pass:
 
     def _place_single(self, job: _Job) -> None:
         t = job.singles[job.pos]
-        if t.resources.has_fallbacks:
+        if len(t.resources.tpu_alternatives) > 1:  # has_fallbacks, without a call per task
             self._place_fallback(job, t)
             return
         cls = self._class_of(job, t)
@@ -414,7 +417,7 @@ class _Pass:
             if not isinstance(result, GangRequest):
                 self._mark(tasks, result)
             return
-        options = [first.resources.choose(a) for a in first.resources.tpu_alternatives]
+        options = self._options(first.resources)
         # Free room on any alternative beats evicting for the preferred one: a round with
         # no eviction budget first (its refusals cached apart: they are not final).
         budget, self.pre.budget = self.pre.budget, 0
@@ -436,18 +439,33 @@ class _Pass:
             reasons.append(result)
         self._mark(tasks, combined_reason(first.resources.tpu_alternatives, reasons))
 
+    def _options(self, res: Resources) -> list[Resources]:
+        """Each alternative of a fallback request as its own Resources, once per pass."""
+        found = self.alternatives.get(id(res))
+        if found is None:
+            found = self.alternatives[id(res)] = (res, [res.choose(a) for a in
+                                                        res.tpu_alternatives])
+        return found[1]
+
     def _gang_on(self, job: _Job, gang_id: str, tasks: list[TaskDemand], res: Resources,
                  failed: dict[tuple[object, ...], PendingReason]
                  ) -> GangRequest | PendingReason:
         """Ask for the gang on one accelerator type; a request is recorded (and its tasks
         marked) here, a refusal is returned for the caller to show."""
-        need = per_host_demand(res)
+        form_key = (id(res), len(tasks), id(tasks[0].constraints))
+        form = self.gang_forms.get(form_key)
+        if form is None or form[0] is not res:
+            form = self.gang_forms[form_key] = (res, per_host_demand(res), gang_shape(
+                res, len(tasks), tasks[0].constraints), task_pool(res))
+        _, need, shape, pool = form
         quota = self._over_quota(job.user, need, len(tasks))
         if quota is not None:
             return quota
-        shape = gang_shape(res, len(tasks), tasks[0].constraints)
+        known = failed.get((shape, job.band, need, pool))
+        if known is not None:  # what place_gang would answer from its cache, sooner
+            return known
         ask = GangAsk(gang_id, job.job_id, job.band, tuple(t.task_id for t in tasks), shape,
-                      need, task_pool(res))
+                      need, pool)
         result = place_gang(self.fleet, self.pre, ask, self.config.max_gang_regions, failed)
         if isinstance(result, GangRequest):
             self.plan.gang_requests.append(result)
