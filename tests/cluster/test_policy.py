@@ -148,3 +148,49 @@ def test_budget_survives_controller_restart(tmp_path):
                            admin_token_file=state / "controller" / "admin.token")
     with iris.local_cluster(workers=0, state_dir=state):
         assert budgets.get_budget("carol")["max_priority"] == "interactive"
+
+
+def _zone_b_worker(address: str, tmp_path: Path) -> subprocess.Popen:
+    work = tmp_path / "worker-b"
+    work.mkdir()
+    log = open(work / "worker.log", "ab")  # noqa: SIM115 - the child owns it
+    try:
+        return subprocess.Popen(
+            [sys.executable, "-m", "iris", "worker", "--controller", address, "--work-dir",
+             str(work), "--token-file", str(tmp_path / "c" / "controller" / "cluster.token"),
+             "--worker-id", "worker-b", "--exit-with-parent", "--attr", "cpu=4",
+             "--attr", f"memory={4 * 10**9}", "--attr", "zone=zone-b"],
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    finally:
+        log.close()
+
+
+def test_coordinator_waits_for_its_job_then_follows_it_into_its_zone(tmp_path, wait_until):
+    with iris.local_cluster(workers=1, worker_cpu=2, worker_memory="4GB",
+                            state_dir=tmp_path / "c", worker_attrs={"zone": "zone-a"}):
+        filler = iris.submit(hold, str(tmp_path), resources=iris.Resources(cpu=1))
+        wait_until(lambda: (tmp_path / "holding").exists(), what="filler running in zone-a")
+        # The job to follow can only run in zone-b, which has no worker yet.
+        train = iris.submit(hold, str(tmp_path), name="train", constraints={"zone": "zone-b"},
+                            resources=iris.Resources(cpu=1))
+        coord = iris.submit(["true"], name="coord", colocate_with="train",
+                            resources=iris.Resources(cpu=1))
+
+        def reason():
+            return coord.status().get("pending_reason", {})
+        waiting = wait_until(lambda: reason().get("code") == "WAITING_FOR_COLOCATED_JOB"
+                             and reason(), what="the follower waiting for train")
+        assert f"waiting for {train.job_id} to be placed" in waiting["message"]
+        worker_b = _zone_b_worker(iris.current().address, tmp_path)
+        try:
+            # zone-a still has room (and, being busier, is where best fit would put it).
+            assert coord.wait(timeout=180)["state"] == "succeeded"
+            assert coord.status()["tasks"][0]["worker_id"] == "worker-b"
+            assert train.status()["tasks"][0]["worker_id"] == "worker-b"
+            assert coord.status()["colocate"] == {"scope": "zone", "job": train.job_id}
+        finally:
+            (tmp_path / "release").touch()
+            train.wait(timeout=120)
+            filler.wait(timeout=120)
+            worker_b.terminate()
+            worker_b.wait(timeout=60)
