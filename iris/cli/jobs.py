@@ -151,7 +151,10 @@ def job_status(args: argparse.Namespace) -> int:
         f", finished {iso(status['finished_at'])}" if status.get("finished_at") else ""))
     if status.get("pending_reason"):
         print(f"  pending: {status['pending_reason']['message']}")
-    print_rows(status["tasks"], ["index", "state", "attempts", "worker_id", "error"], False)
+    columns = ["index", "state", "attempts", "worker_id", "error"]
+    if any(t.get("accelerator") for t in status["tasks"]):  # which type (fallbacks) each got
+        columns.insert(4, "accelerator")
+    print_rows(status["tasks"], columns, False)
     return 0
 
 

@@ -51,11 +51,17 @@ def parse(raw: Mapping[str, Any], user: str, parent: str | None) -> dict[str, st
         raise InvalidRequestError(f"colocate_with: {exc}", "colocate_with") from exc
 
 
-def resolve(colocate: Mapping[str, str], placed_in: Collection[str]
+def resolve(colocate: Mapping[str, str], placed_in: Collection[str], ended: bool = False
             ) -> Constraint | dict[str, Any]:
     """The constraint that keeps a follower beside its job (`placed_in`: the zones or
-    regions, per the scope, of that job's live attempts), or the reason it waits."""
+    regions, per the scope, of that job's live attempts), or the reason it waits (`ended`:
+    that job finished or is gone, so it will never be placed again)."""
     scope, job = colocate["scope"], colocate["job"]
+    if ended:
+        return {"code": WAITING_CODE,
+                "message": f"{job} has ended: this job runs in the same {scope} as it "
+                           "(colocate), so it cannot be placed; kill it and submit again",
+                "details": {"colocate_with": job, "scope": scope, "ended": True}}
     if not placed_in:
         return {"code": WAITING_CODE,
                 "message": f"waiting for {job} to be placed: this job runs in the same "

@@ -12,7 +12,7 @@ from iris.base.errors import (
 from iris.base.ids import new_id
 from iris.controller import colocate, scheduler_view
 from iris.controller.jobs import events as ev
-from iris.controller.jobs.model import ACTIVE_ATTEMPT
+from iris.controller.jobs.model import ACTIVE_ATTEMPT, TERMINAL_JOB
 from iris.controller.regions import demand
 from iris.controller.scheduling.reasons import ReasonCode
 from iris.controller.scheduling.scheduler import SchedulerConfig, schedule
@@ -95,7 +95,9 @@ class Placement:
         it waits (colocate.py); `placed` caches where each followed job is, for one pass."""
         key = (spec.colocate["scope"], spec.colocate["job"])
         if key not in placed:
-            placed[key] = colocate.resolve(spec.colocate, self._placed_in(*key))
+            job = self.state.jobs.get(key[1])
+            placed[key] = colocate.resolve(spec.colocate, self._placed_in(*key),
+                                           ended=job is None or job.state in TERMINAL_JOB)
         where = placed[key]
         return where if isinstance(where, dict) else (where,)
 

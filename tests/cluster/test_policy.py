@@ -141,6 +141,21 @@ def test_band_above_cap_refused_through_the_api(tmp_path):
         assert err.value.field == "priority"
 
 
+def test_existing_capacity_only_job_says_it_waits_for_hosts_already_up(tmp_path, wait_until):
+    with iris.local_cluster(workers=0, state_dir=tmp_path / "c") as cluster:
+        job = iris.submit(["true"], existing_capacity_only=True)
+        reason = wait_until(lambda: job.status().get("pending_reason"),
+                            what="a pending reason")
+        assert reason["code"] == "EXISTING_CAPACITY_ONLY"
+        assert "waits for existing capacity" in reason["message"]
+        assert job.status()["existing_capacity_only"] is True
+        run = _cli(cluster, "job", "run", "--existing-capacity-only", "--no-wait", "--json",
+                   "--", "true")
+        assert run.returncode == 0, run.stderr
+        with pytest.raises(InvalidRequestError, match="existing_capacity_only"):
+            iris.submit(["true"], existing_capacity_only="yes")
+
+
 def test_budget_survives_controller_restart(tmp_path):
     state = tmp_path / "c"
     with iris.local_cluster(workers=0, state_dir=state):

@@ -129,5 +129,7 @@ def test_colocated_job_waits_until_its_job_is_placed_then_is_pinned_to_its_zones
     waiting = colocate.resolve(rule, set())
     assert waiting["code"] == colocate.WAITING_CODE
     assert "waiting for /alice/train to be placed" in waiting["message"]
+    gone = colocate.resolve(rule, set(), ended=True)
+    assert "/alice/train has ended" in gone["message"]
     pin = colocate.resolve(rule, {"us-east-a"})
     assert (pin.key, pin.op, pin.values) == ("zone", Op.IN, frozenset({"us-east-a"}))
