@@ -209,3 +209,36 @@ def test_coordinator_waits_for_its_job_then_follows_it_into_its_zone(tmp_path, w
             filler.wait(timeout=120)
             worker_b.terminate()
             worker_b.wait(timeout=60)
+
+
+def gang_member() -> str:
+    return f"{os.environ['JAX_PROCESS_ID']}:{os.environ['IRIS_ACCELERATOR']}"
+
+
+def test_gang_fallback_grows_and_lands_on_the_type_a_group_offers(tmp_path, wait_until):
+    """Only v5litepod-16 can be grown: the autoscaler is asked for it (the preferred v6e-16
+    has no group), and the gang lands whole on it through the reserve/commit."""
+    from iris.controller.config import ScaleGroupConfig
+    from iris.controller.providers.local import LocalProvider
+    from iris.controller.regions.autoscaler import AutoscalerConfig
+    from iris.controller.regions.region import RegionScaling
+
+    group = ScaleGroupConfig("v5e-16", "east", "tpu", "v5litepod-16", 4, 4, ("east-a",),
+                             min_slices=0, max_slices=1)
+    fast = AutoscalerConfig(scale_up_delay_s=0.2, scale_down_delay_s=2.0,
+                            backoff_initial_s=1.0, backoff_max_s=2.0, host_lost_grace_s=2.0,
+                            churn_window_s=0.0, poll_interval_s=0.5)
+    made: list[LocalProvider] = []
+
+    def provider(address: str) -> LocalProvider:
+        made.append(LocalProvider(address, tmp_path / "hosts", "east"))
+        return made[0]
+
+    with iris.local_cluster(state_dir=tmp_path / "c", stop_grace_s=2.0,
+                            autoscale=[RegionScaling("east", (group,), provider, fast)]):
+        job = iris.submit(gang_member, name="gang",
+                          resources=iris.Resources(tpu="v6e-16,v5litepod-16", cpu=1))
+        assert sorted(job.result(timeout=240)) == [f"{i}:v5litepod-16" for i in range(4)]
+        assert {t["accelerator"] for t in job.status()["tasks"]} == {"v5litepod-16"}
+        assert len({t["worker_id"] for t in job.status()["tasks"]}) == 4
+        wait_until(lambda: made[0].list_slices() == [], 120, "the idle slice deleted")
