@@ -13,6 +13,8 @@ Not a test: it asserts nothing about speed. What each figure is:
   Median of `repeat` passes (3; 1 with --quick). Also printed: what the pass decided.
 - schedule_pass_10k_allfit_s: the same, but every one of 100,000 one-cpu tasks fits (10,000
   idle 32-cpu hosts, 50 users, 3 bands): the pass that assigns the most.
+- policy_pass_off_s / policy_pass_on_s / policy_pass_slowdown (and *_cpu_s): the 10k-host
+  pass with accelerator fallbacks and budgets off vs on; see bench/_policy_pass.py.
 - gangs_per_s_inprocess: gangs allocated AND released per second through the pure
   coordinator + 3 region ledgers in this one process, messages handed over in memory
   (64 gangs in flight; each gang is one v5litepod-16 slice; released as soon as placed).
@@ -225,6 +227,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     result = bench_schedule(args.hosts, args.pending, repeat=1 if args.quick else 3)
     result.update(bench_schedule_all_fit(args.hosts, args.pending))
+    from bench._policy_pass import main as policy_pass  # issue 20: fallbacks + budgets
+
+    result.update(policy_pass(3 if args.quick else 7, args.hosts, args.pending))
     result.update(bench_gangs_inprocess(args.gangs or (5_000 if args.quick else 30_000)))
     from bench._gang_actors import bench_gangs_actors, bench_ray_placement_groups
 

@@ -6,13 +6,19 @@ the field, so `iris.submit` can refuse it before anything is stored.
 
 TPU slice shapes: `v5litepod-16` is 16 chips on 4 hosts. The catalog below knows the
 families Iris schedules; an unknown type is refused rather than guessed at.
+
+Fallbacks: `tpu="v6e-4,v5litepod-4"` (or a list) names alternatives, preferred first. `tpu`
+then holds the preferred one, `tpu_alternatives` all of them; every alternative must span
+the same number of hosts, so the job has one task count whichever it lands on.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import re
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 
 from iris.base.errors import InvalidRequestError
 
@@ -96,6 +102,7 @@ _TPU_NAME = re.compile(r"^(v4|v5p|v5litepod|v6e)-(\d+)$")
 KNOWN_GPUS = ("H100", "H200", "A100", "L4", "B200")
 
 
+@functools.lru_cache(maxsize=256)  # a scheduling pass asks for the same few names 100,000s of times
 def tpu_shape(name: str) -> TpuShape:
     m = _TPU_NAME.match(name or "")
     if not m:
@@ -129,11 +136,12 @@ class Resources:
     cpu: float = 1.0
     memory: int | str = 0
     disk: int | str = 0
-    tpu: str | None = None
+    tpu: str | Sequence[str] | None = None
     gpu: str | None = None
     count: int = 1
     _memory_bytes: int = field(init=False, repr=False, compare=False)
     _disk_bytes: int = field(init=False, repr=False, compare=False)
+    tpu_alternatives: tuple[str, ...] = field(init=False, repr=False, default=())
 
     def __post_init__(self) -> None:
         if isinstance(self.cpu, bool) or not isinstance(self.cpu, int | float) \
@@ -145,7 +153,9 @@ class Resources:
         if self.tpu and self.gpu:
             raise InvalidRequestError("tpu and gpu: ask for one kind of accelerator", "tpu")
         if self.tpu is not None:
-            tpu_shape(self.tpu)
+            alternatives = _tpu_alternatives(self.tpu)
+            object.__setattr__(self, "tpu", alternatives[0])
+            object.__setattr__(self, "tpu_alternatives", alternatives)
         if self.gpu is not None and self.gpu not in KNOWN_GPUS:
             raise InvalidRequestError(
                 f"gpu: unknown accelerator {self.gpu!r} (known: {', '.join(KNOWN_GPUS)})", "gpu"
@@ -170,6 +180,30 @@ class Resources:
         return tpu_shape(self.tpu) if self.tpu else None
 
     @property
+    def has_fallbacks(self) -> bool:
+        return len(self.tpu_alternatives) > 1
+
+    def choose(self, tpu: str) -> Resources:
+        """These resources with `tpu` (one of the alternatives) as the only TPU type."""
+        if tpu not in self.tpu_alternatives:
+            raise InvalidRequestError(f"tpu: {tpu!r} is not one of {self.tpu_alternatives}",
+                                      "tpu")
+        return replace(self, tpu=tpu)
+
+    def alternative_on(self, accelerator: str | None) -> Resources:
+        """What an attempt placed on a host of `accelerator` uses: the alternative of that
+        exact type, else of its family (single-host tasks pack onto larger slices), else
+        the preferred one."""
+        if not self.has_fallbacks or not accelerator:
+            return self
+        family = accelerator.rsplit("-", 1)[0]
+        for match in (lambda a: a == accelerator, lambda a: a.rsplit("-", 1)[0] == family):
+            for alt in self.tpu_alternatives:
+                if match(alt):
+                    return self.choose(alt)
+        return self
+
+    @property
     def gang_size(self) -> int:
         """How many tasks must start together: all hosts of all slices, else 1."""
         shape = self.tpu_slice
@@ -180,7 +214,7 @@ class Resources:
             "cpu": self.cpu,
             "memory": self.memory_bytes,
             "disk": self.disk_bytes,
-            "tpu": self.tpu,
+            "tpu": ",".join(self.tpu_alternatives) if self.tpu else None,
             "gpu": self.gpu,
             "count": self.count,
         }
@@ -189,3 +223,25 @@ class Resources:
     def from_dict(cls, data: dict) -> Resources:
         return cls(**{k: data[k] for k in ("cpu", "memory", "disk", "tpu", "gpu", "count")
                       if k in data})
+
+
+def _tpu_alternatives(value: object) -> tuple[str, ...]:
+    """"v6e-4,v5litepod-4" or ["v6e-4", "v5litepod-4"] -> both names, each checked, all of
+    one host count (a job's task count may not depend on where it lands)."""
+    if isinstance(value, str):
+        names = [n.strip() for n in value.split(",")]
+    elif isinstance(value, Sequence) and all(isinstance(n, str) for n in value):
+        names = [n.strip() for n in value]
+    else:
+        raise InvalidRequestError(f"tpu: expected a TPU type, a comma-separated list or a "
+                                  f"list of them, got {value!r}", "tpu")
+    if not names or not all(names):
+        raise InvalidRequestError(f"tpu: empty accelerator type in {value!r}", "tpu")
+    if len(set(names)) != len(names):
+        raise InvalidRequestError(f"tpu: an alternative is named twice in {value!r}", "tpu")
+    shapes = [tpu_shape(n) for n in names]
+    if len({s.hosts for s in shapes}) > 1:
+        said = ", ".join(f"{s.name} is {s.hosts} host(s)" for s in shapes)
+        raise InvalidRequestError(f"tpu: fallback alternatives must span the same number of "
+                                  f"hosts ({said})", "tpu")
+    return tuple(names)

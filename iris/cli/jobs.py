@@ -52,6 +52,7 @@ def job_run(args: argparse.Namespace) -> int:
     handle = iris.submit(command, name=args.name, replicas=args.replicas, env=env,
                          pip=args.pip, priority=args.priority, dry_run=args.dry_run,
                          durable=args.durable,
+                         existing_capacity_only=args.existing_capacity_only,
                          resources=Resources(cpu=args.cpu, memory=args.memory, tpu=args.tpu,
                                              gpu=args.gpu))
     if args.dry_run:
@@ -151,7 +152,10 @@ def job_status(args: argparse.Namespace) -> int:
         f", finished {iso(status['finished_at'])}" if status.get("finished_at") else ""))
     if status.get("pending_reason"):
         print(f"  pending: {status['pending_reason']['message']}")
-    print_rows(status["tasks"], ["index", "state", "attempts", "worker_id", "error"], False)
+    columns = ["index", "state", "attempts", "worker_id", "error"]
+    if any(t.get("accelerator") for t in status["tasks"]):  # which type (fallbacks) each got
+        columns.insert(4, "accelerator")
+    print_rows(status["tasks"], columns, False)
     return 0
 
 

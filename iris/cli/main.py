@@ -16,7 +16,7 @@ from collections.abc import Callable
 import iris
 from iris.base.errors import InvalidRequestError, IrisError
 from iris.base.resources import parse_size
-from iris.cli import checkpoints, jobs, operate
+from iris.cli import budgets, checkpoints, jobs, operate
 from iris.cli.parser import build_parser
 
 
@@ -202,6 +202,7 @@ _HANDLERS = {
     ("job", "status"): jobs.job_status,
     ("job", "stop"): jobs.job_stop,
     ("job", "logs"): jobs.job_logs,
+    ("user", "budget"): budgets.budget,
 }
 _CLIENT_VERBS = {jobs.cluster_status, checkpoints.checkpoint, checkpoints.checkpoints, _actor_list, jobs.job_run, jobs.job_list,
-                 jobs.job_status, jobs.job_stop, jobs.job_logs}
+                 jobs.job_status, jobs.job_stop, jobs.job_logs, budgets.budget}

@@ -60,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     _job(verbs)
     _actor(verbs)
     _worker(verbs)
+    _user(verbs)
     operate.add_top_level(verbs, _controller(verbs))
     _keys(verbs)
     _demo(verbs)
@@ -139,7 +140,11 @@ def _job(verbs) -> None:
     run.add_argument("--memory", default=0, metavar="SIZE",
                      help="memory per task, in bytes or with a unit, e.g. 512MiB, 4GiB, 16GB "
                      "(default: none reserved, no limit)")
-    run.add_argument("--tpu", metavar="TYPE", help="a TPU slice per task, e.g. v5litepod-16")
+    run.add_argument("--tpu", metavar="TYPE", help="a TPU slice per task, e.g. v5litepod-16; "
+                     "fallbacks preferred first, comma-separated, e.g. v6e-4,v5litepod-4")
+    run.add_argument("--existing-capacity-only", action="store_true",
+                     help="run only on hosts already up: wait for them rather than have the "
+                     "autoscaler add any, e.g. --tpu v6e-16 --existing-capacity-only")
     run.add_argument("--gpu", metavar="TYPE", help="a GPU type per task, e.g. H100")
     run.add_argument("--priority", choices=["production", "interactive", "batch"],
                      help="priority band, e.g. batch (default interactive); higher bands may "
@@ -264,6 +269,51 @@ def _worker(verbs) -> None:
                         help="watch the GCE metadata server (or $GCE_METADATA_HOST) for the "
                         "cloud's preemption notice; auto: only on a GCE machine, e.g. "
                         "--preemption-notice off")
+
+
+def _user(verbs) -> None:
+    user = verbs.add_parser("user", help="per-user budgets and usage (setting one: operators)")
+    actions = user.add_subparsers(dest="action", required=True, metavar="ACTION")
+    budget = actions.add_parser(
+        "budget", help="accelerator-hour budgets and priority caps of users and groups",
+        description=_fill("A budget limits the accelerator-hours a user (or a group of users) "
+                          "spends over a rolling window; over it, their pending work is "
+                          "scheduled as batch. Its priority cap refuses submissions above a "
+                          "band. Setting one needs the controller's admin token."),
+        formatter_class=_RAW,
+        epilog="examples:\n  iris user budget set alice --hours 800 --max-priority interactive"
+        " --admin-token-file /var/lib/iris/admin.token\n"
+        "  iris user budget set group:ml --members alice,bob --hours 5000\n"
+        "  iris user budget get alice --json\n  iris user budget list")
+    which = budget.add_subparsers(dest="budget_action", required=True, metavar="ACTION")
+    subject_help = "a user, e.g. alice, or a group, e.g. group:ml"
+    put = _sub(which, "set", "set (or --clear) a user's or group's budget (operators)",
+               "iris user budget set alice --hours 800 --window-days 7 --max-priority "
+               "interactive")
+    put.add_argument("subject", metavar="SUBJECT", help=subject_help)
+    put.add_argument("--hours", type=float, metavar="H",
+                     help="accelerator-hours (chips or GPUs x hours) per window, e.g. 800 "
+                     "(default: no limit on hours)")
+    put.add_argument("--window-days", type=float, default=7.0, metavar="DAYS",
+                     help="the rolling window usage is counted over, e.g. 7 (default 7; at "
+                     "most the controller's retention)")
+    put.add_argument("--max-priority", choices=["production", "interactive", "batch"],
+                     help="the highest band its jobs may be submitted at, e.g. interactive "
+                     "(default: any)")
+    put.add_argument("--members", metavar="USERS",
+                     help="a group's users, comma-separated, e.g. alice,bob")
+    put.add_argument("--clear", action="store_true",
+                     help="remove the budget instead, e.g. iris user budget set alice --clear")
+    put.add_argument("--admin-token-file", type=Path, metavar="FILE",
+                     help="the controller's admin token, e.g. /var/lib/iris/admin.token "
+                     "(default: $IRIS_ADMIN_TOKEN_FILE, or hex in $IRIS_ADMIN_TOKEN)")
+    put.add_argument("--json", action="store_true", help=_JSON_HELP)
+    get = _sub(which, "get", "one budget and what it has spent", "iris user budget get alice")
+    get.add_argument("subject", metavar="SUBJECT", help=subject_help)
+    get.add_argument("--json", action="store_true", help=_JSON_HELP)
+    listing = _sub(which, "list", "every budget, and every user's accelerator-hours over the "
+                   "last 7 days", "iris user budget list --json")
+    listing.add_argument("--json", action="store_true", help=_JSON_HELP)
 
 
 def _controller(verbs) -> Any:

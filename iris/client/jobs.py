@@ -252,13 +252,21 @@ def submit(entry: Callable | Sequence[str], *args: Any, name: str | None = None,
            timeout: float | None = None, scheduling_timeout: float | None = None,
            request_id: str | None = None, workspace: str | os.PathLike | None = None,
            dry_run: bool = False, durable: bool = False,
-           durable_timeout: float = 600.0) -> JobHandle | dict:
+           durable_timeout: float = 600.0,
+           existing_capacity_only: bool = False, colocate: str | None = None,
+           colocate_with: str | None = None) -> JobHandle | dict:
     """Run `entry(*args)` (a callable) or `entry` (a command list) as a job; its handle.
 
     `workspace`: a directory shipped (content-addressed, uploaded once) to run the tasks
     in; a `requirements.txt` in it is installed into the job's environment.
     `dry_run`: submit nothing; return whether it would fit now and where (a dict from the
     real scheduler over the live workers).
+    `existing_capacity_only`: run only on hosts already up; wait for them rather than have
+    the autoscaler add any (its pending reason says so).
+    `colocate`: "zone" or "region": run in the same zone (region) as the parent job (the
+    job whose task submits this one), or as `colocate_with` (a job id, or a name relative
+    to the parent): a coordinator can follow its accelerator job; it waits until that job
+    is placed.
     `durable`: return only once the submission is in a checkpoint in GCS, so it survives the
     loss of the controller's machine (seconds: one checkpoint, shared by concurrent callers;
     the controller must be configured with storage.snapshot_bucket). Without it a submission
@@ -273,8 +281,9 @@ def submit(entry: Callable | Sequence[str], *args: Any, name: str | None = None,
                  "max_task_failures": max_task_failures},
         timeouts={"timeout": timeout, "scheduling_timeout": scheduling_timeout,
                   "durable_timeout": durable_timeout})
-    if not isinstance(durable, bool):
-        raise checks.invalid("durable", "True or False", durable)
+    for flag, value in (("durable", durable), ("existing_capacity_only", existing_capacity_only)):
+        if not isinstance(value, bool):
+            raise checks.invalid(flag, "True or False", value)
     ctx = _context_or_local_cluster()
     if callable(entry):
         _ship_by_value(entry.func if isinstance(entry, functools.partial) else entry)
@@ -305,7 +314,9 @@ def submit(entry: Callable | Sequence[str], *args: Any, name: str | None = None,
                 "max_retries_preemption": max_retries_preemption,
                 "max_task_failures": max_task_failures, "timeout_s": timeout,
                 "scheduling_timeout_s": scheduling_timeout,
-                "parent": os.environ.get("IRIS_JOB_ID")}
+                "parent": os.environ.get("IRIS_JOB_ID"),
+                "existing_capacity_only": existing_capacity_only or None,
+                "colocate": colocate, "colocate_with": colocate_with}
     raw.update({k: v for k, v in optional.items() if v is not None})
     if dry_run:
         return _controller(ctx, "dry_run", raw)

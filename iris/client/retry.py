@@ -32,7 +32,7 @@ def _retryable(exc: BaseException) -> bool:
 
 
 def call_controller(node: Node, address: str, method: str, args: tuple = (), *,
-                    timeout_s: float = 60.0) -> Any:
+                    timeout_s: float = 60.0, auth: bytes | None = None) -> Any:
     clock = SYSTEM_CLOCK
     deadline = clock.monotonic() + timeout_s
     backoff, told = _FIRST_BACKOFF_S, False
@@ -41,7 +41,7 @@ def call_controller(node: Node, address: str, method: str, args: tuple = (), *,
         remaining = deadline - clock.monotonic()
         try:
             return node.call(address, CONTROLLER_KEY, method, args,
-                             timeout_s=max(remaining, 0.05)).result()
+                             timeout_s=max(remaining, 0.05), auth=auth).result()
         except (PeerUnavailableError, ActorNotFoundError) as exc:
             if not _retryable(exc) or clock.monotonic() + backoff >= deadline:
                 raise

@@ -129,6 +129,21 @@ class Controller:
         schema.flag(include_finished, "include_finished")
         return self._svc.list_jobs(prefix, include_finished)
 
+    # ------------------------------------------------------------ budgets
+
+    @requires(tokens.ADMIN)
+    def budget_set(self, raw: dict) -> dict:
+        """Set or clear a user's or group's budget (operators only: the admin token)."""
+        return self._after(self._svc.budget_set(raw))
+
+    def budget_get(self, subject: str) -> dict:
+        schema.text(subject, "subject")
+        return self._svc.budget_get(subject)
+
+    def budget_list(self) -> dict:
+        """Budgets and every user's accelerator-hours (anyone may read them)."""
+        return self._svc.budget_list()
+
     def results(self, job_id: str) -> dict[int, bytes]:
         schema.text(job_id, "job_id")
         return self._svc.results(job_id)

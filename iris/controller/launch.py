@@ -15,6 +15,7 @@ from iris.controller.jobs import events as ev
 from iris.controller.jobs.env import gang_leader, task_environment
 from iris.controller.jobs.spec import JobSpec
 from iris.controller.jobs.state import KernelState
+from iris.controller.scheduler_view import attempt_resources
 from iris.controller.workers import WorkerInfo
 from iris.logstore.config import LogStoreConfig
 
@@ -35,12 +36,15 @@ def start_body(state: KernelState, workers: Mapping[str, WorkerInfo], start: ev.
                            controller_address=controller_address,
                            coordinator_address=_coordinator(state, workers, spec, start))
     env["IRIS_NAMESPACE"] = namespace(spec.name)
+    resources = attempt_resources(spec, attempt.accelerator)
+    if resources.accelerator:  # which fallback alternative it got (or its only type)
+        env["IRIS_ACCELERATOR"] = resources.accelerator
     return {
         "attempt_id": start.attempt_id, "job_id": start.job_id,
         "task_index": start.task_index, "attempt_number": attempt_base + attempt.number,
         "entrypoint": {"kind": spec.entrypoint.kind, "payload": spec.entrypoint.payload,
                        "argv": list(spec.entrypoint.argv)},
-        "env": env, "pip": list(spec.pip), "resources": spec.resources.to_dict(),
+        "env": env, "pip": list(spec.pip), "resources": resources.to_dict(),
         "bundle": spec.bundle, "log_store": dataclasses.asdict(log_store),
     }
 

@@ -12,7 +12,7 @@ from collections.abc import Collection, Iterable
 from iris.base.resources import Resources
 from iris.controller.jobs.spec import JobSpec
 from iris.controller.jobs.state import KernelState
-from iris.controller.scheduling.constraints import parse_constraints
+from iris.controller.scheduling.constraints import Constraint, parse_constraints
 from iris.controller.scheduling.model import (
     Band,
     Demand,
@@ -41,7 +41,8 @@ def host_views(state: KernelState, workers: Iterable[WorkerInfo],
             spec = state.jobs[attempt.job_id].spec
             running.append(RunningAttempt(
                 attempt_id, task_id(attempt.job_id, attempt.task_index), attempt.job_id,
-                spec.user, Band.parse(spec.priority), per_host_demand(spec.resources),
+                spec.user, Band.parse(spec.priority),
+                per_host_demand(attempt_resources(spec, attempt.accelerator)),
                 gang_id(spec, attempt.task_index), started_at=attempt.started_at))
         accelerator = attrs.get("accelerator_type") or None
         views.append(HostView(
@@ -56,14 +57,31 @@ def host_views(state: KernelState, workers: Iterable[WorkerInfo],
 
 
 def task_demands(spec: JobSpec, submitted_at: float,
-                 indices: Iterable[int] | None = None) -> list[TaskDemand]:
-    """Tasks of a job (all of them, or `indices`) as the scheduler's pending work."""
-    constraints = parse_constraints(spec.constraints)
+                 indices: Iterable[int] | None = None,
+                 extra: tuple[Constraint, ...] = ()) -> list[TaskDemand]:
+    """Tasks of a job (all of them, or `indices`) as the scheduler's pending work; `extra`:
+    constraints settled at placement (colocation)."""
+    constraints = parse_constraints(spec.constraints) + extra
     band = Band.parse(spec.priority)
     wanted = range(spec.num_tasks) if indices is None else indices
     return [TaskDemand(task_id(spec.name, i), spec.name, spec.user, band, spec.resources,
                        constraints, gang_id(spec, i), spec.gang_size, submitted_at)
             for i in wanted]
+
+
+def attempt_resources(spec: JobSpec, accelerator: str | None) -> Resources:
+    """What an attempt of `spec` placed on `accelerator` uses: with fallbacks, that
+    alternative alone (so the worker admits it and it is charged its own chips)."""
+    if accelerator and accelerator in spec.resources.tpu_alternatives:
+        return spec.resources.choose(accelerator)
+    return spec.resources
+
+
+def chosen_accelerator(spec: JobSpec, worker: WorkerInfo | None) -> str | None:
+    """The alternative a placement of `spec` on `worker` takes (None: no fallbacks)."""
+    if not spec.resources.has_fallbacks or worker is None:
+        return None
+    return spec.resources.alternative_on(worker.attributes.get("accelerator_type")).tpu
 
 
 def task_id(job_id: str, index: int) -> str:

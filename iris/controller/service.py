@@ -24,7 +24,7 @@ from iris.base.errors import (
 )
 from iris.base.histogram import Histogram
 from iris.base.resources import Resources
-from iris.controller import stops
+from iris.controller import scheduler_view, stops
 from iris.controller.bundle_store import BundleStore
 from iris.controller.gangs.tracking import GangTracker, PlaceRound
 from iris.controller.jobs import event_log, kernel
@@ -35,6 +35,7 @@ from iris.controller.jobs.store import JobStore
 from iris.controller.launch import RESTORE_ATTEMPT_STRIDE, start_body
 from iris.controller.regions.capacity import Offer, fits_checker
 from iris.controller.regions.region import RegionScaling
+from iris.controller.service_budgets import BudgetRequests
 from iris.controller.service_placement import SYNC_EVERY_S, Placement
 from iris.controller.service_regions import RegionRequests
 from iris.controller.service_requests import JobRequests
@@ -95,7 +96,8 @@ class Command:
     body: dict = field(default_factory=dict)
 
 
-class ControllerService(JobRequests, WorkerRequests, Placement, RegionRequests):
+class ControllerService(JobRequests, WorkerRequests, Placement, RegionRequests,
+                        BudgetRequests):
     """The controller's state and its one path of change (`_run_many`); its requests live in
     the mixins named above, one concern each."""
 
@@ -145,6 +147,7 @@ class ControllerService(JobRequests, WorkerRequests, Placement, RegionRequests):
         self._registrations = 0
         self._live_fits: tuple = (None, None)  # (workers key, checker) for _fits_live
         self._admission, self._admitted_at = float(REGISTRATIONS_PER_S), clock.monotonic()
+        self._init_budgets()
 
     # ------------------------------------------------------------ the one path of change
 
@@ -210,7 +213,8 @@ class ControllerService(JobRequests, WorkerRequests, Placement, RegionRequests):
             worker = self.workers.workers.get(effect.worker_id)
             attempt = self.state.attempts.get(effect.attempt_id)
             if worker is not None:  # it holds its resources until it is gone
-                hold = self.state.jobs[attempt.job_id].spec.resources if attempt else None
+                hold = scheduler_view.attempt_resources(
+                    self.state.jobs[attempt.job_id].spec, attempt.accelerator) if attempt else None
                 self._queue_stop(worker, effect.attempt_id, effect.grace_s, effect.reason,
                                  hold)
         elif isinstance(effect, ev.JobFinished):

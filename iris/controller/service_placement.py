@@ -8,12 +8,13 @@ import logging
 
 from iris.base.errors import InvalidRequestError, StorageError
 from iris.base.ids import new_id
-from iris.controller import scheduler_view
+from iris.controller import colocate, scheduler_view
 from iris.controller.jobs import event_log
 from iris.controller.jobs import events as ev
+from iris.controller.jobs.model import ACTIVE_ATTEMPT, TERMINAL_JOB
 from iris.controller.regions import demand
 from iris.controller.scheduling.reasons import ReasonCode
-from iris.controller.scheduling.scheduler import schedule
+from iris.controller.scheduling.scheduler import SchedulerConfig, schedule
 from iris.controller.turns import now_mono, now_wall, turn
 
 _log = logging.getLogger(__name__)
@@ -76,7 +77,8 @@ class Placement:
                                           held=self.gangs.held_hosts() | set(self.draining))
         started = self.clock.monotonic()  # a measured duration, not a decision
         plan = schedule(hosts, demands, reserving_gangs=set(self.gangs.reserving),
-                        scaling_up=demand.scaling_up(self.region_reports))
+                        scaling_up=demand.scaling_up(self.region_reports),
+                        config=SchedulerConfig(demoted=self.over_budget()))
         self.pass_seconds.observe(self.clock.monotonic() - started)
         for request in plan.gang_requests:
             self.gangs.request(request)
@@ -84,12 +86,39 @@ class Placement:
             job_id = scheduler_view.parse_task_id(task)[0]
             self.pending_reasons.setdefault(job_id, reason.to_dict())
             if reason.code in (ReasonCode.NO_CAPACITY, ReasonCode.SCALING_UP):
+                if self.state.jobs[job_id].spec.existing_capacity_only:
+                    self.pending_reasons[job_id] = demand.hold_existing(reason.to_dict())
+                    continue
                 unplaced[job_id] = unplaced.get(job_id, 0) + 1
         if self.region_groups and unplaced:
             self.unmet = demand.plan_growth(
                 [(self.state.jobs[j].spec, n) for j, n in unplaced.items()],
                 self.region_groups, self.region_reports, self.pending_reasons)
         return _plan_events(plan)
+
+    def _colocation(self, spec, placed: dict) -> tuple | dict:
+        """The constraint keeping a colocated job beside the job it follows, or the reason
+        it waits (colocate.py); `placed` caches where each followed job is, for one pass."""
+        key = (spec.colocate["scope"], spec.colocate["job"])
+        if key not in placed:
+            job = self.state.jobs.get(key[1])
+            placed[key] = colocate.resolve(spec.colocate, self._placed_in(*key),
+                                           ended=job is None or job.state in TERMINAL_JOB)
+        where = placed[key]
+        return where if isinstance(where, dict) else (where,)
+
+    def _placed_in(self, scope: str, job_id: str) -> set[str]:
+        """Zones (or regions) where the live attempts of `job_id` run."""
+        job, found = self.state.jobs.get(job_id), set()
+        for index in range(job.spec.num_tasks if job else 0):
+            attempt = self.state.attempts.get(self.state.tasks[(job_id, index)].attempt_id
+                                              or "")
+            worker = self.workers.workers.get(attempt.worker_id) if attempt is not None \
+                and attempt.state in ACTIVE_ATTEMPT else None
+            if worker is not None:
+                found.add(worker.region if scope == "region" else
+                          worker.attributes.get("zone", worker.region))
+        return found
 
     def _still_stopping(self) -> set[tuple[str, int | None]]:
         """(job, task index) of every attempt told to stop that has not exited yet, and
@@ -108,6 +137,7 @@ class Placement:
         demands = []
         now = now_mono(self)
         stopping = self._still_stopping()
+        placed: dict = {}
         for job_id, index in self.state.pending:
             job = self.state.jobs[job_id]
             # At most one attempt of a task at a time: a requeued task (evicted, preempted,
@@ -127,8 +157,13 @@ class Placement:
                     self.pending_reasons[job_id] = cooling
                     unplaced[job_id] = unplaced.get(job_id, 0) + 1
                     continue
+            extra = self._colocation(job.spec, placed) if job.spec.colocate else ()
+            if isinstance(extra, dict):
+                self.pending_reasons[job_id] = extra
+                continue
             try:
-                demands += scheduler_view.task_demands(job.spec, job.submitted_at, (index,))
+                demands += scheduler_view.task_demands(job.spec, job.submitted_at, (index,),
+                                                       extra)
             except InvalidRequestError as exc:  # one bad job must not stop every pass
                 self.pending_reasons[job_id] = {"code": "INVALID", "message": str(exc),
                                                 "details": {}}
@@ -140,7 +175,7 @@ def _plan_events(plan) -> list[ev.Event]:
     for a in plan.assignments:
         job_id, index = scheduler_view.parse_task_id(a.task_id)
         events.append(ev.Assign(new_id("ev-"), (
-            ev.Placement(job_id, index, a.host_id, new_id("att-")),)))
+            ev.Placement(job_id, index, a.host_id, new_id("att-"), a.accelerator),)))
     for p in plan.preemptions:
         events.append(ev.Preempted(new_id("ev-"), p.attempt_id,
                                    f"preempted for {p.for_job} ({p.reason})"))

@@ -4,10 +4,12 @@ refused gang rounds, region reports. Part of ControllerService (service.py).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Any
 
 from iris.base.ids import new_id
+from iris.controller import scheduler_view
 from iris.controller.gangs.tracking import RoundId
 from iris.controller.jobs import events as ev
 from iris.controller.turns import now_mono, turn
@@ -84,6 +86,9 @@ class RegionRequests:
             if problem is not None:
                 self.pending_reasons[round_id.job_id] = problem
             if placements:
+                spec = self.state.jobs[round_id.job_id].spec
+                placements = [dataclasses.replace(p, accelerator=scheduler_view.chosen_accelerator(
+                    spec, self.workers.workers.get(p.worker_id))) for p in placements]
                 events.append(ev.Assign(new_id("ev-"), tuple(placements)))
         for round_id, reasons in refused:
             self.gangs.unplaceable(round_id, reasons, now_mono(self))

@@ -31,6 +31,10 @@ class JobRequests:
                                       "(put_bundle first)", "bundle")
         parent = self._parent_spec(raw)
         spec = validate_submit(raw, parent=parent, fits=self._fits or self._fits_live())
+        self.check_priority_cap(spec)  # the operator's cap on this user's band
+        if spec.colocate and spec.colocate["job"] not in self.state.jobs:
+            raise InvalidRequestError(f"colocate_with: no job named {spec.colocate['job']!r}",
+                                      "colocate_with")
         # The submit and its placement commit in one transaction: one fsync per job.
         effects = self._run_many([ev.Submit(new_id("ev-"), spec)], schedule=schedule)
         accepted = next(e for e in effects if isinstance(e, ev.Accepted))

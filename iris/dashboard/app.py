@@ -9,6 +9,7 @@ plus a JSON API the page (and anything else, e.g. the CLI) reads:
     GET  /api/job/logs/download?id=/alice/train&task=0    (text/plain, with timestamps)
     POST /api/job/kill  {"job_id": "/alice/train"}
     GET  /api/workers   /api/capacity   /api/actors?prefix=/   /api/scheduler   /api/history
+    GET  /api/usage     (accelerator-hours per user over 7 days; budgets: `iris user budget`)
     GET  /metrics
 
 Times in the API are wall-clock epoch seconds (log lines also carry ISO-8601 `time`).
@@ -68,6 +69,7 @@ def build_app(backend: Backend, token: str | None,
     app.router.add_get("/api/workers", _simple("workers"))
     app.router.add_get("/api/capacity", _simple("capacity"))
     app.router.add_get("/api/scheduler", _simple("scheduler"))
+    app.router.add_get("/api/usage", _simple("usage"))
     app.router.add_get("/api/actors", _actors)
     app.router.add_get("/metrics", _metrics)
     return app

@@ -209,6 +209,10 @@ class Backend:
         return {"bands": [{"priority": p, "jobs": jobs} for p, jobs in bands.items()],
                 "pending_tasks": snap.get("pending_tasks", 0)}
 
+    async def usage(self) -> dict:
+        """Accelerator-hours per user over the last 7 days, and the operators' budgets."""
+        return await self._call(CONTROLLER_KEY, "budget_list")
+
     async def metrics_text(self) -> str:
         snap = await self.snapshot()
         tasks = await self._db(lambda r: r.task_states())

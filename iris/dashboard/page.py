@@ -2,8 +2,8 @@
 what the JSON API returns. Kept in a Python string so it ships inside the wheel with no
 package-data configuration and no build step.
 
-Routes are URL fragments (#/jobs, #/job/<id>, #/workers, #/capacity, #/actors, #/scheduler);
-the visible page refreshes every 2 s. A `?token=T` in the address is moved to sessionStorage
+Routes are URL fragments (#/jobs, #/job/<id>, #/workers, #/capacity, #/actors, #/scheduler,
+#/usage); the visible page refreshes every 2 s. A `?token=T` in the address is moved to sessionStorage
 and sent as a Bearer header, so it does not linger in the address bar or in history.
 """
 
@@ -42,7 +42,7 @@ pre#log-tail{white-space:pre-wrap;word-break:break-all;min-height:60px}
 </style></head><body>
 <nav><a id="nav-jobs" href="#/jobs">Jobs</a><a id="nav-workers" href="#/workers">Workers</a>
 <a id="nav-scheduler" href="#/scheduler">Scheduler</a><a id="nav-capacity" href="#/capacity">Capacity</a>
-<a id="nav-actors" href="#/actors">Actors</a><a href="/metrics">Metrics</a></nav>
+<a id="nav-actors" href="#/actors">Actors</a><a id="nav-usage" href="#/usage">Usage</a><a href="/metrics">Metrics</a></nav>
 <main><div id="error"></div><div id="controls"></div><div id="content">loading…</div></main>
 <script>
 "use strict";
@@ -125,6 +125,16 @@ async function schedulerPage(){
    `<a href="#/job/${encodeURIComponent(j.job_id)}">${esc(j.job_id)}</a>`,esc(j.user),j.pending_tasks,when(j.submitted_at),
    reason(j.pending_reason)||'<span class="muted">not tried yet</span>']),"pending-row")+"</div>").join("");
 }
+async function usagePage(){
+ const d=await api("/api/usage");
+ const hours=h=>h==null?'<span class="muted">unlimited</span>':Number(h).toFixed(1);
+ $("content").innerHTML=(d.usage.length?table("usage",["User","Accelerator-hours (7 days)","Budget","Groups","Over budget"],
+  d.usage.map(u=>[esc(u.user),Number(u.used_hours).toFixed(1),hours(u.budget_hours),esc(u.groups.join(", ")),
+   u.over_budget?`<b>${esc(u.over_budget)}</b>: scheduled as batch`:""]),"usage-row"):
+  `<div class="empty" id="usage-empty"><b>No accelerator use in the last 7 days.</b> Chips (or GPUs) times run time of every attempt count here.</div>`)+
+  (d.budgets.length?`<h3>Budgets</h3>`+table("budgets",["Subject","Hours","Window","Max priority","Members","Used"],d.budgets.map(b=>[
+   esc(b.subject),hours(b.hours),b.window_days+" days",esc(b.max_priority||"any"),esc(b.members.join(", ")),Number(b.used_hours).toFixed(1)]),"budget-row"):"");
+}
 function dur(x){if(x==null)return "";x=Number(x);return x<10?x.toFixed(1)+" s":x<120?x.toFixed(0)+" s":x<7200?(x/60).toFixed(0)+" min":(x/3600).toFixed(1)+" h";}
 function scaleGroup(g,gi){const c=g.counts||{};
  return `<div class="group scale-group"><h3>${esc(g.group)} <span class="muted">· ${esc(g.accelerator)} · min ${g.min} · max ${g.max} · buffer ${g.buffer}</span></h3>
@@ -171,7 +181,7 @@ async function refresh(){
  try{
   if(route.startsWith("/job/"))await jobPage(decodeURIComponent(route.slice(5)));
   else await ({"/workers":workersPage,"/scheduler":schedulerPage,"/capacity":capacityPage,
-   "/actors":actorsPage}[route]||jobsPage)();
+   "/actors":actorsPage,"/usage":usagePage}[route]||jobsPage)();
   $("error").textContent="";document.title="Iris · "+(nav||"jobs");
  }catch(e){$("error").textContent=e.message;}
 }

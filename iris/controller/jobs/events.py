@@ -24,6 +24,7 @@ class Placement:
     task_index: int
     worker_id: str
     attempt_id: str
+    accelerator: str | None = None  # the TPU alternative it runs on (jobs with fallbacks)
 
 
 @dataclass(frozen=True)

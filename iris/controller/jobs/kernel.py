@@ -146,7 +146,7 @@ def _assign(tx: lc.Tx, ev: Assign) -> None:
         task = state.tasks[(p.job_id, p.task_index)]
         job = state.jobs[p.job_id]
         attempt = Attempt(p.attempt_id, p.job_id, p.task_index, task.attempts, p.worker_id,
-                          assigned_at=tx.now)
+                          assigned_at=tx.now, accelerator=p.accelerator)
         state.add_attempt(attempt)
         state.pending.pop(task.key, None)
         state.set_task_state(task, TaskState.ASSIGNED)

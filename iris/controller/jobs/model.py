@@ -42,6 +42,7 @@ class Attempt:
     finished_at: float | None = None
     exit_code: int | None = None
     error: str = ""
+    accelerator: str | None = None  # the TPU alternative chosen; None = the job's only one
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

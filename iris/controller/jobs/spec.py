@@ -22,6 +22,7 @@ from typing import Any
 from iris.base.errors import InvalidRequestError, UnschedulableError
 from iris.base.ids import join_path, normalize_path, validate_component
 from iris.base.resources import Resources
+from iris.controller import colocate
 from iris.controller.scheduling.constraints import parse_constraints
 from iris.wire.states import PRIORITIES
 
@@ -45,7 +46,8 @@ not. Passed in by the controller, which knows the configured scale groups."""
 _FIELDS = frozenset({
     "name", "entrypoint", "resources", "replicas", "priority", "env", "pip", "constraints",
     "max_retries_failure", "max_retries_preemption", "max_task_failures", "timeout_s",
-    "scheduling_timeout_s", "user", "parent", "request_id", "bundle",
+    "scheduling_timeout_s", "user", "parent", "request_id", "bundle", "existing_capacity_only",
+    "colocate", "colocate_with",
 })
 
 
@@ -83,6 +85,10 @@ class JobSpec:
     request_id: str | None = None
     bundle: str | None = None
     """sha256 of the workspace bundle the tasks run in (a sub-job inherits its parent's)."""
+    existing_capacity_only: bool = False
+    """Run only on hosts already up: never asks the autoscaler for more (it waits instead)."""
+    colocate: Mapping[str, str] | None = None
+    """{"scope": "zone"|"region", "job": id}: run where that job runs (controller/colocate.py)."""
 
     @property
     def gang_size(self) -> int:
@@ -105,6 +111,8 @@ class JobSpec:
             "max_task_failures": self.max_task_failures, "timeout_s": self.timeout_s,
             "scheduling_timeout_s": self.scheduling_timeout_s, "parent": self.parent,
             "request_id": self.request_id, "bundle": self.bundle,
+            "existing_capacity_only": self.existing_capacity_only,
+            "colocate": dict(self.colocate) if self.colocate else None,
         }
 
     @classmethod
@@ -134,9 +142,7 @@ def validate_submit(raw: Mapping[str, Any], *, parent: JobSpec | None = None,
     user = _user(raw.get("user"), parent)
     resources = _resources(raw.get("resources"))
     if fits is not None:
-        reason = fits(resources)
-        if reason:
-            raise UnschedulableError(f"resources: {reason}", "resources")
+        _check_fits(resources, fits)
     inherited_env = dict(parent.env) if parent else {}
     return JobSpec(
         name=_name(raw.get("name"), parent_name, user),
@@ -157,6 +163,8 @@ def validate_submit(raw: Mapping[str, Any], *, parent: JobSpec | None = None,
         parent=parent_name,
         request_id=_request_id(raw.get("request_id")),
         bundle=_bundle(raw.get("bundle"), parent.bundle if parent else None),
+        existing_capacity_only=_flag(raw, "existing_capacity_only"),
+        colocate=colocate.parse(raw, user, parent_name),
     )
 
 
@@ -237,6 +245,17 @@ def _resources(res: Any) -> Resources:
                               "resources")
 
 
+def _check_fits(resources: Resources, fits: Fits) -> None:
+    """Some alternative must fit the catalogue; the others may wait for capacity to exist."""
+    options = ([resources.choose(t) for t in resources.tpu_alternatives]
+               if resources.has_fallbacks else [resources])
+    reasons = [fits(r) for r in options]
+    if all(reasons):
+        said = "; ".join(f"{r.tpu}: {why}" for r, why in zip(options, reasons, strict=True)) \
+            if len(options) > 1 else reasons[0]
+        raise UnschedulableError(f"resources: {said}", "resources")
+
+
 def _int(raw: Mapping[str, Any], key: str, default: int, lo: int = 0,
          hi: int = 1_000_000) -> int:
     value = raw.get(key, default)
@@ -244,6 +263,13 @@ def _int(raw: Mapping[str, Any], key: str, default: int, lo: int = 0,
         value = default
     if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
         raise InvalidRequestError(f"{key}: expected an int in [{lo}, {hi}], got {value!r}", key)
+    return value
+
+
+def _flag(raw: Mapping[str, Any], key: str) -> bool:
+    value = raw.get(key, False)
+    if not isinstance(value, bool):
+        raise InvalidRequestError(f"{key}: expected true or false, got {value!r}", key)
     return value
 
 

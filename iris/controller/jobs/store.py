@@ -71,6 +71,7 @@ CREATE TABLE IF NOT EXISTS replay_base (
     body BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS lineage (
     seq INTEGER PRIMARY KEY, at REAL NOT NULL, what TEXT NOT NULL, detail TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS budgets (subject TEXT PRIMARY KEY, record TEXT NOT NULL);
 """
 
 
@@ -352,6 +353,23 @@ class JobStore:
     def lineage(self) -> list[dict]:
         rows = self._db.execute("SELECT at, what, detail FROM lineage ORDER BY seq").fetchall()
         return [{"at": at, "what": what, **json.loads(detail)} for at, what, detail in rows]
+
+    def put_budget(self, subject: str, record: dict | None) -> None:
+        """An operator's budget for a user or group (controller/budgets.py); None deletes it.
+        (A table created by IF NOT EXISTS on open: older files gain it without a migration.)"""
+        try:
+            if record is None:
+                self._db.execute("DELETE FROM budgets WHERE subject = ?", (subject,))
+            else:
+                self._db.execute("INSERT OR REPLACE INTO budgets VALUES (?, ?)",
+                                 (subject, json.dumps(record, sort_keys=True)))
+        except sqlite3.Error as exc:
+            raise StorageError(f"job store: cannot write the budget of {subject}: {exc}") \
+                from exc
+
+    def budget_records(self) -> dict[str, dict]:
+        rows = self._db.execute("SELECT subject, record FROM budgets").fetchall()
+        return {subject: json.loads(record) for subject, record in rows}
 
     def counts(self) -> dict[str, int]:
         tables = ("jobs", "tasks", "attempts", "results", "requests", "events")

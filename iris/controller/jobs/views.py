@@ -41,6 +41,10 @@ def _summary(job: Job) -> dict[str, Any]:
         "job_id": job.job_id, "user": spec.user, "parent": spec.parent,
         "state": job.state.value, "error": job.error, "priority": spec.priority,
         "num_tasks": spec.num_tasks, "gang_size": spec.gang_size,
+        "accelerators": list(spec.resources.tpu_alternatives) or (
+            [spec.resources.accelerator] if spec.resources.accelerator else []),
+        "existing_capacity_only": spec.existing_capacity_only,
+        "colocate": dict(spec.colocate) if spec.colocate else None,
         "submitted_at": job.submitted_at, "finished_at": job.finished_at,
         "task_counts": {s.value: n for s, n in sorted(job.counts.items()) if n},
     }
@@ -48,12 +52,15 @@ def _summary(job: Job) -> dict[str, Any]:
 
 def _task_view(state: KernelState, job_id: str, index: int) -> dict[str, Any]:
     task = state.tasks[(job_id, index)]
+    spec = state.jobs[job_id].spec
     attempt = state.attempts.get(task.attempt_id) if task.attempt_id else None
     return {
         "index": index, "state": task.state.value, "error": task.error,
         "attempts": task.attempts, "failures": task.failures,
         "preemptions": task.preemptions, "has_result": task.has_result,
         "attempt_id": task.attempt_id, "worker_id": attempt.worker_id if attempt else None,
+        "accelerator": (attempt.accelerator or spec.resources.accelerator) if attempt
+        else None,
     }
 
 

@@ -8,10 +8,17 @@ scale-group priority then name, that has a group able to run the work, that the 
 region constraints allow, and whose autoscaler is not holding that accelerator back (a
 zone stocked out, churn cooldown, at max). The choice is stable from pass to pass while
 nothing changes, so slices already booting in that region keep absorbing the demand.
+
+Fallbacks (`tpu="v6e-4,v5litepod-4"`): the asks are for the preferred alternative; the next
+one is asked for only when NO region can grow the preferred (no group offers it, or every
+region holding it back: stocked out, cooldown, at max). Asking for several at once would
+boot slices the job leaves idle once any of them lands. A job with
+`existing_capacity_only` is never demand: it waits for hosts already up (`hold_existing`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 
 from iris.controller.config import ScaleGroupConfig
@@ -49,10 +56,14 @@ def route(unmet: Iterable[tuple[JobSpec, int]],
     """region -> group -> more slices wanted. `unmet`: (job spec, unplaced tasks);
     `groups`: each autoscaled region's groups; `blocked`: region -> accelerator -> why held."""
     asks: dict[tuple[str, str], list[Ask]] = {}
-    for spec, tasks in unmet:
-        choice = _region_for(spec, groups, blocked)
-        if choice is not None:
-            asks.setdefault(choice, []).extend(asks_for(spec, tasks))
+    for job_spec, tasks in unmet:
+        if job_spec.existing_capacity_only:
+            continue
+        for spec in alternatives(job_spec):
+            choice = _region_for(spec, groups, blocked)
+            if choice is not None:
+                asks.setdefault(choice, []).extend(asks_for(spec, tasks))
+                break
     out: dict[str, dict[str, int]] = {}
     for (region, group_name), group_asks in asks.items():
         group = next(g for g in groups[region] if g.name == group_name)
@@ -62,12 +73,29 @@ def route(unmet: Iterable[tuple[JobSpec, int]],
     return out
 
 
+def alternatives(spec: JobSpec) -> list[JobSpec]:
+    """The job once per accelerator alternative, preferred first (itself if it has none)."""
+    res = spec.resources
+    if not res.has_fallbacks:
+        return [spec]
+    return [dataclasses.replace(spec, resources=res.choose(t)) for t in res.tpu_alternatives]
+
+
+def hold_existing(reason: Mapping) -> dict:
+    """The pending reason of a job that waits for capacity already up instead of asking."""
+    return {"code": ReasonCode.EXISTING_CAPACITY_ONLY.value,
+            "message": f"{reason.get('message', 'no capacity')}; it waits for existing "
+                       "capacity (existing_capacity_only: the autoscaler is not asked)",
+            "details": {**reason.get("details", {}), "existing_capacity_only": True}}
+
+
 def held_back(spec: JobSpec, groups: Mapping[str, Sequence[ScaleGroupConfig]],
               blocked: Mapping[str, Mapping[str, str]]) -> dict[str, str]:
     """Regions that could grow for this job but whose autoscaler holds back: region -> why
     (zones stocked out or over quota, churn cooldown, at max_slices). Empty when the job was
     routed somewhere, or no region has a group for it."""
-    if _region_for(spec, groups, blocked) is not None:
+    if spec.existing_capacity_only or any(
+            _region_for(s, groups, blocked) is not None for s in alternatives(spec)):
         return {}
     accel = accelerator_of(spec)
     return {r: blocked[r][accel] for r in sorted(groups) if accel in blocked.get(r, {})}

@@ -99,7 +99,8 @@ def _slices(fleet: Fleet, pre: Preemptor, ask: GangAsk,
                 _block(fleet, s)
                 held += [fleet.hosts[i].host_id for i in fleet.slices[s]]
         return _request(ask, regions, held)
-    evicting = _preempt_for_slices(fleet, pre, ask, slices, free)
+    # No budget left (or a fallback's no-eviction round): costing every victim is wasted.
+    evicting = _preempt_for_slices(fleet, pre, ask, slices, free) if pre.budget > 0 else None
     if evicting is not None:
         return evicting
     return PendingReason(ReasonCode.NO_CAPACITY,

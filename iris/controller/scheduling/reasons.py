@@ -20,6 +20,7 @@ class ReasonCode(enum.StrEnum):
     PREEMPTING = "PREEMPTING"                      # lower-band work is being evicted for it
     WORKERS_BUSY = "WORKERS_BUSY"                  # room exists but workers push back
     PREVIOUS_ATTEMPT_STOPPING = "PREVIOUS_ATTEMPT_STOPPING"  # at most one attempt at a time
+    EXISTING_CAPACITY_ONLY = "EXISTING_CAPACITY_ONLY"  # no room now; it asks for no new hosts
 
 
 @dataclass(frozen=True)

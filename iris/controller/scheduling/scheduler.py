@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 from iris.base.resources import Resources, human_bytes
 from iris.controller.scheduling.constraints import Constraint
+from iris.controller.scheduling.fallbacks import Alternatives, combined_reason, demoted_reason
 from iris.controller.scheduling.fleet import Fleet, Pool
 from iris.controller.scheduling.gang_placement import GangAsk, GangRequest, place_gang
 from iris.controller.scheduling.model import (
@@ -48,6 +49,9 @@ class SchedulerConfig:
     # victim search per evicting task; the next pass (seconds later) continues.
     max_preemptions_per_pass: int = 256
     quotas: Mapping[str, Quota] = field(default_factory=dict)
+    # user -> why they are over their budget ("alice is over budget (812 of 800
+    # accelerator-hours in 7 days)"): their pending work is placed as batch and told so.
+    demoted: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +59,7 @@ class Assignment:
     task_id: str
     job_id: str
     host_id: str
+    accelerator: str | None = None  # the TPU alternative chosen (jobs with fallbacks)
 
 
 @dataclass
@@ -99,7 +104,7 @@ class _Class:
 
 class _Job:
     __slots__ = ("job_id", "user", "band", "first", "singles", "gangs", "pos", "cls",
-                 "cls_key")
+                 "cls_key", "alts")
 
     def __init__(self, t: TaskDemand):
         self.job_id, self.user, self.band, self.first = t.job_id, t.user, t.band, t.submitted_at
@@ -108,6 +113,7 @@ class _Job:
         self.pos = 0
         self.cls: _Class | None = None
         self.cls_key: tuple[object, object] | None = None
+        self.alts: Alternatives | None = None
 
     def done(self) -> bool:
         return not self.gangs and self.pos >= len(self.singles)
@@ -123,6 +129,10 @@ class _Pass:
         self.classes: dict[tuple[object, ...], _Class] = {}
         self.pool_order: dict[Pool, list[int]] = {}
         self.failed_gangs: dict[tuple[object, ...], PendingReason] = {}
+        self.failed_free: dict[tuple[object, ...], PendingReason] = {}  # fallbacks, no evicting
+        # id(Resources) -> (it, its alternatives); holding `it` keeps the id from reuse.
+        self.alternatives: dict[int, tuple[Resources, list[Resources]]] = {}
+        self.gang_forms: dict[tuple[int, int, int], tuple] = {}  # (res, need, shape, pool)
         self.used: dict[str, Demand] = {}                # user -> all bands, for quotas
         self.band_used: dict[tuple[Band, str], list[float]] = {}  # for fair share
         for h in hosts:
@@ -167,11 +177,14 @@ class _Pass:
     def run(self, pending: Sequence[TaskDemand]) -> SchedulePlan:
         bands: dict[Band, dict[str, list[_Job]]] = {}
         jobs: dict[str, _Job] = {}
+        demoted = self.config.demoted
         for t in pending:
             job = jobs.get(t.job_id)
             if job is None:
                 job = jobs[t.job_id] = _Job(t)
-                bands.setdefault(t.band, {}).setdefault(t.user, []).append(job)
+                if demoted and t.user in demoted:
+                    job.band = Band.BATCH
+                bands.setdefault(job.band, {}).setdefault(t.user, []).append(job)
             if t.gang_id is not None and t.gang_size > 1:
                 job.gangs.setdefault(t.gang_id, []).append(t)
             else:
@@ -179,6 +192,8 @@ class _Pass:
         for band in sorted(bands):
             self._run_band(band, bands[band])
         self.plan.preemptions = self.pre.records
+        if demoted:
+            demoted_reason(self.plan.reasons, pending, demoted)
         return self.plan
 
     def _run_band(self, band: Band, users: dict[str, list[_Job]]) -> None:
@@ -240,6 +255,9 @@ class _Pass:
 
     def _place_single(self, job: _Job) -> None:
         t = job.singles[job.pos]
+        if len(t.resources.tpu_alternatives) > 1:  # has_fallbacks, without a call per task
+            self._place_fallback(job, t)
+            return
         cls = self._class_of(job, t)
         if cls.reason is None:
             quota = self._over_quota(job.user, cls.need, 1)
@@ -265,6 +283,46 @@ class _Pass:
             end += 1
         self._mark(job.singles[job.pos:end], cls.reason)
         job.pos = end
+
+    def _place_fallback(self, job: _Job, t: TaskDemand) -> None:
+        """The first alternative with room now; else evict for the first that can; else
+        a reason naming each alternative and why it does not fit."""
+        alts = job.alts
+        if alts is None or alts.key != (id(t.resources), id(t.constraints)):
+            alts = job.alts = Alternatives(t.resources, t.constraints)
+            alts.classes = [self._class_of(job, TaskDemand(
+                t.task_id, t.job_id, t.user, t.band, r, t.constraints)) for r in alts.options]
+            job.cls = None  # the per-alternative lookups above must not stick to the job
+        if alts.reason is None:
+            for name, cls in zip(alts.names, alts.classes, strict=True):
+                if cls.reason is None and self._place_on(job, t, cls, name):
+                    return
+            for cls in alts.classes:
+                if cls.reason is None and self._try_preempt(job, t, cls):
+                    job.pos += 1
+                    return
+            for cls in alts.classes:
+                cls.reason = cls.reason or self._no_room(cls)
+            alts.reason = combined_reason(alts.names, [c.reason for c in alts.classes])
+        end = job.pos
+        while end < len(job.singles) and job.singles[end].resources is t.resources \
+                and job.singles[end].constraints is t.constraints:
+            end += 1
+        self._mark(job.singles[job.pos:end], alts.reason)
+        job.pos = end
+
+    def _place_on(self, job: _Job, t: TaskDemand, cls: _Class, accelerator: str) -> bool:
+        if self._over_quota(job.user, cls.need, 1) is not None:
+            return False
+        h = self._find(cls)
+        if h is None:
+            return False
+        self.fleet.take(h, cls.need)
+        self.plan.assignments.append(Assignment(t.task_id, t.job_id,
+                                                self.fleet.hosts[h].host_id, accelerator))
+        self._charge(job.user, job.band, cls.need, 1)
+        job.pos += 1
+        return True
 
     def _find(self, cls: _Class) -> int | None:
         f = self.fleet
@@ -354,28 +412,72 @@ class _Pass:
                 f"only {len(tasks)} of the {first.gang_size} tasks of gang {gang_id} are "
                 "pending; a gang starts whole", {"gang": gang_id, "pending": len(tasks)}))
             return
-        need = per_host_demand(first.resources)
+        if not first.resources.has_fallbacks:
+            result = self._gang_on(job, gang_id, tasks, first.resources, self.failed_gangs)
+            if not isinstance(result, GangRequest):
+                self._mark(tasks, result)
+            return
+        options = self._options(first.resources)
+        # Free room on any alternative beats evicting for the preferred one: a round with
+        # no eviction budget first (its refusals cached apart: they are not final).
+        budget, self.pre.budget = self.pre.budget, 0
+        try:
+            for res in options:
+                if isinstance(self._gang_on(job, gang_id, tasks, res, self.failed_free),
+                              GangRequest):
+                    return
+        finally:
+            self.pre.budget = budget
+        reasons = []
+        for res in options:
+            result = self._gang_on(job, gang_id, tasks, res, self.failed_gangs)
+            if isinstance(result, GangRequest):
+                return
+            if result.code is ReasonCode.PREEMPTING:
+                self._mark(tasks, result)
+                return
+            reasons.append(result)
+        self._mark(tasks, combined_reason(first.resources.tpu_alternatives, reasons))
+
+    def _options(self, res: Resources) -> list[Resources]:
+        """Each alternative of a fallback request as its own Resources, once per pass."""
+        found = self.alternatives.get(id(res))
+        if found is None:
+            found = self.alternatives[id(res)] = (res, [res.choose(a) for a in
+                                                        res.tpu_alternatives])
+        return found[1]
+
+    def _gang_on(self, job: _Job, gang_id: str, tasks: list[TaskDemand], res: Resources,
+                 failed: dict[tuple[object, ...], PendingReason]
+                 ) -> GangRequest | PendingReason:
+        """Ask for the gang on one accelerator type; a request is recorded (and its tasks
+        marked) here, a refusal is returned for the caller to show."""
+        form_key = (id(res), len(tasks), id(tasks[0].constraints))
+        form = self.gang_forms.get(form_key)
+        if form is None or form[0] is not res:
+            form = self.gang_forms[form_key] = (res, per_host_demand(res), gang_shape(
+                res, len(tasks), tasks[0].constraints), task_pool(res))
+        _, need, shape, pool = form
         quota = self._over_quota(job.user, need, len(tasks))
         if quota is not None:
-            self._mark(tasks, quota)
-            return
-        shape = gang_shape(first.resources, len(tasks), first.constraints)
+            return quota
+        known = failed.get((shape, job.band, need, pool))
+        if known is not None:  # what place_gang would answer from its cache, sooner
+            return known
         ask = GangAsk(gang_id, job.job_id, job.band, tuple(t.task_id for t in tasks), shape,
-                      need, task_pool(first.resources))
-        result = place_gang(self.fleet, self.pre, ask, self.config.max_gang_regions,
-                            self.failed_gangs)
+                      need, pool)
+        result = place_gang(self.fleet, self.pre, ask, self.config.max_gang_regions, failed)
         if isinstance(result, GangRequest):
             self.plan.gang_requests.append(result)
             self._charge(job.user, job.band, need, len(tasks))
-            result_reason = PendingReason(
+            self._mark(tasks, PendingReason(
                 ReasonCode.WAITING_FOR_GANG,
                 f"reserving gang {gang_id} in {', '.join(result.regions)}",
-                {"gang": gang_id, "regions": list(result.regions)})
-            self._mark(tasks, result_reason)
-            return
+                {"gang": gang_id, "regions": list(result.regions)}))
+            return result
         if result.code is ReasonCode.NO_CAPACITY:
             result = self._scaling(shape.accelerator or "cpu") or result
-        self._mark(tasks, result)
+        return result
 
 
 def _holds(capacity: Demand, need: Demand) -> bool:
