@@ -52,7 +52,8 @@ def job_run(args: argparse.Namespace) -> int:
     handle = iris.submit(command, name=args.name, replicas=args.replicas, env=env,
                          pip=args.pip, priority=args.priority, dry_run=args.dry_run,
                          resources=Resources(cpu=args.cpu, memory=args.memory, tpu=args.tpu,
-                                             gpu=args.gpu))
+                                             gpu=args.gpu, count=args.count,
+                                             hosts=args.hosts))
     if args.dry_run:
         print(json.dumps(handle) if args.json else handle["summary"])
         for task, host in sorted(handle["placements"].items()) if not args.json else ():
