@@ -9,7 +9,7 @@ multislice_gangs_per_s (`slices=2`): the same, each gang 2 whole slices (8 hosts
 in one round in one region.
 ray_gangs_per_s: Ray placement groups of 4 bundles ({"CPU": 1} each, PACK), created,
 waited ready, and removed, 64 in flight, on a local Ray with 256 logical CPUs (8 bundles,
-one group, for ray_multislice_gangs_per_s: Ray has no notion of whole slices).
+one group, on 512 CPUs, for ray_multislice_gangs_per_s: Ray has no notion of whole slices).
 """
 
 from __future__ import annotations
@@ -129,7 +129,9 @@ def bench_ray_placement_groups(n_groups: int, in_flight: int = 64, slices: int =
     import ray
     from ray.util.placement_group import placement_group, remove_placement_group
 
-    ray.init(num_cpus=256, include_dashboard=False, log_to_driver=False)
+    # 256 logical CPUs per slice asked: 64 groups in flight always fit (with 256 for groups
+    # of 8 bundles, groups past the 32nd waited and the oldest could starve past 60 s).
+    ray.init(num_cpus=256 * slices, include_dashboard=False, log_to_driver=False)
     try:
         def one_round(count: int) -> float:
             t0 = SYSTEM_CLOCK.monotonic()
