@@ -238,3 +238,22 @@ def test_worker_adopted_attempt_keeps_its_gpus_and_new_ones_avoid_them():
     ledger.admit("old", Resources(cpu=1, gpu="H100", count=2), devices=(2, 3))
     ledger.admit("new", Resources(cpu=1, gpu="H100", count=2))
     assert ledger.devices("old") == (2, 3) and ledger.devices("new") == (0, 1)
+
+
+def test_registered_gpu_worker_is_a_gpu_host_for_plain_and_gang_tasks():
+    from iris.controller.jobs.state import KernelState
+    from iris.controller.scheduler_view import host_views
+    from iris.controller.workers import WorkerInfo
+
+    gpu = WorkerInfo("g1", "tcp://10.0.0.5:1", "r1", {"accelerator_type": "H100",
+                                                        "accelerator_count": "8"},
+                     32.0, 64 * 10**9, 8, 0.0, 0.0)
+    tpu = WorkerInfo("t1", "tcp://10.0.0.6:1", "r1", {"accelerator_type": "v5litepod-16",
+                                                        "slice_id": "s1"},
+                     32.0, 64 * 10**9, 4, 0.0, 0.0)
+    views = {v.host_id: v for v in host_views(KernelState(), [gpu, tpu])}
+    assert views["g1"].accelerator_variant is None  # not a TPU family called "H100"
+    assert views["t1"].accelerator_variant == "v5litepod"
+    plain = TaskDemand("p0", "j1", "ann", Band.BATCH, Resources(cpu=1, gpu="H100", count=2))
+    assert [(a.task_id, a.host_id) for a in schedule([views["g1"]], [plain]).assignments] \
+        == [("p0", "g1")]
