@@ -101,6 +101,14 @@ _TPU_FAMILIES = {
 _TPU_NAME = re.compile(r"^(v4|v5p|v5litepod|v6e)-(\d+)$")
 KNOWN_GPUS = ("H100", "H200", "A100", "L4", "B200")
 
+# Bounds on one gang, so a typo is refused at submit instead of pending forever. The
+# largest multi-slice runs published use ~200 slices (50,944 v5e chips as 199 slices of
+# 256); 256 leaves room. 16 GPUs is the most any machine type sold today has
+# (a2-megagpu-16g); 1,024 hosts of 8 GPUs is beyond the largest single GPU jobs reported.
+MAX_SLICES = 256
+MAX_GPUS_PER_HOST = 16
+MAX_GPU_HOSTS = 1024
+
 
 @functools.lru_cache(maxsize=256)  # a scheduling pass asks for the same few names 100,000s of times
 def tpu_shape(name: str) -> TpuShape:
@@ -130,7 +138,9 @@ class Resources:
     """Per-task resources. `count` is GPUs per task, or TPU slices for a TPU job (default 1).
 
     A TPU job asks for whole slices: each slice host runs one task, so a `v5litepod-16`
-    job is a gang of 4 tasks.
+    job is a gang of 4 tasks, and `count=2` makes it a multi-slice gang of 8 (2 whole
+    slices, one region). A GPU job's gang is `hosts` tasks, one per host, placed whole on
+    hosts of one pool: `Resources(gpu="H100", count=8, hosts=4)` is 32 GPUs on 4 hosts.
     """
 
     cpu: float = 1.0
@@ -139,6 +149,7 @@ class Resources:
     tpu: str | Sequence[str] | None = None
     gpu: str | None = None
     count: int = 1
+    hosts: int = 1
     _memory_bytes: int = field(init=False, repr=False, compare=False)
     _disk_bytes: int = field(init=False, repr=False, compare=False)
     tpu_alternatives: tuple[str, ...] = field(init=False, repr=False, default=())
@@ -162,6 +173,24 @@ class Resources:
             )
         if isinstance(self.count, bool) or not isinstance(self.count, int) or self.count < 1:
             raise InvalidRequestError(f"count: expected an int >= 1, got {self.count!r}", "count")
+        self._check_gang()
+
+    def _check_gang(self) -> None:
+        if self.tpu is not None and self.count > MAX_SLICES:
+            raise InvalidRequestError(f"count: at most {MAX_SLICES} {self.tpu} slices in one "
+                                      f"gang, got {self.count}", "count")
+        if self.gpu is not None and self.count > MAX_GPUS_PER_HOST:
+            raise InvalidRequestError(f"count: at most {MAX_GPUS_PER_HOST} GPUs per task (one "
+                                      f"host), got {self.count}", "count")
+        if isinstance(self.hosts, bool) or not isinstance(self.hosts, int) or self.hosts < 1:
+            raise InvalidRequestError(f"hosts: expected an int >= 1, got {self.hosts!r}", "hosts")
+        if self.hosts > 1 and self.gpu is None:
+            raise InvalidRequestError(
+                f"hosts={self.hosts}: only a GPU job names its hosts (a TPU type fixes its "
+                "own; ask for more slices with count=N)", "hosts")
+        if self.hosts > MAX_GPU_HOSTS:
+            raise InvalidRequestError(f"hosts: at most {MAX_GPU_HOSTS} hosts in one GPU gang, "
+                                      f"got {self.hosts}", "hosts")
 
     @property
     def memory_bytes(self) -> int:
@@ -204,12 +233,22 @@ class Resources:
         return self
 
     @property
+    def slices(self) -> int:
+        """How many whole TPU slices a gang of these resources holds (0: not a TPU job)."""
+        return self.count if self.tpu else 0
+
+    @property
     def gang_size(self) -> int:
-        """How many tasks must start together: all hosts of all slices, else 1."""
+        """How many tasks must start together: all hosts of all slices, the GPU gang's
+        hosts, else 1."""
         shape = self.tpu_slice
-        return shape.hosts * self.count if shape else 1
+        if shape:
+            return shape.hosts * self.count
+        return self.hosts if self.gpu else 1
 
     def to_dict(self) -> dict:
+        # `hosts` only when it says something, so single-host specs read (and store) as
+        # they did before GPU gangs existed.
         return {
             "cpu": self.cpu,
             "memory": self.memory_bytes,
@@ -217,11 +256,12 @@ class Resources:
             "tpu": ",".join(self.tpu_alternatives) if self.tpu else None,
             "gpu": self.gpu,
             "count": self.count,
-        }
+        } | ({"hosts": self.hosts} if self.hosts != 1 else {})
 
     @classmethod
     def from_dict(cls, data: dict) -> Resources:
-        return cls(**{k: data[k] for k in ("cpu", "memory", "disk", "tpu", "gpu", "count")
+        return cls(**{k: data[k] for k in ("cpu", "memory", "disk", "tpu", "gpu", "count",
+                                              "hosts")
                       if k in data})
 
 

@@ -54,7 +54,8 @@ def job_run(args: argparse.Namespace) -> int:
                          durable=args.durable,
                          existing_capacity_only=args.existing_capacity_only,
                          resources=Resources(cpu=args.cpu, memory=args.memory, tpu=args.tpu,
-                                             gpu=args.gpu))
+                                             gpu=args.gpu, count=args.count,
+                                             hosts=args.hosts))
     if args.dry_run:
         print(json.dumps(handle) if args.json else handle["summary"])
         for task, host in sorted(handle["placements"].items()) if not args.json else ():

@@ -130,7 +130,9 @@ def _job(verbs) -> None:
                           "the job."), formatter_class=_RAW,
         epilog="examples:\n  iris job run -- python -c 'print(42)'\n"
         "  iris job run --cpu 2 --memory 4GiB --replicas 2 -- python train.py --lr 0.1\n"
-        "  iris job run --tpu v5litepod-16 --pip jax[tpu] -- python train.py")
+        "  iris job run --tpu v5litepod-16 --pip jax[tpu] -- python train.py\n"
+        "  iris job run --tpu v5litepod-16 --count 2 -- python train.py   # 2 slices\n"
+        "  iris job run --gpu H100 --count 8 --hosts 4 -- python ddp.py")
     run.add_argument("--name", metavar="NAME",
                      help="job name, e.g. train (default: the command's name plus a suffix)")
     run.add_argument("--replicas", type=int, default=1, metavar="N",
@@ -146,6 +148,12 @@ def _job(verbs) -> None:
                      help="run only on hosts already up: wait for them rather than have the "
                      "autoscaler add any, e.g. --tpu v6e-16 --existing-capacity-only")
     run.add_argument("--gpu", metavar="TYPE", help="a GPU type per task, e.g. H100")
+    run.add_argument("--count", type=int, default=1, metavar="N",
+                     help="whole TPU slices per gang (multi-slice), or GPUs per task, e.g. "
+                     "--tpu v5litepod-16 --count 2 (default 1)")
+    run.add_argument("--hosts", type=int, default=1, metavar="N",
+                     help="hosts of a GPU gang, one task each, placed in one pool, e.g. "
+                     "--gpu H100 --count 8 --hosts 4 (default 1: not a gang)")
     run.add_argument("--priority", choices=["production", "interactive", "batch"],
                      help="priority band, e.g. batch (default interactive); higher bands may "
                      "preempt lower ones")

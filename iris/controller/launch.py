@@ -34,7 +34,8 @@ def start_body(state: KernelState, workers: Mapping[str, WorkerInfo], start: ev.
     attempt = state.attempts[start.attempt_id]
     env = task_environment(spec, start.task_index, start.attempt_id,
                            controller_address=controller_address,
-                           coordinator_address=_coordinator(state, workers, spec, start))
+                           coordinator_address=_coordinator(state, workers, spec, start),
+                           gang_hosts=_gang_hosts(state, workers, spec, start))
     env["IRIS_NAMESPACE"] = namespace(spec.name)
     resources = attempt_resources(spec, attempt.accelerator)
     if resources.accelerator:  # which fallback alternative it got (or its only type)
@@ -55,11 +56,27 @@ def _coordinator(state: KernelState, workers: Mapping[str, WorkerInfo], spec: Jo
     if spec.gang_size <= 1:
         return None
     leader = state.tasks[(spec.name, gang_leader(spec, start.task_index))]
-    attempt = state.attempts.get(leader.attempt_id or "")
-    worker = workers.get(attempt.worker_id if attempt else "")
-    host = worker.address.split("//")[-1].rsplit(":", 1)[0] if worker else "127.0.0.1"
+    host = _host_of(state, workers, spec.name, leader.index)
     port = 20000 + zlib.crc32((leader.attempt_id or spec.name).encode()) % 20000
     return f"{host}:{port}"
+
+
+def _gang_hosts(state: KernelState, workers: Mapping[str, WorkerInfo], spec: JobSpec,
+                start: ev.StartAttempt) -> list[str]:
+    """The host of each task of this task's gang, by position: a gang is assigned whole in
+    one turn, so every task already names its worker when the first start is sent."""
+    if spec.gang_size <= 1:
+        return []
+    first = gang_leader(spec, start.task_index)
+    return [_host_of(state, workers, spec.name, i) for i in range(first, first + spec.gang_size)]
+
+
+def _host_of(state: KernelState, workers: Mapping[str, WorkerInfo], job_id: str,
+             index: int) -> str:
+    task = state.tasks.get((job_id, index))
+    attempt = state.attempts.get(task.attempt_id or "") if task else None
+    worker = workers.get(attempt.worker_id if attempt else "")
+    return worker.address.split("//")[-1].rsplit(":", 1)[0] if worker else "127.0.0.1"
 
 
 def namespace(job_id: str) -> str:

@@ -50,10 +50,18 @@ def host_views(state: KernelState, workers: Iterable[WorkerInfo],
             Demand(w.cpu, w.memory_bytes, w.accelerators),
             scale_group=attrs.get("scale_group", ""), slice_id=attrs.get("slice_id"),
             accelerator=accelerator,
-            accelerator_variant=accelerator.rsplit("-", 1)[0] if accelerator else None,
+            accelerator_variant=_tpu_family(accelerator),
             preemptible=attrs.get("preemptible", "false").lower() == "true",
             running=tuple(running), attributes=dict(attrs), held=w.worker_id in held))
     return views
+
+
+def _tpu_family(accelerator: str | None) -> str | None:
+    """"v5litepod-16" -> "v5litepod"; None for a GPU ("H100"), whose hosts are a GPU pool:
+    taking "H100" for a TPU family put GPU hosts in a TPU pool no GPU task looks in."""
+    if not accelerator or "-" not in accelerator:
+        return None
+    return accelerator.rsplit("-", 1)[0]
 
 
 def task_demands(spec: JobSpec, submitted_at: float,

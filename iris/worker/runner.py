@@ -137,7 +137,11 @@ class AttemptRunner:
         shutil.rmtree(attempt_dir, ignore_errors=True)
         workdir = attempt_dir / "work"
         workdir.mkdir(parents=True)
-        (attempt_dir / _REQUEST_NAME).write_text(json.dumps(req.resources.to_dict()))
+        key = f"{req.task_id}#{req.attempt}"
+        with self._lock:
+            devices = self._ledger.devices(key)
+        (attempt_dir / _REQUEST_NAME).write_text(json.dumps(
+            {**req.resources.to_dict(), "devices": list(devices)}))
         on_state(AttemptState.BUILDING)
         pip = list(req.pip)
         if req.bundle:
@@ -146,6 +150,9 @@ class AttemptRunner:
                 pip += read_requirements_file(workdir / "requirements.txt")
         env = self.envs.get(pip, progress=self._build_output(on_output))
         task_env = env.activate({**dict(self.config.base_env), **req.env})
+        if req.resources.gpu:
+            # The GPUs this host gave the attempt (capacity.py), never another task's.
+            task_env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, devices))
         if req.payload is not None:
             task_env["IRIS_RESULT_PATH"] = str(attempt_dir / "result.pkl")
         spec = AttemptSpec(task_id=req.task_id, attempt=req.attempt, attempt_dir=attempt_dir,
@@ -249,15 +256,17 @@ class AttemptRunner:
 
     def _register_adopted(self, attempt_dir: Path, leftover: Leftover) -> None:
         record = leftover.record
+        devices: tuple[int, ...] | None = None
         try:
-            resources = Resources.from_dict(
-                json.loads((attempt_dir / _REQUEST_NAME).read_text()))
-        except (OSError, ValueError, InvalidRequestError):
+            saved = json.loads((attempt_dir / _REQUEST_NAME).read_text())
+            resources = Resources.from_dict(saved)
+            devices = tuple(int(d) for d in saved.get("devices", ()))
+        except (OSError, ValueError, TypeError, AttributeError, InvalidRequestError):
             resources = Resources(cpu=0)
         with self._lock:
             self._table.claim(record.task_id, record.attempt)
             self._table.launched(record.task_id, record.attempt)
-            self._ledger.admit(f"{record.task_id}#{record.attempt}", resources)
+            self._ledger.admit(f"{record.task_id}#{record.attempt}", resources, devices)
             self._procs[(record.task_id, record.attempt)] = leftover.process
         if leftover.process is not None and leftover.process.done:
             self._release((record.task_id, record.attempt))  # it ended while we registered

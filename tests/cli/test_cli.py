@@ -148,3 +148,13 @@ def test_job_run_names_the_exit_code_and_ctrl_c_stops_the_job(tmp_path, wait_unt
         job_id = err.split("stopped ")[1].split()[0]
         status = ctx.node.call(ctx.address, "/iris/controller", "status", (job_id,)).result(60)
         assert status["state"] == "killed"
+
+
+def test_job_run_gang_options_out_of_bounds_are_refused_naming_the_field():
+    env = {**ENV, "IRIS_ADDRESS": "tcp://127.0.0.1:1"}  # refused before any call is made
+    for argv, text in ((["--tpu", "v4-16", "--count", "257"], "count: at most 256"),
+                       (["--cpu", "1", "--hosts", "4"], "hosts=4: only a GPU job"),
+                       (["--gpu", "H100", "--count", "8", "--hosts", "0"], "hosts: expected")):
+        done = subprocess.run([sys.executable, "-m", "iris", "job", "run", *argv, "--", "true"],
+                              capture_output=True, text=True, env=env, timeout=60)
+        assert done.returncode == 2 and text in done.stderr, (argv, done.stderr)

@@ -34,7 +34,7 @@ from iris.controller.gangs.protocol import (
     ReserveRequest,
 )
 from iris.controller.scheduling.constraints import matches_all, normalize_value
-from iris.controller.scheduling.model import GangShape, HostView
+from iris.controller.scheduling.model import GangShape, HostView, pool_of
 
 # Tombstones of ended reservations answer late duplicates. 10 minutes is far beyond any
 # retry or lease Iris uses (leases are seconds), and bounds memory at ~one entry per gang
@@ -331,15 +331,18 @@ class ReservationLedger:
                 return tuple(chosen)
             return self._refusal(shape, f"{shape.whole_slices} free whole "
                                         f"{shape.accelerator} slice(s) of {shape.hosts} hosts")
-        chosen = []
+        pools: dict[str, list[str]] = {}
         for h in self._free_hosts.get(shape.accelerator, {}):
-            if shape.constraints and not matches_all(shape.constraints,
-                                                     self._attrs[self._host_slice[h]]):
+            attrs = self._attrs[self._host_slice[h]]
+            if shape.constraints and not matches_all(shape.constraints, attrs):
                 continue
+            chosen = pools.setdefault(pool_of(attrs) if shape.one_pool else "", [])
             chosen.append(h)
             if len(chosen) == shape.hosts:
                 return tuple(chosen)
-        return self._refusal(shape, f"{shape.hosts} free {shape.accelerator or 'cpu'} hosts")
+        where = " in one pool" if shape.one_pool else ""
+        return self._refusal(shape, f"{shape.hosts} free {shape.accelerator or 'cpu'} "
+                                    f"hosts{where}")
 
     def _refusal(self, shape: GangShape, wanted: str) -> Refused:
         known = any(s.accelerator == shape.accelerator

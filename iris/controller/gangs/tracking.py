@@ -235,7 +235,7 @@ def region_inventory(state: KernelState, workers: Iterable[WorkerInfo],
         for sid, hosts in sorted(by_slice.items()):
             hosts.sort(key=lambda w: _host_order(w.worker_id))
             attrs = {k: v for k, v in hosts[0].attributes.items()
-                     if k in ("zone", "scale_group", "preemptible", "slice_id")}
+                     if k in ("zone", "scale_group", "preemptible", "slice_id", "pool")}
             rows.append({"slice_id": sid,
                          "accelerator": hosts[0].attributes.get("accelerator_type") or None,
                          "hosts": [w.worker_id for w in hosts], "attributes": attrs})

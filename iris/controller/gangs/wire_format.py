@@ -73,7 +73,7 @@ def _field(msg: str, name: str, type_name: str, value: object) -> object:
 
 def shape_to_wire(shape: GangShape) -> dict[str, object]:
     return {"accelerator": shape.accelerator, "hosts": shape.hosts,
-            "whole_slices": shape.whole_slices,
+            "whole_slices": shape.whole_slices, "one_pool": shape.one_pool,
             "constraints": [{"key": c.key, "op": c.op.value, "values": sorted(c.values),
                              "exists": c.exists} for c in shape.constraints]}
 
@@ -87,6 +87,10 @@ def shape_from_wire(msg: str, value: object) -> GangShape:
         accel = value["accelerator"]
         if accel is not None and not isinstance(accel, str):
             raise TypeError("accelerator must be a string or null")
-        return GangShape(accel, int(value["hosts"]), int(value["whole_slices"]), cons)
+        one_pool = value.get("one_pool", False)  # absent from peers before GPU gangs
+        if not isinstance(one_pool, bool):
+            raise TypeError("one_pool must be a bool")
+        return GangShape(accel, int(value["hosts"]), int(value["whole_slices"]), cons,
+                         one_pool)
     except (KeyError, TypeError, ValueError, InvalidRequestError) as exc:
         raise ProtocolError(f"{msg}.shape: malformed gang shape ({exc})") from exc

@@ -2,20 +2,35 @@
 
 The job's own `env` comes first and Iris's variables override it, so a user cannot accidentally
 point a task at the wrong controller or the wrong JAX process id.
+
+A gang's task also learns where it stands in the gang, in the variables its framework reads:
+
+- every gang: JAX_COORDINATOR_ADDRESS (the leader's host and a port), JAX_NUM_PROCESSES,
+  JAX_PROCESS_ID (its position in the gang);
+- a TPU gang, per slice as on a TPU VM: TPU_WORKER_ID (the host's index in its slice) and
+  TPU_WORKER_HOSTNAMES (the slice's hosts, by index); with several slices, multi-slice JAX's
+  MEGASCALE_COORDINATOR_ADDRESS (host 0 of slice 0), MEGASCALE_NUM_SLICES and
+  MEGASCALE_SLICE_ID, as GKE's JobSet sets them;
+- a GPU gang, for torch.distributed: MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK, and
+  LOCAL_RANK / LOCAL_WORLD_SIZE (one task per host). CUDA_VISIBLE_DEVICES is the worker's
+  to set: only it knows which of its GPUs are free.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from iris.controller.jobs.spec import JobSpec
 
 
 def task_environment(spec: JobSpec, task_index: int, attempt_id: str, *,
                      controller_address: str, coordinator_address: str | None = None,
-                     ) -> dict[str, str]:
+                     gang_hosts: Sequence[str] = ()) -> dict[str, str]:
     """Variables for attempt `attempt_id` of task `task_index` of the job `spec`.
 
     For a multi-host gang, `coordinator_address` ("host:port" of the gang's first task) is
-    required: every process of the gang must dial the same JAX coordinator.
+    required: every process of the gang must dial the same JAX coordinator. `gang_hosts`
+    names the host of each task of the gang, by position (unknown hosts read 127.0.0.1).
     """
     if not 0 <= task_index < spec.num_tasks:
         raise ValueError(f"task index {task_index} out of range for {spec.num_tasks} tasks")
@@ -31,12 +46,54 @@ def task_environment(spec: JobSpec, task_index: int, attempt_id: str, *,
     if gang > 1:
         if not coordinator_address:
             raise ValueError(f"job {spec.name}: a gang of {gang} needs a coordinator address")
+        position = task_index % gang
         env.update({
             "JAX_COORDINATOR_ADDRESS": coordinator_address,
             "JAX_NUM_PROCESSES": str(gang),
-            "JAX_PROCESS_ID": str(task_index % gang),
+            "JAX_PROCESS_ID": str(position),
+        })
+        hosts = [gang_hosts[i] if i < len(gang_hosts) else "127.0.0.1" for i in range(gang)]
+        if spec.resources.tpu:
+            env.update(_tpu_slice_env(spec, position, hosts, coordinator_address))
+        elif spec.resources.gpu:
+            env.update(_torch_env(position, gang, coordinator_address))
+    return env
+
+
+def _second_port(coordinator_address: str) -> tuple[str, int]:
+    """The leader's host and the port after the JAX coordinator's: the gang's second
+    service (megascale, or torch's TCPStore) must not collide with the first."""
+    host, _, port = coordinator_address.rpartition(":")
+    return host, int(port) + 1
+
+
+def _tpu_slice_env(spec: JobSpec, position: int, hosts: list[str],
+                   coordinator_address: str) -> dict[str, str]:
+    slices = spec.resources.count
+    per_slice = len(hosts) // slices
+    slice_id, worker_id = divmod(position, per_slice)
+    env = {
+        "TPU_WORKER_ID": str(worker_id),
+        "TPU_WORKER_HOSTNAMES": ",".join(hosts[slice_id * per_slice:(slice_id + 1) * per_slice]),
+    }
+    if slices > 1:
+        host, port = _second_port(coordinator_address)
+        env.update({
+            "MEGASCALE_COORDINATOR_ADDRESS": f"{host}:{port}",
+            "MEGASCALE_NUM_SLICES": str(slices),
+            "MEGASCALE_SLICE_ID": str(slice_id),
+            "MEGASCALE_PORT": str(port),
         })
     return env
+
+
+def _torch_env(position: int, gang: int, coordinator_address: str) -> dict[str, str]:
+    host, port = _second_port(coordinator_address)
+    return {
+        "MASTER_ADDR": host, "MASTER_PORT": str(port),
+        "WORLD_SIZE": str(gang), "RANK": str(position),
+        "NODE_RANK": str(position), "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
+    }
 
 
 def gang_leader(spec: JobSpec, task_index: int) -> int:

@@ -7,7 +7,8 @@ kernel's job.
 
 Task count: `replicas` counts *gangs*. A TPU job's gang is every host of its slices
 (`Resources.gang_size`, one task per host), so a `v5litepod-16` job (4 hosts) with replicas=2
-has 8 tasks: indices 0-3 form gang 0 and 4-7 gang 1. A CPU or GPU job has gang size 1, so
+has 8 tasks: indices 0-3 form gang 0 and 4-7 gang 1; `count=2` (two slices) makes each gang 8.
+A GPU job's gang is `Resources.hosts` tasks (1 unless asked); a CPU job has gang size 1, so
 tasks == replicas. Each gang is one JAX program (JAX_NUM_PROCESSES = gang size).
 """
 
@@ -233,7 +234,8 @@ def _resources(res: Any) -> Resources:
     if res is None:
         return Resources()
     if isinstance(res, Mapping):
-        unknown = sorted(set(res) - {"cpu", "memory", "disk", "tpu", "gpu", "count"})
+        unknown = sorted(set(res) - {"cpu", "memory", "disk", "tpu", "gpu", "count",
+                                      "hosts"})
         if unknown:
             raise InvalidRequestError(f"resources.{unknown[0]}: unknown field",
                                       f"resources.{unknown[0]}")

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from iris.controller.scheduling.fleet import Fleet, Pool
-from iris.controller.scheduling.model import Band, Demand, GangShape
+from iris.controller.scheduling.model import Band, Demand, GangShape, pool_of
 from iris.controller.scheduling.preemption import Preemptor, Victim
 from iris.controller.scheduling.reasons import PendingReason, ReasonCode
 
@@ -103,11 +103,26 @@ def _slices(fleet: Fleet, pre: Preemptor, ask: GangAsk,
     evicting = _preempt_for_slices(fleet, pre, ask, slices, free) if pre.budget > 0 else None
     if evicting is not None:
         return evicting
-    return PendingReason(ReasonCode.NO_CAPACITY,
-                         f"no region has {want} free {shape.accelerator} slice(s); "
-                         f"{len(slices)} matching slices are busy with work of an equal or "
-                         "higher band", {"accelerator": shape.accelerator, "slices": want,
-                                         "matching_slices": len(slices)})
+    return PendingReason(ReasonCode.NO_CAPACITY, _short_of_slices(fleet, shape, slices, free),
+                         {"accelerator": shape.accelerator, "slices": want,
+                          "matching_slices": len(slices),
+                          "free_by_region": {r: len(ss) for r, ss in sorted(free.items())}})
+
+
+def _short_of_slices(fleet: Fleet, shape: GangShape, slices: list[str],
+                     free: dict[str, list[str]]) -> str:
+    """"needs 2 whole v5litepod-16 slices in one region; us-central1 has 1 free": what the
+    user must know is how far the best region is from enough."""
+    want, acc = shape.whole_slices, shape.accelerator
+    if want == 1:
+        return (f"no region has a free {acc} slice; {len(slices)} matching slices are busy "
+                "with work of an equal or higher band")
+    if not free:
+        return (f"needs {want} whole {acc} slices in one region; none is free "
+                f"({len(slices)} matching slices are busy with work of an equal or higher band)")
+    region = max(free, key=lambda r: (len(free[r]), r))
+    return (f"needs {want} whole {acc} slices in one region; {region} has "
+            f"{len(free[region])} free")
 
 
 def _preempt_for_slices(fleet: Fleet, pre: Preemptor, ask: GangAsk, slices: list[str],
@@ -151,22 +166,32 @@ def _hosts_alike(fleet: Fleet, ask: GangAsk, max_regions: int) -> GangRequest | 
         return PendingReason(ReasonCode.CONSTRAINT_UNMATCHED,
                              f"constraint {what} matches no worker", {"constraint": what})
     cap = ask.need
-    by_region: dict[str, list[int]] = {}
+    # (region, pool) -> idle hosts; the pool is "" unless the gang must share one (GPUs).
+    groups: dict[tuple[str, str], list[int]] = {}
     for i in sorted(matching):
-        c = fleet.hosts[i].capacity
+        h = fleet.hosts[i]
+        c = h.capacity
         if (fleet.usable_whole(i) and c.cpu >= cap.cpu and c.memory >= cap.memory
                 and c.chips >= cap.chips):
-            by_region.setdefault(fleet.hosts[i].region, []).append(i)
+            pool = pool_of(h.all_attributes()) if ask.shape.one_pool else ""
+            groups.setdefault((h.region, pool), []).append(i)
     n = ask.shape.hosts
-    regions = sorted((r for r, hs in by_region.items() if len(hs) >= n),
-                     key=lambda r: (-len(by_region[r]), r))[:max_regions]
+    best: dict[str, tuple[str, str]] = {}  # region -> its largest group that fits
+    for key in sorted(groups, key=lambda k: (-len(groups[k]), k)):
+        if len(groups[key]) >= n:
+            best.setdefault(key[0], key)
+    regions = sorted(best, key=lambda r: (-len(groups[best[r]]), r))[:max_regions]
     if not regions:
+        where = " in one pool" if ask.shape.one_pool else ""
+        most = max((len(hs) for hs in groups.values()), default=0)
         return PendingReason(ReasonCode.NO_CAPACITY,
-                             f"no region has {n} idle {ask.shape.accelerator or 'cpu'} hosts",
-                             {"hosts": n, "accelerator": ask.shape.accelerator})
+                             f"needs {n} idle {ask.shape.accelerator or 'cpu'} hosts{where} "
+                             f"of one region; the most free together is {most}",
+                             {"hosts": n, "accelerator": ask.shape.accelerator,
+                              "most_free": most})
     held = []
     for r in regions:
-        for i in by_region[r][:n]:
+        for i in groups[best[r]][:n]:
             fleet.blocked[i] = True
             held.append(fleet.hosts[i].host_id)
     return _request(ask, regions, held)

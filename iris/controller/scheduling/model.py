@@ -137,12 +137,15 @@ class GangShape:
 
     `whole_slices` > 0: that many complete slices of type `accelerator` (TPU gangs).
     `whole_slices` == 0: any `hosts` hosts of `accelerator` (None = CPU hosts).
+    `one_pool`: every host in one pool (`pool_of`), as a GPU gang's NCCL traffic needs
+    hosts on one fabric, not merely one region.
     """
 
     accelerator: str | None
     hosts: int
     whole_slices: int = 0
     constraints: tuple[Constraint, ...] = ()
+    one_pool: bool = False
 
     def __post_init__(self) -> None:
         if self.hosts < 1 or self.whole_slices < 0:
@@ -156,7 +159,18 @@ def gang_shape(resources: Resources, gang_size: int,
     shape = resources.tpu_slice
     if shape is not None and shape.hosts > 1:
         return GangShape(shape.name, gang_size, resources.count, constraints)
-    return GangShape(resources.accelerator, gang_size, 0, constraints)
+    return GangShape(resources.accelerator, gang_size, 0, constraints,
+                     one_pool=bool(resources.gpu) and gang_size > 1)
+
+
+def pool_of(attributes: Mapping[str, object]) -> str:
+    """The pool a host belongs to for a GPU gang: its `pool` attribute (`iris worker --attr
+    pool=a3-east`), else its zone (hosts of one zone share a network; across zones they
+    do not)."""
+    pool = attributes.get("pool")
+    if pool is not None:
+        return f"pool={normalize_value(pool)}"
+    return f"zone={normalize_value(attributes.get('zone', ''))}"
 
 
 @dataclass(frozen=True)
