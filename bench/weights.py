@@ -24,6 +24,7 @@ The last line printed is one JSON object of every figure; Ray's carry the prefix
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -104,7 +105,7 @@ def serve_main(name: str) -> None:
     sub = None
     with iris.connect():
         if name == "rollout":
-            sub = iris.weights.Subscriber("policy")
+            sub = iris.weights.Subscriber(os.environ.get("POLICY", "policy"))
             Echo.serve(f"rollout-{os.getpid()}")
         else:
             Echo.serve(name)
@@ -176,26 +177,53 @@ def bench_iris(cfg: dict, children: Children) -> dict:
         finally:
             node.stop()
             plain.kill()
-        out.update(_iris_sync(cfg, children, env))
+        for prefix, hint, socket in (("cold_", False, False), ("", True, False),
+                                     ("chain_", False, True)):
+            with _shm_off(socket), iris.connect(cluster.address):
+                figures = _iris_sync(cfg, children, env, f"policy-{prefix or 'warm'}", hint,
+                                     socket)
+            out.update({prefix + k: v for k, v in figures.items()})
     return out
 
 
-def _iris_sync(cfg: dict, children: Children, env: dict) -> dict:
+@contextlib.contextmanager
+def _shm_off(off: bool):
+    """IRIS_SHM_MIN_BYTES=0 for nodes made inside (the socket path, as to other hosts)."""
+    old = os.environ.get("IRIS_SHM_MIN_BYTES")
+    if off:
+        os.environ["IRIS_SHM_MIN_BYTES"] = "0"
+    try:
+        yield
+    finally:
+        if off:
+            os.environ.pop("IRIS_SHM_MIN_BYTES")
+            if old is not None:
+                os.environ["IRIS_SHM_MIN_BYTES"] = old
+
+
+def _iris_sync(cfg: dict, children: Children, env: dict, policy: str, hint: bool,
+               socket: bool) -> dict:
+    """One trainer -> R rollouts. `hint`: the Publisher knows the size (shared memory made
+    and faulted in while the rollouts start); `socket`: every process with shared memory
+    off, so the weights go down the chunked chain (what rollouts on other hosts get)."""
     import iris
 
-    pub = iris.weights.Publisher("policy")
+    pub = iris.weights.Publisher(policy, size_hint=cfg["size"] if hint else 0)
+    env = {**env, "POLICY": policy, **({"IRIS_SHM_MIN_BYTES": "0"} if socket else {})}
     rollouts = [children.spawn(["-m", "bench.weights", "--serve", "rollout"], env)
                 for _ in range(cfg["receivers"])]
     pids = [int(r.expect("READY")) for r in rollouts]
-    group = iris.resolve_all("policy.rollouts", timeout=60)
+    group = iris.resolve_all(f"{policy}.rollouts", timeout=60)
     while len(group) < len(pids):
-        group = iris.resolve_all("policy.rollouts", timeout=60)
+        group = iris.resolve_all(f"{policy}.rollouts", timeout=60)
     probes = [iris.resolve(f"rollout-{pid}", timeout=60) for pid in pids]
     weights = make_weights(cfg["size"], seed=1)
     for probe in probes:
         probe.reset_peak().result(60)
     reset_peak()
-    step(f"iris sync {cfg['size'] // MiB} MiB -> {len(pids)} rollouts")
+    how = "chunked chain, socket" if socket else "shared memory, " + (
+        "size hint" if hint else "no size hint")
+    step(f"iris sync {cfg['size'] // MiB} MiB -> {len(pids)} rollouts ({how})")
 
     def sync():
         pub.publish(weights)
@@ -285,13 +313,18 @@ def print_table(f: dict, cfg: dict) -> None:
     print(f"{'metric':44} {'unit':>6} {'iris':>10} {'ray':>10} {'ratio':>7}")
     rows = [("echo_gbps", "64 MiB array echo (same host)", "GB/s", True),
             ("echo_socket_gbps", "64 MiB array echo (socket, shm off)", "GB/s", True),
-            ("sync_first_s", f"{size} trainer -> all hold it, first time", "s", False),
-            ("sync_s", f"{size} trainer -> all hold it, steady", "s", False),
+            ("cold_sync_first_s", f"{size} -> all hold it, first, no size hint", "s", False),
+            ("sync_first_s", f"{size} -> all hold it, first, size hint", "s", False),
+            ("sync_s", f"{size} -> all hold it, steady", "s", False),
             ("sync_gbps_per_receiver", f"  {size} / that time", "GB/s", True),
+            ("chain_sync_first_s", f"{size} socket chain, first", "s", False),
+            ("chain_sync_s", f"{size} socket chain, steady", "s", False),
+            ("chain_sync_gbps_per_receiver", f"  {size} / that time", "GB/s", True),
             ("rss_trainer_mib", "peak RSS, trainer (sync step)", "MiB", False),
-            ("rss_receiver_max_mib", "peak RSS, largest receiver", "MiB", False)]
+            ("rss_receiver_max_mib", "peak RSS, largest receiver", "MiB", False),
+            ("chain_rss_receiver_max_mib", "  socket chain", "MiB", False)]
     for key, label, unit, higher in rows:
-        mine, theirs = f.get(key), f.get(f"ray_{key}")
+        mine, theirs = f.get(key), f.get(f"ray_{key.removeprefix('cold_').removeprefix('chain_')}")
         if key == "echo_socket_gbps":
             theirs = f.get("ray_echo_gbps")
         print(f"{label:44} {unit:>6} {fmt(mine):>10} {fmt(theirs):>10} "

@@ -116,7 +116,6 @@ class Incoming:
         self.error: BaseException | None = None
         self.on_progress: Callable[[], None] = _nothing
         self.last_chunk = 0.0
-        self.value: Any = None
         self.relay: asyncio.Future | None = None  # {address: why} below this receiver
         self.received = asyncio.get_running_loop().create_future()
 
@@ -153,6 +152,12 @@ class Incoming:
         views = [whole[offset:offset + size] for offset, size in self.meta["spans"]]
         msg = messages.decode(self.meta["header"], views)
         return messages.decode_payload(msg[3], msg[4], views)
+
+    def release(self) -> None:
+        """Forget the buffer (the value, views of it, lives on with whoever holds it)."""
+        if self.received.done():
+            self._view = memoryview(b"")
+            self._buf = None
 
     def drop(self, why: BaseException) -> None:
         self.error = why
@@ -241,6 +246,8 @@ class Transfers:
             incoming = self._live[tid] = Incoming(meta)
             incoming.last_chunk = self._node.now()
             incoming.relay = asyncio.ensure_future(relay(self._node, incoming, chain))
+            # Passed on: the buffer is the user's value now, not ours to keep alive.
+            incoming.relay.add_done_callback(lambda _: incoming.release())
             self._node.loop.call_later(IDLE_S, self._check_idle, tid)
             if incoming.have == nchunks(meta):  # an empty payload
                 self._complete(tid, incoming)
@@ -269,12 +276,14 @@ class Transfers:
         while len(self._done) > _KEEP_DONE:
             self._done.pop(next(iter(self._done)))
         try:
-            incoming.value = incoming.decode()
+            value = incoming.decode()
         except Exception as exc:
             incoming.received.set_exception(exc)
             return
         incoming.received.set_result(None)
-        self._on_value(incoming.meta, incoming.value, self._via.pop(tid, ""))
+        self._on_value(incoming.meta, value, self._via.pop(tid, ""))
+        if incoming.relay is not None and incoming.relay.done():
+            incoming.release()
 
     def _check_idle(self, tid: str) -> None:
         incoming = self._live.get(tid)

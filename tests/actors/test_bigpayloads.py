@@ -438,3 +438,12 @@ def test_group_broadcast_of_big_arrays_is_copied_once_for_every_member_on_the_ho
     for fut in futs:
         assert fut.result(60)["w"][:3] == ["float32", [2 * MiB], float(weights["w"].sum())]
     assert len(memfds()) == 1  # one segment for the three of them
+
+
+@pytest.mark.parametrize("kwargs", [{"size_hint": -1}, {"size_hint": 1.5},
+                                    {"chunk_bytes": 0}, {"chunk_bytes": True}])
+def test_publisher_refuses_a_bad_size_hint_or_chunk_size_naming_it(cluster, kwargs):
+    (name,) = kwargs
+    with pytest.raises(ValueError, match=name):
+        iris.weights.Publisher("policy", **kwargs)
+    assert iris.resolve_all("policy").refs == []  # nothing served
