@@ -23,6 +23,7 @@ Lifetime, with no name anywhere (nothing is ever created under /dev/shm):
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import mmap
 import os
 import pickle
@@ -35,7 +36,7 @@ import msgpack
 from iris.base.errors import ProtocolError
 
 # Starts every table frame; 16 bytes a user's own last buffer will not begin with by chance.
-MAGIC = b"\x00iris-shm-v2\x00\xfe\xfd\xfc"
+MAGIC = b"\x00iris-shm-v3\x00\xfe\xfd\xfc"
 # The first page is the segment's header; data starts page-aligned after it. Header layout:
 # [0:8] generation (u64 little-endian, bumped at every reuse), then from byte 64 one 8-byte
 # slot per receiver of the message: [state u8, 3 unused, receiver pid u32].
@@ -61,8 +62,41 @@ def _boot_id() -> str:
         return ""
 
 
+def _pid_namespace() -> int:
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return 0
+
+
 BOOT_ID = _boot_id()
-AVAILABLE = hasattr(os, "memfd_create") and bool(BOOT_ID)
+# A receiver opens the sender's memfd as /proc/<sender pid>/fd/<fd>: only a process in the
+# same PID namespace (on the same boot of the same host) names the sender by that pid.
+# Containers that share the host's network but not its PIDs reach each other on loopback,
+# so the address alone cannot tell; the namespace's inode can.
+PID_NS = _pid_namespace()
+AVAILABLE = hasattr(os, "memfd_create") and bool(BOOT_ID) and bool(PID_NS)
+FOREIGN = "another PID namespace"  # in the refusal, so a sender can tell and fall back
+
+
+def can_share(mine: tuple[str, int], theirs: tuple[str, int]) -> bool:
+    """May processes with these (boot id, PID namespace inode) pairs share segments?"""
+    return bool(mine[0]) and bool(mine[1]) and mine == theirs
+
+
+# A node's DEALER routing id: 0x01, 8 bytes naming its (boot id, PID namespace), 7 random.
+# The callee reads it on every call (it is the ROUTER's first frame), so it sends a big reply
+# through shared memory only to a caller that can open it; ids ZeroMQ makes start with 0x00.
+_NS_TAG = hashlib.blake2b(f"{BOOT_ID}/{PID_NS}".encode(), digest_size=8).digest()
+
+
+def routing_id() -> bytes:
+    return b"\x01" + _NS_TAG + os.urandom(7)
+
+
+def shares_with_caller(rid: bytes) -> bool:
+    """Did the call with this routing id come from a node that can open our segments?"""
+    return len(rid) == 16 and rid[0] == 1 and rid[1:9] == _NS_TAG and AVAILABLE
 
 
 def same_host(address: str) -> bool:
@@ -125,7 +159,7 @@ class Segment:
     def table(self, indices: list[int], slot: int) -> bytes:
         """The table frame for a message whose buffer frames `indices` are in this segment."""
         spans = [[i, off, size] for i, (off, size) in zip(indices, self.offsets, strict=True)]
-        return MAGIC + msgpack.packb([os.getpid(), self.fd, self.inode, BOOT_ID,
+        return MAGIC + msgpack.packb([os.getpid(), self.fd, self.inode, BOOT_ID, PID_NS,
                                       self.generation, slot, spans])
 
     def _slot(self, i: int) -> tuple[int, int]:
@@ -323,11 +357,15 @@ def resolve(buffers: list) -> list:
     last = buffers[-1]
     raw = last.bytes if hasattr(last, "bytes") else bytes(last)
     try:
-        pid, fd, inode, boot, generation, slot, spans = msgpack.unpackb(raw[len(MAGIC):])
+        pid, fd, inode, boot, pid_ns, generation, slot, spans = msgpack.unpackb(
+            raw[len(MAGIC):])
     except Exception as exc:
         raise ProtocolError(f"malformed shared-memory table: {exc}") from exc
     if boot != BOOT_ID:
         raise ProtocolError("shared-memory payload from another host (boot id differs)")
+    if not can_share((BOOT_ID, PID_NS), (boot, pid_ns)):
+        raise ProtocolError(f"shared-memory payload from {FOREIGN} (pid namespace "
+                            f"{pid_ns}, ours {PID_NS}): send it through the socket")
     if not 0 <= slot < MAX_RECEIVERS:
         raise ProtocolError(f"shared-memory slot {slot} out of range")
     view = _map(pid, fd, inode, generation, slot)

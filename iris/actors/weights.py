@@ -34,7 +34,7 @@ import contextlib
 import threading
 from typing import Any
 
-from iris.actors import relay, shm
+from iris.actors import relay
 from iris.actors.current import context as _context
 from iris.actors.current import current_context
 from iris.actors.hosting import actor
@@ -175,7 +175,9 @@ class Publisher:
         version = state.version + 1
         state.version, state.weights = version, weights
         node = self._ctx.node
-        near = [r for r in group.refs if node._shm_min and shm.same_host(r.address)]
+        # Near: shared memory (or this very process); far: the chunked chain (relay.py).
+        near = [r for r in group.refs
+                if r.address == node.address or node._shares_with(r.address)]
         far = [[r.address, r._key] for r in group.refs if r not in near]
         sent = ActorGroup(group.name, near).receive.options(timeout=PUSH_TIMEOUT_S).broadcast(
             version, weights, node.address)

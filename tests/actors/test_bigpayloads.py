@@ -447,3 +447,36 @@ def test_publisher_refuses_a_bad_size_hint_or_chunk_size_naming_it(cluster, kwar
     with pytest.raises(ValueError, match=name):
         iris.weights.Publisher("policy", **kwargs)
     assert iris.resolve_all("policy").refs == []  # nothing served
+
+
+def test_shared_memory_is_shared_only_within_one_boot_and_pid_namespace():
+    from iris.actors import shm
+
+    assert shm.can_share(("boot-a", 4026531836), ("boot-a", 4026531836))
+    assert not shm.can_share(("boot-a", 4026531836), ("boot-a", 4026532999))  # container
+    assert not shm.can_share(("boot-a", 4026531836), ("boot-b", 4026531836))  # other host
+    assert not shm.can_share(("", 0), ("", 0))  # unknown is never "the same"
+
+
+IN_OWN_PID_NAMESPACE = """
+import os, sys
+# unshare: a new PID namespace (this process's child is its pid 1), same network namespace,
+# so loopback reaches it: a container with host networking.
+os.execvp("unshare", ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c",
+                      os.environ["INNER"]])
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="unshare --pid needs root here")
+def test_actor_in_another_pid_namespace_gets_and_returns_big_arrays_through_the_socket(
+        cluster, child_process):
+    child = child_process(IN_OWN_PID_NAMESPACE, {"IRIS_ADDRESS": cluster.address,
+                                                 "SVC_NAME": "boxed", "INNER": SERVE})
+    _, pid = child.wait_ready().split()
+    assert pid == "1"  # really in a PID namespace of its own
+    ref = iris.resolve("boxed", timeout=60)
+    array = np.arange(2 * MiB, dtype=np.float32)
+    for _ in range(2):  # the first refused shared memory and went again; the second knew
+        back = ref.echo(array).result(60)
+        assert back.dtype == np.float32 and np.array_equal(back, array)
+        assert ref.backing(array).result(60) != "shared"
