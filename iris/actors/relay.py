@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import mmap
 import pickle
 from collections.abc import Callable
 from typing import Any
@@ -106,10 +107,10 @@ class Incoming:
     the relay passing it on. Lives on the node's loop thread."""
 
     def __init__(self, meta: dict) -> None:
-        import numpy as np  # the payload's one buffer; np.empty: no zeroing pass over it
-
         self.meta = meta
-        self._buf = np.empty(meta["total"], dtype=np.uint8)
+        # The payload's one buffer: an anonymous mapping, faulted in as chunks land (no
+        # zeroing pass over it), unmapped once the last view of it is dropped.
+        self._buf: Any = mmap.mmap(-1, meta["total"]) if meta["total"] else bytearray()
         self._view = memoryview(self._buf)
         self._got: set[int] = set()
         self.have = 0  # chunks 0..have-1 are all here
