@@ -140,6 +140,13 @@ class _OneStream:
         self._lock = threading.Lock()
         self._stream = "stdout"
         self._pending = bytearray()
+        # A fork (multiprocessing) while another thread held the lock would leave the child
+        # blocked on it forever; and the parent's unfinished line is the parent's to write.
+        os.register_at_fork(after_in_child=self._after_fork)
+
+    def _after_fork(self) -> None:
+        self._lock = threading.Lock()
+        self._pending = bytearray()
 
     def write(self, stream: str, data: bytes) -> None:
         with self._lock:
