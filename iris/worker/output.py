@@ -123,8 +123,7 @@ class MergedReader:
         except OSError as exc:
             _log.warning("reading %s failed: %s", pipe.name, exc)
             chunk = b""
-        for stream, line, when in pipe.feed(chunk, ts):
-            self._emit(stream, line, when)
+        pipe.feed(chunk, ts, self._emit)
         return bool(chunk)
 
 
@@ -138,25 +137,34 @@ class _PipeLines:
         self._undecoded = b""
         self._partial: dict[str, bytes] = {}  # "raw" or a record's stream -> unfinished line
 
-    def feed(self, chunk: bytes, ts: float) -> list[tuple[str, bytes, float]]:
-        """The lines `chunk` completes (all that is left, at EOF: `chunk` empty)."""
+    def feed(self, chunk: bytes, ts: float, emit: OnOutput) -> None:
+        """emit(stream, line, time) for each line `chunk` completes (at EOF, `chunk` empty:
+        all that is left)."""
+        if chunk and not self._undecoded and b"\x00" not in chunk:
+            # No NUL byte, so no record: plain output (a memchr, not a decode, per read).
+            self._lines("raw", self.name, chunk, ts, emit)
+            return
         eof = not chunk
         segments, self._undecoded = log_frames.decode(self._undecoded + chunk, eof)
-        out: list[tuple[str, bytes, float]] = []
         for stream, data, when in segments:
-            key = stream or "raw"
-            stream, when = stream or self.name, ts if when is None else when
-            *whole, rest = (self._partial.get(key, b"") + data).split(b"\n")
-            out.extend((stream, line + b"\n", when) for line in whole)
-            while len(rest) >= _MAX_LINE:
-                out.append((stream, rest[:_MAX_LINE], when))
-                rest = rest[_MAX_LINE:]
-            self._partial[key] = rest
+            if stream is None:
+                self._lines("raw", self.name, data, ts, emit)
+            else:
+                self._lines(stream, stream, data, when, emit)
         if eof:
-            out.extend((key if key != "raw" else self.name, rest, ts)
-                       for key, rest in self._partial.items() if rest)
+            for key, rest in self._partial.items():
+                if rest:
+                    emit(self.name if key == "raw" else key, rest, ts)
             self._partial.clear()
-        return out
+
+    def _lines(self, key: str, stream: str, data: bytes, when: float, emit: OnOutput) -> None:
+        *whole, rest = (self._partial.get(key, b"") + data).split(b"\n")
+        for line in whole:
+            emit(stream, line + b"\n", when)
+        while len(rest) >= _MAX_LINE:
+            emit(stream, rest[:_MAX_LINE], when)
+            rest = rest[_MAX_LINE:]
+        self._partial[key] = rest
 
 
 def StreamReader(name: str, fd: int, on_output: OnOutput | None,  # noqa: N802
