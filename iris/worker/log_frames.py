@@ -37,10 +37,15 @@ Segment = tuple[str | None, bytes, float | None]
 """(stream or None for raw bytes of the pipe's own stream, data, the writer's time or None)."""
 
 
+_RECORD_HEAD = struct.Struct(">4sBdH")  # MAGIC and _HEADER in one pack
+
+
 def encode(stream: str, data: bytes, ts: float) -> list[bytes]:
     """`data` of `stream` as records of at most PIPE_BUF bytes each (one write(2) each)."""
     sid = STREAM_IDS[stream]
-    return [MAGIC + _HEADER.pack(sid, ts, len(piece)) + piece
+    if len(data) <= MAX_DATA:  # a line: the common case, one record
+        return [_RECORD_HEAD.pack(MAGIC, sid, ts, len(data)) + data]
+    return [_RECORD_HEAD.pack(MAGIC, sid, ts, len(piece)) + piece
             for piece in (data[i:i + MAX_DATA] for i in range(0, len(data), MAX_DATA))]
 
 

@@ -167,9 +167,11 @@ class _OneStream:
         records = log_frames.encode(self._stream, bytes(self._pending), self._wall())
         self._pending.clear()
         for record in records:
-            view = memoryview(record)
-            while view:  # a pipe write of <= PIPE_BUF is whole; the loop is for anything else
-                view = view[os.write(self._fd, view):]
+            written = os.write(self._fd, record)
+            if written < len(record):  # a pipe write of <= PIPE_BUF is whole; anything else:
+                view = memoryview(record)[written:]
+                while view:
+                    view = view[os.write(self._fd, view):]
 
 
 class _StreamSink(io.RawIOBase):
@@ -182,7 +184,8 @@ class _StreamSink(io.RawIOBase):
         return True
 
     def write(self, data: Any) -> int:
-        data = bytes(data)
+        if type(data) is not bytes:
+            data = bytes(data)
         self._one.write(self._stream, data)
         return len(data)
 
@@ -223,7 +226,11 @@ def tag_output() -> bool:
         old = getattr(sys, name)
         wrapper = io.TextIOWrapper(_StreamSink(one, name, fd),
                                    encoding=getattr(old, "encoding", None) or "utf-8",
-                                   errors=errors, line_buffering=True, write_through=True)
+                                   errors=errors, line_buffering=True)
+        # The wrapper gathers a print()'s pieces (text, sep, end: 4 writes) and hands the
+        # line over once, at its newline: 1 call into _OneStream per line, not 4. A line's
+        # place in the log is where it ends, so a stderr line printed while a stdout line is
+        # unfinished comes first, as a line.
         setattr(sys, name, wrapper)
     return True
 
