@@ -12,6 +12,8 @@ What each figure means:
   hands on after a line that was written later (0 is perfect; a reader that handed on all
   of stdout, then all of stderr, would score ~50). gap 0: as fast as Python prints (~2 us apart), where
   no reader of two pipes can know the order; gap 1 ms: a chatty program on a loaded host.
+  runtime_tagged: the task writes through the task runtime's tagged records (what every
+  function task does), one_reader: raw output of a command, thread_per_pipe: the old reader.
 - flood_mb_s: a task writes 100-byte lines to stdout as fast as it can; MB/s of lines the
   reader hands on (the shipper's own cost is measured by bench/logs.py).
 No peer: Ray's log monitor tails one file per stream and merges nothing.
@@ -35,6 +37,9 @@ from iris.worker.output import MergedReader, StreamReader, make_fifo, open_reade
 _TASK = """
 import sys, time
 n, gap = int(sys.argv[1]), float(sys.argv[2]) / 1000
+if sys.argv[3] == "tagged":  # what the task runtime does for every function task
+    from iris.worker.task_runtime import tag_output
+    assert tag_output()
 for i in range(n):
     stream = sys.stdout if i % 2 == 0 else sys.stderr
     print(f"{i}", file=stream, flush=True)
@@ -73,7 +78,8 @@ def _run(script: str, args: list[str], one_reader: bool) -> tuple[list[tuple[str
             reader.start()
         started = time.perf_counter()
         proc = subprocess.Popen([sys.executable, "-c", script, *args], stdout=child_fds[0],
-                                stderr=child_fds[1], stdin=subprocess.DEVNULL)
+                                stderr=child_fds[1], stdin=subprocess.DEVNULL,
+                                env={**os.environ, "IRIS_ATTEMPT_DIR": tmp})
         for fd in child_fds:
             os.close(fd)
         proc.wait()
@@ -82,8 +88,8 @@ def _run(script: str, args: list[str], one_reader: bool) -> tuple[list[tuple[str
         return got, time.perf_counter() - started
 
 
-def late_pct(n: int, gap_ms: float, one_reader: bool) -> float:
-    got, _ = _run(_TASK, [str(n), str(gap_ms)], one_reader)
+def late_pct(n: int, gap_ms: float, one_reader: bool, tagged: bool = False) -> float:
+    got, _ = _run(_TASK, [str(n), str(gap_ms), "tagged" if tagged else "raw"], one_reader)
     order = [int(line) for _, line in got]
     assert sorted(order) == list(range(n)), "lines lost"
     late, newest = 0, -1
@@ -98,6 +104,12 @@ def flood_mb_s(nbytes: int, one_reader: bool) -> float:
     return sum(len(line) for _, line in got) / seconds / 1e6
 
 
+# (one reader for both pipes, task runtime tags its writes, label): the worker today (Python
+# tasks tagged, raw commands read in order of arrival), and the thread-per-pipe design before.
+_READERS = ((True, True, "runtime_tagged"), (True, False, "one_reader"),
+            (False, False, "thread_per_pipe"))
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer lines (under a minute)")
@@ -105,8 +117,8 @@ def main(argv: list[str] | None = None) -> None:
     n, runs = (2000, 3) if args.quick else (20000, 5)
     figures: dict[str, float | int] = {"lines": n, "runs": runs}
     for gap in (0.0, 1.0):
-        for one, label in ((True, "one_reader"), (False, "thread_per_pipe")):
-            pcts = sorted(round(late_pct(n if gap == 0 else n // 10, gap, one), 2)
+        for one, tagged, label in _READERS:
+            pcts = sorted(round(late_pct(n if gap == 0 else n // 10, gap, one, tagged), 2)
                           for _ in range(runs))
             key = f"late_pct_gap{gap:g}ms_{label}"
             figures[key] = pcts[len(pcts) // 2]

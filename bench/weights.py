@@ -6,7 +6,8 @@ Not a test: it asserts nothing about speed. Weights are a dict of named float32 
 (16 tensors, like a small model's layers). Every receiver is its own process.
 
 - echo: `echo(64 MiB array)` to an actor in another process; GB/s = 2 x 64 MiB / median round
-  trip (GB = 1e9). Iris twice: as configured (same host: shared memory) and with shared memory
+  trip (GB = 1e9); for the raw floor and the socket path also the CPU ms of both processes
+  per echo (the wall time on a shared machine is mostly waiting for a core). Iris twice: as configured (same host: shared memory) and with shared memory
   off (IRIS_SHM_MIN_BYTES=0 on both sides: the socket path, zero-copy frames). The floor is a
   bare pyzmq DEALER/ROUTER echo child (bench.actors --zmq-echo), no decoding, no copies.
 - sync: one trainer (this process) -> R rollout processes, time until all R hold the weights
@@ -24,6 +25,7 @@ The last line printed is one JSON object of every figure; Ray's carry the prefix
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -59,6 +61,22 @@ def reset_peak(pid: int | None = None) -> None:
         f.write("5")  # resets VmHWM to the current RSS (Linux >= 4.0)
 
 
+def cpu_s(pid: int | None = None) -> float:
+    """CPU seconds (user + system, all threads) a process has used so far."""
+    with open(f"/proc/{pid or 'self'}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_ms_per_call(call, reps: int, pid: int) -> float:
+    """CPU ms of this process and process `pid` together per call: what a call costs, which
+    other engineers' load on this shared machine moves far less than the wall time."""
+    before = cpu_s() + cpu_s(pid)
+    for _ in range(reps):
+        call()
+    return (cpu_s() + cpu_s(pid) - before) / reps * 1e3
+
+
 def timed_median(call, reps: int) -> float:
     call()  # warm-up: connections, first-touch of pages
     times = []
@@ -86,6 +104,8 @@ def first_and_steady(sync, reps: int) -> tuple[float, float]:
 def serve_main(name: str) -> None:
     """Child: join $IRIS_ADDRESS; serve an echo actor as `name`, or (name "rollout") be a
     weights Subscriber of "policy"; live until stdin closes."""
+    import numpy  # noqa: F401  (a rollout has it loaded: Ray's actors get a warm-up call)
+
     import iris
 
     exit_with_parent()
@@ -104,7 +124,7 @@ def serve_main(name: str) -> None:
     sub = None
     with iris.connect():
         if name == "rollout":
-            sub = iris.weights.Subscriber("policy")
+            sub = iris.weights.Subscriber(os.environ.get("POLICY", "policy"))
             Echo.serve(f"rollout-{os.getpid()}")
         else:
             Echo.serve(name)
@@ -132,7 +152,8 @@ def bench_zmq(reps: int, children: Children) -> dict:
 
         step("raw pyzmq 64 MiB echo")
         rtt = timed_median(call, reps)
-        return {"zmq_echo_gbps": 2 * ECHO_BYTES / rtt / 1e9}
+        return {"zmq_echo_gbps": 2 * ECHO_BYTES / rtt / 1e9,
+                "zmq_echo_cpu_ms": cpu_ms_per_call(call, reps, child.proc.pid)}
     finally:
         dealer.close(linger=0)
         ctx.term()
@@ -162,7 +183,7 @@ def bench_iris(cfg: dict, children: Children) -> dict:
 
         plain = children.spawn(["-m", "bench.weights", "--serve", "echo-socket"],
                                {**env, "IRIS_SHM_MIN_BYTES": "0"})
-        plain.expect("READY")
+        plain_pid = int(plain.expect("READY"))
         target = iris.resolve("echo-socket", timeout=60)
         node = Node(NodeConfig(shm_min_bytes=0)).start()
         try:  # a second node of this process, with shared memory off
@@ -173,29 +194,57 @@ def bench_iris(cfg: dict, children: Children) -> dict:
             step("iris 64 MiB echo (socket, shared memory off)")
             rtt = timed_median(socket_echo, cfg["reps"])
             out["echo_socket_gbps"] = 2 * ECHO_BYTES / rtt / 1e9
+            out["echo_socket_cpu_ms"] = cpu_ms_per_call(socket_echo, cfg["reps"], plain_pid)
         finally:
             node.stop()
             plain.kill()
-        out.update(_iris_sync(cfg, children, env))
+        for prefix, hint, socket in (("cold_", False, False), ("", True, False),
+                                     ("chain_", False, True)):
+            with _shm_off(socket), iris.connect(cluster.address):
+                figures = _iris_sync(cfg, children, env, f"policy-{prefix or 'warm'}", hint,
+                                     socket)
+            out.update({prefix + k: v for k, v in figures.items()})
     return out
 
 
-def _iris_sync(cfg: dict, children: Children, env: dict) -> dict:
+@contextlib.contextmanager
+def _shm_off(off: bool):
+    """IRIS_SHM_MIN_BYTES=0 for nodes made inside (the socket path, as to other hosts)."""
+    old = os.environ.get("IRIS_SHM_MIN_BYTES")
+    if off:
+        os.environ["IRIS_SHM_MIN_BYTES"] = "0"
+    try:
+        yield
+    finally:
+        if off:
+            os.environ.pop("IRIS_SHM_MIN_BYTES")
+            if old is not None:
+                os.environ["IRIS_SHM_MIN_BYTES"] = old
+
+
+def _iris_sync(cfg: dict, children: Children, env: dict, policy: str, hint: bool,
+               socket: bool) -> dict:
+    """One trainer -> R rollouts. `hint`: the Publisher knows the size (shared memory made
+    and faulted in while the rollouts start); `socket`: every process with shared memory
+    off, so the weights go down the chunked chain (what rollouts on other hosts get)."""
     import iris
 
-    pub = iris.weights.Publisher("policy")
+    pub = iris.weights.Publisher(policy, size_hint=cfg["size"] if hint else 0)
+    env = {**env, "POLICY": policy, **({"IRIS_SHM_MIN_BYTES": "0"} if socket else {})}
     rollouts = [children.spawn(["-m", "bench.weights", "--serve", "rollout"], env)
                 for _ in range(cfg["receivers"])]
     pids = [int(r.expect("READY")) for r in rollouts]
-    group = iris.resolve_all("policy.rollouts", timeout=60)
+    group = iris.resolve_all(f"{policy}.rollouts", timeout=60)
     while len(group) < len(pids):
-        group = iris.resolve_all("policy.rollouts", timeout=60)
+        group = iris.resolve_all(f"{policy}.rollouts", timeout=60)
     probes = [iris.resolve(f"rollout-{pid}", timeout=60) for pid in pids]
     weights = make_weights(cfg["size"], seed=1)
     for probe in probes:
         probe.reset_peak().result(60)
     reset_peak()
-    step(f"iris sync {cfg['size'] // MiB} MiB -> {len(pids)} rollouts")
+    how = "chunked chain, socket" if socket else "shared memory, " + (
+        "size hint" if hint else "no size hint")
+    step(f"iris sync {cfg['size'] // MiB} MiB -> {len(pids)} rollouts ({how})")
 
     def sync():
         pub.publish(weights)
@@ -207,7 +256,10 @@ def _iris_sync(cfg: dict, children: Children, env: dict) -> dict:
     for child in rollouts:
         child.kill()
     pub.close()
+    # All links of a chain share this machine's cores; on separate hosts each has its own:
+    # the bytes all links moved per second is the figure to hold against the socket floor.
     return {"sync_s": seconds, "sync_gbps_per_receiver": cfg["size"] / seconds / 1e9,
+            "sync_gbps_all_links": len(pids) * cfg["size"] / seconds / 1e9,
             "sync_first_s": first,
             "rss_trainer_mib": peak_rss_mib(), "rss_receiver_max_mib": max(rss),
             "rss_receivers_mib": rss}
@@ -285,17 +337,27 @@ def print_table(f: dict, cfg: dict) -> None:
     print(f"{'metric':44} {'unit':>6} {'iris':>10} {'ray':>10} {'ratio':>7}")
     rows = [("echo_gbps", "64 MiB array echo (same host)", "GB/s", True),
             ("echo_socket_gbps", "64 MiB array echo (socket, shm off)", "GB/s", True),
-            ("sync_first_s", f"{size} trainer -> all hold it, first time", "s", False),
-            ("sync_s", f"{size} trainer -> all hold it, steady", "s", False),
+            ("cold_sync_first_s", f"{size} -> all hold it, first, no size hint", "s", False),
+            ("sync_first_s", f"{size} -> all hold it, first, size hint", "s", False),
+            ("sync_s", f"{size} -> all hold it, steady", "s", False),
             ("sync_gbps_per_receiver", f"  {size} / that time", "GB/s", True),
+            ("chain_sync_first_s", f"{size} socket chain, first", "s", False),
+            ("chain_sync_s", f"{size} socket chain, steady", "s", False),
+            ("chain_sync_gbps_per_receiver", f"  {size} / that time", "GB/s", True),
+            ("chain_sync_gbps_all_links", "  bytes all links moved / that time", "GB/s", True),
             ("rss_trainer_mib", "peak RSS, trainer (sync step)", "MiB", False),
-            ("rss_receiver_max_mib", "peak RSS, largest receiver", "MiB", False)]
+            ("rss_receiver_max_mib", "peak RSS, largest receiver", "MiB", False),
+            ("chain_rss_receiver_max_mib", "  socket chain", "MiB", False)]
     for key, label, unit, higher in rows:
-        mine, theirs = f.get(key), f.get(f"ray_{key}")
+        mine, theirs = f.get(key), f.get(f"ray_{key.removeprefix('cold_').removeprefix('chain_')}")
         if key == "echo_socket_gbps":
             theirs = f.get("ray_echo_gbps")
         print(f"{label:44} {unit:>6} {fmt(mine):>10} {fmt(theirs):>10} "
               f"{ratio(mine, theirs, higher):>7}")
+    if f.get("zmq_echo_cpu_ms") and f.get("echo_socket_cpu_ms"):
+        print(f"CPU per 64 MiB echo, both processes: raw pyzmq {fmt(f['zmq_echo_cpu_ms'])} ms, "
+              f"iris socket {fmt(f['echo_socket_cpu_ms'])} ms (iris / floor "
+              f"{ratio(f['zmq_echo_cpu_ms'], f['echo_socket_cpu_ms'])} by CPU)")
     floor = f.get("zmq_echo_gbps")
     print(f"floor, raw pyzmq 64 MiB echo: {fmt(floor)} GB/s; iris / floor: same host "
           f"{ratio(f.get('echo_gbps'), floor)}, socket {ratio(f.get('echo_socket_gbps'), floor)}")

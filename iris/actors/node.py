@@ -117,6 +117,7 @@ class Node:
         self._shm_min = _shm_min_bytes(self.config) if shm.AVAILABLE else 0
         self._shm_replies = False  # set once bound: only a loopback node's callers are local
         self._pool = shm.Pool(self.config.shm_pool_bytes)
+        self._foreign: set[str] = set()  # same-host peers in another PID namespace
 
     # ------------------------------------------------------------ lifecycle
 
@@ -279,7 +280,7 @@ class Node:
         call a control-plane role at the receiver."""
         timeout_s = self.config.default_timeout_s if timeout_s is None else timeout_s
         call_id = next(self._call_ids)
-        fut = ActorFuture(actor, method, address, self._loop_thread_id)
+        fut = outer = ActorFuture(actor, method, address, self._loop_thread_id)
         try:
             frames = messages.encode_call(call_id, actor, method, int(timeout_s * 1000),
                                           args, kwargs or {}, oneway, auth)
@@ -287,12 +288,13 @@ class Node:
             fut.set_exception(TypeError(f"arguments of {actor}.{method} cannot be sent: {exc}"))
             return fut
         segment = None
-        if len(frames) > 1 and self._shm_min and shm.same_host(address) \
-                and address != self.address:
+        if len(frames) > 1 and self._shares_with(address):
+            plain = frames
             frames, segment = self._pool.spill(frames, self._shm_min)
             if segment is not None:
                 self._pool.sent(segment, 1, 0 if oneway else 1, self.now() + timeout_s)
                 if not oneway:
+                    fut = self._unless_foreign(call_id, fut, plain, timeout_s)
                     fut.add_done_callback(lambda _: self._pool.answered(segment))
         if self._stopped:
             fut.set_exception(PeerUnavailableError(
@@ -303,7 +305,7 @@ class Node:
             self._send_call(address, call_id, fut, frames, timeout_s, oneway)
         else:
             self._post(self._send_call, address, call_id, fut, frames, timeout_s, oneway)
-        return fut
+        return outer
 
     def call_many(self, targets: list[tuple[str, str]], method: str, args: tuple = (),
                   kwargs: dict | None = None, *,
@@ -314,21 +316,23 @@ class Node:
         futs, segment, shared = [], None, []
         receivers: dict[shm.Segment, list[ActorFuture]] = {}  # slot i = i-th future
         for address, key in targets:
-            if not (self._shm_min and shm.same_host(address) and address != self.address):
+            if not self._shares_with(address):
                 futs.append(self.call(address, key, method, args, kwargs, timeout_s=timeout_s))
                 continue
-            fut = ActorFuture(key, method, address, self._loop_thread_id)
-            futs.append(fut)
+            outer = ActorFuture(key, method, address, self._loop_thread_id)
+            futs.append(outer)
             call_id = next(self._call_ids)
             try:
                 frames = messages.encode_call(call_id, key, method, int(timeout_s * 1000),
                                               args, kwargs or {})
             except Exception as exc:
-                fut.set_exception(TypeError(f"arguments of {key}.{method} cannot be sent: "
-                                            f"{exc}"))
+                outer.set_exception(TypeError(f"arguments of {key}.{method} cannot be sent: "
+                                              f"{exc}"))
                 continue
             slot = len(receivers.get(segment, ())) if segment is not None else 0
-            frames, used = self._pool.spill(frames, self._shm_min, segment, slot)
+            plain, (frames, used) = frames, self._pool.spill(frames, self._shm_min, segment,
+                                                             slot)
+            fut = self._unless_foreign(call_id, outer, plain, timeout_s) if used else outer
             if used is not None:  # a new segment (slot 0) only if the buffers differ
                 segment = used
                 receivers.setdefault(used, []).append(fut)
@@ -366,11 +370,40 @@ class Node:
     def post_reply(self, rid: bytes, frames: list) -> None:
         """Send a reply from another thread (a big one is copied to shared memory here, off
         the loop)."""
-        if len(frames) > 1 and self._shm_replies and type(rid) is bytes:
+        if len(frames) > 1 and self._shm_replies and type(rid) is bytes \
+                and shm.shares_with_caller(rid):
             frames = self._spill_reply(frames)
         self._post(self.send_reply, rid, frames, True)
 
     # ------------------------------------------------------------ shared memory
+
+    def _shares_with(self, address: str) -> bool:
+        """Send big frames to `address` through shared memory? Same host, and not a peer
+        that refused ours (another PID namespace: see shm.can_share)."""
+        return bool(self._shm_min) and address != self.address and shm.same_host(address) \
+            and address not in self._foreign
+
+    def _unless_foreign(self, call_id: int, outer: ActorFuture, plain: list,
+                        timeout_s: float) -> ActorFuture:
+        """The future to send a call through shared memory with: its outcome goes to `outer`,
+        unless the callee refused the segment as from another PID namespace; then the call
+        (not run: refused while decoding) goes again through the socket, and so will every
+        later one to that address."""
+        first = ActorFuture(outer.actor, outer.method, outer.address, self._loop_thread_id)
+
+        def done(_: ActorFuture) -> None:
+            error = first.exception()
+            if isinstance(error, ProtocolError) and shm.FOREIGN in str(error):
+                self._foreign.add(outer.address)
+                self.call_in_loop(self._send_call, outer.address, call_id, outer, plain,
+                                  timeout_s, False)
+            elif error is not None:
+                outer.set_exception(error)
+            else:
+                outer.set_result(first.result())
+
+        first.add_done_callback(done)
+        return first
 
     def _spill_reply(self, frames: list) -> list:
         frames, segment = self._pool.spill(frames, self._shm_min)
@@ -447,7 +480,8 @@ class Node:
         return True
 
     def send_reply(self, rid: bytes, frames: list, spilled: bool = False) -> None:
-        if len(frames) > 1 and self._shm_replies and not spilled and type(rid) is bytes:
+        if len(frames) > 1 and self._shm_replies and not spilled and type(rid) is bytes \
+                and shm.shares_with_caller(rid):
             frames = self._spill_reply(frames)
         if type(rid) is LocalReturn:  # an in-process call: straight back to its future
             rid.peer.heard(self.now())

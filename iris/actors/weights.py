@@ -10,10 +10,12 @@ Not a parameter server: one publisher per name, versions only go up, nothing is 
 
 - publish() pushes to every live subscriber. To subscribers on this host the weights are
   copied once into shared memory that all of them map (group.receive.broadcast). Those on
-  other hosts get them through a tree: the trainer sends FANOUT (2) streams from its own
-  arrays, and each subscriber, once it holds the weights, forwards them to its part of the
-  rest. A subscriber that dies fails its own delivery and its subtree's (last_failures);
-  those below it fetch from the publisher when they next get().
+  other hosts (or all of them, with IRIS_SHM_MIN_BYTES=0) get them down a chain (relay.py):
+  the trainer streams chunks of `chunk_bytes` from its own arrays to the first subscriber
+  only, and each subscriber forwards chunk k to the next while it receives chunk k+1, with
+  at most relay.CREDITS chunks unacknowledged per link. A subscriber that dies fails its
+  own delivery only (last_failures): the one above it re-attaches the one below, which
+  resumes from the chunks it already holds.
 - get(max_stale=K) returns at once when the held version is at most K behind the newest
   published; otherwise it waits for the push already under way, with no polling: one
   pending call to the publisher (`settled`) answers when that push is over. If the
@@ -32,10 +34,9 @@ import contextlib
 import threading
 from typing import Any
 
-from iris.actors import shm
+from iris.actors import relay
 from iris.actors.current import context as _context
 from iris.actors.current import current_context
-from iris.actors.future import ActorFuture
 from iris.actors.hosting import actor
 from iris.actors.refs import ActorGroup, ActorRef
 from iris.base.errors import IrisError
@@ -82,15 +83,31 @@ class _PublisherActor:
 
 @actor
 class _SubscriberActor:
-    def __init__(self, box: _Box) -> None:
+    def __init__(self, box: _Box, node: Any) -> None:
         self._box = box
+        self._node = node
+        self._transfers = relay.Transfers(node, self._hold)
 
-    def receive(self, version: int, weights: Any, subtree: list | None = None,
-                via: str = "") -> dict:
-        """Hold `weights`, then forward them to `subtree` ([address, key] pairs, this
-        member's part of the tree). Returns {address: why} for members not reached."""
+    def receive(self, version: int, weights: Any, via: str = "") -> None:
+        """Hold `weights` (same host: views of the publisher's shared memory)."""
         self._box.put(version, weights, via)
-        return _forward(_context().node, version, weights, subtree or [])
+
+    async def attach(self, meta: dict, chain: list, via: str) -> int:
+        """A chained push starts (or resumes, from a new sender above): chunks held."""
+        return self._transfers.attach(meta, chain, via)
+
+    async def chunk(self, tid: str, k: int, pieces: list) -> None:
+        self._transfers.chunk(tid, k, pieces)
+
+    async def finish(self, tid: str) -> dict:
+        """Once held and passed on: {address: why} of the chain below not reached."""
+        return await self._transfers.finish(tid)
+
+    def _hold(self, meta: dict, value: Any, via: str) -> None:
+        self._box.put(meta["version"], value, via)
+
+    def on_stop(self) -> None:  # partial copies go with the subscriber (on the loop)
+        self._node.call_in_loop(self._transfers.close)
 
 
 class _Box:
@@ -116,8 +133,17 @@ class _Box:
 class Publisher:
     """The trainer's side: serves `name` in this process; publish() pushes a new version."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, *, size_hint: int = 0,
+                 chunk_bytes: int = relay.CHUNK_BYTES) -> None:
+        """`size_hint`: the weights' size in bytes, if known: shared memory for them is made
+        and faulted in now, on a thread of its own, so the first publish() to this host is
+        a memcpy, not page faults (1 GiB: ~1.5 s of faults on this VM). `chunk_bytes`: the
+        unit of the chained push to other hosts (relay.py)."""
+        for label, value, low in (("size_hint", size_hint, 0), ("chunk_bytes", chunk_bytes, 1)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"{label} must be an int >= {low}, got {value!r}")
         self.name = name
+        self._chunk = chunk_bytes
         self._ctx = _context()
         self._ref = self._ctx.serve(_PublisherActor, name)
         self._state: _PublisherActor = self._ctx.node._actors[self._ref._key].instance
@@ -125,6 +151,10 @@ class Publisher:
         # namespace is (a rollout task lives in its job's tree, the trainer in the client's).
         self._rollouts = self._ref.name + _ROLLOUTS
         self.last_failures: dict = {}  # of the last publish(wait=True): address -> why
+        node = self._ctx.node
+        if node._shm_min and size_hint >= node._shm_min:
+            # Two: subscribers hold one version's segment while the next is filled.
+            node._pool.warm(size_hint, count=2)
 
     @property
     def version(self) -> int:
@@ -145,21 +175,30 @@ class Publisher:
         version = state.version + 1
         state.version, state.weights = version, weights
         node = self._ctx.node
-        near = [r for r in group.refs if node._shm_min and shm.same_host(r.address)]
+        # Near: shared memory (or this very process); far: the chunked chain (relay.py).
+        near = [r for r in group.refs
+                if r.address == node.address or node._shares_with(r.address)]
         far = [[r.address, r._key] for r in group.refs if r not in near]
-        sent = [(fut, []) for fut in ActorGroup(group.name, near).receive.options(
-            timeout=PUSH_TIMEOUT_S).broadcast(version, weights, [], node.address)]
-        sent += _send_tree(node, version, weights, far)
-        self._settle_when_done(version, [fut for fut, _ in sent])
+        sent = ActorGroup(group.name, near).receive.options(timeout=PUSH_TIMEOUT_S).broadcast(
+            version, weights, node.address)
+        futs: list = list(sent)
+        chain = None
+        if far:
+            source = relay.Source(f"{node.id}{self._ref.name}@{version}", weights, self._chunk,
+                                  {"version": version})
+            chain = asyncio.run_coroutine_threadsafe(relay.relay(node, source, far), node.loop)
+            futs.append(chain)
+        self._settle_when_done(version, futs)
         if wait:
-            self.last_failures = _failures(sent)
+            failed = {fut.address: repr(fut.exception()) for fut in sent if fut.exception()}
+            self.last_failures = {**failed, **(chain.result() if chain else {})}
         return version
 
-    def _settle_when_done(self, version: int, futs: list[ActorFuture]) -> None:
+    def _settle_when_done(self, version: int, futs: list) -> None:
         node, state = self._ctx.node, self._state
         left = [len(futs)]
 
-        def one_done(_: ActorFuture) -> None:
+        def one_done(_: Any) -> None:
             left[0] -= 1
             if left[0] == 0:
                 node.call_in_loop(state._settle, version)
@@ -183,7 +222,7 @@ class Subscriber:
         self._box = _Box()
         self._publisher: ActorRef = self._ctx.resolve(name, timeout=timeout)
         self._rollouts = self._publisher.name + _ROLLOUTS
-        self._ctx.serve(_SubscriberActor, self._rollouts, self._box)
+        self._ctx.serve(_SubscriberActor, self._rollouts, self._box, self._ctx.node)
 
     @property
     def version(self) -> int:
@@ -232,44 +271,3 @@ def _bound(ctx: Any):
         yield
     finally:
         current_context.reset(token)
-
-
-# Subscribers on other hosts get the weights through a tree: the publisher sends FANOUT
-# streams, not one per subscriber, and each subscriber forwards to its part of the rest.
-# 2: the sender's cost stays at two copies on the wire whatever the number of rollouts,
-# and the depth (store-and-forward hops) grows as log2 of it.
-FANOUT = 2
-
-
-def _split(members: list, parts: int) -> list[list]:
-    size = -(-len(members) // parts) if members else 0
-    return [members[i:i + size] for i in range(0, len(members), size)] if size else []
-
-
-def _send_tree(node: Any, version: int, weights: Any, members: list) -> list[tuple]:
-    """Send to the head of each of FANOUT parts of `members`, each with the rest of its part
-    to forward to: [(future, rest)]; a head's result names the members it did not reach."""
-    sent = []
-    for part in _split(members, FANOUT):
-        (address, key), rest = part[0], part[1:]
-        sent.append((node.call(address, key, "receive", (version, weights, rest, node.address),
-                               timeout_s=PUSH_TIMEOUT_S), rest))
-    return sent
-
-
-def _forward(node: Any, version: int, weights: Any, members: list) -> dict:
-    return _failures(_send_tree(node, version, weights, members)) if members else {}
-
-
-def _failures(sent: list[tuple]) -> dict:
-    """{address: why} of every member a push did not reach (waits for all of it)."""
-    failed: dict = {}
-    for fut, rest in sent:
-        error = fut.exception()
-        if error is None:
-            failed.update(fut.result() or {})
-            continue
-        failed[fut.address] = repr(error)
-        for address, _ in rest:  # below a dead forwarder: never sent
-            failed[address] = f"not forwarded: {fut.address} failed ({type(error).__name__})"
-    return failed

@@ -50,7 +50,8 @@ class Trainer:
         self.buffer: list[dict] = []
         self.rewards: list[float] = []
         self.syncs: list[dict] = []
-        self.publisher = iris.weights.Publisher("policy")
+        # The size is known: its shared memory is made and faulted in while rollouts start.
+        self.publisher = iris.weights.Publisher("policy", size_hint=weights_bytes)
 
     def start(self) -> int:
         """Publish version 1 once the rollouts subscribed (they wait for it)."""

@@ -6,6 +6,9 @@ Linux, then it blocks) and a restarted worker that adopts the attempt opens the 
 drains it; no line is lost across a worker restart. The reader sees EOF once every process
 of the attempt has closed the stream, i.e. when the attempt is gone.
 
+Lines come out in the order written when the task's runtime tags them (Python tasks: see
+log_frames.py), else in the order read (raw commands: see MergedReader).
+
 The callback runs on the reader thread and must be fast (it is handed to a log shipper).
 A line longer than `_MAX_LINE` is delivered in pieces so memory stays bounded.
 """
@@ -21,6 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from iris.base.clock import Clock
+from iris.worker import log_frames
 
 _log = logging.getLogger(__name__)
 _READ_SIZE = 65536
@@ -62,7 +66,10 @@ class MergedReader:
     to a line written earlier, and logs showed a traceback above the prints that led to it.
     Each read is stamped with the wall time when poll() saw it; lines written closer
     together than the reader's wake-up (microseconds idle, milliseconds loaded) and landing
-    in the same poll are taken in `pipes` order (stdout first).
+    in the same poll are taken in `pipes` order (stdout first). That is read order, the best
+    two pipes allow; Python tasks do better: the task runtime writes both of Python's streams
+    as stream-tagged records to the stdout pipe (log_frames), so their lines come out in the
+    order written, each stamped with the task's own time of the write.
     """
 
     def __init__(self, pipes: list[tuple[str, int]], on_output: OnOutput | None,
@@ -93,41 +100,71 @@ class MergedReader:
     def _run(self) -> None:
         names = {fd: name for name, fd in self._pipes}
         order = {fd: i for i, (_, fd) in enumerate(self._pipes)}
-        pending = dict.fromkeys(names, b"")
+        lines = {fd: _PipeLines(name) for fd, name in names.items()}
         poller = select.poll()
         for fd in names:
             poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
         try:
-            while pending:
+            while lines:
                 ready = sorted((fd for fd, _ in poller.poll()), key=order.__getitem__)
                 ts = self._clock.wall()
                 for fd in ready:
-                    if fd in pending and not self._read_once(fd, names[fd], pending, ts):
+                    if fd in lines and not self._read_once(fd, lines[fd], ts):
+                        del lines[fd]
                         poller.unregister(fd)
         finally:
             for fd in names:
                 os.close(fd)
 
-    def _read_once(self, fd: int, name: str, pending: dict[int, bytes], ts: float) -> bool:
+    def _read_once(self, fd: int, pipe: _PipeLines, ts: float) -> bool:
         """One read of a ready pipe; False (and the rest flushed) at EOF or on an error."""
         try:
             chunk = os.read(fd, _READ_SIZE)
         except OSError as exc:
-            _log.warning("reading %s failed: %s", name, exc)
+            _log.warning("reading %s failed: %s", pipe.name, exc)
             chunk = b""
-        if not chunk:
-            rest = pending.pop(fd)
-            if rest:
-                self._emit(name, rest, ts)
-            return False
-        *lines, rest = (pending[fd] + chunk).split(b"\n")
-        for line in lines:
-            self._emit(name, line + b"\n", ts)
+        pipe.feed(chunk, ts, self._emit)
+        return bool(chunk)
+
+
+class _PipeLines:
+    """Lines out of one pipe's bytes: raw output of the pipe's own stream, and the task
+    runtime's records (log_frames), each stream with its own unfinished line. A record's line
+    carries the time the task wrote it; a raw line the time the reader saw it."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._undecoded = b""
+        self._partial: dict[str, bytes] = {}  # "raw" or a record's stream -> unfinished line
+
+    def feed(self, chunk: bytes, ts: float, emit: OnOutput) -> None:
+        """emit(stream, line, time) for each line `chunk` completes (at EOF, `chunk` empty:
+        all that is left)."""
+        if chunk and not self._undecoded and b"\x00" not in chunk:
+            # No NUL byte, so no record: plain output (a memchr, not a decode, per read).
+            self._lines("raw", self.name, chunk, ts, emit)
+            return
+        eof = not chunk
+        segments, self._undecoded = log_frames.decode(self._undecoded + chunk, eof)
+        for stream, data, when in segments:
+            if stream is None:
+                self._lines("raw", self.name, data, ts, emit)
+            else:
+                self._lines(stream, stream, data, when, emit)
+        if eof:
+            for key, rest in self._partial.items():
+                if rest:
+                    emit(self.name if key == "raw" else key, rest, ts)
+            self._partial.clear()
+
+    def _lines(self, key: str, stream: str, data: bytes, when: float, emit: OnOutput) -> None:
+        *whole, rest = (self._partial.get(key, b"") + data).split(b"\n")
+        for line in whole:
+            emit(stream, line + b"\n", when)
         while len(rest) >= _MAX_LINE:
-            self._emit(name, rest[:_MAX_LINE], ts)
+            emit(stream, rest[:_MAX_LINE], when)
             rest = rest[_MAX_LINE:]
-        pending[fd] = rest
-        return True
+        self._partial[key] = rest
 
 
 def StreamReader(name: str, fd: int, on_output: OnOutput | None,  # noqa: N802

@@ -30,6 +30,7 @@ _MAX_PACKET = 1 << 20
 _READY_TIMEOUT_S = 60.0  # importing the runtime on a loaded 2-core box; normally ~0.1 s
 _SPAWN_TIMEOUT_S = 30.0  # a fork answers in milliseconds; this only bounds a wedged zygote
 PAYLOAD_NAME = "payload.pkl"
+_RUN_PAYLOAD = "import sys; from iris.worker.task_runtime import main; sys.exit(main())"
 
 
 class ZygoteError(IrisError):
@@ -48,7 +49,9 @@ def subprocess_callable_spawner(python: str | Path, payload: bytes) -> Spawner:
 
     def spawn(spec: AttemptSpec, out_fd: int, err_fd: int, cg: AttemptCgroup | None) -> Leader:
         path = _write_payload(spec, payload)
-        argv = [str(python), "-m", "iris.worker.task_runtime", str(path)]
+        # Not `-m iris.worker.task_runtime`: `import iris` imports that module first, so
+        # runpy ran a second copy as __main__ and warned on every task's stderr.
+        argv = [str(python), "-c", _RUN_PAYLOAD, str(path)]
         return popen_spawner(argv)(spec, out_fd, err_fd, cg)
 
     return spawn

@@ -208,6 +208,17 @@ class Probe:
         return [version, float(weights["w"][0]), weights["w"].shape[0]]
     def via(self):
         return sub._box.via
+    def checksum(self):
+        return [sub.version, float(sub._box.weights["w"].astype(np.float64).sum())]
+    def die_at_chunk(self, k):
+        # SIGKILL this process when chunk k of a chained push arrives (mid-transfer)
+        hosted = ctx.node._actors[sub._rollouts].instance
+        chunk = hosted.chunk
+        async def chunk_or_die(tid, i, pieces):
+            if i == k:
+                os.kill(os.getpid(), 9)
+            return await chunk(tid, i, pieces)
+        hosted.chunk = chunk_or_die
     def segments(self):
         with open("/proc/self/maps") as maps:
             return sorted({line.split()[4] for line in maps if "memfd:iris-shm" in line})
@@ -332,64 +343,86 @@ def _get_outcome(sub):
 
 
 REMOTE_TRAINER = """
-import threading
+import os, threading
 import numpy as np
 import iris
 
 ctx = iris.connect()
-pub = iris.weights.Publisher("policy")
+pub = iris.weights.Publisher("policy", chunk_bytes=int(os.environ["CHUNK_BYTES"]))
 
 @iris.actor
 class Control:
     def publish(self, version):
-        pub.publish({"w": np.full(1 << 20, float(version), dtype=np.float32)})
+        pub.publish(weights(version))
         return sorted(pub.last_failures)
+
+def weights(version):  # 4 MiB, every element different: a misplaced chunk shows in the sum
+    return {"w": np.arange(1 << 20, dtype=np.float32) + float(version)}
 
 Control.serve("control")
 print("READY", flush=True)
 threading.Event().wait()
 """
+CHUNK_BYTES = 64 * 1024  # 64 chunks of the 4 MiB payload
+
+
+def expected_sum(version: int) -> float:
+    return float((np.arange(MiB, dtype=np.float32) + float(version)).astype(np.float64).sum())
 
 
 def start_remote_trainer(child_process, cluster):
     """A publisher that treats every subscriber as on another host (shared memory off)."""
     trainer = child_process(REMOTE_TRAINER, {"IRIS_ADDRESS": cluster.address,
-                                             "IRIS_SHM_MIN_BYTES": "0"})
+                                             "IRIS_SHM_MIN_BYTES": "0",
+                                             "CHUNK_BYTES": str(CHUNK_BYTES)})
     trainer.wait_ready()
     return iris.resolve("control", timeout=60)
 
 
-def test_publish_to_other_hosts_goes_through_a_tree_not_one_stream_each(cluster,
-                                                                        child_process,
-                                                                        wait_until):
-    control = start_remote_trainer(child_process, cluster)
-    probes = start_rollouts(child_process, cluster, 5)
-    wait_until(lambda: len(iris.resolve_all("policy.rollouts")) == 5, 60, "5 subscribers")
-    assert control.publish(1).result(120) == []
-    assert [p.get(0).result(60)[:2] for p in probes] == [[1, 1.0]] * 5
-    sources = [p.via().result(60) for p in probes]
-    assert sources.count(control.address) == 2  # FANOUT streams from the trainer, not 5
-    forwarders = {p.address for p in probes}
-    assert all(s in forwarders for s in sources if s != control.address)
-
-
-def test_dead_forwarder_fails_its_subtree_delivery_and_they_fetch_instead(
-        cluster, child_process, wait_until):
-    control = start_remote_trainer(child_process, cluster)
-    children = [child_process(ROLLOUT, {"IRIS_ADDRESS": cluster.address, "PROBE": f"p{i}"})
-                for i in range(4)]
+def start_socket_rollouts(child_process, cluster, count, wait_until):
+    """`count` rollouts with shared memory off (every hop on the socket path), in the
+    publisher's chain order: [(address, probe, child)]."""
+    children = [child_process(ROLLOUT, {"IRIS_ADDRESS": cluster.address, "PROBE": f"p{i}",
+                                        "IRIS_SHM_MIN_BYTES": "0"}) for i in range(count)]
     for child in children:
         child.wait_ready()
-    wait_until(lambda: len(iris.resolve_all("policy.rollouts")) == 4, 60, "4 subscribers")
-    order = [ref.address for ref in iris.resolve_all("policy.rollouts")]
-    probes = {iris.resolve(f"p{i}").address: (children[i], iris.resolve(f"p{i}"))
-              for i in range(4)}
-    head = order[0]  # heads the first part: it forwards to order[1]
-    probes[head][0].kill()
-    failures = control.publish(1).result(120)
-    assert head in failures and order[1] in failures and len(failures) == 2
-    for address in order[1:]:  # the one below the dead head too: get() fetches it
-        assert probes[address][1].get(0).result(60)[:2] == [1, 1.0]
+    wait_until(lambda: len(iris.resolve_all("policy.rollouts")) == count, 60,
+               f"{count} subscribers")
+    by_address = {iris.resolve(f"p{i}").address: (iris.resolve(f"p{i}"), children[i])
+                  for i in range(count)}
+    return [(ref.address, *by_address[ref.address])
+            for ref in iris.resolve_all("policy.rollouts")]
+
+
+def test_publish_to_other_hosts_goes_down_a_chain_in_chunks(cluster, child_process,
+                                                            wait_until):
+    control = start_remote_trainer(child_process, cluster)
+    chain = start_socket_rollouts(child_process, cluster, 4, wait_until)
+    assert control.publish(1).result(120) == []
+    for _, probe, _ in chain:  # held from the push (no fetch), every chunk in its place
+        assert probe.checksum().result(60) == [1, expected_sum(1)]
+    sources = [probe.via().result(60) for _, probe, _ in chain]
+    # One stream from the trainer; each of the others from the one before it.
+    assert sources == [control.address] + [address for address, _, _ in chain[:-1]]
+    assert control.publish(2).result(120) == []  # the next version the same way
+    assert [p.checksum().result(60) for _, p, _ in chain] == [[2, expected_sum(2)]] * 4
+
+
+def test_middle_receiver_killed_mid_transfer_fails_only_itself(cluster, child_process,
+                                                               wait_until):
+    control = start_remote_trainer(child_process, cluster)
+    chain = start_socket_rollouts(child_process, cluster, 4, wait_until)
+    victim, victim_probe, victim_child = chain[1]
+    victim_probe.die_at_chunk(5).result(60)  # kill -9 of itself, 5 chunks in
+    assert control.publish(1).result(120) == [victim]
+    assert victim_child.proc.wait(30) == -signal.SIGKILL
+    alive = [c for c in chain if c[0] != victim]
+    for _, probe, _ in alive:  # from the push, not a fetch: re-attached below the victim
+        assert probe.checksum().result(60) == [1, expected_sum(1)]
+    assert alive[1][1].via().result(60) == chain[0][0]  # its parent's parent took it on
+    # Until its registration lapses the dead one is still listed: it fails alone again.
+    assert control.publish(2).result(120) in ([], [victim])
+    assert [p.checksum().result(60) for _, p, _ in alive] == [[2, expected_sum(2)]] * 3
 
 
 def test_group_broadcast_of_big_arrays_is_copied_once_for_every_member_on_the_host(
@@ -405,3 +438,45 @@ def test_group_broadcast_of_big_arrays_is_copied_once_for_every_member_on_the_ho
     for fut in futs:
         assert fut.result(60)["w"][:3] == ["float32", [2 * MiB], float(weights["w"].sum())]
     assert len(memfds()) == 1  # one segment for the three of them
+
+
+@pytest.mark.parametrize("kwargs", [{"size_hint": -1}, {"size_hint": 1.5},
+                                    {"chunk_bytes": 0}, {"chunk_bytes": True}])
+def test_publisher_refuses_a_bad_size_hint_or_chunk_size_naming_it(cluster, kwargs):
+    (name,) = kwargs
+    with pytest.raises(ValueError, match=name):
+        iris.weights.Publisher("policy", **kwargs)
+    assert iris.resolve_all("policy").refs == []  # nothing served
+
+
+def test_shared_memory_is_shared_only_within_one_boot_and_pid_namespace():
+    from iris.actors import shm
+
+    assert shm.can_share(("boot-a", 4026531836), ("boot-a", 4026531836))
+    assert not shm.can_share(("boot-a", 4026531836), ("boot-a", 4026532999))  # container
+    assert not shm.can_share(("boot-a", 4026531836), ("boot-b", 4026531836))  # other host
+    assert not shm.can_share(("", 0), ("", 0))  # unknown is never "the same"
+
+
+IN_OWN_PID_NAMESPACE = """
+import os, sys
+# unshare: a new PID namespace (this process's child is its pid 1), same network namespace,
+# so loopback reaches it: a container with host networking.
+os.execvp("unshare", ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c",
+                      os.environ["INNER"]])
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="unshare --pid needs root here")
+def test_actor_in_another_pid_namespace_gets_and_returns_big_arrays_through_the_socket(
+        cluster, child_process):
+    child = child_process(IN_OWN_PID_NAMESPACE, {"IRIS_ADDRESS": cluster.address,
+                                                 "SVC_NAME": "boxed", "INNER": SERVE})
+    _, pid = child.wait_ready().split()
+    assert pid == "1"  # really in a PID namespace of its own
+    ref = iris.resolve("boxed", timeout=60)
+    array = np.arange(2 * MiB, dtype=np.float32)
+    for _ in range(2):  # the first refused shared memory and went again; the second knew
+        back = ref.echo(array).result(60)
+        assert back.dtype == np.float32 and np.array_equal(back, array)
+        assert ref.backing(array).result(60) != "shared"

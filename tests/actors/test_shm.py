@@ -61,3 +61,32 @@ def test_small_frames_stay_in_the_message():
     pool = shm.Pool(keep_bytes=MiB)
     frames = frames_with(np.zeros(1000, dtype=np.uint8))
     assert pool.spill(frames, MiB) == (frames, None)
+
+
+def resident_bytes(segment: shm.Segment) -> int:
+    import os
+
+    return os.fstat(segment.fd).st_blocks * 512  # a memfd's pages allocated so far
+
+
+def test_warmed_segment_is_faulted_in_before_the_first_send_and_used_by_it():
+    pool = shm.Pool(keep_bytes=64 * MiB)
+    pool.warm(8 * MiB, count=1).join(60)
+    (warm,) = pool._free
+    assert resident_bytes(warm) >= 8 * MiB  # populated: the send copies, no page faults
+    fresh = shm.Segment(8 * MiB)
+    assert resident_bytes(fresh) < MiB  # what a send without warm() starts from
+    fresh.close()
+    frames, seg = pool.spill(frames_with(np.full(8 * MiB, 7, dtype=np.uint8)), MiB)
+    assert seg is warm and shm.resolve(frames[1:])[0][-1] == 7
+    pool.sweep(now=1e6)  # unused for days still counts as warm until first used: kept
+    pool.close()
+
+
+def test_send_arriving_while_its_segment_is_warming_waits_for_it():
+    pool = shm.Pool(keep_bytes=64 * MiB)
+    thread = pool.warm(16 * MiB, count=1)
+    _, seg = pool.spill(frames_with(np.ones(16 * MiB, dtype=np.uint8)), MiB)
+    thread.join(60)
+    assert resident_bytes(seg) >= 16 * MiB and pool._free == []  # that one, not a second
+    pool.close()

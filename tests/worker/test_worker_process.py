@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -12,6 +13,7 @@ from iris.worker.process import AttemptStartError
 from iris.worker.records import AttemptRecord, is_alive
 
 PYTHON = sys.executable
+ROOT = str(Path(__file__).resolve().parents[2])
 WAIT_S = 60.0  # generous: six agents share two cores
 
 PREEMPTIBLE_TASK = textwrap.dedent("""
@@ -162,3 +164,15 @@ def test_attempt_stdout_and_stderr_reach_callback_in_the_order_written(attempts,
     want = [(s, f"{'out' if s == 'stdout' else 'err'} {i}")
             for i in range(20) for s in ("stdout", "stderr")]
     assert got == want
+
+
+def test_python_command_that_tags_its_output_keeps_back_to_back_lines_in_order(attempts,
+                                                                              lines):
+    script = ("import sys\nfrom iris.worker.task_runtime import tag_output\n"
+              "assert tag_output()\n"
+              "for i in range(500):\n    print('out', i)\n    print('err', i, file=sys.stderr)\n")
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": ROOT}
+    assert attempts([PYTHON, "-c", script], lines, env=env).wait(WAIT_S).ok, lines.items[-3:]
+    got = [(stream, line.decode().rstrip("\n")) for stream, line in lines.items]
+    assert got == [(s, f"{'out' if s == 'stdout' else 'err'} {i}")
+                   for i in range(500) for s in ("stdout", "stderr")]

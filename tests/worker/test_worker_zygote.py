@@ -156,3 +156,29 @@ def test_bench_starts_quick_prints_json():
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["runs"] == 2 and result["start_zygote_median_ms"] > 0
+
+
+def alternate_streams(n):
+    import subprocess
+
+    for i in range(n):
+        print(f"out {i}")  # no flush: the runtime's line buffering must keep the order
+        print(f"err {i}", file=sys.stderr)
+    sys.stdout.write("tail without newline")
+    # A child writing to the same fds directly (not through the runtime) still comes out.
+    subprocess.run([sys.executable, "-c", "import os; os.write(1, b'raw child\\n')"],
+                   check=True)
+
+
+@pytest.mark.parametrize("path", ["zygote", "subprocess"])
+def test_callable_stdout_and_stderr_reach_worker_in_written_order(path, zygote, launch,
+                                                                  lines):
+    payload = _payload(alternate_streams, 1000)
+    spawner = (zygote.spawner(payload) if path == "zygote"
+               else subprocess_callable_spawner(sys.executable, payload))
+    proc = launch(spawner, lines)
+    assert proc.wait(WAIT_S).ok, lines.items[-5:]
+    got = [(stream, line.decode()) for stream, line in lines.items]
+    want = [(s, f"{'out' if s == 'stdout' else 'err'} {i}\n") for i in range(1000) for s in ("stdout", "stderr")]
+    assert got[:2000] == want
+    assert sorted(got[2000:]) == [("stdout", "raw child\n"), ("stdout", "tail without newline")]
