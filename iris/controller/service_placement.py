@@ -10,12 +10,12 @@ from iris.base.errors import (
     InvalidRequestError,
 )
 from iris.base.ids import new_id
-from iris.controller import scheduler_view
+from iris.controller import queue_view, scheduler_view
 from iris.controller.jobs import events as ev
 from iris.controller.regions import demand
 from iris.controller.scheduling.reasons import ReasonCode
 from iris.controller.scheduling.scheduler import schedule
-from iris.controller.turns import now_mono, turn
+from iris.controller.turns import now_mono, now_wall, turn
 
 _log = logging.getLogger(__name__)
 # Region inventories are pushed at most this often (and before any gang round).
@@ -38,6 +38,7 @@ class Placement:
                                      "restart") for w in sorted(self._unclaimed)]
             self._unclaimed.clear()
         self._run_many(events, schedule=True)
+        self._figures_tick(now_wall(self))
         self._sync_regions()  # what changed since the last push, at most every SYNC_EVERY_S
 
     def _sync_regions(self, force: bool = False) -> None:
@@ -79,6 +80,7 @@ class Placement:
             self.pending_reasons.setdefault(job_id, reason.to_dict())
             if reason.code in (ReasonCode.NO_CAPACITY, ReasonCode.SCALING_UP):
                 unplaced[job_id] = unplaced.get(job_id, 0) + 1
+        self.pending_reasons = queue_view.annotate(self.pending_reasons, self.state, hosts)
         if self.region_groups and unplaced:
             self.unmet = demand.plan_growth(
                 [(self.state.jobs[j].spec, n) for j, n in unplaced.items()],
