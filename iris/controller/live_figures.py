@@ -161,7 +161,7 @@ def summary(state: FiguresState, now: float) -> dict:
         "fragmented_chips": last[2] if last else None,
         "queue": queue_times(state, now),
         "preemptions": dict(state.preemptions),
-        "wasted_chip_hours": round(state.wasted_chip_s / 3600.0, 4),
+        "wasted_chip_hours": round(state.wasted_chip_s / 3600.0, 6),
     }
 
 

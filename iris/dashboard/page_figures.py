@@ -8,6 +8,7 @@ preemptions and wasted chip-hours since the controller started, and fragmentatio
 
 FIGURES_JS = r"""
 let figuresHours=1;
+function chipHours(x){x=Number(x||0);return x===0||x>=0.01?x.toFixed(2):x.toPrecision(2);}
 function pct(x){return x==null?"—":(100*x).toFixed(0)+" %";}
 function utilChart(p,i,hours){const pts=p.points,W=360,H=70;
  const t1=Date.now()/1000,t0=t1-hours*3600,maxUp=Math.max(1,...pts.map(q=>q[2]));
@@ -27,7 +28,7 @@ async function figuresPage(){
   <span class="muted">a point every ${esc(d.every_s)} s, kept for 24 h; counters since the controller started</span></p>`;
  const cards=`<div id="charts"><div class="chart" id="fig-preemptions"><div class="muted">Preemptions</div>
    <div class="v">${(pre.evicted||0)+(pre.machine_lost||0)}</div><div class="muted" style="font-size:12px">evicted ${pre.evicted||0} · machine lost ${pre.machine_lost||0}</div></div>
-  <div class="chart" id="fig-wasted"><div class="muted">Wasted accelerator-hours</div><div class="v">${Number(d.wasted_chip_hours||0).toFixed(2)}</div>
+  <div class="chart" id="fig-wasted"><div class="muted">Wasted accelerator-hours</div><div class="v">${chipHours(d.wasted_chip_hours)}</div>
    <div class="muted" style="font-size:12px">chip-hours of preempted runs (upper bound)</div></div>
   <div class="chart" id="fig-fragmentation"><div class="muted">Fragmented chips</div><div class="v" id="fragmented-chips">${d.fragmented_chips==null?"—":d.fragmented_chips}</div>
    <div class="muted" style="font-size:12px">free chips no waiting gang can use</div>${spark(s.fragmented_chips.map(r=>({at:r[0],v:r[1]})),"v")}</div></div>`;
