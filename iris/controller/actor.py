@@ -31,6 +31,7 @@ from iris.controller.gangs.coordinator import (
 from iris.controller.gangs.runner import GangRunner
 from iris.controller.gangs.tracking import PlaceRound, ReleaseRound, SyncRegion
 from iris.controller.jobs.model import TERMINAL_JOB
+from iris.controller.live_figures import series
 from iris.controller.preemption_notices import apply_notice
 from iris.controller.regions.region import Region
 from iris.controller.service import ControllerConfig, ControllerService
@@ -41,6 +42,9 @@ _log = logging.getLogger(__name__)
 # Dashboards see live state at most this old; rebuilding it walks every job (~2 ms at
 # 10,000 jobs), so not on every 50 ms tick.
 _SNAPSHOT_EVERY_S = 0.5
+# Windows of the live figures a page may ask for: a chart of the last hour, of a shift, of
+# the whole day the ring holds.
+FIGURE_WINDOWS_H = (1.0, 6.0, 24.0)
 # Finished jobs are pruned from the database about once an hour.
 _PRUNE_EVERY_S = 3600.0
 
@@ -64,6 +68,8 @@ class Controller:
         self._last_prune = node.clock.monotonic()
         self._snapshot: dict = {}  # replaced whole, never mutated; read by `snapshot()`
         self._snapshot_at = 0.0
+        self._figure_series: dict = {}  # hours -> live_figures.series, replaced whole
+        self._figures_at = float("-inf")
         # One Region actor per region the workers name, served by this node; the runner
         # drives the two-phase gang coordinator against them on this actor's own turn (the
         # regions' replies come back as messages in its mailbox). Three tries (about 3.5 s
@@ -316,6 +322,15 @@ class Controller:
         """
         return self._snapshot
 
+    async def figures(self, hours: float = 24.0) -> dict:
+        """The live figures (live_figures.py): now's summary and the series of the last
+        `hours` (1, 6 or 24). Built on the tick when a sample lands, returned from the loop."""
+        if hours not in FIGURE_WINDOWS_H:
+            raise InvalidRequestError(f"hours: expected one of 1, 6 or 24, got {hours!r}",
+                                      "hours")
+        return {**self._snapshot.get("figures", {}),
+                "series": self._figure_series.get(hours, {})}
+
     def state_dir(self) -> str:
         return str(self._svc.config.state_dir)
 
@@ -328,6 +343,10 @@ class Controller:
             self._svc.set_region_reports(dict(self._region_stats))
             self._snapshot = {**self._svc.snapshot(),
                               "gang_reservations": _sum_stats(self._region_stats.values())}
+            if self._svc.figures.last_sample != self._figures_at:  # a new point: every 10 s
+                self._figures_at = self._svc.figures.last_sample
+                self._figure_series = {h: series(self._svc.figures, self._snapshot["at"], h)
+                                       for h in FIGURE_WINDOWS_H}
             self._ask_region_stats()
         if now - self._last_prune > _PRUNE_EVERY_S:
             self._last_prune = now

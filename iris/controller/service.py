@@ -24,7 +24,7 @@ from iris.base.errors import (
 )
 from iris.base.histogram import Histogram
 from iris.base.resources import Resources
-from iris.controller import scheduler_view, stops
+from iris.controller import live_figures, scheduler_view, stops
 from iris.controller.bundle_store import BundleStore
 from iris.controller.gangs.tracking import GangTracker, PlaceRound
 from iris.controller.jobs import event_log, kernel
@@ -36,6 +36,7 @@ from iris.controller.launch import RESTORE_ATTEMPT_STRIDE, start_body
 from iris.controller.regions.capacity import Offer, fits_checker
 from iris.controller.regions.region import RegionScaling
 from iris.controller.service_budgets import BudgetRequests
+from iris.controller.service_figures import FiguresFeed
 from iris.controller.service_placement import SYNC_EVERY_S, Placement
 from iris.controller.service_regions import RegionRequests
 from iris.controller.service_requests import JobRequests
@@ -97,7 +98,7 @@ class Command:
 
 
 class ControllerService(JobRequests, WorkerRequests, Placement, RegionRequests,
-                        BudgetRequests):
+                        BudgetRequests, FiguresFeed):
     """The controller's state and its one path of change (`_run_many`); its requests live in
     the mixins named above, one concern each."""
 
@@ -134,6 +135,9 @@ class ControllerService(JobRequests, WorkerRequests, Placement, RegionRequests,
         # half (rounds in flight, hosts held, what each region's ledger should own).
         self.gangs = GangTracker()
         self.pass_seconds = Histogram()
+        # The day-trace figures for this cluster (live_figures.py), fed after each commit
+        # and on the tick.
+        self.figures = live_figures.FiguresState()
         # Autoscaled regions: their groups, their last reports, the demand routed to them.
         self.region_groups = {r.region: list(r.groups) for r in config.autoscale}
         self.region_reports: dict[str, dict] = {}
@@ -177,6 +181,7 @@ class ControllerService(JobRequests, WorkerRequests, Placement, RegionRequests,
         if not effects:
             return effects
         self._commit([e for e in effects if isinstance(e, ev.Persist)], log)
+        self._figures_observe(effects)
         for effect in effects:
             self._act(effect)
         return effects

@@ -8,7 +8,7 @@ import logging
 
 from iris.base.errors import InvalidRequestError, StorageError
 from iris.base.ids import new_id
-from iris.controller import colocate, scheduler_view
+from iris.controller import colocate, queue_view, scheduler_view
 from iris.controller.jobs import event_log
 from iris.controller.jobs import events as ev
 from iris.controller.jobs.model import ACTIVE_ATTEMPT, TERMINAL_JOB
@@ -40,6 +40,7 @@ class Placement:
                 self._forget_stops(worker_id)
             self._unclaimed.clear()
         self._run_many(events, schedule=True)
+        self._figures_tick(now_wall(self))
         self._sync_regions()  # what changed since the last push, at most every SYNC_EVERY_S
 
     def _sync_regions(self, force: bool = False) -> None:
@@ -90,6 +91,7 @@ class Placement:
                     self.pending_reasons[job_id] = demand.hold_existing(reason.to_dict())
                     continue
                 unplaced[job_id] = unplaced.get(job_id, 0) + 1
+        self.pending_reasons = queue_view.annotate(self.pending_reasons, self.state, hosts)
         if self.region_groups and unplaced:
             self.unmet = demand.plan_growth(
                 [(self.state.jobs[j].spec, n) for j, n in unplaced.items()],

@@ -11,7 +11,7 @@ from iris.base.errors import (
     NotFoundError,
 )
 from iris.base.ids import new_id
-from iris.controller import scheduler_view
+from iris.controller import live_figures, scheduler_view
 from iris.controller.jobs import events as ev
 from iris.controller.jobs import views
 from iris.controller.jobs.spec import validate_submit
@@ -114,6 +114,7 @@ class JobRequests:
             "capacity": [rep["capacity"] for _, rep in sorted(self.region_reports.items())
                          if "capacity" in rep],
             "unmet": {r: dict(g) for r, g in self.unmet.items()},
+            "figures": live_figures.summary(self.figures, now_wall(self)),
         }
 
     def _log_shipping(self) -> dict:

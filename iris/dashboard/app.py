@@ -10,6 +10,7 @@ plus a JSON API the page (and anything else, e.g. the CLI) reads:
     POST /api/job/kill  {"job_id": "/alice/train"}
     GET  /api/workers   /api/capacity   /api/actors?prefix=/   /api/scheduler   /api/history
     GET  /api/usage     (accelerator-hours per user over 7 days; budgets: `iris user budget`)
+    GET  /api/figures?hours=24   (utilization, queue time by band, preemptions, fragmentation)
     GET  /metrics
 
 Times in the API are wall-clock epoch seconds (log lines also carry ISO-8601 `time`).
@@ -71,6 +72,7 @@ def build_app(backend: Backend, token: str | None,
     app.router.add_get("/api/scheduler", _simple("scheduler"))
     app.router.add_get("/api/usage", _simple("usage"))
     app.router.add_get("/api/actors", _actors)
+    app.router.add_get("/api/figures", _figures)
     app.router.add_get("/metrics", _metrics)
     return app
 
@@ -178,6 +180,15 @@ async def _actors(request: web.Request) -> web.Response:
     if not prefix.startswith("/"):
         raise InvalidRequestError(f"prefix: must start with '/', got {prefix!r}", "prefix")
     return web.json_response(await request.app[_BACKEND].actors(prefix))
+
+
+async def _figures(request: web.Request) -> web.Response:
+    raw = request.query.get("hours", "24")
+    try:
+        hours = float(raw)
+    except ValueError:
+        raise InvalidRequestError(f"hours: expected 1, 6 or 24, got {raw!r}", "hours") from None
+    return web.json_response(await request.app[_BACKEND].figures(hours))
 
 
 def _simple(name: str) -> Handler:

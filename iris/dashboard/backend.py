@@ -162,6 +162,12 @@ class Backend:
         now = self.node.clock.wall()
         return self.history.view(now, current=snap)
 
+    async def figures(self, hours: float) -> dict:
+        """The live figures (utilization by accelerator and region over time, queue time by
+        band, preemptions and wasted chip-hours, fragmentation): the controller's `figures`,
+        built on its tick and answered from its loop."""
+        return await self._call(CONTROLLER_KEY, "figures", hours)
+
     async def kill(self, job_id: str) -> dict:
         await self._db(lambda r: r.job(job_id))  # NotFoundError before anything changes
         return await self._call(CONTROLLER_KEY, "kill", job_id, "killed from the dashboard")

@@ -59,6 +59,7 @@ def render(snapshot: Mapping[str, Any], task_states: Mapping[str, int],
     _calls(out, node_stats, call_outcomes, call_latency, served_latency)
     _shipping(out, snapshot.get("log_shipping") or {})
     _capacity(out, snapshot.get("capacity"))
+    _figures(out, snapshot.get("figures"))
     return "\n".join(out) + "\n"
 
 
@@ -131,6 +132,48 @@ def _capacity(out: list[str], regions: list[Mapping[str, Any]] | None) -> None:
     _family(out, "iris_zone_backoff_seconds", "gauge",
             "Seconds until the autoscaler tries a zone again after a stock-out or error; "
             "zones not backing off have no sample.", backoff)
+
+
+def _figures(out: list[str], figures: Mapping[str, Any] | None) -> None:
+    """The live figures (controller/live_figures.py); no samples before the first point."""
+    f = figures or {}
+    pools = f.get("pools") or ()
+    _family(out, "iris_pool_units", "gauge",
+            "Units up and busy per accelerator type and region at the last sample (every "
+            "10 s): chips on accelerator hosts, cores on CPU-only hosts (accelerator=cpu).",
+            [({"accelerator": p["accelerator"], "region": p["region"], "state": k}, p[k])
+             for p in pools for k in ("busy", "up")])
+    _family(out, "iris_pool_utilization_ratio", "gauge",
+            "Units busy / units up per accelerator type and region at the last sample.",
+            [({"accelerator": p["accelerator"], "region": p["region"]}, p["utilization"])
+             for p in pools if p.get("utilization") is not None])
+    queue = f.get("queue") or {}
+    out.append("# HELP iris_queue_time_seconds Time tasks waited from pending to assigned, "
+               "by priority band, over the last 24 h (p50 and p90).")
+    out.append("# TYPE iris_queue_time_seconds summary")
+    for band, q in queue.items():
+        for quantile, key in (("0.5", "p50_s"), ("0.9", "p90_s")):
+            if q.get(key) is not None:
+                out.append(f'iris_queue_time_seconds{{band="{_escape(band)}",'
+                           f'quantile="{quantile}"}} {_number(q[key])}')
+        out.append(f'iris_queue_time_seconds_sum{{band="{_escape(band)}"}} '
+                   f'{_number(q.get("sum_s", 0.0))}')
+        out.append(f'iris_queue_time_seconds_count{{band="{_escape(band)}"}} '
+                   f'{_number(q.get("count", 0))}')
+    _family(out, "iris_preemptions_total", "counter",
+            "Attempts preempted since the controller started, by cause: evicted (a higher "
+            "band or the cloud's notice), machine_lost (its worker or slice went away).",
+            [({"cause": c}, n) for c, n in sorted((f.get("preemptions") or {}).items())])
+    _family(out, "iris_wasted_chip_hours_total", "counter",
+            "Accelerator chip-hours of work lost by preempted attempts (and gang members "
+            "restarted with them) since the controller started: chips x the attempt's run, "
+            "an upper bound, as Iris is not told when a job checkpointed.",
+            [({}, f["wasted_chip_hours"])] if "wasted_chip_hours" in f else [])
+    _family(out, "iris_fragmented_chips", "gauge",
+            "Free accelerator chips no waiting multi-host gang can use (on partly busy "
+            "slices, or of a type no waiting gang asks for) at the last sample; 0 when no "
+            "gang waits.",
+            [({}, f["fragmented_chips"])] if f.get("fragmented_chips") is not None else [])
 
 
 def _histogram(out: list[str], name: str, help_text: str, data: Mapping | None,

@@ -3,10 +3,11 @@ what the JSON API returns. Kept in a Python string so it ships inside the wheel 
 package-data configuration and no build step.
 
 Routes are URL fragments (#/jobs, #/job/<id>, #/workers, #/capacity, #/actors, #/scheduler,
-#/usage); the visible page refreshes every 2 s. A `?token=T` in the address is moved to sessionStorage
+#/usage, #/figures); the visible page refreshes every 2 s. A `?token=T` in the address is moved to sessionStorage
 and sent as a Bearer header, so it does not linger in the address bar or in history.
 """
 
+from iris.dashboard.page_figures import FIGURES_JS
 from iris.dashboard.page_job import JOB_JS
 
 PAGE_HTML = r"""<!doctype html>
@@ -42,7 +43,7 @@ pre#log-tail{white-space:pre-wrap;word-break:break-all;min-height:60px}
 </style></head><body>
 <nav><a id="nav-jobs" href="#/jobs">Jobs</a><a id="nav-workers" href="#/workers">Workers</a>
 <a id="nav-scheduler" href="#/scheduler">Scheduler</a><a id="nav-capacity" href="#/capacity">Capacity</a>
-<a id="nav-actors" href="#/actors">Actors</a><a id="nav-usage" href="#/usage">Usage</a><a href="/metrics">Metrics</a></nav>
+<a id="nav-actors" href="#/actors">Actors</a><a id="nav-usage" href="#/usage">Usage</a><a id="nav-figures" href="#/figures">Figures</a><a href="/metrics">Metrics</a></nav>
 <main><div id="error"></div><div id="controls"></div><div id="content">loading…</div></main>
 <script>
 "use strict";
@@ -181,12 +182,13 @@ async function refresh(){
  try{
   if(route.startsWith("/job/"))await jobPage(decodeURIComponent(route.slice(5)));
   else await ({"/workers":workersPage,"/scheduler":schedulerPage,"/capacity":capacityPage,
-   "/actors":actorsPage,"/usage":usagePage}[route]||jobsPage)();
+   "/actors":actorsPage,"/usage":usagePage,"/figures":figuresPage}[route]||jobsPage)();
   $("error").textContent="";document.title="Iris · "+(nav||"jobs");
  }catch(e){$("error").textContent=e.message;}
 }
 /*JOB_JS*/
+/*FIGURES_JS*/
 window.addEventListener("hashchange",refresh);
 refresh();setInterval(()=>{if(!document.hidden)refresh();},2000);
 </script></body></html>
-""".replace("/*JOB_JS*/", JOB_JS)
+""".replace("/*JOB_JS*/", JOB_JS).replace("/*FIGURES_JS*/", FIGURES_JS)

@@ -55,3 +55,16 @@ def test_held_back_names_every_region_that_could_grow_but_holds_back():
     assert held_back(job, GROUPS, blocked) == {"eu-west": "zone eu-west-a stocked out",
                                                "us-east": "at max_slices 4"}
     assert held_back(job, GROUPS, {"eu-west": blocked["eu-west"]}) == {}  # us-east can grow
+
+
+def test_route_family_work_skips_a_held_group_for_one_that_can_grow():
+    """Single-host v5e work goes to the best group of the family that is not holding back
+    (with the family itself unblocked in a region, its held v5e-4 group must not take the
+    demand, or nothing grows)."""
+    small = ScaleGroupConfig("v5e-4", "us-east", "tpu", "v5litepod-4", 1, 4, ("us-east-a",),
+                             max_slices=8, priority=1)
+    groups = {"us-east": [small, _tpu("us-east")]}
+    job = spec("s", resources={"tpu": "v5litepod-4"}, replicas=2)
+    assert route([(job, 2)], groups, {}) == {"us-east": {"v5e-4": 2}}
+    held = {"us-east": {"v5litepod-4": "group v5e-4: zone us-east-a stocked out"}}
+    assert route([(job, 2)], groups, held) == {"us-east": {"v5e-16": 1}}

@@ -361,3 +361,21 @@ def test_schedule_eviction_over_passes_ends_with_the_gang_asking_for_the_slice()
     # Then they are gone and the gang asks for the freed slice.
     third = schedule(tpu_slice("s1"), gang)
     assert [g.gang_id for g in third.gang_requests] == ["big-g"]
+
+
+def test_schedule_single_host_tpu_task_breaks_the_smallest_idle_slice_not_a_gangs():
+    """A v5litepod-4 task packs onto any v5litepod host. With only idle slices left it takes
+    a host of the smallest one (a 1-host slice), so a v5litepod-16 slice stays whole for
+    the gang waiting behind it. Before: it took the first idle host in fleet order, a host
+    of the 4-host slice, and the gang found no whole slice (bench.daytrace default day:
+    87.4% -> 88.5% of the upper bound with the routing fix, bench/RESULTS.md)."""
+    single = HostView("one-h0", "r1", "r1-b", Demand(32, 128 * GB, 4), slice_id="one",
+                      accelerator="v5litepod-4", accelerator_variant="v5litepod",
+                      preemptible=True)
+    hosts = [*tpu_slice("big"), single]  # the big slice comes first in fleet order
+    pending = [task("solo", "solo", band=Band.INTERACTIVE, res=V5E_4),
+               *gang_tasks("gang")]
+    plan = schedule(hosts, pending)
+    assert placed(plan) == {"solo": "one-h0"}
+    assert [r.gang_id for r in plan.gang_requests] == ["gang-g"]
+    assert set(plan.gang_requests[0].hosts) == {f"big-h{j}" for j in range(4)}

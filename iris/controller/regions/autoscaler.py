@@ -161,16 +161,26 @@ class Autoscaler:
         to the first region not blocked: reporting a hold only while this region is asked
         made the demand flap back as soon as it moved away (the asking region saw no hold
         once unasked), so it never reached a third region. bench.daytrace, default day:
-        useful chip-hours 48% -> 86% of the upper bound (bench/RESULTS.md)."""
+        useful chip-hours 48% -> 86% of the upper bound (bench/RESULTS.md).
+
+        A name several groups go by (the TPU family single-host tasks pack onto, e.g.
+        "v5litepod" for the v5e-4, v5e-16, v5e-64 groups) is blocked only while EVERY one of
+        them holds back: a stocked-out v5e-64 group once blocked "v5litepod" for the whole
+        region, so single-host TPU work, which a v5e-4 group would have grown for, was
+        routed nowhere (bench.daytrace: 22 of 34 idle quota chips, mean over the day)."""
         out: dict[str, list[str]] = {}
+        carriers: dict[str, int] = {}
         for name, g in self._groups.items():
+            keys = accelerator_keys(g)
+            for key in keys:
+                carriers[key] = carriers.get(key, 0) + 1
             hold = self._held.get(name) or self._standing_hold(g, now)
             if hold is None:
                 continue
             text = self._hold_text(g, hold, now)
-            for key in accelerator_keys(g):
+            for key in keys:
                 out.setdefault(key, []).append(f"group {name}: {text}")
-        return {k: "; ".join(v) for k, v in out.items()}
+        return {k: "; ".join(v) for k, v in out.items() if len(v) == carriers[k]}
 
     def _hold_text(self, g: ScaleGroupConfig, hold: str, now: float) -> str:
         if hold == "cooldown":

@@ -112,6 +112,9 @@ def _region_for(spec: JobSpec, groups: Mapping[str, Sequence[ScaleGroupConfig]],
         for g in region_groups:
             if accel not in accelerator_keys(g) or not _fits_host(spec, g):
                 continue
+            if g.accelerator_variant != accel and g.accelerator_variant in blocked.get(
+                    region, {}):
+                continue  # family demand (single-host TPU): not to a group that holds back
             if not any(matches_all(where, {"region": region, "zone": z}) for z in g.zones):
                 continue
             options.append((-g.priority, region, g.name))

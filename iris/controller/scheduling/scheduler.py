@@ -249,7 +249,8 @@ class _Pass:
             busy_slices = {f.hosts[i].slice_id for i in f.pools.get(pool, ())
                            if not f.idle[i] and f.hosts[i].slice_id is not None}
             order = sorted(f.pools.get(pool, ()), key=lambda i: (
-                f.hosts[i].slice_id not in busy_slices, f.free_chips[i], f.free_cpu[i], i))
+                f.hosts[i].slice_id not in busy_slices, _slice_size(f, i), f.free_chips[i],
+                f.free_cpu[i], i))
             self.pool_order[pool] = order
         return order
 
@@ -478,6 +479,12 @@ class _Pass:
         if result.code is ReasonCode.NO_CAPACITY:
             result = self._scaling(shape.accelerator or "cpu") or result
         return result
+
+
+def _slice_size(f: Fleet, i: int) -> int:
+    """Hosts in host i's slice (1 outside any slice)."""
+    slice_id = f.hosts[i].slice_id
+    return len(f.slices.get(slice_id, ())) if slice_id is not None else 1
 
 
 def _holds(capacity: Demand, need: Demand) -> bool:
