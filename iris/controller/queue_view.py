@@ -8,7 +8,7 @@ the dashboard all read "2nd in batch for v5litepod-16; ahead: /alice/train (64 c
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from iris.base.errors import InvalidRequestError
 from iris.base.resources import Resources
@@ -18,12 +18,14 @@ from iris.controller.scheduling.model import Band, Demand, HostView, per_host_de
 
 
 def annotate(pending_reasons: Mapping[str, dict], state: KernelState,
-             hosts: Sequence[HostView]) -> dict[str, dict]:
-    """`pending_reasons` (job id -> reason dict) with places in line added where they apply."""
+             hosts: Sequence[HostView], demoted: Collection[str] = ()) -> dict[str, dict]:
+    """`pending_reasons` (job id -> reason dict) with places in line added where they apply.
+    `demoted`: users over budget, whose work waits in the batch line whatever it asked."""
     out = dict(pending_reasons)
     if not any(r.get("code") in reasons.WAITS_IN_LINE for r in out.values()):
         return out
-    spots = queue.positions(waiting_jobs(state), running_usage(hosts), fleet_total(hosts))
+    spots = queue.positions(waiting_jobs(state, demoted), running_usage(hosts),
+                            fleet_total(hosts))
     for job_id, reason in pending_reasons.items():
         spot = spots.get(job_id)
         if spot is None or reason.get("code") not in reasons.WAITS_IN_LINE:
@@ -34,7 +36,7 @@ def annotate(pending_reasons: Mapping[str, dict], state: KernelState,
     return out
 
 
-def waiting_jobs(state: KernelState) -> list[queue.Waiting]:
+def waiting_jobs(state: KernelState, demoted: Collection[str] = ()) -> list[queue.Waiting]:
     counts: dict[str, int] = {}
     for job_id, _ in state.pending:
         counts[job_id] = counts.get(job_id, 0) + 1
@@ -45,7 +47,7 @@ def waiting_jobs(state: KernelState) -> list[queue.Waiting]:
         need = per_host_demand(res)
         total = Demand(need.cpu * n, need.memory * n, need.chips * n)
         try:
-            band = Band.parse(job.spec.priority)
+            band = Band.BATCH if job.spec.user in demoted else Band.parse(job.spec.priority)
         except InvalidRequestError:  # a bad stored spec shows no place in line, no more
             continue
         out.append(queue.Waiting(job_id, job.spec.user, band, _pool(res), total,

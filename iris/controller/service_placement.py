@@ -76,10 +76,11 @@ class Placement:
         hosts = scheduler_view.host_views(self.state, self.workers.workers.values(),
                                           self.stopping,
                                           held=self.gangs.held_hosts() | set(self.draining))
+        demoted = self.over_budget()
         started = self.clock.monotonic()  # a measured duration, not a decision
         plan = schedule(hosts, demands, reserving_gangs=set(self.gangs.reserving),
                         scaling_up=demand.scaling_up(self.region_reports),
-                        config=SchedulerConfig(demoted=self.over_budget()))
+                        config=SchedulerConfig(demoted=demoted))
         self.pass_seconds.observe(self.clock.monotonic() - started)
         for request in plan.gang_requests:
             self.gangs.request(request)
@@ -91,7 +92,8 @@ class Placement:
                     self.pending_reasons[job_id] = demand.hold_existing(reason.to_dict())
                     continue
                 unplaced[job_id] = unplaced.get(job_id, 0) + 1
-        self.pending_reasons = queue_view.annotate(self.pending_reasons, self.state, hosts)
+        self.pending_reasons = queue_view.annotate(self.pending_reasons, self.state, hosts,
+                                                   demoted)
         if self.region_groups and unplaced:
             self.unmet = demand.plan_growth(
                 [(self.state.jobs[j].spec, n) for j, n in unplaced.items()],

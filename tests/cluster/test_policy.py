@@ -77,7 +77,9 @@ def test_over_budget_user_is_demoted_to_batch_and_told(tmp_path, wait_until):
             return urgent.status().get("pending_reason", {}).get("message", "")
         message = wait_until(lambda: "over budget" in reason() and reason(),
                              what="the demotion in the pending reason")
-        assert message.startswith(f"{user} is over budget (")
+        # Its place in line is in the batch line it was demoted to, then why.
+        assert message.startswith("1st in batch for v5litepod-4"), message
+        assert f"{user} is over budget (" in message, message
         assert "accelerator-hours in 7 days): scheduled as batch" in message
         shown = _cli(cluster, "job", "status", urgent.job_id, "--json")
         assert "scheduled as batch" in json.loads(shown.stdout)["pending_reason"]["message"]

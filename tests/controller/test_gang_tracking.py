@@ -3,6 +3,8 @@ releases when a gang ends, and the inventory each region's ledger is sent. Pure.
 
 from __future__ import annotations
 
+from iris.controller.gangs.ledger import ReservationLedger, SliceSpec
+from iris.controller.gangs.protocol import Refused, Reserved
 from iris.controller.gangs.tracking import (
     GangTracker,
     PlaceRound,
@@ -11,6 +13,7 @@ from iris.controller.gangs.tracking import (
     region_inventory,
 )
 from iris.controller.jobs import events as ev
+from iris.controller.scheduling.constraints import parse_constraints
 from iris.controller.scheduling.gang_placement import GangRequest
 from iris.controller.scheduling.model import Band, GangShape
 from iris.controller.workers import WorkerInfo
@@ -123,8 +126,32 @@ def test_region_inventory_workers_without_a_slice_are_slices_of_one_and_busy_is_
     h = Harness()
     job = h.submit(spec("single", resources={"cpu": 1}))
     h.assign(job, 0, worker="c1")
-    cpu = {w: WorkerInfo(w, "tcp://x:1", "r3", {"zone": "r3-a"}, 8.0, 2**34, 0, 0.0, 0.0)
-           for w in ("c1", "c2")}
+    cpu = {w: WorkerInfo(w, "tcp://x:1", "r3", {"zone": "r3-a", "team": "infra"}, 8.0, 2**34,
+                         0, 0.0, 0.0) for w in ("c1", "c2")}
     slices, busy = region_inventory(h.state, cpu.values(), {})["r3"]
     assert [s["slice_id"] for s in slices] == ["c1", "c2"] and busy == ["c1"]
-    assert slices[0]["accelerator"] is None and slices[0]["attributes"] == {"zone": "r3-a"}
+    # Every attribute goes to the region: a gang may be constrained on any of them.
+    assert slices[0]["accelerator"] is None
+    assert slices[0]["attributes"] == {"zone": "r3-a", "team": "infra"}
+
+
+def test_a_gang_constrained_on_any_worker_attribute_is_reserved_where_it_matches():
+    """constraints={"team": "infra"} on a gang: the region's ledger learns every attribute
+    of its hosts, so it reserves the slice that matches (before, only zone, scale group,
+    preemptible, slice and pool travelled, and such a gang waited forever)."""
+    def host(slice_id: str, i: int, team: str) -> WorkerInfo:
+        return WorkerInfo(f"{slice_id}-h{i}", "tcp://x:1", "r1",
+                          {"zone": "r1-a", "slice_id": slice_id, "team": team,
+                           "accelerator_type": "v5litepod-16"}, 8.0, 2**34, 0, 0.0, 0.0)
+
+    workers = [host("s0", i, "research") for i in range(4)] + \
+        [host("s1", i, "infra") for i in range(4)]
+    slices, _ = region_inventory(Harness().state, workers, {})["r1"]
+    ledger = ReservationLedger("r1", [SliceSpec(s["slice_id"], s["accelerator"],
+                                                tuple(s["hosts"]), s["attributes"])
+                                      for s in slices], boot="b0")
+    infra = GangShape("v5litepod-16", 4, 1, parse_constraints({"team": "infra"}))
+    offer = ledger.reserve("g1", 1, infra, 10, now=0)
+    assert isinstance(offer, Reserved) and all(h.startswith("s1-") for h in offer.hosts)
+    nobody = GangShape("v5litepod-16", 4, 1, parse_constraints({"team": "nobody"}))
+    assert isinstance(ledger.reserve("g2", 1, nobody, 10, now=0), Refused)

@@ -234,8 +234,9 @@ def region_inventory(state: KernelState, workers: Iterable[WorkerInfo],
         rows = []
         for sid, hosts in sorted(by_slice.items()):
             hosts.sort(key=lambda w: _host_order(w.worker_id))
-            attrs = {k: v for k, v in hosts[0].attributes.items()
-                     if k in ("zone", "scale_group", "preemptible", "slice_id", "pool")}
+            # Every attribute: a gang's constraints may name any of them ("team": "a"), and a
+            # region that does not know one could never match it (it waited forever).
+            attrs = dict(hosts[0].attributes)
             rows.append({"slice_id": sid,
                          "accelerator": hosts[0].attributes.get("accelerator_type") or None,
                          "hosts": [w.worker_id for w in hosts], "attributes": attrs})
