@@ -328,8 +328,8 @@ class Controller:
         if hours not in FIGURE_WINDOWS_H:
             raise InvalidRequestError(f"hours: expected one of 1, 6 or 24, got {hours!r}",
                                       "hours")
-        return {**self._snapshot.get("figures", {}),
-                "series": self._figure_series.get(hours, {})}
+        return {**self._snapshot.get("figures", {}), "series": self._figure_series.get(
+            hours, {"now": None, "hours": hours, "pools": [], "fragmented_chips": []})}
 
     def state_dir(self) -> str:
         return str(self._svc.config.state_dir)

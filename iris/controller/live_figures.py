@@ -100,6 +100,10 @@ class FiguresState:
         PREEMPTION_CAUSES, 0))
     wasted_chip_s: float = 0.0
     last_sample: float = float("-inf")
+    # queue_times() sorts up to 60,000 waits: the snapshot asks every 0.5 s, so the result is
+    # kept until a wait is added or a sampling interval passes (the window moves).
+    queue_memo: tuple = ()  # (waits added, interval number, result)
+    queue_added: int = 0
 
     def __post_init__(self) -> None:
         self.points = deque(self.points, maxlen=int(self.window_s / self.every_s) + 1)
@@ -118,6 +122,7 @@ def handle(state: FiguresState, event: Event, now: float) -> FiguresState:
     elif isinstance(event, Queued):
         ring = state.queued.setdefault(event.band, deque(maxlen=MAX_QUEUE_SAMPLES))
         ring.append((now, max(0.0, event.waited_s)))
+        state.queue_added += 1
     elif isinstance(event, WorkLost):
         if event.cause in state.preemptions:
             state.preemptions[event.cause] += 1
@@ -167,11 +172,15 @@ def summary(state: FiguresState, now: float) -> dict:
 
 def queue_times(state: FiguresState, now: float) -> dict[str, dict]:
     """Per band (every band, also those with no sample): p50, p90 (None if none), count, sum."""
+    key = (state.queue_added, int(now // state.every_s))
+    if state.queue_memo and state.queue_memo[:2] == key:
+        return state.queue_memo[2]
     out = {}
     for band in (*BANDS, *sorted(b for b in state.queued if b not in BANDS)):
         waits = sorted(w for at, w in state.queued.get(band, ()) if at >= now - state.window_s)
         out[band] = {"p50_s": _quantile(waits, 0.5), "p90_s": _quantile(waits, 0.9),
                      "count": len(waits), "sum_s": round(sum(waits), 3)}
+    state.queue_memo = (*key, out)
     return out
 
 

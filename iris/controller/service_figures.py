@@ -8,20 +8,21 @@ the controller learns something: after a commit, and on its tick.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 
 from iris.controller import live_figures as lf
 from iris.controller.jobs import events as ev
-from iris.controller.jobs.model import Attempt, TaskState
+from iris.controller.jobs.model import TaskState
 from iris.controller.jobs.state import KernelState
 from iris.controller.scheduling.model import per_host_demand
+from iris.controller.turns import now_wall
 from iris.controller.workers import WorkerInfo
 
 
 class FiguresFeed:
     def _figures_observe(self, effects: Iterable) -> None:
         """After a commit: queue times of new attempts, work lost by ended ones."""
-        now = self._turn_now[0] if self._turn_now is not None else self.clock.wall()
+        now = now_wall(self)
         for persist in effects:
             if isinstance(persist, ev.Persist):
                 for event in figure_events(persist, self.state):
@@ -43,13 +44,19 @@ def figure_events(persist: ev.Persist, state: KernelState) -> list:
     while its task went back to PENDING was a gang member restarted with its gang."""
     out: list = []
     requeued = {(t.job_id, t.index) for t in persist.tasks if t.state is TaskState.PENDING}
+    ends: dict[str, dict[tuple[int, int], float | None]] = {}  # job -> (task, number) -> end
     for attempt in persist.attempts:
         job = state.jobs.get(attempt.job_id)
         if job is None:
             continue
         spec = job.spec
         if attempt.state is TaskState.ASSIGNED and attempt.assigned_at == persist.at:
-            since = job.submitted_at if attempt.number == 0 else _previous_end(state, attempt)
+            if attempt.number == 0:
+                since = job.submitted_at
+            else:
+                if attempt.job_id not in ends:  # once per job and Persist: a restarted
+                    ends[attempt.job_id] = _ends(state, attempt.job_id)  # gang is O(tasks)
+                since = ends[attempt.job_id].get((attempt.task_index, attempt.number - 1))
             if since is not None:
                 out.append(lf.Queued(spec.priority, attempt.assigned_at - since))
             continue
@@ -66,13 +73,14 @@ def figure_events(persist: ev.Persist, state: KernelState) -> list:
     return out
 
 
-def _previous_end(state: KernelState, attempt: Attempt) -> float | None:
-    for attempt_id in reversed(state.job_attempts.get(attempt.job_id, ())):
-        prev = state.attempts.get(attempt_id)
-        if prev is not None and prev.task_index == attempt.task_index \
-                and prev.number == attempt.number - 1:
-            return prev.finished_at
-    return None
+def _ends(state: KernelState, job_id: str) -> dict[tuple[int, int], float | None]:
+    """(task index, attempt number) -> when that attempt ended, for every attempt of a job."""
+    out = {}
+    for attempt_id in state.job_attempts.get(job_id, ()):
+        a = state.attempts.get(attempt_id)
+        if a is not None:
+            out[(a.task_index, a.number)] = a.finished_at
+    return out
 
 
 def fleet_sample(state: KernelState, workers: Iterable[WorkerInfo]) -> lf.Sample:
@@ -105,7 +113,3 @@ def waiting_gang_types(state: KernelState) -> frozenset[str]:
             wanted.add(spec.resources.accelerator)
     return frozenset(wanted)
 
-
-def figures_api(figures: lf.FiguresState, now: float, hours: float) -> Mapping:
-    """The page's data: the summary and the series of the last `hours`."""
-    return {**lf.summary(figures, now), "series": lf.series(figures, now, hours)}

@@ -101,6 +101,15 @@ def test_queue_time_p50_p90_by_band_over_the_window():
     assert q["interactive"] == {"p50_s": None, "p90_s": None, "count": 0, "sum_s": 0}
 
 
+def test_queue_times_read_twice_within_an_interval_see_a_wait_added_between():
+    s = lf.FiguresState()
+    lf.handle(s, lf.Queued("batch", 10.0), T0)
+    assert lf.summary(s, T0 + 1)["queue"]["batch"]["count"] == 1
+    lf.handle(s, lf.Queued("batch", 30.0), T0 + 2)
+    assert lf.summary(s, T0 + 3)["queue"]["batch"] == {"p50_s": 10.0, "p90_s": 30.0,
+                                                        "count": 2, "sum_s": 40.0}
+
+
 def test_preemptions_count_evictions_and_lost_machines_gang_restarts_only_waste():
     s = lf.FiguresState()
     lf.handle(s, lf.WorkLost("evicted", 4, 1800.0), T0)
