@@ -150,7 +150,7 @@ class _PipeLines:
             if stream is None:
                 self._lines("raw", self.name, data, ts, emit)
             else:
-                self._lines(stream, stream, data, when, emit)
+                self._lines(stream, stream, data, _trusted(when, ts), emit)
         if eof:
             for key, rest in self._partial.items():
                 if rest:
@@ -165,6 +165,16 @@ class _PipeLines:
             emit(stream, rest[:_MAX_LINE], when)
             rest = rest[_MAX_LINE:]
         self._partial[key] = rest
+
+
+# A record's time is the task's to write: one later than its reading, not a number, or older
+# than a record can sit in a pipe (a worker restart adopts the attempt within minutes) is
+# replaced by the time it was read, so no task can move its lines around a job's log.
+_MAX_RECORD_AGE_S = 24 * 3600.0
+
+
+def _trusted(when: float, read: float) -> float:
+    return when if read - _MAX_RECORD_AGE_S <= when <= read else read
 
 
 def StreamReader(name: str, fd: int, on_output: OnOutput | None,  # noqa: N802

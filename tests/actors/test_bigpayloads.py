@@ -346,6 +346,7 @@ REMOTE_TRAINER = """
 import os, threading
 import numpy as np
 import iris
+import iris.actors.relay
 
 ctx = iris.connect()
 pub = iris.weights.Publisher("policy", chunk_bytes=int(os.environ["CHUNK_BYTES"]))
@@ -355,6 +356,16 @@ class Control:
     def publish(self, version):
         pub.publish(weights(version))
         return sorted(pub.last_failures)
+
+    def publish_and_die_at_chunk(self, version, k):
+        # Publish, and SIGKILL this process as it sends chunk k (mid-chain).
+        pieces = iris.actors.relay.Source.pieces
+        def pieces_or_die(source, i):
+            if i == k:
+                os.kill(os.getpid(), 9)
+            return pieces(source, i)
+        iris.actors.relay.Source.pieces = pieces_or_die
+        pub.publish(weights(version))
 
 def weights(version):  # 4 MiB, every element different: a misplaced chunk shows in the sum
     return {"w": np.arange(1 << 20, dtype=np.float32) + float(version)}
@@ -438,6 +449,18 @@ def test_group_broadcast_of_big_arrays_is_copied_once_for_every_member_on_the_ho
     for fut in futs:
         assert fut.result(60)["w"][:3] == ["float32", [2 * MiB], float(weights["w"].sum())]
     assert len(memfds()) == 1  # one segment for the three of them
+
+
+def test_trainer_killed_mid_chain_gives_waiting_rollouts_an_error_not_a_hang(
+        cluster, child_process, wait_until):
+    control = start_remote_trainer(child_process, cluster)
+    chain = start_socket_rollouts(child_process, cluster, 3, wait_until)
+    waiting = [probe.get(0) for _, probe, _ in chain]  # nothing published: wait for v1
+    with pytest.raises(iris.PeerUnavailableError):
+        control.publish_and_die_at_chunk(1, 10).result(120)
+    for fut in waiting:  # each rollout's get() fails (within peer liveness), none hangs
+        with pytest.raises(iris.PeerUnavailableError):
+            fut.result(120)
 
 
 @pytest.mark.parametrize("kwargs", [{"size_hint": -1}, {"size_hint": 1.5},

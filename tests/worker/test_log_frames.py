@@ -48,3 +48,25 @@ def test_false_magic_with_bad_header_is_raw_output():
     segments, rest = log_frames.decode(fake, eof=True)
     assert rest == b"" and b"".join(d for _, d, _ in segments) == fake
     assert all(s is None for s, _, _ in segments)
+
+
+def test_reader_replaces_a_record_time_that_cannot_be_true_by_the_read_time(tmp_path):
+    import math
+    import os
+
+    from iris.base.clock import FakeClock
+    from iris.worker.output import MergedReader, make_fifo, open_reader
+
+    clock = FakeClock()
+    now = clock.wall()
+    fifo = tmp_path / "stdout.fifo"
+    writer, reader = make_fifo(fifo), open_reader(fifo)
+    got: list = []
+    lines = MergedReader([("stdout", reader)], lambda s, line, t: got.append((s, line, t)),
+                         clock).start()
+    for ts in (now - 5.0, now + 3600.0, math.nan, -1e300, math.inf):
+        os.write(writer, b"".join(log_frames.encode("stderr", f"{ts}\n".encode(), ts)))
+    os.close(writer)
+    assert lines.join(60)
+    assert [t for _, _, t in got] == [now - 5.0, now, now, now, now]  # only the first kept
+    assert {s for s, _, _ in got} == {"stderr"}
