@@ -43,8 +43,10 @@ def peak_rss_mib() -> float:
 
 @iris.actor
 class Trainer:
-    def __init__(self, rollouts_per_step: int, weights_bytes: int, out: Any):
+    def __init__(self, rollouts_per_step: int, weights_bytes: int, out: Any,
+                 steps: int | None = None):
         self.rollouts_per_step = rollouts_per_step
+        self.steps = steps  # after the last step no rollout reads weights: nothing to send
         self.weights_bytes = weights_bytes
         self.out = out
         self.buffer: list[dict] = []
@@ -63,7 +65,8 @@ class Trainer:
         if len(self.buffer) >= self.rollouts_per_step:
             batch, self.buffer = self.buffer, []
             self.rewards.append(round(sum(r["reward"] for r in batch) / len(batch), 4))
-            self._publish()
+            if self.steps is None or len(self.rewards) < self.steps:
+                self._publish()  # (the rollouts leave after their last step)
         return self.publisher.version
 
     def _publish(self) -> None:
@@ -123,7 +126,7 @@ def run_demo(rollouts: int = 3, iterations: int = 4, out: Any = sys.stdout,
     with iris.local_cluster(workers=2, worker_cpu=per_worker) as cluster:
         print(f"[demo] cluster at {cluster.address} with 2 workers; weights "
               f"{_size(weights_bytes)} in {_TENSORS} arrays", file=out, flush=True)
-        trainer = Trainer.serve("trainer", rollouts, weights_bytes, out)
+        trainer = Trainer.serve("trainer", rollouts, weights_bytes, out, iterations)
         # numpy in the tasks' environment: the weights arrive as arrays (same version as here).
         job = iris.submit(rollout, iterations, replicas=rollouts, name="rollouts",
                           pip=[f"numpy=={np.__version__}"])
