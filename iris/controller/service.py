@@ -24,7 +24,7 @@ from iris.base.errors import (
 )
 from iris.base.histogram import Histogram
 from iris.base.resources import Resources
-from iris.controller import stops
+from iris.controller import scheduler_view, stops
 from iris.controller.bundle_store import BundleStore
 from iris.controller.gangs.tracking import GangTracker, PlaceRound
 from iris.controller.jobs import event_log, kernel
@@ -128,6 +128,8 @@ class ControllerService(JobRequests, WorkerRequests, Placement, RegionRequests):
         # half (rounds in flight, hosts held, what each region's ledger should own).
         self.gangs = GangTracker()
         self.pass_seconds = Histogram()
+        # The hosts as the scheduler sees them, kept between passes (scheduler_view.py).
+        self.fleet_view = scheduler_view.FleetView()
         # Autoscaled regions: their groups, their last reports, the demand routed to them.
         self.region_groups = {r.region: list(r.groups) for r in config.autoscale}
         self.region_reports: dict[str, dict] = {}

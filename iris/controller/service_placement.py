@@ -65,11 +65,10 @@ class Placement:
             return []
         unplaced: dict[str, int] = {}
         demands = self._demands(unplaced)
-        hosts = scheduler_view.host_views(self.state, self.workers.workers.values(),
-                                          self.stopping,
-                                          held=self.gangs.held_hosts() | set(self.draining))
         started = self.clock.monotonic()  # a measured duration, not a decision
-        plan = schedule(hosts, demands, reserving_gangs=set(self.gangs.reserving),
+        fleet = self.fleet_view.fleet(self.state, self.workers.workers, self.stopping,
+                                      held=self.gangs.held_hosts() | set(self.draining))
+        plan = schedule(fleet, demands, reserving_gangs=set(self.gangs.reserving),
                         scaling_up=demand.scaling_up(self.region_reports))
         self.pass_seconds.observe(self.clock.monotonic() - started)
         for request in plan.gang_requests:
