@@ -4,7 +4,8 @@
 
 Each host has its own DEALER to the controller (its own TCP connection, as a real worker) and
 sends what a real worker sends, with the cluster token: `register_worker`, then one `report`
-a second (a worker holds no registry name, so it sends no renewals). The hosts
+every `interval_s` the controller's last answer asked for (1-3 s), and one at once when an
+attempt starts or ends (a worker holds no registry name, so it sends no renewals). The hosts
 of one process share one ROUTER for the controller's `start_attempt` calls, addressed by
 actor key, as the actors of one node do. An attempt "runs" for RUN_S and is reported done at
 once (as a real worker's flush does). The IRIS/1 frames are built by iris.wire.messages.
@@ -26,6 +27,7 @@ import zmq
 
 from iris.actors.keys import CONTROLLER_KEY, worker_key
 from iris.wire import messages
+from iris.worker.actor import report_interval
 
 RUN_S = 0.05
 ATTRS = {"cpu": "8", "memory": str(32 << 30), "region": "local"}
@@ -33,7 +35,7 @@ ATTRS = {"cpu": "8", "memory": str(32 << 30), "region": "local"}
 
 class Host:
     __slots__ = ("worker_id", "sock", "registered", "next_beat", "updates", "running",
-                 "pending", "ends")
+                 "pending", "ends", "interval")
 
     def __init__(self, worker_id: str, sock: zmq.Socket, first_beat: float):
         self.worker_id, self.sock = worker_id, sock
@@ -41,6 +43,7 @@ class Host:
         self.updates: list[dict] = []
         self.running: dict[str, float] = {}  # attempt id -> when it ends
         self.pending: dict[int, str] = {}  # call id -> method
+        self.interval = 1.0  # as the controller asks in each report's answer
 
 
 def main() -> None:
@@ -111,7 +114,7 @@ def main() -> None:
                     beat(h)
                 continue
             seq += 1
-            heapq.heappush(due, (now + 1.0, seq, host))
+            heapq.heappush(due, (now + host.interval, seq, host))
             beat(host)
     print(json.dumps(stats), flush=True)
     ctx.destroy(linger=0)
@@ -128,6 +131,7 @@ def _on_reply(host: Host, stats: dict) -> None:
     elif method == "register_worker":
         host.registered, host.updates = True, []
     elif method == "report":
+        host.interval = report_interval(msg[4].get("interval_s"))
         if msg[4].get("reregister"):
             stats["reregister"] += 1
             host.registered = False

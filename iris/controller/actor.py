@@ -18,6 +18,7 @@ from collections import deque
 from typing import Any
 
 from iris.actors import Node, actor, tokens
+from iris.actors.batching import batched
 from iris.actors.hosting import requires
 from iris.actors.keys import CONTROLLER_KEY, region_key, worker_key
 from iris.base.errors import ConfigError, InvalidRequestError, IrisError, NotFoundError
@@ -34,6 +35,7 @@ from iris.controller.jobs.model import TERMINAL_JOB
 from iris.controller.preemption_notices import apply_notice
 from iris.controller.regions.region import Region
 from iris.controller.service import ControllerConfig, ControllerService
+from iris.controller.service_workers import check_report
 from iris.wire import schema
 
 _log = logging.getLogger(__name__)
@@ -64,6 +66,7 @@ class Controller:
         self._last_prune = node.clock.monotonic()
         self._snapshot: dict = {}  # replaced whole, never mutated; read by `snapshot()`
         self._snapshot_at = 0.0
+        self.report_batches = self.reports_batched = 0  # for the snapshot: batch sizes
         # One Region actor per region the workers name, served by this node; the runner
         # drives the two-phase gang coordinator against them on this actor's own turn (the
         # regions' replies come back as messages in its mailbox). Three tries (about 3.5 s
@@ -216,9 +219,19 @@ class Controller:
                                                      list(updates)))
 
     @requires(tokens.MEMBER)
+    @batched("_reports", check=check_report)
     def report(self, worker_id: str, updates: list[dict], stats: dict | None = None,
                running: list[str] | None = None) -> dict:
+        """A worker's heartbeat and updates. Over the wire, reports that arrive together are
+        checked on the loop thread and handled in one turn (`_reports`); the answer carries
+        `interval_s`, when to report next (workers.report_interval_s)."""
         return self._after(self._svc.report(worker_id, updates, stats, running))
+
+    def _reports(self, msgs: list) -> list:
+        """A batch of checked reports (batching.py): one turn, one transaction, one pass."""
+        self.reports_batched += len(msgs)
+        self.report_batches += 1
+        return self._after(self._svc.reports(msgs))
 
     @requires(tokens.MEMBER)
     def goodbye(self, worker_id: str, address: str) -> None:
@@ -311,7 +324,10 @@ class Controller:
             self._snapshot_at = now
             self._svc.set_region_reports(dict(self._region_stats))
             self._snapshot = {**self._svc.snapshot(),
-                              "gang_reservations": _sum_stats(self._region_stats.values())}
+                              "gang_reservations": _sum_stats(self._region_stats.values()),
+                              "reports": {"batches": self.report_batches,
+                                          "reports": self.reports_batched,
+                                          "interval_s": self._svc.report_interval()}}
             self._ask_region_stats()
         if now - self._last_prune > _PRUNE_EVERY_S:
             self._last_prune = now
