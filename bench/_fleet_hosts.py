@@ -26,16 +26,20 @@ import time
 import zmq
 
 from iris.actors.keys import CONTROLLER_KEY, worker_key
-from iris.wire import messages
+from iris.base.errors import OverloadedError
+from iris.wire import messages, remote_errors
 from iris.worker.actor import report_interval
 
 RUN_S = 0.05
+# A worker's calls to the controller time out after 5 s (worker/actor.py `_call`), and it
+# makes one at a time (its actor thread waits for the answer).
+CALL_S = 5.0
 ATTRS = {"cpu": "8", "memory": str(32 << 30), "region": "local"}
 
 
 class Host:
     __slots__ = ("worker_id", "sock", "registered", "next_beat", "updates", "running",
-                 "pending", "ends", "interval")
+                 "pending", "ends", "interval", "hold_until", "sent_at")
 
     def __init__(self, worker_id: str, sock: zmq.Socket, first_beat: float):
         self.worker_id, self.sock = worker_id, sock
@@ -44,6 +48,8 @@ class Host:
         self.running: dict[str, float] = {}  # attempt id -> when it ends
         self.pending: dict[int, str] = {}  # call id -> method
         self.interval = 1.0  # as the controller asks in each report's answer
+        self.hold_until = 0.0  # told to come back later (admission control), as a worker is
+        self.sent_at = 0.0  # when the call in flight (at most one, as a worker) was sent
 
 
 def main() -> None:
@@ -74,12 +80,17 @@ def main() -> None:
 
     def call(host: Host, actor: str, method: str, args: tuple) -> None:
         cid = next(call_ids)
-        host.pending[cid] = method
-        host.sock.send_multipart(messages.encode_call(cid, actor, method, 30_000, args, {},
-                                                      auth=token), copy=False)
+        host.pending = {cid: method}  # one at a time; a reply after CALL_S is dropped
+        host.sent_at = time.monotonic()
+        host.sock.send_multipart(messages.encode_call(cid, actor, method, int(CALL_S * 1000),
+                                                      args, {}, auth=token), copy=False)
 
     def beat(host: Host) -> None:
+        if host.pending and time.monotonic() - host.sent_at < CALL_S:
+            return  # a worker waits for its call's answer (or its timeout) before the next
         if not host.registered:
+            if time.monotonic() < host.hold_until:
+                return
             call(host, CONTROLLER_KEY, "register_worker",
                  (host.worker_id, me, ATTRS, sorted(host.running), host.updates))
         else:
@@ -104,7 +115,9 @@ def main() -> None:
                     seq += 1
                     heapq.heappush(due, (now + RUN_S, seq, None))  # an attempt ends then
                 continue
-            _on_reply(by_sock[sock], stats)
+            host = by_sock[sock]
+            if _on_reply(host, stats) and host.updates:  # more to say: at once, as a worker
+                beat(host)
         now = time.monotonic()
         while due and due[0][0] <= now:
             _, _, host = heapq.heappop(due)
@@ -120,14 +133,21 @@ def main() -> None:
     ctx.destroy(linger=0)
 
 
-def _on_reply(host: Host, stats: dict) -> None:
+def _on_reply(host: Host, stats: dict) -> bool:
+    """Handle one reply; True if it answered the host's call in flight."""
     frames = host.sock.recv_multipart()
     msg = messages.decode(frames[0], frames[1:])
     method = host.pending.pop(msg[2], None)
+    if method is None:
+        return False  # answered after the host gave up on it
     if msg[1] == messages.ERROR:
         stats["errors"] += 1
         if method == "register_worker":
             host.registered = False
+            exc = remote_errors.error_from(msg[3], msg[4], msg[5], actor="", method=method,
+                                           address="")
+            if isinstance(exc, OverloadedError):  # the worker's own back-off (worker/actor.py)
+                host.hold_until = time.monotonic() + exc.retry_after_s
     elif method == "register_worker":
         host.registered, host.updates = True, []
     elif method == "report":
@@ -138,6 +158,7 @@ def _on_reply(host: Host, stats: dict) -> None:
         else:
             acked = set(msg[4].get("acked", ()))
             host.updates = [u for u in host.updates if u["attempt_id"] not in acked]
+    return True
 
 
 hosts_running: set = set()  # hosts with attempts, for _finish

@@ -138,11 +138,13 @@ class ControllerService(JobRequests, WorkerRequests, Placement, RegionRequests):
         # is placed on them (drain, then delete: work is never started on a dying slice).
         self.draining: dict[str, str] = {}
         self._inventory_dirty, self._synced_at = True, float("-inf")
+        self._sync_cost = 0.0  # seconds the last push of inventories took (service_placement)
         # Every region a worker or the config ever named: each becomes an actor (max_regions).
         self._regions_seen: set[str] = set(self.region_groups)
         self._registrations = 0
         self._live_fits: tuple = (None, None)  # (workers key, checker) for _fits_live
         self._admission, self._admitted_at = float(REGISTRATIONS_PER_S), clock.monotonic()
+        self._admit_slot = float("-inf")  # the last retry time handed to a refused worker
 
     # ------------------------------------------------------------ the one path of change
 

@@ -80,3 +80,33 @@ def test_a_batch_of_reports_answers_each_in_order(svc):
     assert service.take_commands() == []  # an attempt that just exited needs no repair
     heard = {w["worker_id"]: w["last_heard_s_ago"] for w in service.list_workers()}
     assert heard == {"w1": 0.0, "w2": 0.0}
+
+
+def test_refused_registrations_are_told_to_come_back_spread_over_the_admission_rate(svc):
+    from iris.base.errors import OverloadedError
+    from iris.controller.service import REGISTRATIONS_PER_S
+
+    service, clock = svc
+    t0, waits = clock.monotonic(), []
+    for i in range(REGISTRATIONS_PER_S + 1000):  # a storm, all at one instant
+        try:
+            service.register_worker(f"w{i}", f"tcp://127.0.0.1:{2000 + i}", ATTRS, [])
+        except OverloadedError as exc:
+            waits.append(exc.retry_after_s)
+    assert len(waits) == 1000
+    # each refused worker has its own slot: the k-th comes back after ~k / rate seconds, so
+    # the retries arrive no faster than they can be admitted (not all within a second)
+    assert max(waits) >= 1000 / REGISTRATIONS_PER_S
+    assert sum(1 for w in waits if w < 1.0) <= REGISTRATIONS_PER_S * 1.1
+    admitted = REGISTRATIONS_PER_S
+    for wait, i in sorted((w, i) for i, w in enumerate(waits)):  # each at its time
+        if clock.monotonic() < t0 + wait:
+            clock.advance(t0 + wait - clock.monotonic())
+        try:
+            service.register_worker(f"w{REGISTRATIONS_PER_S + i}",
+                                    f"tcp://127.0.0.1:{2000 + REGISTRATIONS_PER_S + i}",
+                                    ATTRS, [])
+            admitted += 1
+        except OverloadedError:
+            pass
+    assert admitted >= REGISTRATIONS_PER_S + 900  # nearly all got in at their slot
