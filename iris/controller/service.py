@@ -138,7 +138,6 @@ class ControllerService(JobRequests, WorkerRequests, Placement, RegionRequests):
         # is placed on them (drain, then delete: work is never started on a dying slice).
         self.draining: dict[str, str] = {}
         self._inventory_dirty, self._synced_at = True, float("-inf")
-        self._sync_cost = 0.0  # seconds the last push of inventories took (service_placement)
         # Every region a worker or the config ever named: each becomes an actor (max_regions).
         self._regions_seen: set[str] = set(self.region_groups)
         self._registrations = 0

@@ -20,11 +20,11 @@ from iris.controller.turns import now_mono, turn
 _log = logging.getLogger(__name__)
 # Region inventories are pushed at most this often (and before any gang round)...
 SYNC_EVERY_S = 0.2
-# ...and no sooner than this many times the last push took: a push walks every host here
-# and is encoded, then checked whole by the Region actor, ~30 us a host in all (300 ms at
-# 10,000 hosts on this 2-core machine, measured with bench.fleet), so every 0.2 s it took
-# more than the controller had. 20x keeps the walk under 5 % of the controller's thread.
-SYNC_BUDGET = 20.0
+# ...and no more often than every SYNC_S_PER_HOST x hosts: a push walks every host here, is
+# encoded, then checked whole by the Region actor, ~20 us a host in all (200 ms at 10,000
+# hosts on this 2-core machine, bench.fleet under py-spy), so every 0.2 s it took more than
+# the controller had. 20x that keeps pushes under 5 % of a core: every 4 s at 10,000 hosts.
+SYNC_S_PER_HOST = 20 * 20e-6
 
 
 class Placement:
@@ -47,17 +47,15 @@ class Placement:
 
     def _sync_regions(self, force: bool = False) -> None:
         """Push each region its inventory. Walking every worker costs O(fleet), so this runs
-        at most every SYNC_EVERY_S, or SYNC_BUDGET times its own cost (a burst of 10,000
+        at most every SYNC_EVERY_S, or SYNC_S_PER_HOST per host (a burst of 10,000
         registrations once made it O(N^2)), and at once before a gang round that relies on
         it."""
         now = now_mono(self)
-        every = max(SYNC_EVERY_S, SYNC_BUDGET * self._sync_cost)
+        every = max(SYNC_EVERY_S, SYNC_S_PER_HOST * len(self.workers.workers))
         if self._inventory_dirty and (force or now - self._synced_at >= every):
             self._inventory_dirty, self._synced_at = False, now
-            started = self.clock.monotonic()  # a measured cost: how often, never what
             self.gangs.sync_regions(self.state, self.workers.workers.values(), self.stopping,
                                     self.unmet, self.region_groups, self.draining)
-            self._sync_cost = self.clock.monotonic() - started
 
     @turn
     def prune(self) -> None:
