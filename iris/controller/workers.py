@@ -8,7 +8,7 @@ from the attempts the kernel wants running there (placement.py), so it cannot dr
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from iris.base.errors import ConflictError, InvalidRequestError
 from iris.wire.fencing import REPORT_INTERVAL_MAX_S, SILENT_LOST_S
@@ -56,14 +56,19 @@ class WorkerInfo:
     registered_at: float
     last_heard: float
     stalled_at_heard: float = 0.0  # the table's `stalled` when it was last heard
+    _row: dict | None = field(default=None, repr=False, compare=False)
 
     def as_dict(self, now: float) -> dict:
-        return {
-            "worker_id": self.worker_id, "address": self.address, "region": self.region,
-            "attributes": dict(self.attributes), "cpu": self.cpu,
-            "memory_bytes": self.memory_bytes, "accelerators": self.accelerators,
-            "last_heard_s_ago": round(now - self.last_heard, 3),
-        }
+        """A new dict each call; its `attributes` is shared between calls (read, never
+        written). Built once per registration: the snapshot lists every worker every
+        0.5-2 s, and copying each one's attributes was half of a 2,000-host controller's
+        idle CPU."""
+        if self._row is None:
+            self._row = {
+                "worker_id": self.worker_id, "address": self.address, "region": self.region,
+                "attributes": dict(self.attributes), "cpu": self.cpu,
+                "memory_bytes": self.memory_bytes, "accelerators": self.accelerators}
+        return {**self._row, "last_heard_s_ago": round(now - self.last_heard, 3)}
 
 
 class WorkerTable:
