@@ -107,10 +107,11 @@ def run(n: int, procs: int, window: float, controller_root: Path = ROOT) -> dict
             reports = reports1["reports"] - reports0["reports"] or n * idle_s  # see above
             batches = reports1["batches"] - reports0["batches"]
             cpu0, rss0, t0 = _cpu_s(ctl.pid), _rss_mb(ctl.pid), time.monotonic()
-            latencies = []
+            latencies, submitted = [], 0
             while time.monotonic() - t0 < window:
                 sent = time.monotonic()
-                job = iris.submit(["true"], name=f"j{len(latencies)}")
+                submitted += 1
+                job = iris.submit(["true"], name=f"j{submitted}")
                 if job.wait(timeout=60)["state"] == "succeeded":
                     latencies.append((time.monotonic() - sent) * 1000)
             cpu = (_cpu_s(ctl.pid) - cpu0) / (time.monotonic() - t0) * 100

@@ -30,13 +30,15 @@ if TYPE_CHECKING:
 _log = logging.getLogger(__name__)
 
 
-def batched(handler: str, check: Callable[..., Any] | None = None):
+def batched(handler: str, check: Callable[..., Any] | None = None, *, late: bool = False):
     """Method decorator (sync methods only): calls of this method are handed to
     `self.<handler>(items)` in batches. `check(*args, **kwargs)` runs on the loop thread and
     returns the item (default: the (args, kwargs) pair); an IrisError it raises is that
-    caller's error, sent at once, and the call never reaches the actor."""
+    caller's error, sent at once, and the call never reaches the actor. `late=True`: a call
+    that waited past its deadline is still handled (its caller may have given up, but what
+    it says is still true), instead of refused unrun like any other call."""
     def mark(fn):
-        fn.__iris_batch__ = (handler, check)
+        fn.__iris_batch__ = (handler, check, late)
         return fn
     return mark
 
@@ -50,10 +52,11 @@ class Batch:
     marker, and none waits for a turn that will not come.
     """
 
-    __slots__ = ("calls", "check", "handler", "method", "queued")
+    __slots__ = ("calls", "check", "handler", "late", "method", "queued")
 
-    def __init__(self, method: str, handler: str, check: Callable[..., Any] | None):
-        self.method, self.handler, self.check = method, handler, check
+    def __init__(self, method: str, handler: str, check: Callable[..., Any] | None,
+                 late: bool = False):
+        self.method, self.handler, self.check, self.late = method, handler, check, late
         self.calls: deque = deque()
         self.queued = False
 
@@ -97,7 +100,7 @@ class Batch:
             return
         live = []
         for entry in taken:
-            if now > entry[2]:
+            if now > entry[2] and not self.late:
                 hosted._reply_late(entry[0], entry[1], via_post=True)
             else:
                 live.append(entry)

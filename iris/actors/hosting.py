@@ -115,7 +115,7 @@ class HostedActor:
         self._async_running = 0
         self._async_waiting: deque = deque()
         self._async_tasks: set[asyncio.Task] = set()
-        self._batches = {m: Batch(m, h, check) for m, (h, check) in spec.batches.items()}
+        self._batches = {m: Batch(m, *how) for m, how in spec.batches.items()}
         # How long calls take to handle here (arguments decoded to reply encoded), one
         # histogram per thread that writes it: sync methods on the actor thread, async ones
         # on the loop. Node.served_latency() merges them.

@@ -27,6 +27,7 @@ class Batcher:
         self.batches: list[list[int]] = []
         self.gate = threading.Event()
         self.blocked = threading.Event()
+        self.noted: list[int] = []
 
     def block(self) -> None:
         """Hold the actor's thread until the test opens the gate."""
@@ -36,6 +37,14 @@ class Batcher:
     @batched("_double_all", check=_check)
     def double(self, n: int) -> int:
         return self._double_all([n])[0]
+
+    @batched("_note_all", late=True)
+    def note(self, n: int) -> None:
+        self._note_all([((n,), {})])
+
+    def _note_all(self, items: list) -> list:
+        self.noted.extend(args[0] for args, _ in items)
+        return [None] * len(items)
 
     def _double_all(self, items: list[int]) -> list:
         self.batches.append(list(items))
@@ -101,3 +110,24 @@ def test_batched_calls_waiting_when_the_actor_stops_get_actor_died(nodes, wait_u
     with pytest.raises(ActorDiedError):
         fut.result(60)
     hosted.stop()
+
+
+def test_a_batched_call_past_its_deadline_runs_only_if_its_method_allows_late(nodes,
+                                                                             wait_until):
+    from iris.base.errors import DeadlineExceededError
+
+    server, client = nodes
+    hosted = server.host(KEY, Batcher)
+    client.call(server.address, KEY, "block", timeout_s=60)
+    assert hosted.instance.blocked.wait(30)
+    received = server.stats.calls_received
+    doubled = client.call(server.address, KEY, "double", (1,), timeout_s=0.2)
+    noted = client.call(server.address, KEY, "note", (7,), timeout_s=0.2)
+    wait_until(lambda: server.stats.calls_received >= received + 2, 60, "both received")
+    for fut in (doubled, noted):  # both callers gave up while the actor was held
+        with pytest.raises(DeadlineExceededError):
+            fut.result(60)
+    hosted.instance.gate.set()
+    wait_until(lambda: hosted.instance.noted == [7], 60, "the late report applied")
+    assert client.call(server.address, KEY, "double", (2,), timeout_s=60).result(60) == 4
+    assert hosted.instance.batches == [[2]]  # the late `double` never ran
