@@ -4,7 +4,8 @@
 
 Each host has its own DEALER to the controller (its own TCP connection, as a real worker) and
 sends what a real worker sends, with the cluster token: `register_worker`, then one `report`
-a second (a worker holds no registry name, so it sends no renewals). The hosts
+every `interval_s` the controller's last answer asked for (1-3 s), and one at once when an
+attempt starts or ends (a worker holds no registry name, so it sends no renewals). The hosts
 of one process share one ROUTER for the controller's `start_attempt` calls, addressed by
 actor key, as the actors of one node do. An attempt "runs" for RUN_S and is reported done at
 once (as a real worker's flush does). The IRIS/1 frames are built by iris.wire.messages.
@@ -25,15 +26,20 @@ import time
 import zmq
 
 from iris.actors.keys import CONTROLLER_KEY, worker_key
-from iris.wire import messages
+from iris.base.errors import OverloadedError
+from iris.wire import messages, remote_errors
+from iris.worker.actor import report_interval
 
 RUN_S = 0.05
+# A worker's calls to the controller time out after 5 s (worker/actor.py `_call`), and it
+# makes one at a time (its actor thread waits for the answer).
+CALL_S = 5.0
 ATTRS = {"cpu": "8", "memory": str(32 << 30), "region": "local"}
 
 
 class Host:
     __slots__ = ("worker_id", "sock", "registered", "next_beat", "updates", "running",
-                 "pending", "ends")
+                 "pending", "ends", "interval", "hold_until", "sent_at")
 
     def __init__(self, worker_id: str, sock: zmq.Socket, first_beat: float):
         self.worker_id, self.sock = worker_id, sock
@@ -41,6 +47,9 @@ class Host:
         self.updates: list[dict] = []
         self.running: dict[str, float] = {}  # attempt id -> when it ends
         self.pending: dict[int, str] = {}  # call id -> method
+        self.interval = 1.0  # as the controller asks in each report's answer
+        self.hold_until = 0.0  # told to come back later (admission control), as a worker is
+        self.sent_at = 0.0  # when the call in flight (at most one, as a worker) was sent
 
 
 def main() -> None:
@@ -71,12 +80,17 @@ def main() -> None:
 
     def call(host: Host, actor: str, method: str, args: tuple) -> None:
         cid = next(call_ids)
-        host.pending[cid] = method
-        host.sock.send_multipart(messages.encode_call(cid, actor, method, 30_000, args, {},
-                                                      auth=token), copy=False)
+        host.pending = {cid: method}  # one at a time; a reply after CALL_S is dropped
+        host.sent_at = time.monotonic()
+        host.sock.send_multipart(messages.encode_call(cid, actor, method, int(CALL_S * 1000),
+                                                      args, {}, auth=token), copy=False)
 
     def beat(host: Host) -> None:
+        if host.pending and time.monotonic() - host.sent_at < CALL_S:
+            return  # a worker waits for its call's answer (or its timeout) before the next
         if not host.registered:
+            if time.monotonic() < host.hold_until:
+                return
             call(host, CONTROLLER_KEY, "register_worker",
                  (host.worker_id, me, ATTRS, sorted(host.running), host.updates))
         else:
@@ -101,7 +115,9 @@ def main() -> None:
                     seq += 1
                     heapq.heappush(due, (now + RUN_S, seq, None))  # an attempt ends then
                 continue
-            _on_reply(by_sock[sock], stats)
+            host = by_sock[sock]
+            if _on_reply(host, stats) and host.updates:  # more to say: at once, as a worker
+                beat(host)
         now = time.monotonic()
         while due and due[0][0] <= now:
             _, _, host = heapq.heappop(due)
@@ -111,29 +127,38 @@ def main() -> None:
                     beat(h)
                 continue
             seq += 1
-            heapq.heappush(due, (now + 1.0, seq, host))
+            heapq.heappush(due, (now + host.interval, seq, host))
             beat(host)
     print(json.dumps(stats), flush=True)
     ctx.destroy(linger=0)
 
 
-def _on_reply(host: Host, stats: dict) -> None:
+def _on_reply(host: Host, stats: dict) -> bool:
+    """Handle one reply; True if it answered the host's call in flight."""
     frames = host.sock.recv_multipart()
     msg = messages.decode(frames[0], frames[1:])
     method = host.pending.pop(msg[2], None)
+    if method is None:
+        return False  # answered after the host gave up on it
     if msg[1] == messages.ERROR:
         stats["errors"] += 1
         if method == "register_worker":
             host.registered = False
+            exc = remote_errors.error_from(msg[3], msg[4], msg[5], actor="", method=method,
+                                           address="")
+            if isinstance(exc, OverloadedError):  # the worker's own back-off (worker/actor.py)
+                host.hold_until = time.monotonic() + exc.retry_after_s
     elif method == "register_worker":
         host.registered, host.updates = True, []
     elif method == "report":
+        host.interval = report_interval(msg[4].get("interval_s"))
         if msg[4].get("reregister"):
             stats["reregister"] += 1
             host.registered = False
         else:
             acked = set(msg[4].get("acked", ()))
             host.updates = [u for u in host.updates if u["attempt_id"] not in acked]
+    return True
 
 
 hosts_running: set = set()  # hosts with attempts, for _finish

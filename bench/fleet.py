@@ -4,13 +4,21 @@
 
 Not a test: it asserts nothing. For each N, a fresh `iris controller serve` process and N
 simulated hosts in --procs helper processes (bench/_fleet_hosts.py: a DEALER, so a TCP
-connection, per host; the real IRIS/1 frames and the real interval: one report per host per
-second; a worker holds no registry name, so it renews nothing). Once every host is
-registered, for --window seconds a client submits small command jobs one after another and
-waits for each. Figures:
+connection, per host; the real IRIS/1 frames; one call in flight per host with a worker's
+5 s timeout; a report every interval the controller asks for, 1-3 s, and at once when an
+attempt ends; a worker holds no registry name, so it renews nothing). The helpers share
+the machine's cores with the controller. Once every host is registered, 5 s pass (each
+host has been told its interval), then IDLE_S of heartbeats alone, then for --window
+seconds a client submits small command jobs one after another and waits for each. Figures:
 
 - register_s: helper processes started -> the controller lists all N hosts.
-- controller_cpu_idle: its CPU over 5 s of heartbeats alone (100 = one core): holding the fleet.
+- controller_cpu_idle: its CPU over IDLE_S of heartbeats alone (100 = one core): holding
+  the fleet.
+- reports_per_s, cpu_us_per_report: reports the controller handled a second in that window
+  (its own counter; a controller from before batching has none: N a second is assumed, its
+  fixed interval), and its CPU divided by them (all of it: ticks and snapshots included).
+  The figure the machine's load moves least.
+- reports_per_batch, interval_s: how many reports one turn handled; the interval told.
 - controller_cpu: the controller process's CPU over the window (jobs submitted one after
   another, each a scheduling pass over every host), 100 = one core.
 - rss_mb_start / rss_mb_end: its resident memory at the window's start and end.
@@ -18,7 +26,6 @@ waits for each. Figures:
 - false_losses: reports the controller answered with "reregister" (it had dropped a live
   host) plus hosts missing from its list at the end.
 - pass_ms_p50: the controller's scheduling-pass duration (its own histogram).
-- msgs_per_s: what the hosts sent it (1 per host per second, plus registrations).
 
 --quick runs N = 500 and 2,000 with a 15 s window. The last line is one JSON object.
 """
@@ -41,6 +48,7 @@ from bench._report import fmt, step
 from iris.client.jobs import _controller
 
 ROOT = Path(__file__).resolve().parents[1]
+IDLE_S = 10.0  # the heartbeat-only window
 _TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -89,14 +97,21 @@ def run(n: int, procs: int, window: float, controller_root: Path = ROOT) -> dict
                     break
                 time.sleep(0.5)
             register_s = time.monotonic() - started
+            time.sleep(5.0)  # every host has had an answer telling it its interval
+            reports0 = _reports(ctx)
             idle0, i0 = _cpu_s(ctl.pid), time.monotonic()
-            time.sleep(5.0)  # heartbeats only: what holding the fleet costs
-            idle_cpu = (_cpu_s(ctl.pid) - idle0) / (time.monotonic() - i0) * 100
+            time.sleep(IDLE_S)  # heartbeats only: what holding the fleet costs
+            idle_s = time.monotonic() - i0
+            idle_cpu_s = _cpu_s(ctl.pid) - idle0
+            reports1 = _reports(ctx)
+            reports = reports1["reports"] - reports0["reports"] or n * idle_s  # see above
+            batches = reports1["batches"] - reports0["batches"]
             cpu0, rss0, t0 = _cpu_s(ctl.pid), _rss_mb(ctl.pid), time.monotonic()
-            latencies = []
+            latencies, submitted = [], 0
             while time.monotonic() - t0 < window:
                 sent = time.monotonic()
-                job = iris.submit(["true"], name=f"j{len(latencies)}")
+                submitted += 1
+                job = iris.submit(["true"], name=f"j{submitted}")
                 if job.wait(timeout=60)["state"] == "succeeded":
                     latencies.append((time.monotonic() - sent) * 1000)
             cpu = (_cpu_s(ctl.pid) - cpu0) / (time.monotonic() - t0) * 100
@@ -107,7 +122,12 @@ def run(n: int, procs: int, window: float, controller_root: Path = ROOT) -> dict
             h.terminate()
         counts = [json.loads(h.stdout.read().strip().splitlines()[-1] or "{}") for h in hosts]
         reregister = sum(c.get("reregister", 0) for c in counts)
-        return {"hosts": n, "register_s": register_s, "controller_cpu_idle": idle_cpu,
+        return {"hosts": n, "register_s": register_s,
+                "controller_cpu_idle": idle_cpu_s / idle_s * 100,
+                "reports_per_s": reports / idle_s,
+                "cpu_us_per_report": idle_cpu_s / reports * 1e6 if reports else None,
+                "reports_per_batch": reports / batches if batches else None,
+                "interval_s": reports1.get("interval_s"),
                 "controller_cpu": cpu,
                 "rss_mb_start": rss0, "rss_mb_end": rss1,
                 "submit_done_ms_p50": statistics.median(latencies) if latencies else None,
@@ -115,12 +135,19 @@ def run(n: int, procs: int, window: float, controller_root: Path = ROOT) -> dict
                                        if len(latencies) >= 10 else None),
                 "jobs": len(latencies), "false_losses": reregister + max(0, n - listed),
                 "errors": sum(c.get("errors", 0) for c in counts),
-                "pass_ms_p50": _median_ms(passes), "msgs_per_s": n}
+                "pass_ms_p50": _median_ms(passes)}
     finally:
         for p in [*hosts, ctl]:
             if p.poll() is None:
                 p.kill()
             p.wait(30)
+
+
+def _reports(ctx) -> dict:
+    """The controller's report counters (its snapshot, rebuilt every 0.5-2 s: read it twice
+    the same way, so the difference is over about the same span)."""
+    return _controller(ctx, "snapshot", timeout_s=120).get("reports") or \
+        {"reports": 0, "batches": 0}
 
 
 def _median_ms(hist: dict) -> float | None:
@@ -144,14 +171,20 @@ def main() -> None:
     sizes = [500, 2000] if args.quick else [int(x) for x in args.hosts.split(",")]
     window = 15.0 if args.quick else args.window
     rows = []
+    cols = ["hosts", "register_s", "controller_cpu_idle", "reports_per_s", "cpu_us_per_report",
+            "reports_per_batch", "interval_s", "controller_cpu", "rss_mb_start", "rss_mb_end",
+            "submit_done_ms_p50", "submit_done_ms_p90", "false_losses", "pass_ms_p50"]
     for n in sizes:
         step(f"{n:,} simulated hosts")
-        rows.append(run(n, args.procs, window, args.controller_root))
-    cols = ["hosts", "register_s", "controller_cpu_idle", "controller_cpu", "rss_mb_start", "rss_mb_end",
-            "submit_done_ms_p50", "submit_done_ms_p90", "false_losses", "pass_ms_p50"]
-    print(" | ".join(cols))
-    for r in rows:
-        print(" | ".join(fmt(r[c]) if isinstance(r[c], float) else str(r[c]) for c in cols))
+        try:
+            rows.append(run(n, args.procs, window, args.controller_root))
+        except Exception as exc:  # the controller stopped answering: that is the figure
+            rows.append({"hosts": n, "failed": f"{type(exc).__name__}: {exc}"[:300]})
+        print(" | ".join(cols), flush=True)
+        for r in rows:
+            print(" | ".join(fmt(r[c]) if isinstance(r.get(c), float) else str(r.get(c, "-"))
+                             for c in cols) if "failed" not in r else
+                  f"{r['hosts']} | failed: {r['failed']}", flush=True)
     print(json.dumps({f"n{r['hosts']}_{k}": v for r in rows for k, v in r.items()
                       if k != "hosts"}))
 

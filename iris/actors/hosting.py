@@ -16,10 +16,11 @@ import logging
 import threading
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from queue import Empty, SimpleQueue
 from typing import TYPE_CHECKING, Any
 
+from iris.actors.batching import Batch
 from iris.actors.current import context, current_context
 from iris.base.errors import ProtocolError
 from iris.base.histogram import Histogram
@@ -39,6 +40,8 @@ class ActorSpec:
     methods: dict[str, bool]  # public method name -> is it `async def`
     max_concurrency: int | None
     roles: dict[str, frozenset[str]]  # method -> roles allowed to call it (absent: anyone)
+    # method -> (batch handler, check) for methods marked @batched (batching.py)
+    batches: dict[str, tuple[str, Any]] = field(default_factory=dict)
 
 
 # Roles a call can carry (docs/protocol.md, Roles). "internal" is a call from this very
@@ -72,8 +75,11 @@ def actor(cls: type | None = None, *, max_concurrency: int | None = None):
         }
         roles = {name: getattr(getattr(target, name), "__iris_roles__", None)
                  for name in methods}
+        batches = {name: getattr(getattr(target, name), "__iris_batch__", None)
+                   for name, is_async in methods.items() if not is_async}
         target.__iris_actor__ = ActorSpec(target, methods, max_concurrency,
-                                          {n: r for n, r in roles.items() if r is not None})
+                                          {n: r for n, r in roles.items() if r is not None},
+                                          {n: b for n, b in batches.items() if b is not None})
         target.serve = classmethod(_serve)
         return target
 
@@ -109,6 +115,7 @@ class HostedActor:
         self._async_running = 0
         self._async_waiting: deque = deque()
         self._async_tasks: set[asyncio.Task] = set()
+        self._batches = {m: Batch(m, *how) for m, how in spec.batches.items()}
         # How long calls take to handle here (arguments decoded to reply encoded), one
         # histogram per thread that writes it: sync methods on the actor thread, async ones
         # on the loop. Node.served_latency() merges them.
@@ -160,6 +167,13 @@ class HostedActor:
             self._reply_error(rid, call, messages.E_PERMISSION, _denied(self, call))
         elif self._stopping:
             self._reply_died(rid, call)
+        elif call.method in self._batches:
+            batch = self._batches[call.method]
+            # The turn is queued at once, not after this drain of the socket: under a flood
+            # the drain does not end, and a batch waiting for it went past its callers'
+            # deadlines (a livelock at 2,000 hosts). It grows while the actor is busy.
+            if batch.add(self, rid, call, deadline):
+                self._queue.put(batch)
         elif not is_async:
             self._queue.put((rid, call, deadline))
         elif self._async_running < self._max_async:
@@ -222,6 +236,8 @@ class HostedActor:
         for item in self._mailbox():
             if type(item) is _Posted:
                 self._run_posted(item)
+            elif type(item) is Batch:
+                self._run_batch(item)
             elif self._stopping:  # stop requested: calls that have not started never will
                 self._reply_died(item[0], item[1], via_post=True)
             else:
@@ -229,8 +245,11 @@ class HostedActor:
         queue = self._queue
         while not queue.empty():  # calls that arrived before the stop: they never ran
             item = queue.get()
-            if item is not _STOP and type(item) is not _Posted:
+            if item is not _STOP and type(item) not in (_Posted, Batch):
                 self._reply_died(item[0], item[1], via_post=True)
+        for batch in self._batches.values():
+            for rid, call, _, _ in batch.take():
+                self._reply_died(rid, call, via_post=True)
         self._cancel_async()
         try:
             self._run_hook("on_stop")
@@ -272,6 +291,17 @@ class HostedActor:
             item.fn(*item.args)
         except Exception:  # like on_tick: one bad message must not end the actor
             _log.exception("posted message %s to actor %s raised", item.fn, self.key)
+
+    def _run_batch(self, batch: Batch) -> None:
+        if self._stopping:
+            for rid, call, _, _ in batch.take():
+                self._reply_died(rid, call, via_post=True)
+            return
+        started = self.node.now()
+        try:
+            batch.run(self, started)
+        finally:
+            self.handled_sync.observe(self.node.now() - started)
 
     def _run_hook(self, name: str) -> None:
         hook = getattr(self.instance, name, None)

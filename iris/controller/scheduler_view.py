@@ -7,12 +7,13 @@ sees exactly what the controller has promised on each worker.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 
 from iris.base.resources import Resources
 from iris.controller.jobs.spec import JobSpec
 from iris.controller.jobs.state import KernelState
 from iris.controller.scheduling.constraints import Constraint, parse_constraints
+from iris.controller.scheduling.fleet import Fleet
 from iris.controller.scheduling.model import (
     Band,
     Demand,
@@ -30,30 +31,95 @@ def host_views(state: KernelState, workers: Iterable[WorkerInfo],
     """Workers as hosts; attempts still stopping count as terminating (they hold the room
     until they exit, and are never chosen for eviction again). `held`: hosts set aside for
     gang reservations in flight, which nothing else may take."""
-    views = []
-    for w in workers:
-        attrs = w.attributes
-        running = [RunningAttempt(a, "", "", "", Band.BATCH, per_host_demand(res),
-                                  terminating=True)
-                   for a, res in sorted((stopping or {}).get(w.worker_id, {}).items())]
-        for attempt_id in sorted(state.by_worker.get(w.worker_id, ())):
-            attempt = state.attempts[attempt_id]
-            spec = state.jobs[attempt.job_id].spec
-            running.append(RunningAttempt(
-                attempt_id, task_id(attempt.job_id, attempt.task_index), attempt.job_id,
-                spec.user, Band.parse(spec.priority),
-                per_host_demand(attempt_resources(spec, attempt.accelerator)),
-                gang_id(spec, attempt.task_index), started_at=attempt.started_at))
-        accelerator = attrs.get("accelerator_type") or None
-        views.append(HostView(
-            w.worker_id, w.region, attrs.get("zone", w.region),
-            Demand(w.cpu, w.memory_bytes, w.accelerators),
-            scale_group=attrs.get("scale_group", ""), slice_id=attrs.get("slice_id"),
-            accelerator=accelerator,
-            accelerator_variant=_tpu_family(accelerator),
-            preemptible=attrs.get("preemptible", "false").lower() == "true",
-            running=tuple(running), attributes=dict(attrs), held=w.worker_id in held))
-    return views
+    stopping = stopping or {}
+    return [host_row(state, w, stopping.get(w.worker_id), w.worker_id in held)
+            for w in workers]
+
+
+def host_row(state: KernelState, w: WorkerInfo, stopping: dict[str, Resources] | None,
+             held: bool) -> HostView:
+    """One worker as a host (see host_views)."""
+    attrs = w.attributes
+    running = [RunningAttempt(a, "", "", "", Band.BATCH, per_host_demand(res),
+                              terminating=True)
+               for a, res in sorted((stopping or {}).items())]
+    for attempt_id in sorted(state.by_worker.get(w.worker_id, ())):
+        attempt = state.attempts[attempt_id]
+        spec = state.jobs[attempt.job_id].spec
+        running.append(RunningAttempt(
+            attempt_id, task_id(attempt.job_id, attempt.task_index), attempt.job_id,
+            spec.user, Band.parse(spec.priority),
+            per_host_demand(attempt_resources(spec, attempt.accelerator)),
+            gang_id(spec, attempt.task_index), started_at=attempt.started_at))
+    accelerator = attrs.get("accelerator_type") or None
+    return HostView(
+        w.worker_id, w.region, attrs.get("zone", w.region),
+        Demand(w.cpu, w.memory_bytes, w.accelerators),
+        scale_group=attrs.get("scale_group", ""), slice_id=attrs.get("slice_id"),
+        accelerator=accelerator,
+        accelerator_variant=_tpu_family(accelerator),
+        preemptible=attrs.get("preemptible", "false").lower() == "true",
+        running=tuple(running), attributes=dict(attrs), held=held)
+
+
+class FleetView:
+    """The fleet kept between scheduling passes: a host's row is rebuilt only when what it is
+    made of changed (its registration, the attempts the kernel wants there and when they
+    started, what it is stopping, its hold), instead of every row on every pass.
+
+    Before, a pass rebuilt every row and then the scheduler's Fleet: 25 ms at 2,000 hosts,
+    100 ms at 5,000, once per submit. Now a pass compares one small key per host (~1 us)
+    and rebuilds what changed; a host gone (the order of the rest changes) rebuilds it all.
+    `fleet(...)` always equals `Fleet(host_views(...))` of the same inputs.
+    """
+
+    def __init__(self) -> None:
+        self._ids: list[str] = []
+        self._keys: list[tuple] = []
+        self._fleet: Fleet | None = None
+        self.rebuilds = 0  # full rebuilds, for tests and the fleet benchmark
+        self.updated = 0  # rows rebuilt one by one
+
+    def fleet(self, state: KernelState, workers: Mapping[str, WorkerInfo],
+              stopping: Mapping[str, dict[str, Resources]],
+              held: Collection[str] = ()) -> Fleet:
+        ids = list(workers)
+        keys = [_row_key(state, w, stopping.get(wid), wid in held)
+                for wid, w in workers.items()]
+        fleet, n = self._fleet, len(self._ids)
+        if fleet is None or ids[:n] != self._ids:
+            return self._rebuild(state, workers, stopping, held, ids, keys)
+        old = self._keys
+        for i in range(n):
+            if keys[i] != old[i]:
+                wid = ids[i]
+                row = host_row(state, workers[wid], stopping.get(wid), wid in held)
+                if not fleet.update(i, row):  # re-registered with other attributes
+                    return self._rebuild(state, workers, stopping, held, ids, keys)
+                self.updated += 1
+        for wid in ids[n:]:
+            fleet.append(host_row(state, workers[wid], stopping.get(wid), wid in held))
+        self._ids, self._keys = ids, keys
+        return fleet
+
+    def _rebuild(self, state: KernelState, workers: Mapping[str, WorkerInfo],
+                 stopping: Mapping[str, dict[str, Resources]], held: Collection[str],
+                 ids: list[str], keys: list[tuple]) -> Fleet:
+        self.rebuilds += 1
+        self._fleet = Fleet(host_views(state, workers.values(), dict(stopping), held))
+        self._ids, self._keys = ids, keys
+        return self._fleet
+
+
+def _row_key(state: KernelState, w: WorkerInfo, stopping: dict[str, Resources] | None,
+             held: bool) -> tuple:
+    """What host_row reads, as a value: equal keys make equal rows. The WorkerInfo itself
+    stands for the registration (a re-registration makes a new one)."""
+    attempts = state.by_worker.get(w.worker_id)
+    if attempts:
+        table = state.attempts
+        attempts = tuple(sorted((a, table[a].started_at) for a in attempts))
+    return (w, attempts or None, tuple(sorted(stopping.items())) if stopping else None, held)
 
 
 def _tpu_family(accelerator: str | None) -> str | None:

@@ -138,6 +138,8 @@ class ControllerService(JobRequests, WorkerRequests, Placement, RegionRequests,
         # The day-trace figures for this cluster (live_figures.py), fed after each commit
         # and on the tick.
         self.figures = live_figures.FiguresState()
+        # The hosts as the scheduler sees them, kept between passes (scheduler_view.py).
+        self.fleet_view = scheduler_view.FleetView()
         # Autoscaled regions: their groups, their last reports, the demand routed to them.
         self.region_groups = {r.region: list(r.groups) for r in config.autoscale}
         self.region_reports: dict[str, dict] = {}
@@ -152,6 +154,7 @@ class ControllerService(JobRequests, WorkerRequests, Placement, RegionRequests,
         self._live_fits: tuple = (None, None)  # (workers key, checker) for _fits_live
         self._admission, self._admitted_at = float(REGISTRATIONS_PER_S), clock.monotonic()
         self._init_budgets()
+        self._admit_slot = float("-inf")  # the last retry time handed to a refused worker
 
     # ------------------------------------------------------------ the one path of change
 

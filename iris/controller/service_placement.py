@@ -18,8 +18,13 @@ from iris.controller.scheduling.scheduler import SchedulerConfig, schedule
 from iris.controller.turns import now_mono, now_wall, turn
 
 _log = logging.getLogger(__name__)
-# Region inventories are pushed at most this often (and before any gang round).
+# Region inventories are pushed at most this often (and before any gang round)...
 SYNC_EVERY_S = 0.2
+# ...and no more often than every SYNC_S_PER_HOST x hosts: a push walks every host here, is
+# encoded, then checked whole by the Region actor, ~20 us a host in all (200 ms at 10,000
+# hosts on this 2-core machine, bench.fleet under py-spy), so every 0.2 s it took more than
+# the controller had. 20x that keeps pushes under 5 % of a core: every 4 s at 10,000 hosts.
+SYNC_S_PER_HOST = 20 * 20e-6
 
 
 class Placement:
@@ -45,10 +50,12 @@ class Placement:
 
     def _sync_regions(self, force: bool = False) -> None:
         """Push each region its inventory. Walking every worker costs O(fleet), so this runs
-        at most every SYNC_EVERY_S (a burst of 10,000 registrations once made it O(N^2)),
-        and at once before a gang round that relies on it."""
+        at most every SYNC_EVERY_S, or SYNC_S_PER_HOST per host (a burst of 10,000
+        registrations once made it O(N^2)), and at once before a gang round that relies on
+        it."""
         now = now_mono(self)
-        if self._inventory_dirty and (force or now - self._synced_at >= SYNC_EVERY_S):
+        every = max(SYNC_EVERY_S, SYNC_S_PER_HOST * len(self.workers.workers))
+        if self._inventory_dirty and (force or now - self._synced_at >= every):
             self._inventory_dirty, self._synced_at = False, now
             self.gangs.sync_regions(self.state, self.workers.workers.values(), self.stopping,
                                     self.unmet, self.region_groups, self.draining)
@@ -73,12 +80,11 @@ class Placement:
             return []
         unplaced: dict[str, int] = {}
         demands = self._demands(unplaced)
-        hosts = scheduler_view.host_views(self.state, self.workers.workers.values(),
-                                          self.stopping,
-                                          held=self.gangs.held_hosts() | set(self.draining))
         demoted = self.over_budget()
         started = self.clock.monotonic()  # a measured duration, not a decision
-        plan = schedule(hosts, demands, reserving_gangs=set(self.gangs.reserving),
+        fleet = self.fleet_view.fleet(self.state, self.workers.workers, self.stopping,
+                                      held=self.gangs.held_hosts() | set(self.draining))
+        plan = schedule(fleet, demands, reserving_gangs=set(self.gangs.reserving),
                         scaling_up=demand.scaling_up(self.region_reports),
                         config=SchedulerConfig(demoted=demoted))
         self.pass_seconds.observe(self.clock.monotonic() - started)
@@ -92,8 +98,8 @@ class Placement:
                     self.pending_reasons[job_id] = demand.hold_existing(reason.to_dict())
                     continue
                 unplaced[job_id] = unplaced.get(job_id, 0) + 1
-        self.pending_reasons = queue_view.annotate(self.pending_reasons, self.state, hosts,
-                                                   demoted)
+        self.pending_reasons = queue_view.annotate(self.pending_reasons, self.state,
+                                                   fleet.hosts, demoted)
         if self.region_groups and unplaced:
             self.unmet = demand.plan_growth(
                 [(self.state.jobs[j].spec, n) for j, n in unplaced.items()],

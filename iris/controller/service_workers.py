@@ -12,6 +12,7 @@ from typing import Any
 
 from iris.base.errors import (
     InvalidRequestError,
+    IrisError,
     OverloadedError,
 )
 from iris.base.ids import new_id
@@ -21,6 +22,7 @@ from iris.controller.jobs import events as ev
 from iris.controller.jobs import views
 from iris.controller.repair import repairs
 from iris.controller.turns import now_mono, now_wall, turn
+from iris.controller.workers import report_interval_s
 from iris.wire import control, schema
 
 _log = logging.getLogger(__name__)
@@ -28,6 +30,14 @@ _log = logging.getLogger(__name__)
 # this keeps a re-registration storm from 10,000 hosts under half the controller's time.
 REGISTRATIONS_PER_S = 500
 _REGION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+
+def check_report(worker_id: Any, updates: Any, stats: Any = None,
+                 running: Any = None) -> control.WorkerReport:
+    """A worker's report, checked whole (InvalidRequestError names the bad field). Runs on
+    the node's loop thread for batched reports (actor.py), off the controller's turn."""
+    return control.decode(control.WorkerReport, {
+        "worker_id": worker_id, "updates": updates, "stats": stats, "running": running})
 
 
 class WorkerRequests:
@@ -58,24 +68,56 @@ class WorkerRequests:
         self._run_many([e for e in events if e is not None], schedule=True)
         return views.desired_attempts(self.state, msg.worker_id)
 
-    @turn
     def report(self, worker_id: Any, updates: Any, stats: Any = None,
                running: Any = None) -> dict:
         """Attempt updates from a worker (also its heartbeat). Unknown worker: re-register.
         `stats`: the worker's own figures for /metrics, e.g. {"log_shipping":
         {"max_flush_lag_s": x, "dropped_lines": n}}; kept as last reported. `running`: the
         attempts it runs now, to repair lost start and stop commands (repair.py)."""
-        msg = control.decode(control.WorkerReport, {
-            "worker_id": worker_id, "updates": updates, "stats": stats, "running": running})
-        if not self.workers.heard(msg.worker_id, now_mono(self)):
-            return {"acked": [], "reregister": True}
-        if msg.stats is not None:
-            self.worker_stats[msg.worker_id] = msg.stats
-        batch = [self._update_event(msg.worker_id, u) for u in msg.updates]
-        self._run_many([e for e in batch if e is not None], schedule=bool(msg.updates))
-        if msg.running is not None:
-            self._repair(msg.worker_id, list(msg.running))
-        return {"acked": [u.attempt_id for u in msg.updates], "reregister": False}
+        [answer] = self.reports([check_report(worker_id, updates, stats, running)])
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    @turn
+    def reports(self, msgs: list[control.WorkerReport]) -> list:
+        """Many workers' reports (already checked: check_report) in one turn: one
+        transaction and at most one scheduling pass for all their updates. A report that
+        changes nothing costs a last-heard update. One answer per report, in order; if
+        applying the updates fails, each report that carried some gets that error (its
+        worker sends them again) and the rest are answered as usual."""
+        now = now_mono(self)
+        interval = self.report_interval()
+        answers: list = []
+        events, changed, check = [], [], []
+        for msg in msgs:
+            if not self.workers.heard(msg.worker_id, now):
+                answers.append({"acked": [], "reregister": True, "interval_s": interval})
+                continue
+            if msg.stats is not None:
+                self.worker_stats[msg.worker_id] = msg.stats
+            if msg.updates:
+                changed.append(len(answers))
+                events += [self._update_event(msg.worker_id, u) for u in msg.updates]
+            if msg.running is not None:
+                check.append(msg)
+            answers.append({"acked": [u.attempt_id for u in msg.updates],
+                            "reregister": False, "interval_s": interval})
+        if events:
+            try:
+                self._run_many([e for e in events if e is not None], schedule=True)
+            except IrisError as exc:
+                for i in changed:
+                    answers[i] = exc
+        for msg in check:  # after the updates: an attempt that just exited needs no repair
+            if msg.running or self.state.by_worker.get(msg.worker_id) \
+                    or self.stopping.get(msg.worker_id):  # else nothing to compare
+                self._repair(msg.worker_id, list(msg.running))
+        return answers
+
+    def report_interval(self) -> float:
+        """Seconds between reports this controller asks of its workers now."""
+        return report_interval_s(len(self.workers.workers), self.workers.behind(now_mono(self)))
 
     @turn
     def worker_gone(self, worker_id: Any, address: Any, why: str) -> None:
@@ -106,7 +148,12 @@ class WorkerRequests:
                               + (now - self._admitted_at) * REGISTRATIONS_PER_S)
         self._admitted_at = now
         if self._admission < 1.0:
-            wait = (1.0 - self._admission) / REGISTRATIONS_PER_S + random.random()
+            # Each refused worker gets its own later slot, 1/REGISTRATIONS_PER_S after the
+            # last one handed out: 10,000 refused at once come back over 20 s, at the rate
+            # they can be admitted. (A retry within ~1 s for all of them, as before, brought
+            # 10,000 refusals a second, each a turn of the controller: it fell behind.)
+            self._admit_slot = max(now, self._admit_slot) + 1.0 / REGISTRATIONS_PER_S
+            wait = (self._admit_slot - now) * (1.0 + 0.1 * random.random())
             raise OverloadedError(f"too many registrations at once: retry in {wait:.1f} s",
                                   retry_after_s=wait)
         self._admission -= 1.0

@@ -2,6 +2,7 @@
 rules and docs/protocol.md, Fencing). Times in seconds.
 
     FENCE_AFTER_S + FENCE_GRACE_S + WATCH_INTERVAL_S + MARGIN_S <= SILENT_LOST_S
+    BLIP_S + REPORT_INTERVAL_MAX_S <= FENCE_AFTER_S
 """
 
 from __future__ import annotations
@@ -23,5 +24,15 @@ MARGIN_S = 5.0
 # nothing (the issue: a 10 s blip once threw away a 64-host gang's progress).
 SILENT_LOST_S = 30.0
 
+# A network blip this short costs a worker nothing: its lease outlives it.
+BLIP_S = 10.0
+# The longest report interval a controller may ask of its workers (a large fleet, or a
+# controller falling behind, is asked for fewer reports): the lease, renewed by each
+# answered report, must still outlast a blip plus one interval (10 + 3 <= 15), and the
+# silence rule (SILENT_LOST_S) then allows ten missed intervals.
+REPORT_INTERVAL_MAX_S = 3.0
+
+if BLIP_S + REPORT_INTERVAL_MAX_S > FENCE_AFTER_S:
+    raise AssertionError("fencing constants: a lease must outlast a blip plus a report interval")
 if FENCE_AFTER_S + FENCE_GRACE_S + WATCH_INTERVAL_S + MARGIN_S > SILENT_LOST_S:
     raise AssertionError("fencing constants: a lease must lapse before the controller gives up")

@@ -31,6 +31,7 @@ from iris.base.resources import Resources
 from iris.logstore.shipper import LogShipper
 from iris.logstore.sinks import LogSink
 from iris.wire import control
+from iris.wire.fencing import REPORT_INTERVAL_MAX_S
 from iris.worker import attempts, cgroups, lease
 from iris.worker.attempt_work import AttemptWork, SinkKey, sink_key
 from iris.worker.inbox import Inbox
@@ -39,7 +40,9 @@ from iris.worker.runner import AttemptRunner, RunnerConfig
 from iris.worker.watchdog import ensure_running
 
 _log = logging.getLogger(__name__)
-# Heartbeat period: the controller declares a worker lost after 3 s of silence.
+# Heartbeat period until the controller asks for another (each report's answer carries
+# `interval_s`: a large fleet reports less often), never past REPORT_INTERVAL_MAX_S, which
+# the lease outlasts (wire/fencing.py).
 HEARTBEAT_S = 1.0
 # Threads for starts and stops in flight. Each blocks for a whole build (minutes, on a cold
 # uv cache) or a grace period (10 s), and a stop must never queue behind builds: a host runs
@@ -69,6 +72,7 @@ class Worker:
         self._book = attempts.Book(lease_until=current.expires_at if current else None)
         self._registered = False
         self._last_report = 0.0
+        self._interval = HEARTBEAT_S  # as the controller last asked
         self._sinks: dict[SinkKey, LogSink] = {}
         self._shippers: dict[str, LogShipper] = {}  # attempt id -> its live log shipper
         self._dropped_lines_closed = 0  # by shippers already closed, for a lifetime counter
@@ -131,7 +135,7 @@ class Worker:
                 self._last_report = now
                 self._register()
             return
-        if self._book.updates or now - self._last_report >= HEARTBEAT_S:
+        if self._book.updates or now - self._last_report >= self._interval:
             self._last_report = now
             self._report()
 
@@ -234,6 +238,7 @@ class Worker:
             self._registered = False
             return
         self._renew(sent_at)
+        self._interval = report_interval(answer.get("interval_s"))
         self._acknowledge(sent, set(answer.get("acked", ())))
 
     def _acknowledge(self, sent: list, acked: set[str]) -> None:
@@ -267,6 +272,14 @@ class Worker:
             dropped += stats.dropped_lines
             lag = max(lag, stats.flush_lag_s, stats.pending_age_s)
         return {"max_flush_lag_s": lag, "dropped_lines": dropped}
+
+
+def report_interval(asked: Any) -> float:
+    """The interval the controller asked for, within [HEARTBEAT_S, REPORT_INTERVAL_MAX_S]
+    (a controller from before intervals asks for none: HEARTBEAT_S)."""
+    if isinstance(asked, bool) or not isinstance(asked, int | float) or asked != asked:
+        return HEARTBEAT_S
+    return min(max(float(asked), HEARTBEAT_S), REPORT_INTERVAL_MAX_S)
 
 
 def _wire(sent: list) -> list[dict]:

@@ -79,11 +79,12 @@ def task_pool(resources: Resources) -> Pool:
     return ("cpu", None)
 
 
-def schedule(hosts: Sequence[HostView], pending: Sequence[TaskDemand], *,
+def schedule(hosts: Sequence[HostView] | Fleet, pending: Sequence[TaskDemand], *,
              config: SchedulerConfig | None = None, reserving_gangs: Collection[str] = (),
              scaling_up: Mapping[str, Sequence[str]] | None = None) -> SchedulePlan:
     """One pass. `reserving_gangs`: gangs the coordinator is already placing.
-    `scaling_up`: accelerator (or "cpu") -> regions adding hosts of it right now."""
+    `scaling_up`: accelerator (or "cpu") -> regions adding hosts of it right now.
+    `hosts` may be a Fleet kept between passes (scheduler_view.FleetView): not changed."""
     return _Pass(hosts, config or SchedulerConfig(), reserving_gangs, scaling_up or {}).run(
         pending)
 
@@ -120,10 +121,11 @@ class _Job:
 
 
 class _Pass:
-    def __init__(self, hosts: Sequence[HostView], config: SchedulerConfig,
+    def __init__(self, hosts: Sequence[HostView] | Fleet, config: SchedulerConfig,
                  reserving: Collection[str], scaling: Mapping[str, Sequence[str]]):
         self.config, self.reserving, self.scaling = config, set(reserving), scaling
-        self.fleet = Fleet(hosts)
+        self.fleet = hosts.for_pass() if isinstance(hosts, Fleet) else Fleet(hosts)
+        hosts = self.fleet.hosts
         self.pre = Preemptor(self.fleet, config.max_preemptions_per_pass)
         self.plan = SchedulePlan([], [], [], {})
         self.classes: dict[tuple[object, ...], _Class] = {}
