@@ -65,7 +65,10 @@ def _step(data, svc: ControllerService, clock: FakeClock, n: int) -> None:
         svc.submit(_job(data, n))
     elif op in ("run", "exit"):
         w = data.draw(st.sampled_from(workers))
-        held = sorted(svc.state.by_worker.get(w, ()))
+        # Ordered by task, not by attempt id: ids are random, and hypothesis replays a
+        # choice sequence only if the same choices lead to the same draws.
+        held = sorted(svc.state.by_worker.get(w, ()), key=lambda a: (
+            svc.state.attempts[a].job_id, svc.state.attempts[a].task_index))
         if held:
             a = data.draw(st.sampled_from(held))
             update = {"attempt_id": a, "status": "running"} if op == "run" else \
