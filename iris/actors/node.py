@@ -26,53 +26,23 @@ import zmq
 from iris.actors import shm
 from iris.actors.config import NodeConfig
 from iris.actors.future import ActorFuture
-from iris.actors.hosting import INTERNAL, HostedActor, spec_of
-from iris.actors.peers import DeadlineQueue, LocalPeer, LocalReturn, Peer
+from iris.actors.hosting import HostedActor, spec_of
+from iris.actors.node_loop import NodeLoop
+from iris.actors.peers import DeadlineQueue, LocalPeer, Peer
 from iris.actors.security import Security, check_bind_allowed
 from iris.actors.stats import NodeStats
 from iris.base.clock import SYSTEM_CLOCK, Clock
 from iris.base.errors import (
     ConfigError,
     ConflictError,
-    DeadlineExceededError,
     PeerUnavailableError,
     ProtocolError,
 )
 from iris.base.histogram import merge_histograms
 from iris.base.ids import new_id
-from iris.wire import messages, remote_errors
+from iris.wire import messages
 
 _log = logging.getLogger(__name__)
-# Plain ints, not the flag enums: pyzmq's send_multipart/recv_multipart wrappers combine
-# enum flags and query RCVMORE per frame, which cost 2.5-3.6 us a message against 1.2-1.3
-# us for these loops (measured here on a 2-frame message).
-_NOBLOCK = int(zmq.NOBLOCK)
-_SNDMORE = int(zmq.SNDMORE)
-
-
-def _recv_frames(sock: zmq.Socket) -> list:
-    """One whole message as zmq Frames; raises zmq.Again when none is waiting."""
-    frame = sock.recv(_NOBLOCK, copy=False)
-    frames = [frame]
-    while frame.more:
-        frame = sock.recv(_NOBLOCK, copy=False)
-        frames.append(frame)
-    return frames
-
-
-# Frames below this are copied into the ZeroMQ message: cheaper than the zero-copy hand-off
-# (a Frame object and a release callback) up to about pyzmq's own copy_threshold of 64 KiB.
-_COPY_BELOW = 64 * 1024
-
-
-def _send_frames(sock: zmq.Socket, frames: list) -> None:
-    """Send one message; small bytes (header, routing id) are copied, big frames are not."""
-    last = len(frames) - 1
-    for i, frame in enumerate(frames):
-        sock.send(frame, _NOBLOCK | _SNDMORE if i < last else _NOBLOCK,
-                  copy=type(frame) is bytes and len(frame) < _COPY_BELOW)
-
-
 def _shm_min_bytes(config: NodeConfig) -> int:
     """config.shm_min_bytes, unless $IRIS_SHM_MIN_BYTES says otherwise (0: off)."""
     raw = os.environ.get("IRIS_SHM_MIN_BYTES", "").strip()
@@ -83,7 +53,7 @@ def _shm_min_bytes(config: NodeConfig) -> int:
     return int(raw)
 
 
-class Node:
+class Node(NodeLoop):
     def __init__(self, config: NodeConfig | None = None, *, security: Security | None = None,
                  clock: Clock = SYSTEM_CLOCK):
         self.config = config or NodeConfig()
@@ -410,237 +380,3 @@ class Node:
         if segment is not None:
             self._pool.sent(segment, 1, 0, self.now() + self.config.shm_hold_s)
         return frames
-
-    # ------------------------------------------------------------ loop thread
-
-    def _flush_outbox(self) -> None:
-        self._wake_pending = False
-        outbox = self._outbox
-        while outbox:
-            fn, args = outbox.popleft()
-            try:
-                fn(*args)
-            except Exception:
-                _log.exception("node %s: posted work %s failed", self.id, fn)
-        self._drain_dirty()
-
-    def _send_call(self, address: str, call_id: int, fut: ActorFuture, frames: list,
-                   timeout_s: float, oneway: bool) -> None:
-        if address == self.address and fut.actor in self._actors:
-            return self._call_local(call_id, fut, frames, timeout_s, oneway)
-        peer = self._peers.get(address)
-        if peer is None:
-            try:
-                peer = self._peers[address] = Peer(self, address)
-            except zmq.ZMQError as exc:
-                fut.set_exception(PeerUnavailableError(
-                    f"cannot connect to {address!r}: {exc}", actor=fut.actor,
-                    method=fut.method, address=address))
-                if not oneway:
-                    self.stats.calls_peer_unavailable += 1
-                return
-        now = self.now()
-        if not oneway:
-            peer.track(call_id, fut, now)
-            self._deadlines.push(now + timeout_s, call_id, peer)
-        if not self.send_to_peer(peer, frames):
-            peer.pending.pop(call_id, None)
-            fut.set_exception(PeerUnavailableError(
-                f"send queue to {address} is full ({self.config.high_water_mark} messages)",
-                actor=fut.actor, method=fut.method, address=address))
-            if not oneway:
-                self.stats.calls_peer_unavailable += 1
-        elif oneway:
-            fut.set_result(None)
-        self.stats.calls_sent += 1
-
-    def _call_local(self, call_id: int, fut: ActorFuture, frames: list, timeout_s: float,
-                    oneway: bool) -> None:
-        """A call to an actor this node hosts, through its mailbox (see LocalPeer)."""
-        local = self._local
-        if local is None:
-            local = self._local = LocalPeer(self)
-        if not oneway:
-            now = self.now()
-            local.track(call_id, fut, now)
-            self._deadlines.push(now + timeout_s, call_id, local)
-        self.stats.calls_sent += 1
-        self._on_request([LocalReturn(local), *(zmq.Frame(f) for f in frames)], INTERNAL)
-        if oneway:
-            fut.set_result(None)
-
-    def send_to_peer(self, peer: Peer, frames: list) -> bool:
-        try:
-            _send_frames(peer.dealer, frames)
-        except zmq.Again:
-            return False
-        finally:
-            self._dirty_peers.add(peer)
-            self._schedule_drain()
-        return True
-
-    def send_reply(self, rid: bytes, frames: list, spilled: bool = False) -> None:
-        if len(frames) > 1 and self._shm_replies and not spilled and type(rid) is bytes \
-                and shm.shares_with_caller(rid):
-            frames = self._spill_reply(frames)
-        if type(rid) is LocalReturn:  # an in-process call: straight back to its future
-            rid.peer.heard(self.now())
-            self._on_reply(rid.peer, [zmq.Frame(f) for f in frames], self.now())
-            return
-        try:
-            _send_frames(self._router, [rid, *frames])
-        except (zmq.Again, zmq.ZMQError):  # caller vanished or is flooding: it will time out
-            self.stats.replies_dropped += 1
-        self._router_dirty = True
-        self._schedule_drain()
-
-    def _schedule_drain(self) -> None:
-        if not self._drain_scheduled:
-            self._drain_scheduled = True
-            self.loop.call_soon(self._drain_dirty)
-
-    def _drain_dirty(self) -> None:
-        self._drain_scheduled = False
-        if self._router_dirty:
-            self._router_dirty = False
-            self._drain_router()
-        if self._dirty_peers:
-            dirty, self._dirty_peers = self._dirty_peers, set()
-            for peer in dirty:
-                self.drain_peer(peer)
-
-    def _drain_router(self) -> None:
-        router = self._router
-        if router is None or router.closed:
-            return
-        while True:
-            try:
-                frames = _recv_frames(router)
-            except zmq.Again:
-                return
-            try:
-                self._on_request(frames)
-            except Exception:  # never let one message kill the loop
-                self.stats.malformed += 1
-                _log.exception("node %s: failed handling a request", self.id)
-
-    def _on_request(self, frames: list, role: str | None = None) -> None:
-        if len(frames) < 2:
-            self.stats.malformed += 1
-            return
-        rid = frames[0].bytes
-        buffers = frames[2:]
-        try:
-            if buffers:
-                buffers = shm.resolve(buffers)
-            msg = messages.decode(frames[1].bytes, buffers)
-        except ProtocolError as exc:
-            self.stats.malformed += 1
-            _log.debug("node %s dropped a malformed message: %s", self.id, exc)
-            peek = messages.peek_call(frames[1].bytes) if buffers else None
-            if peek is not None and peek[0] == messages.CALL:  # say why, not time out
-                self.send_reply(rid, messages.encode_error(peek[1], messages.E_PROTOCOL,
-                                                           str(exc)))
-            return
-        kind = msg[1]
-        if kind == messages.CALL or kind == messages.CAST:
-            call = messages.call_from(msg, buffers)
-            call.role = role or (self._grants.get(call.auth, "client") if call.auth
-                                 else "client")
-            self.stats.calls_received += 1
-            hosted = self._actors.get(call.actor)
-            if hosted is None:
-                known = ", ".join(sorted(self._actors)) or "none"
-                if not call.oneway:
-                    self.send_reply(rid, messages.encode_error(
-                        call.call_id, messages.E_ACTOR_NOT_FOUND,
-                        f"no actor {call.actor!r} at {self.address} (serving: {known})"))
-                return
-            hosted.dispatch(rid, call, self.now() + call.timeout_ms / 1000)
-        elif kind == messages.PING:
-            self.send_reply(rid, messages.encode_pong(msg[2]))
-        else:
-            self.stats.malformed += 1  # replies belong on DEALERs, not here
-
-    def drain_peer(self, peer: Peer) -> None:
-        dealer = peer.dealer
-        if dealer.closed:
-            return
-        now = None
-        while True:
-            try:
-                frames = _recv_frames(dealer)
-            except zmq.Again:
-                return
-            if now is None:
-                now = self.now()
-                peer.heard(now)
-            try:
-                self._on_reply(peer, frames, now)
-            except Exception:
-                self.stats.malformed += 1
-                _log.exception("node %s: failed handling a reply from %s", self.id, peer.address)
-
-    def _on_reply(self, peer: Peer, frames: list, now: float) -> None:
-        buffers = frames[1:]
-        try:
-            if buffers:
-                buffers = shm.resolve(buffers)
-            msg = messages.decode(frames[0].bytes, buffers)
-        except ProtocolError as exc:
-            self.stats.malformed += 1
-            peek = messages.peek_call(frames[0].bytes) if buffers else None
-            fut = peer.pending.pop(peek[1], None) if peek else None
-            if fut is not None:  # its buffers are gone (shared memory of a dead sender)
-                fut.set_exception(ProtocolError(f"reply of {fut.actor}.{fut.method} from "
-                                                f"{peer.address} cannot be read: {exc}"))
-            _log.debug("node %s dropped a malformed reply from %s: %s", self.id, peer.address, exc)
-            return
-        kind = msg[1]
-        if kind == messages.PONG:
-            return
-        fut = peer.pending.pop(msg[2], None) if kind in (messages.REPLY, messages.ERROR) else None
-        stats = self.stats
-        if fut is None:
-            stats.late_replies += 1  # answered after its deadline, or a stray
-            return
-        stats.call_latency.observe(now - fut.sent_at)
-        if kind == messages.REPLY:
-            try:
-                value = messages.decode_payload(msg[3], msg[4], buffers)
-            except Exception as exc:
-                stats.calls_error += 1
-                fut.set_exception(ProtocolError(
-                    f"reply of {fut.actor}.{fut.method} from {peer.address} cannot be "
-                    f"decoded here: {exc}"))
-                return
-            stats.calls_ok += 1
-            fut.set_result(value)
-        else:
-            stats.calls_error += 1
-            fut.set_exception(remote_errors.error_from(
-                msg[3], msg[4], msg[5], actor=fut.actor, method=fut.method, address=peer.address))
-
-    def _sweep(self) -> None:
-        # Runs until the loop stops, even while the node is stopping: actor threads blocked
-        # on calls must still see their deadlines.
-        now = self.now()
-        stats = self.stats
-        for call_id, peer in self._deadlines.pop_expired(now):
-            fut = peer.pending.pop(call_id)
-            stats.calls_timeout += 1
-            fut.set_exception(DeadlineExceededError(
-                f"{fut.actor}.{fut.method} at {peer.address}: no reply before its deadline",
-                actor=fut.actor, method=fut.method, address=peer.address))
-        cfg = self.config
-        for address, peer in list(self._peers.items()):
-            if not peer.check_liveness(now, cfg.heartbeat_interval_s, cfg.peer_dead_after_s):
-                peer.fail_all(f"no reply or heartbeat for {cfg.peer_dead_after_s} s "
-                              "(the peer is dead or unreachable)")
-                peer.close()
-                del self._peers[address]
-                stats.peers_declared_dead += 1
-        if self._pool.busy():
-            self._pool.sweep(now)
-        self._drain_dirty()
-        self.loop.call_later(cfg.sweep_interval_s, self._sweep)
