@@ -20,21 +20,18 @@ from typing import Any
 from iris.actors import Node, actor, tokens
 from iris.actors.batching import batched
 from iris.actors.hosting import requires
-from iris.actors.keys import CONTROLLER_KEY, region_key, worker_key
+from iris.actors.keys import CONTROLLER_KEY
 from iris.base.errors import ConfigError, InvalidRequestError, IrisError, NotFoundError
+from iris.controller.effects_out import EffectsOut, sum_stats
 from iris.controller.gangs.coordinator import (
     CoordinatorConfig,
     Placed,
-    PlaceGang,
-    ReleaseGang,
     Unplaceable,
 )
 from iris.controller.gangs.runner import GangRunner
-from iris.controller.gangs.tracking import PlaceRound, ReleaseRound, SyncRegion
 from iris.controller.jobs.model import TERMINAL_JOB
 from iris.controller.live_figures import series
 from iris.controller.preemption_notices import apply_notice
-from iris.controller.regions.region import Region
 from iris.controller.service import ControllerConfig, ControllerService
 from iris.controller.service_workers import check_report
 from iris.wire import schema
@@ -44,18 +41,18 @@ _log = logging.getLogger(__name__)
 # Dashboards see live state at most this old; rebuilding it walks every job (~2 ms at
 # 10,000 jobs), so not on every 50 ms tick...
 _SNAPSHOT_EVERY_S = 0.5
-# Windows of the live figures a page may ask for: a chart of the last hour, of a shift, of
-# the whole day the ring holds.
-FIGURE_WINDOWS_H = (1.0, 6.0, 24.0)
 # ...times one per this many workers: it lists every worker too (~10 us each: 100 ms at
 # 10,000, a fifth of a core every 0.5 s), so a big fleet's dashboard is up to 2 s old.
 _SNAPSHOT_WORKERS = 2500
+# Windows of the live figures a page may ask for: a chart of the last hour, of a shift, of
+# the whole day the ring holds.
+FIGURE_WINDOWS_H = (1.0, 6.0, 24.0)
 # Finished jobs are pruned from the database about once an hour.
 _PRUNE_EVERY_S = 3600.0
 
 
 @actor
-class Controller:
+class Controller(EffectsOut):
     # 50 ms: timeouts, lost workers and scheduling of freed capacity are noticed promptly;
     # each tick that finds nothing to do costs a few microseconds.
     tick_interval_s = 0.05
@@ -362,7 +359,7 @@ class Controller:
             self._snapshot_at = now
             self._svc.set_region_reports(dict(self._region_stats))
             self._snapshot = {**self._svc.snapshot(),
-                              "gang_reservations": _sum_stats(self._region_stats.values()),
+                              "gang_reservations": sum_stats(self._region_stats.values()),
                               "reports": {"batches": self.report_batches,
                                           "reports": self.reports_batched,
                                           "interval_s": self._svc.report_interval()}}
@@ -382,85 +379,8 @@ class Controller:
             self._checkpoints.stop()
         self._svc.close()
 
-    # ------------------------------------------------------------ effects out
-
-    def _after(self, answer: Any) -> Any:
-        """Send what the service decided to regions and workers, apply gang outcomes (which
-        decide more), wake waiters; then answer."""
-        while True:
-            self._send_gang_messages()
-            if not self._gang_outcomes:
-                break
-            outcomes = list(self._gang_outcomes)
-            self._gang_outcomes.clear()
-            self._settle_gangs(outcomes)
-        for cmd in self._svc.take_commands():
-            method = "start_attempt" if cmd.kind == "start" else "stop_attempt"
-            fut = self._node.call(cmd.address, worker_key(cmd.worker_id), method, (cmd.body,),
-                                  timeout_s=30.0, auth=self._token)
-            fut.add_done_callback(_log_failure)
-        finished = self._svc.take_finished()
-        if finished:
-            self._node.call_in_loop(self._wake, finished)
-        return answer
-
-    def _send_gang_messages(self) -> None:
-        rounds = []  # one coordinator batch: one handle_many per region for a whole pass
-        for msg in self._svc.take_gang_messages():
-            if isinstance(msg, SyncRegion):
-                self._ensure_region(msg.region)
-                fut = self._node.call(self._node.address, region_key(msg.region), "sync",
-                                      (msg.slices, msg.busy, msg.unmet, list(msg.drained)),
-                                      timeout_s=30.0)
-                fut.add_done_callback(_log_failure)
-            elif isinstance(msg, PlaceRound):
-                rounds.append(PlaceGang(msg.round_id.key, msg.shape, msg.regions))
-            elif isinstance(msg, ReleaseRound):
-                rounds.append(ReleaseGang(msg.round_id.key))
-        if rounds:
-            self._gangs.handle(rounds)
-
-    def _ensure_region(self, region: str) -> None:
-        if region not in self._regions:
-            self._node.host(region_key(region), Region, (region, [], self._node.clock), {
-                "scaling": self._scaling.get(region), "controller_address": self._node.address,
-                "node": self._node})
-            self._gangs.add_region(region, self._node.address)
-            self._regions.add(region)
-
-    def _ask_region_stats(self) -> None:
-        for region in self._regions:
-            fut = self._node.call(self._node.address, region_key(region), "stats",
-                                  timeout_s=5.0)
-            fut.add_done_callback(lambda f, r=region: self._got_region_stats(r, f))
-
-    def _got_region_stats(self, region: str, fut: Any) -> None:  # on the loop thread
-        if fut.exception() is None:  # a missed poll is retried in half a second
-            self._region_stats[region] = fut.result()
-
-    def _wake(self, job_ids: list[str]) -> None:
-        for job_id in job_ids:
-            for waiter in self._waiters.get(job_id, []):
-                if not waiter.done():
-                    waiter.set_result(None)
-
 
 _TERMINAL = frozenset(s.value for s in TERMINAL_JOB)
-
-
-def _sum_stats(per_region: Any) -> dict:
-    """Reservation outcomes over every region (iris_gang_reservations_total)."""
-    total = dict.fromkeys(("reserved", "committed", "aborted", "expired", "released"), 0)
-    for stats in list(per_region):
-        for key in total:
-            total[key] += int(stats.get(key, 0))
-    return total
-
-
-def _log_failure(fut: Any) -> None:
-    error = fut.exception()
-    if error is not None:  # the worker's heartbeat and reconcile repair what a lost call missed
-        _log.warning("command to worker failed: %s", error)
 
 
 def _digest(digest: object) -> None:

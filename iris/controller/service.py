@@ -47,7 +47,7 @@ from iris.logstore.config import LogStoreConfig
 
 _log = logging.getLogger(__name__)
 __all__ = ["REGISTRATIONS_PER_S", "SYNC_EVERY_S", "Command", "ControllerConfig",
-           "ControllerService"]
+           "ControllerService", "JobsFinished"]
 
 
 @dataclass(frozen=True)
@@ -95,6 +95,13 @@ class Command:
     worker_id: str
     address: str
     body: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class JobsFinished:
+    """Jobs that reached a final state: whoever waits on them is woken."""
+
+    job_ids: tuple[str, ...]
 
 
 class ControllerService(JobRequests, WorkerRequests, Placement, RegionRequests,
@@ -273,13 +280,21 @@ class ControllerService(JobRequests, WorkerRequests, Placement, RegionRequests,
         return self.config.log_store or LogStoreConfig(
             kind="local", root=str(self.config.state_dir / "logs"))
 
+    def take_effects(self) -> list:
+        """Everything the turns since the last call decided for the world outside, in the
+        order the shell acts on it: region inventories and gang rounds (inventory first: a
+        round relies on it), commands to workers, then the jobs that finished."""
+        effects: list = self.gangs.take_outbox()
+        effects += self.take_commands()
+        finished, self.finished = self.finished, []
+        if finished:
+            effects.append(JobsFinished(tuple(finished)))
+        return effects
+
     def take_commands(self) -> list[Command]:
+        """Only the commands to workers (what tests of the service look at)."""
         commands, self.commands = self.commands, []
         return commands
-
-    def take_finished(self) -> list[str]:
-        finished, self.finished = self.finished, []
-        return finished
 
     def _parent_spec(self, raw: dict) -> JobSpec | None:
         parent = raw.get("parent") if isinstance(raw, dict) else None

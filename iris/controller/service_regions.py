@@ -94,6 +94,3 @@ class RegionRequests:
             self.gangs.unplaceable(round_id, reasons, now_mono(self))
         self._placement_due = True
         self._run_many(events, schedule=True)
-
-    def take_gang_messages(self) -> list:
-        return self.gangs.take_outbox()

@@ -29,12 +29,12 @@ def _submit(service: ControllerService, name: str) -> str:
 
 
 def _drained(service: ControllerService) -> list[str] | None:
-    syncs = [m for m in service.take_gang_messages() if isinstance(m, SyncRegion)]
+    syncs = [m for m in service.gangs.take_outbox() if isinstance(m, SyncRegion)]
     return list(syncs[-1].drained) if syncs else None
 
 
 def test_draining_host_takes_no_new_work_and_is_reported_drained(svc):
-    svc.take_gang_messages()
+    svc.gangs.take_outbox()
     svc.drain_hosts({"s1-h0": "s1"})
     assert _drained(svc) == ["s1-h0"]  # it runs nothing: the region may delete the slice
     job = _submit(svc, "late")
@@ -47,13 +47,13 @@ def test_draining_host_takes_no_new_work_and_is_reported_drained(svc):
 
 def test_busy_host_is_not_reported_drained(svc):
     _submit(svc, "running")
-    svc.take_gang_messages()
+    svc.gangs.take_outbox()
     svc.drain_hosts({"s1-h0": "s1"})
     assert _drained(svc) in (None, [])  # busy: the region keeps the slice
 
 
 def test_drain_of_an_unknown_host_changes_nothing(svc):
-    svc.take_gang_messages()
+    svc.gangs.take_outbox()
     svc.drain_hosts({"nobody": "s9"})
     assert svc.draining == {}
     with pytest.raises(Exception, match="hosts"):

@@ -1,0 +1,104 @@
+"""The Controller actor's side of effects: acting on the one list of effects the service
+hands out after each turn (controller/service.py `take_effects`).
+
+Not decisions: region inventories go to the Region actors this node hosts (made on first
+use), gang rounds to the coordinator (gangs/runner.py) in one batch per turn, start and stop
+commands to workers with the cluster token, finished jobs wake their waiters on the loop. A
+mixin of Controller: it reads the actor's node, service, runner and waiters.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from iris.actors.keys import region_key, worker_key
+from iris.controller.gangs.coordinator import PlaceGang, ReleaseGang
+from iris.controller.gangs.tracking import PlaceRound, ReleaseRound, SyncRegion
+from iris.controller.regions.region import Region
+from iris.controller.service import Command, JobsFinished
+
+_log = logging.getLogger(__name__)
+
+
+class EffectsOut:
+    """Controller's effect handling (see the module docstring)."""
+
+    def _after(self, answer: Any) -> Any:
+        """Act on what the service decided (one effect list: region inventories and gang
+        rounds, commands to workers, finished jobs); apply the gang outcomes those rounds
+        produced, which decide more, until none are left; then answer."""
+        while True:
+            self._act(self._svc.take_effects())
+            if not self._gang_outcomes:
+                return answer
+            outcomes = list(self._gang_outcomes)
+            self._gang_outcomes.clear()
+            self._settle_gangs(outcomes)
+
+    def _act(self, effects: list) -> None:
+        rounds = []  # one coordinator batch: one handle_many per region for a whole pass
+        for effect in effects:
+            if isinstance(effect, SyncRegion):
+                self._sync_region(effect)
+            elif isinstance(effect, PlaceRound):
+                rounds.append(PlaceGang(effect.round_id.key, effect.shape, effect.regions))
+            elif isinstance(effect, ReleaseRound):
+                rounds.append(ReleaseGang(effect.round_id.key))
+            elif isinstance(effect, Command):
+                method = "start_attempt" if effect.kind == "start" else "stop_attempt"
+                fut = self._node.call(effect.address, worker_key(effect.worker_id), method,
+                                      (effect.body,), timeout_s=30.0, auth=self._token)
+                fut.add_done_callback(_log_failure)
+            elif isinstance(effect, JobsFinished):
+                self._node.call_in_loop(self._wake, list(effect.job_ids))
+            else:
+                raise TypeError(f"the controller cannot act on {type(effect).__name__}")
+        if rounds:
+            self._gangs.handle(rounds)
+
+    def _sync_region(self, msg: SyncRegion) -> None:
+        self._ensure_region(msg.region)
+        fut = self._node.call(self._node.address, region_key(msg.region), "sync",
+                              (msg.slices, msg.busy, msg.unmet, list(msg.drained)),
+                              timeout_s=30.0)
+        fut.add_done_callback(_log_failure)
+
+    def _ensure_region(self, region: str) -> None:
+        if region not in self._regions:
+            self._node.host(region_key(region), Region, (region, [], self._node.clock), {
+                "scaling": self._scaling.get(region), "controller_address": self._node.address,
+                "node": self._node})
+            self._gangs.add_region(region, self._node.address)
+            self._regions.add(region)
+
+    def _ask_region_stats(self) -> None:
+        for region in self._regions:
+            fut = self._node.call(self._node.address, region_key(region), "stats",
+                                  timeout_s=5.0)
+            fut.add_done_callback(lambda f, r=region: self._got_region_stats(r, f))
+
+    def _got_region_stats(self, region: str, fut: Any) -> None:  # on the loop thread
+        if fut.exception() is None:  # a missed poll is retried in half a second
+            self._region_stats[region] = fut.result()
+
+    def _wake(self, job_ids: list[str]) -> None:
+        for job_id in job_ids:
+            for waiter in self._waiters.get(job_id, []):
+                if not waiter.done():
+                    waiter.set_result(None)
+
+
+def sum_stats(per_region: Any) -> dict:
+    """Reservation outcomes over every region (iris_gang_reservations_total)."""
+    total = dict.fromkeys(("reserved", "committed", "aborted", "expired", "released"), 0)
+    for stats in list(per_region):
+        for key in total:
+            total[key] += int(stats.get(key, 0))
+    return total
+
+
+def _log_failure(fut: Any) -> None:
+    error = fut.exception()
+    if error is not None:  # the worker's heartbeat and reconcile repair what a lost call missed
+        _log.warning("command to worker failed: %s", error)
