@@ -23,7 +23,7 @@ from typing import Any
 import uvloop
 import zmq
 
-from iris.actors import shm
+from iris.actors import shm, shm_scope
 from iris.actors.config import NodeConfig
 from iris.actors.future import ActorFuture
 from iris.actors.hosting import HostedActor, spec_of
@@ -84,7 +84,7 @@ class Node(NodeLoop):
         self._stopped = False
         self._grants: dict[bytes, str] = {}  # auth token -> the role its calls hold here
         self._local: LocalPeer | None = None  # made once the address is known
-        self._shm_min = _shm_min_bytes(self.config) if shm.AVAILABLE else 0
+        self._shm_min = _shm_min_bytes(self.config) if shm_scope.AVAILABLE else 0
         self._shm_replies = False  # set once bound: only a loopback node's callers are local
         self._pool = shm.Pool(self.config.shm_pool_bytes)
         self._foreign: set[str] = set()  # same-host peers in another PID namespace
@@ -142,7 +142,7 @@ class Node(NodeLoop):
             self._start_error = exc
             self._ready.set()
             return
-        self._shm_replies = bool(self._shm_min) and shm.same_host(self.address)
+        self._shm_replies = bool(self._shm_min) and shm_scope.same_host(self.address)
         self.loop.add_reader(self._router.getsockopt(zmq.FD), self._drain_router)
         self.loop.call_later(self.config.sweep_interval_s, self._sweep)
         self._ready.set()
@@ -341,7 +341,7 @@ class Node(NodeLoop):
         """Send a reply from another thread (a big one is copied to shared memory here, off
         the loop)."""
         if len(frames) > 1 and self._shm_replies and type(rid) is bytes \
-                and shm.shares_with_caller(rid):
+                and shm_scope.shares_with_caller(rid):
             frames = self._spill_reply(frames)
         self._post(self.send_reply, rid, frames, True)
 
@@ -349,8 +349,8 @@ class Node(NodeLoop):
 
     def _shares_with(self, address: str) -> bool:
         """Send big frames to `address` through shared memory? Same host, and not a peer
-        that refused ours (another PID namespace: see shm.can_share)."""
-        return bool(self._shm_min) and address != self.address and shm.same_host(address) \
+        that refused ours (another PID namespace: see shm_scope.can_share)."""
+        return bool(self._shm_min) and address != self.address and shm_scope.same_host(address) \
             and address not in self._foreign
 
     def _unless_foreign(self, call_id: int, outer: ActorFuture, plain: list,
@@ -363,7 +363,7 @@ class Node(NodeLoop):
 
         def done(_: ActorFuture) -> None:
             error = first.exception()
-            if isinstance(error, ProtocolError) and shm.FOREIGN in str(error):
+            if isinstance(error, ProtocolError) and shm_scope.FOREIGN in str(error):
                 self._foreign.add(outer.address)
                 self.call_in_loop(self._send_call, outer.address, call_id, outer, plain,
                                   timeout_s, False)

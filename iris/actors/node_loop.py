@@ -12,7 +12,7 @@ import logging
 
 import zmq
 
-from iris.actors import shm
+from iris.actors import shm, shm_scope
 from iris.actors.future import ActorFuture
 from iris.actors.hosting import INTERNAL
 from iris.actors.peers import LocalPeer, LocalReturn, Peer
@@ -126,7 +126,7 @@ class NodeLoop:
 
     def send_reply(self, rid: bytes, frames: list, spilled: bool = False) -> None:
         if len(frames) > 1 and self._shm_replies and not spilled and type(rid) is bytes \
-                and shm.shares_with_caller(rid):
+                and shm_scope.shares_with_caller(rid):
             frames = self._spill_reply(frames)
         if type(rid) is LocalReturn:  # an in-process call: straight back to its future
             rid.peer.heard(self.now())

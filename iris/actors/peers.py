@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import zmq
 from zmq.utils.monitor import parse_monitor_message
 
-from iris.actors import shm
+from iris.actors import shm_scope
 from iris.base.errors import PeerUnavailableError
 from iris.wire import messages
 
@@ -46,7 +46,7 @@ class Peer:
         self.last_heard = 0.0
         self.ping_sent = False
         self.dealer = node.new_socket(zmq.DEALER)
-        self.dealer.setsockopt(zmq.ROUTING_ID, shm.routing_id())  # says our PID namespace
+        self.dealer.setsockopt(zmq.ROUTING_ID, shm_scope.routing_id())  # says our PID namespace
         self.dealer.connect(address)
         self.monitor = self.dealer.get_monitor_socket(_MONITORED)
         loop = node.loop

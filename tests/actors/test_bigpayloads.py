@@ -473,12 +473,12 @@ def test_publisher_refuses_a_bad_size_hint_or_chunk_size_naming_it(cluster, kwar
 
 
 def test_shared_memory_is_shared_only_within_one_boot_and_pid_namespace():
-    from iris.actors import shm
+    from iris.actors import shm_scope
 
-    assert shm.can_share(("boot-a", 4026531836), ("boot-a", 4026531836))
-    assert not shm.can_share(("boot-a", 4026531836), ("boot-a", 4026532999))  # container
-    assert not shm.can_share(("boot-a", 4026531836), ("boot-b", 4026531836))  # other host
-    assert not shm.can_share(("", 0), ("", 0))  # unknown is never "the same"
+    assert shm_scope.can_share(("boot-a", 4026531836), ("boot-a", 4026531836))
+    assert not shm_scope.can_share(("boot-a", 4026531836), ("boot-a", 4026532999))  # container
+    assert not shm_scope.can_share(("boot-a", 4026531836), ("boot-b", 4026531836))  # other host
+    assert not shm_scope.can_share(("", 0), ("", 0))  # unknown is never "the same"
 
 
 IN_OWN_PID_NAMESPACE = """
