@@ -285,19 +285,7 @@ def submit(entry: Callable | Sequence[str], *args: Any, name: str | None = None,
         if not isinstance(value, bool):
             raise checks.invalid(flag, "True or False", value)
     ctx = _context_or_local_cluster()
-    if callable(entry):
-        _ship_by_value(entry.func if isinstance(entry, functools.partial) else entry)
-        for arg in args:
-            if isinstance(arg, type):
-                _ship_by_value(arg)
-        entrypoint = {"kind": "callable", "payload": cloudpickle.dumps((entry, args, {}))}
-        env = {FUNCTION_ENV: _qualified_name(entry), **(env or {})}
-        default_name = getattr(entry, "__name__", "job").strip("<>").replace("_", "-").strip("-") or "job"
-    else:
-        if args:
-            raise TypeError("arguments go inside the command list, not after it")
-        entrypoint = {"kind": "command", "argv": list(entry)}
-        default_name = os.path.basename(str(entry[0])) if entry else "job"
+    entrypoint, env, default_name = _entrypoint(entry, args, env)
     request_id = request_id or uuid.uuid4().hex
     raw: dict[str, Any] = {
         # Derived from the request id, so resubmitting a request makes the same job again.
@@ -320,16 +308,38 @@ def submit(entry: Callable | Sequence[str], *args: Any, name: str | None = None,
     raw.update({k: v for k, v in optional.items() if v is not None})
     if dry_run:
         return _controller(ctx, "dry_run", raw)
-    for attempt in range(_SUBMIT_RETRIES):
-        try:
-            answer = _controller(ctx, "submit", raw)
-            break
-        except PeerUnavailableError:
-            if attempt == _SUBMIT_RETRIES - 1:
-                raise
+    answer = _send_submit(ctx, raw)
     if durable:
         _wait_durable(ctx, answer["job_id"], durable_timeout)
     return JobHandle(answer["job_id"], ctx, raw)
+
+
+def _entrypoint(entry: Any, args: tuple, env: dict | None) -> tuple[dict, dict | None, str]:
+    """(entrypoint, env, default name) of a callable with its arguments, or of a command."""
+    if callable(entry):
+        _ship_by_value(entry.func if isinstance(entry, functools.partial) else entry)
+        for arg in args:
+            if isinstance(arg, type):
+                _ship_by_value(arg)
+        name = getattr(entry, "__name__", "job").strip("<>").replace("_", "-").strip("-")
+        return ({"kind": "callable", "payload": cloudpickle.dumps((entry, args, {}))},
+                {FUNCTION_ENV: _qualified_name(entry), **(env or {})}, name or "job")
+    if args:
+        raise TypeError("arguments go inside the command list, not after it")
+    return ({"kind": "command", "argv": list(entry)}, env,
+            os.path.basename(str(entry[0])) if entry else "job")
+
+
+def _send_submit(ctx: ClusterContext, raw: dict) -> dict:
+    """The controller's answer to `raw`; a submission is idempotent by request id, so one
+    whose answer was lost is sent again."""
+    for attempt in range(_SUBMIT_RETRIES):
+        try:
+            return _controller(ctx, "submit", raw)
+        except PeerUnavailableError:
+            if attempt == _SUBMIT_RETRIES - 1:
+                raise
+    raise AssertionError("unreachable")
 
 
 def _wait_durable(ctx: ClusterContext, job_id: str, timeout: float) -> None:
