@@ -14,6 +14,7 @@ from typing import Any
 
 import iris
 from iris.cli import operate
+from iris.wire.states import PRIORITIES
 
 DESCRIPTION = """\
 Iris runs Python jobs and actors on a cluster: your laptop, or TPU and GPU hosts in several
@@ -154,7 +155,7 @@ def _job(verbs) -> None:
     run.add_argument("--hosts", type=int, default=1, metavar="N",
                      help="hosts of a GPU gang, one task each, placed in one pool, e.g. "
                      "--gpu H100 --count 8 --hosts 4 (default 1: not a gang)")
-    run.add_argument("--priority", choices=["production", "interactive", "batch"],
+    run.add_argument("--priority", choices=PRIORITIES,
                      help="priority band, e.g. batch (default interactive); higher bands may "
                      "preempt lower ones")
     run.add_argument("--env", action="append", default=[], metavar="K=V",
@@ -305,7 +306,7 @@ def _user(verbs) -> None:
     put.add_argument("--window-days", type=float, default=7.0, metavar="DAYS",
                      help="the rolling window usage is counted over, e.g. 7 (default 7; at "
                      "most the controller's retention)")
-    put.add_argument("--max-priority", choices=["production", "interactive", "batch"],
+    put.add_argument("--max-priority", choices=PRIORITIES,
                      help="the highest band its jobs may be submitted at, e.g. interactive "
                      "(default: any)")
     put.add_argument("--members", metavar="USERS",

@@ -292,8 +292,7 @@ class JobStore:
         try:
             db.execute("BEGIN IMMEDIATE")
             try:
-                self._fold_log(now)
-                gone = db.execute("DELETE FROM event_log").rowcount
+                gone = self._fold_log(now)
                 db.execute("COMMIT")
             except BaseException:
                 db.execute("ROLLBACK")
@@ -302,7 +301,9 @@ class JobStore:
             raise StorageError(f"folding the event log: {exc}") from exc
         return gone
 
-    def _fold_log(self, now: float) -> None:
+    def _fold_log(self, now: float) -> int:
+        """Inside a write transaction: the records as committed become the replay base and
+        the log restarts empty; how many log rows went."""
         db = self._db
         upto = db.execute("SELECT COALESCE(MAX(seq), 0) FROM event_log").fetchone()[0]
         body = msgpack.packb({
@@ -312,6 +313,7 @@ class JobStore:
         }, use_bin_type=True)
         db.execute("INSERT OR REPLACE INTO replay_base (id, upto_seq, at, body) "
                    "VALUES (1, ?, ?, ?)", (upto, now, body))
+        return db.execute("DELETE FROM event_log").rowcount
 
     def prune(self, retention_s: float, now: float) -> int:
         """Delete jobs finished more than `retention_s` before `now` (and event ids older
@@ -332,7 +334,6 @@ class JobStore:
             db.execute("DELETE FROM events WHERE at <= ?", (cutoff,))
             if old:  # replay must not meet events of jobs it never saw submitted
                 self._fold_log(now)
-                db.execute("DELETE FROM event_log")
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")
