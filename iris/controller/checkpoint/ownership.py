@@ -111,8 +111,8 @@ def decode(data: bytes, where: str) -> Owner:
     try:
         raw = json.loads(data)
         return Owner(str(raw["host"]), str(raw["state_dir"]), int(raw["pid"]),
-                     str(raw.get("address", "")), int(raw.get("epoch", 0)), float(raw.get("renewed_at", 0.0)),
-                     bool(raw.get("released", False)))
+                     str(raw.get("address", "")), int(raw.get("epoch", 0)),
+                     float(raw.get("renewed_at", 0.0)), bool(raw.get("released", False)))
     except (ValueError, TypeError, KeyError) as exc:
         raise StorageError(f"{where}: not an Iris owner record ({exc}); delete it if no "
                            "controller uses this prefix") from exc
@@ -120,7 +120,7 @@ def decode(data: bytes, where: str) -> Owner:
 
 class Lease:
     """This controller's hold on a prefix. `bucket` is a CheckpointBucket (read_owner,
-    write_owner, delete_owner); every method may raise StorageError (GCS unreachable)."""
+    write_owner); every method may raise StorageError (GCS unreachable)."""
 
     def __init__(self, bucket: Any, owner: Owner, generation: int):
         self._bucket = bucket
