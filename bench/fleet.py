@@ -21,8 +21,14 @@ seconds a client submits small command jobs one after another and waits for each
 - reports_per_batch, interval_s: how many reports one turn handled; the interval told.
 - controller_cpu: the controller process's CPU over the window (jobs submitted one after
   another, each a scheduling pass over every host), 100 = one core.
-- rss_mb_start / rss_mb_end: its resident memory at the window's start and end.
-- submit_done_ms_p50 / p90: `iris.submit` called -> `job.wait()` saw it succeed.
+- rss_mb_start / rss_mb_end: its resident memory at the window's start and end;
+  rss_mb_per_min_last5: its slope (least squares over samples every 10 s) over the last 5
+  minutes of the window, or the whole window if shorter. Most of a big fleet's growth is
+  libzmq touching, for the first time, the message queues it allocated per connection
+  (16 KiB chunks of 256 message slots, two per direction: ~55 KiB a connection, reached
+  after ~480 messages each way; see bench/zmq_pipes.py), so a long window shows the plateau.
+- submit_done_ms_p50 / p90 / max: `iris.submit` called -> `job.wait()` saw it succeed;
+  jobs_not_done: jobs that had not succeeded 60 s after their submit (any is a defect).
 - false_losses: reports the controller answered with "reregister" (it had dropped a live
   host) plus hosts missing from its list at the end.
 - pass_ms_p50: the controller's scheduling-pass duration (its own histogram).
@@ -40,6 +46,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -64,6 +71,45 @@ def _rss_mb(pid: int) -> float:
     return 0.0
 
 
+class _RssSampler(threading.Thread):
+    """The controller's RSS every 10 s from `start()` until `stop()`: (seconds, MB) pairs."""
+
+    def __init__(self, pid: int):
+        super().__init__(daemon=True)
+        self.pid, self.samples, self._stop = pid, [], threading.Event()
+
+    def run(self) -> None:
+        t0 = time.monotonic()
+        while True:
+            self.samples.append((time.monotonic() - t0, _rss_mb(self.pid)))
+            if self._stop.wait(10.0):
+                return
+
+    def stop(self) -> list:
+        self._stop.set()
+        self.join()
+        return self.samples
+
+    @staticmethod
+    def slope_mb_per_min(samples: list, last_s: float = 300.0) -> float | None:
+        tail = [(t, m) for t, m in samples if t >= samples[-1][0] - last_s] if samples else []
+        if len(tail) < 3:
+            return None
+        mt = statistics.fmean(t for t, _ in tail)
+        mm = statistics.fmean(m for _, m in tail)
+        den = sum((t - mt) ** 2 for t, _ in tail)
+        return sum((t - mt) * (m - mm) for t, m in tail) / den * 60 if den else None
+
+
+def _raise_open_files() -> None:
+    """Child processes may open a socket per host: raise the soft open-files limit to what
+    the hard limit allows (the controller does the same for itself at start)."""
+    import resource
+
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
 def _port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -76,7 +122,8 @@ def run(n: int, procs: int, window: float, controller_root: Path = ROOT) -> dict
     ctl = subprocess.Popen([sys.executable, "-m", "iris", "controller", "serve", "--state-dir",
                             str(state), "--bind", address], stdout=subprocess.PIPE,
                            stderr=subprocess.DEVNULL, text=True, cwd=controller_root,
-                           env={**os.environ, "PYTHONPATH": str(controller_root)})
+                           env={**os.environ, "PYTHONPATH": str(controller_root)},
+                           preexec_fn=_raise_open_files)
     hosts: list[subprocess.Popen] = []
     try:
         assert ctl.stdout.readline().startswith("controller serving")
@@ -90,6 +137,7 @@ def run(n: int, procs: int, window: float, controller_root: Path = ROOT) -> dict
             hosts.append(subprocess.Popen(
                 [sys.executable, "-m", "bench._fleet_hosts", address, str(i * per), str(count),
                  str(life)], stdout=subprocess.PIPE, text=True, cwd=ROOT,
+                preexec_fn=_raise_open_files,
                 env={**os.environ, "IRIS_CLUSTER_TOKEN": token}))
         with iris.connect(address) as ctx:
             while len(_controller(ctx, "list_workers", timeout_s=120)) < n:
@@ -107,15 +155,21 @@ def run(n: int, procs: int, window: float, controller_root: Path = ROOT) -> dict
             reports = reports1["reports"] - reports0["reports"] or n * idle_s  # see above
             batches = reports1["batches"] - reports0["batches"]
             cpu0, rss0, t0 = _cpu_s(ctl.pid), _rss_mb(ctl.pid), time.monotonic()
-            latencies, submitted = [], 0
+            sampler = _RssSampler(ctl.pid)
+            sampler.start()
+            latencies, submitted, not_done = [], 0, []
             while time.monotonic() - t0 < window:
                 sent = time.monotonic()
                 submitted += 1
                 job = iris.submit(["true"], name=f"j{submitted}")
-                if job.wait(timeout=60)["state"] == "succeeded":
+                state = job.wait(timeout=60)["state"]
+                if state == "succeeded":
                     latencies.append((time.monotonic() - sent) * 1000)
+                else:
+                    not_done.append(f"{job.job_id}: {state}")
             cpu = (_cpu_s(ctl.pid) - cpu0) / (time.monotonic() - t0) * 100
             rss1 = _rss_mb(ctl.pid)
+            rss_series = sampler.stop()
             listed = len(_controller(ctx, "list_workers", timeout_s=120))
             passes = _controller(ctx, "snapshot").get("scheduling_passes", {})
         for h in hosts:
@@ -130,10 +184,14 @@ def run(n: int, procs: int, window: float, controller_root: Path = ROOT) -> dict
                 "interval_s": reports1.get("interval_s"),
                 "controller_cpu": cpu,
                 "rss_mb_start": rss0, "rss_mb_end": rss1,
+                "rss_mb_per_min_last5": _RssSampler.slope_mb_per_min(rss_series),
+                "rss_mb_series": [round(m) for _, m in rss_series],
                 "submit_done_ms_p50": statistics.median(latencies) if latencies else None,
                 "submit_done_ms_p90": (statistics.quantiles(latencies, n=10)[-1]
                                        if len(latencies) >= 10 else None),
-                "jobs": len(latencies), "false_losses": reregister + max(0, n - listed),
+                "submit_done_ms_max": max(latencies) if latencies else None,
+                "jobs": len(latencies), "jobs_not_done": len(not_done),
+                "not_done": not_done[:5], "false_losses": reregister + max(0, n - listed),
                 "errors": sum(c.get("errors", 0) for c in counts),
                 "pass_ms_p50": _median_ms(passes)}
     finally:
@@ -173,7 +231,8 @@ def main() -> None:
     rows = []
     cols = ["hosts", "register_s", "controller_cpu_idle", "reports_per_s", "cpu_us_per_report",
             "reports_per_batch", "interval_s", "controller_cpu", "rss_mb_start", "rss_mb_end",
-            "submit_done_ms_p50", "submit_done_ms_p90", "false_losses", "pass_ms_p50"]
+            "rss_mb_per_min_last5", "submit_done_ms_p50", "submit_done_ms_p90",
+            "submit_done_ms_max", "jobs", "jobs_not_done", "false_losses", "pass_ms_p50"]
     for n in sizes:
         step(f"{n:,} simulated hosts")
         try:

@@ -25,6 +25,31 @@ if TYPE_CHECKING:  # the YAML parser is only needed by `iris controller serve --
     from iris.controller.config import ClusterConfig
 
 
+# Files the controller keeps open besides its workers' connections: SQLite and its journal,
+# log and checkpoint uploads, the dashboard's clients, ZeroMQ's own descriptors.
+_FDS_FOR_ITSELF = 256
+
+
+def raise_open_files() -> int:
+    """Every worker holds a TCP connection to the controller, so the open-files limit caps
+    the fleet: raise the soft limit to the hard one (no privilege needed) and say what that
+    allows. Returns the workers it leaves room for."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError) as exc:
+            logging.getLogger(__name__).warning("cannot raise the open-files limit: %s", exc)
+    room = max(0, soft - _FDS_FOR_ITSELF)
+    logging.getLogger(__name__).info("open-files limit %d: room for about %d workers (raise "
+                                     "LimitNOFILE / ulimit -Hn for more)", soft, room)
+    return room
+
+
 def host_controller(node: Node, config: ControllerConfig) -> None:
     """Serve the registry and the controller in `node` (the cluster's address is its address)."""
     node.host(REGISTRY_KEY, Registry)
@@ -125,6 +150,7 @@ def run_controller(state_dir: Path, *, bind: str = "tcp://127.0.0.1:0",
     if origin:
         print(origin, flush=True)
     security = Security.load(keys_dir) if keys_dir else None
+    raise_open_files()
     node = Node(NodeConfig(bind=bind), security=security).start()
     extra: dict = {"log_store": log_store_from(cluster), "checkpoints": checkpoints}
     if cluster is not None:
