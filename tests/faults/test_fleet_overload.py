@@ -66,3 +66,58 @@ def test_a_controller_frozen_past_the_silence_rule_loses_no_host_and_recovers(
     finally:
         _stop(hosts)
         _stop(controller)
+
+
+class _Throttle(threading.Thread):
+    """Gives a process RUN_S of every PERIOD_S (SIGSTOP / SIGCONT): a controller with a few
+    percent of a core, far past what 300 hosts' registrations and reports need of it."""
+
+    RUN_S, PERIOD_S = 0.01, 0.2
+
+    def __init__(self, pid: int):
+        super().__init__(daemon=True)
+        self.pid, self.done = pid, threading.Event()
+
+    def run(self) -> None:
+        while not self.done.is_set():
+            os.kill(self.pid, signal.SIGSTOP)
+            self.done.wait(self.PERIOD_S - self.RUN_S)
+            os.kill(self.pid, signal.SIGCONT)
+            self.done.wait(self.RUN_S)
+        os.kill(self.pid, signal.SIGCONT)
+
+
+def test_a_controller_starved_of_cpu_while_its_fleet_registers_degrades_and_recovers(
+        tmp_path, wait_until):
+    """Past its limit, not frozen: 300 hosts register and report while the controller gets
+    ~5 % of a core for 40 s. Registrations and reports wait (later, slower), but no live host
+    is dropped or told to re-register, and once the starvation ends every host is listed
+    and jobs run."""
+    address = f"tcp://127.0.0.1:{free_port()}"
+    controller = start_controller(tmp_path / "state", address)
+    throttle = _Throttle(controller.pid)
+    throttle.start()
+    hosts = _hosts(address, tmp_path / "state")
+    try:
+        threading.Event().wait(40)  # registrations and reports pile up behind the stall
+        throttle.done.set()
+        throttle.join()
+        with iris.connect(address) as ctx:
+            def listed() -> int:
+                return len(_controller(ctx, "list_workers", timeout_s=120))
+
+            wait_until(lambda: listed() == HOSTS, 240, f"{HOSTS} hosts registered",
+                       explain=lambda: f"{listed()} listed")
+            for i in range(3):
+                job = iris.submit(["true"], name=f"after-the-starvation-{i}")
+                assert job.wait(timeout=180)["state"] == "succeeded", job.status()
+            assert listed() == HOSTS
+        hosts.send_signal(signal.SIGTERM)
+        out, _ = hosts.communicate(timeout=60)
+        figures = json.loads(out.strip().splitlines()[-1])
+        assert figures["reregister"] == 0  # the controller never dropped a live host
+        assert figures["attempts"] >= 3
+    finally:
+        throttle.done.set()
+        _stop(hosts)
+        _stop(controller)
