@@ -181,6 +181,11 @@ def _finish(running: set, now: float) -> list:
 def _on_command(router: zmq.Socket, by_key: dict, now: float, stats: dict) -> bool:
     frames = router.recv_multipart()
     msg = messages.decode(frames[1], frames[2:])
+    if msg[1] == messages.PING:  # the controller asks whether a slow answer is still coming
+        router.send_multipart([frames[0], *messages.encode_pong(msg[2])])
+        return False
+    if msg[1] not in (messages.CALL, messages.CAST):
+        return False
     call = messages.call_from(msg, frames[2:])
     host = by_key.get(call.actor)
     args, _ = messages.call_arguments(call)
