@@ -51,3 +51,9 @@ class NodeConfig:
     shm_pool_bytes: int = 2 << 30
     # Async methods of one actor running at once (sync methods always run one at a time).
     default_max_concurrency: int = 1000
+    # Calls waiting for one actor (its mailbox, a batched method's batch, the line for an
+    # async method) before new ones are refused at once with OverloadedError: a flood must
+    # not grow memory without bound (a small waiting call holds ~1 KB: 100,000 is ~100 MB),
+    # and its caller hears "come back later" instead of timing out behind the queue. Far
+    # above what a healthy actor ever holds (10,000 hosts' reports are one each).
+    max_waiting_calls: int = 100_000

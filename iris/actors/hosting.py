@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from iris.actors.batching import Batch
 from iris.actors.current import context, current_context
-from iris.base.errors import ProtocolError
+from iris.base.errors import OverloadedError, ProtocolError
 from iris.base.histogram import Histogram
 from iris.wire import messages
 
@@ -167,6 +167,8 @@ class HostedActor:
             self._reply_error(rid, call, messages.E_PERMISSION, _denied(self, call))
         elif self._stopping:
             self._reply_died(rid, call)
+        elif self._full(call.method, is_async):
+            self._refuse_overloaded(rid, call)
         elif call.method in self._batches:
             batch = self._batches[call.method]
             # The turn is queued at once, not after this drain of the socket: under a flood
@@ -180,6 +182,22 @@ class HostedActor:
             self._start_async(rid, call, deadline)
         else:
             self._async_waiting.append((rid, call, deadline))
+
+    def _full(self, method: str, is_async: bool) -> bool:
+        """Does the line this call would join hold max_waiting_calls already?"""
+        limit = self.node.config.max_waiting_calls
+        if method in self._batches:
+            return len(self._batches[method].calls) >= limit
+        if is_async:
+            return self._async_running >= self._max_async and len(self._async_waiting) >= limit
+        return self._queue.qsize() >= limit
+
+    def _refuse_overloaded(self, rid: bytes, call: messages.Call) -> None:
+        self.node.stats.refused_overloaded += 1
+        self._reply_exception(rid, call, OverloadedError(
+            f"actor {self.key!r} at {self.node.address} has "
+            f"{self.node.config.max_waiting_calls} calls waiting; {call.method!r} refused "
+            "unrun: retry later", retry_after_s=1.0), at_call_site=False)
 
     def _permitted(self, call: messages.Call) -> bool:
         return call.role == INTERNAL or call.role in self.spec.roles[call.method]
