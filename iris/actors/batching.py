@@ -17,6 +17,7 @@ grows by itself, because reports arrive while the actor is busy with the last on
 from __future__ import annotations
 
 import logging
+import threading
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -30,15 +31,20 @@ if TYPE_CHECKING:
 _log = logging.getLogger(__name__)
 
 
-def batched(handler: str, check: Callable[..., Any] | None = None, *, late: bool = False):
+def batched(handler: str, check: Callable[..., Any] | None = None, *, late: bool = False,
+            key: Callable[[Any], Any] | None = None):
     """Method decorator (sync methods only): calls of this method are handed to
     `self.<handler>(items)` in batches. `check(*args, **kwargs)` runs on the loop thread and
     returns the item (default: the (args, kwargs) pair); an IrisError it raises is that
     caller's error, sent at once, and the call never reaches the actor. `late=True`: a call
     that waited past its deadline is still handled (its caller may have given up, but what
-    it says is still true), instead of refused unrun like any other call."""
+    it says is still true), instead of refused unrun like any other call. `key(item)`: a
+    call whose key matches one still waiting replaces it (the older caller is told it was
+    superseded): for messages where the newest says all the older did, a behind actor does
+    one item per key a turn however far behind it is, and the batch holds at most one per
+    key."""
     def mark(fn):
-        fn.__iris_batch__ = (handler, check, late)
+        fn.__iris_batch__ = (handler, check, late, key)
         return fn
     return mark
 
@@ -52,13 +58,20 @@ class Batch:
     marker, and none waits for a turn that will not come.
     """
 
-    __slots__ = ("calls", "check", "handler", "late", "method", "queued")
+    __slots__ = ("calls", "check", "handler", "key", "keyed", "late", "lock", "method",
+                 "queued")
 
     def __init__(self, method: str, handler: str, check: Callable[..., Any] | None,
-                 late: bool = False):
+                 late: bool = False, key: Callable[[Any], Any] | None = None):
         self.method, self.handler, self.check, self.late = method, handler, check, late
         self.calls: deque = deque()
+        # Keyed batches: key -> the newest waiting call, under a lock (a dict cannot be
+        # swapped out from under the loop thread's insert the way a deque is drained).
+        self.key, self.keyed, self.lock = key, {}, threading.Lock()
         self.queued = False
+
+    def __len__(self) -> int:
+        return len(self.keyed) if self.key is not None else len(self.calls)
 
     # ------------------------------------------------------------ loop thread
 
@@ -78,7 +91,18 @@ class Batch:
             except (IrisError, TypeError) as exc:  # TypeError: arguments that do not bind
                 hosted._reply_exception(rid, call, exc, at_call_site=True)
                 return False
-        self.calls.append((rid, call, deadline, item))
+        entry = (rid, call, deadline, item)
+        if self.key is None:
+            self.calls.append(entry)
+        else:
+            k = self.key(item)
+            with self.lock:
+                old = self.keyed.pop(k, None)  # the newest goes last: arrival order
+                self.keyed[k] = entry
+            if old is not None:
+                hosted._reply_error(old[0], old[1], messages.E_DEADLINE,
+                                    f"{hosted.key}.{self.method}: superseded by a newer call "
+                                    "with the same key before it ran")
         if self.queued:
             return False
         self.queued = True
@@ -88,6 +112,10 @@ class Batch:
 
     def take(self) -> list:
         self.queued = False
+        if self.key is not None:
+            with self.lock:
+                keyed, self.keyed = self.keyed, {}
+            return list(keyed.values())
         calls, out = self.calls, []
         while calls:
             out.append(calls.popleft())

@@ -187,7 +187,7 @@ class HostedActor:
         """Does the line this call would join hold max_waiting_calls already?"""
         limit = self.node.config.max_waiting_calls
         if method in self._batches:
-            return len(self._batches[method].calls) >= limit
+            return len(self._batches[method]) >= limit
         if is_async:
             return self._async_running >= self._max_async and len(self._async_waiting) >= limit
         return self._queue.qsize() >= limit

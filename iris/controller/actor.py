@@ -244,7 +244,9 @@ class Controller(EffectsOut):
     # late=True: a report that waited past its 5 s deadline (a controller behind) is still
     # applied: refusing it made the worker send it again, into the same queue, and jobs
     # whose exit was in it stayed running (bench.fleet at 10,000 hosts under load).
-    @batched("_reports", check=check_report, late=True)
+    # key: a worker's report carries every update not yet acknowledged, so its newest
+    # says all an older one still waiting did; a controller behind handles one per worker.
+    @batched("_reports", check=check_report, late=True, key=lambda r: r.worker_id)
     def report(self, worker_id: str, updates: list[dict], stats: dict | None = None,
                running: list[str] | None = None) -> dict:
         """A worker's heartbeat and updates. Over the wire, reports that arrive together are

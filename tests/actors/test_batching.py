@@ -10,7 +10,12 @@ import pytest
 
 from iris.actors import Node, NodeConfig, actor
 from iris.actors.batching import batched
-from iris.base.errors import BadArgumentsError, InvalidRequestError, NotFoundError
+from iris.base.errors import (
+    BadArgumentsError,
+    DeadlineExceededError,
+    InvalidRequestError,
+    NotFoundError,
+)
 
 KEY = "/test/batcher"
 
@@ -41,6 +46,14 @@ class Batcher:
     @batched("_note_all", late=True)
     def note(self, n: int) -> None:
         self._note_all([((n,), {})])
+
+    @batched("_latest_all", key=lambda item: item[0][0])
+    def latest(self, who: str, n: int) -> int:
+        return n
+
+    def _latest_all(self, items: list) -> list:
+        self.batches.append([args for args, _ in items])
+        return [args[1] for args, _ in items]
 
     def _note_all(self, items: list) -> list:
         self.noted.extend(args[0] for args, _ in items)
@@ -131,3 +144,25 @@ def test_a_batched_call_past_its_deadline_runs_only_if_its_method_allows_late(no
     wait_until(lambda: hosted.instance.noted == [7], 60, "the late report applied")
     assert client.call(server.address, KEY, "double", (2,), timeout_s=60).result(60) == 4
     assert hosted.instance.batches == [[2]]  # the late `double` never ran
+
+
+def test_a_keyed_batch_keeps_only_the_newest_call_per_key_and_tells_the_older_callers(
+        nodes, wait_until):
+    """A worker's newer report says all its older one did: an actor behind handles one per
+    worker, whatever the backlog; the superseded caller hears so, with the reason."""
+    server, client = nodes
+    hosted = server.host(KEY, Batcher)
+    blocker = client.call(server.address, KEY, "block", timeout_s=60)
+    assert hosted.instance.blocked.wait(30)
+    received = server.stats.calls_received
+    sent = [("a", 1), ("b", 1), ("a", 2), ("a", 3), ("b", 2), ("c", 1)]
+    futs = [client.call(server.address, KEY, "latest", args, timeout_s=60) for args in sent]
+    wait_until(lambda: server.stats.calls_received >= received + len(sent), 60,
+               "the calls received")
+    for i in (0, 1, 2):  # a1, b1, a2: each replaced by a newer call of its key
+        with pytest.raises(DeadlineExceededError, match="superseded"):
+            futs[i].result(30)
+    hosted.instance.gate.set()
+    blocker.result(60)
+    assert [f.result(60) for f in futs[3:]] == [3, 2, 1]
+    assert hosted.instance.batches == [[("a", 3), ("b", 2), ("c", 1)]]  # one turn, one each
