@@ -2,6 +2,7 @@
 
     python -m bench.daytrace [--quick] [--seed N] [--regions N] [--hours H]
                              [--trace FILE] [--save-trace FILE] [--plot FILE.png]
+                             [--diagnose]
 
 A discrete-event simulation on a FakeClock (bench/_daytrace/): capacity per region moves
 through the day (the blog's Figure 1: each region's share peaks at its own hour), with a
@@ -32,6 +33,10 @@ still running at the end of the day):
 - simulation_wall_s / simulation_cpu_s: what simulating each mode took here;
 - global_vs_per_region, global_vs_upper_bound: ratios of useful chip-hours.
 
+`--diagnose` also prints where the offered capacity went in each mode (busy, idle, booting,
+quota left free and why, wasted work by cause; bench/_daytrace/diagnose.py), and puts it
+in the JSON under "diagnosis".
+
 `--trace FILE` replays a JSON-lines trace (docs/daytrace.md); `--save-trace` writes the
 generated one. The last line printed is one JSON object of every figure.
 """
@@ -43,7 +48,7 @@ import json
 import sys
 import time
 
-from bench._daytrace import figures, trace, world
+from bench._daytrace import diagnose, figures, trace, world
 from bench._report import fmt, step
 from iris.base.errors import InvalidRequestError
 
@@ -59,6 +64,8 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--trace", help="replay this JSON-lines trace instead of generating one")
     p.add_argument("--save-trace", help="write the trace used to this file")
     p.add_argument("--plot", help="write the PNG plot here (needs matplotlib)")
+    p.add_argument("--diagnose", action="store_true",
+                   help="print where the offered capacity went (and put it in the JSON)")
     return p.parse_args(argv)
 
 
@@ -81,11 +88,13 @@ def main(argv: list[str] | None = None) -> dict:
             f.writelines(line + "\n" for line in trace.dump(day))
     print(f"trace: {len(day.regions)} regions, {day.hours:g} h, {len(day.jobs)} jobs, "
           f"seed {day.seed}")
-    runs, out, wall, cpu = {}, {}, {}, {}
+    runs, out, wall, cpu, diag = {}, {}, {}, {}, {}
     for mode in ("global", "per_region"):
         step(f"{mode} scheduling over {day.hours:g} simulated hours")
         started, cpu_started = time.perf_counter(), time.process_time()
-        runs[mode] = world.run(day, mode, seed=args.seed)
+        diag[mode] = diagnose.Diagnosis(day.horizon_s) if args.diagnose else None
+        runs[mode] = world.run(day, mode, seed=args.seed,
+                               observe=diag[mode].observe if args.diagnose else None)
         wall[mode] = round(time.perf_counter() - started, 1)
         cpu[mode] = round(time.process_time() - cpu_started, 1)
         out[mode] = figures.summarize(runs[mode], day.horizon_s)
@@ -101,6 +110,10 @@ def main(argv: list[str] | None = None) -> dict:
         else None,
         "simulation_wall_s": wall, "simulation_cpu_s": cpu, **out,
     }
+    if args.diagnose:
+        result["diagnosis"] = {m: diag[m].report(runs[m], bound["chip_hours"]) for m in runs}
+        for m, report in result["diagnosis"].items():
+            diagnose.print_report(m, report)
     if args.plot:
         figures.plot(args.plot, runs, bound,
                      f"{len(day.regions)} regions, {day.hours:g} h, seed {day.seed}")

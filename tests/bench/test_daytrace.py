@@ -107,3 +107,24 @@ def test_daytrace_cli_replays_a_saved_trace_and_ends_with_one_json_line(tmp_path
     assert json.loads(last) == json.loads(json.dumps(result))
     assert result["global"]["violations"] == result["per_region"]["violations"] == 0
     assert result["upper_bound_chip_hours"] >= result["global"]["useful_chip_hours"]
+
+
+def test_daytrace_diagnose_accounts_for_every_offered_chip_hour(tmp_path, capsys):
+    """--diagnose splits the capacity offered into busy, idle, booting and free quota (the
+    parts add up to what the trace offered) and the wasted work by cause (adding up to the
+    run's wasted figure); both printed and in the JSON."""
+    path = tmp_path / "day.jsonl"
+    day = generate(seed=3, n_regions=2, hours=3, fleet_hosts=48)
+    path.write_text("\n".join(dump(day)) + "\n")
+    result = daytrace.main(["--trace", str(path), "--diagnose"])
+    out = capsys.readouterr().out
+    assert "where the offered capacity went (global" in out
+    for mode in ("global", "per_region"):
+        d = result["diagnosis"][mode]
+        parts = sum(d[k] for k in ("busy", "idle_ready", "booting", "free_no_fit",
+                                   "free_held_back", "free_transient"))
+        assert parts == pytest.approx(d["offered"], abs=1.0)
+        assert d["offered"] == pytest.approx(result["capacity_chip_hours"], abs=1.0)
+        assert sum(d["wasted"].values()) == pytest.approx(
+            result[mode]["wasted_chip_hours"], abs=1.0)
+        assert d["busy"] >= result[mode]["useful_chip_hours"] - 1.0
