@@ -194,7 +194,7 @@ class Cluster:
                 scaling.setdefault(acc, []).append(r)
         started = time.perf_counter()
         plan = schedule(views, demands, config=self.sched_config,
-                        reserving_gangs=self.reserving, scaling_up=scaling)
+                        reserving_gangs=self.reserving, scaling_up=scaling, now=now)
         self.pass_times.append((len(views), len(demands), time.perf_counter() - started))
         if plan.assignments or plan.preemptions or plan.gang_requests:
             self._dirty = True  # the next pass may use what this one freed or asked for
