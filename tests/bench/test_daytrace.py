@@ -128,3 +128,23 @@ def test_daytrace_diagnose_accounts_for_every_offered_chip_hour(tmp_path, capsys
         assert sum(d["wasted"].values()) == pytest.approx(
             result[mode]["wasted_chip_hours"], abs=1.0)
         assert d["busy"] >= result[mode]["useful_chip_hours"] - 1.0
+
+
+def test_daytrace_boot_aware_bound_counts_capacity_from_boot_on_and_no_run_beats_it(tiny_day):
+    """Capacity that appears at t cannot run work before t + boot (3 min): the tighter
+    bound charges exactly that, and neither mode of a real run ever exceeds it."""
+    day = Trace(("a",), 3.0, [Capacity(0, "a", 0), Capacity(3600, "a", 4)],
+                [Job(0, "j1", "alice", "a", "batch", "v5litepod-16", 1, 8, 10 * HOUR, 600)],
+                None)
+    chips = 4 * CHIPS_PER_HOST
+    loose = figures.upper_bound(day)["chip_hours"]
+    tight = figures.booted_bound(day, world.BOOT_S, world.TICK_S)["chip_hours"]
+    assert loose == pytest.approx(chips * 2.0)
+    assert tight == pytest.approx(chips * (2.0 - world.BOOT_S / HOUR))
+    run = world.run(day, "global")
+    assert sum(run.work.useful.values()) / HOUR <= tight + 1e-6
+    day, runs = tiny_day
+    tight = figures.booted_bound(day, world.BOOT_S, world.TICK_S)["chip_hours"]
+    assert tight <= figures.upper_bound(day)["chip_hours"]
+    for run in runs.values():
+        assert sum(run.work.useful.values()) / HOUR <= tight + 1e-6
