@@ -2,6 +2,7 @@
 
     python -m bench.daytrace [--quick] [--seed N] [--regions N] [--hours H]
                              [--trace FILE] [--save-trace FILE] [--plot FILE.png]
+                             [--diagnose]
 
 A discrete-event simulation on a FakeClock (bench/_daytrace/): capacity per region moves
 through the day (the blog's Figure 1: each region's share peaks at its own hour), with a
@@ -17,7 +18,10 @@ Three results from the same trace and seed:
 - per_region: one independent Cluster per region, each job pinned to its user's region
   (a Ray cluster per region);
 - upper_bound: offline, see bench/_daytrace/figures.py (min of capacity and submitted
-  width per minute, capped by each job's own work).
+  width per minute, capped by each job's own work);
+- booted_bound: the same, but capacity that appears at t counts from t + the provider's
+  boot time (3 min) on: tighter, and still an upper bound for any scheduler on the
+  simulated provider (the proof is in figures.py). Both are always reported.
 
 Figures (chip-hours are TPU chip-hours; "useful" is work kept: finished, checkpointed, or
 still running at the end of the day):
@@ -30,7 +34,12 @@ still running at the end of the day):
   partly used slice, or of a type no gang waits for), while gangs wait;
 - pass_ms_by_fleet: median wall ms of one `schedule()` pass by hosts in the pass;
 - simulation_wall_s / simulation_cpu_s: what simulating each mode took here;
-- global_vs_per_region, global_vs_upper_bound: ratios of useful chip-hours.
+- global_vs_per_region, global_vs_upper_bound, global_vs_booted_bound: ratios of useful
+  chip-hours.
+
+`--diagnose` also prints where the offered capacity went in each mode (busy, idle, booting,
+quota left free and why, wasted work by cause; bench/_daytrace/diagnose.py), and puts it
+in the JSON under "diagnosis".
 
 `--trace FILE` replays a JSON-lines trace (docs/daytrace.md); `--save-trace` writes the
 generated one. The last line printed is one JSON object of every figure.
@@ -43,7 +52,7 @@ import json
 import sys
 import time
 
-from bench._daytrace import figures, trace, world
+from bench._daytrace import diagnose, figures, trace, world
 from bench._report import fmt, step
 from iris.base.errors import InvalidRequestError
 
@@ -59,6 +68,8 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--trace", help="replay this JSON-lines trace instead of generating one")
     p.add_argument("--save-trace", help="write the trace used to this file")
     p.add_argument("--plot", help="write the PNG plot here (needs matplotlib)")
+    p.add_argument("--diagnose", action="store_true",
+                   help="print where the offered capacity went (and put it in the JSON)")
     return p.parse_args(argv)
 
 
@@ -81,16 +92,20 @@ def main(argv: list[str] | None = None) -> dict:
             f.writelines(line + "\n" for line in trace.dump(day))
     print(f"trace: {len(day.regions)} regions, {day.hours:g} h, {len(day.jobs)} jobs, "
           f"seed {day.seed}")
-    runs, out, wall, cpu = {}, {}, {}, {}
+    runs, out, wall, cpu, diag = {}, {}, {}, {}, {}
     for mode in ("global", "per_region"):
         step(f"{mode} scheduling over {day.hours:g} simulated hours")
         started, cpu_started = time.perf_counter(), time.process_time()
-        runs[mode] = world.run(day, mode, seed=args.seed)
+        diag[mode] = diagnose.Diagnosis(day.horizon_s) if args.diagnose else None
+        runs[mode] = world.run(day, mode, seed=args.seed,
+                               observe=diag[mode].observe if args.diagnose else None)
         wall[mode] = round(time.perf_counter() - started, 1)
         cpu[mode] = round(time.process_time() - cpu_started, 1)
         out[mode] = figures.summarize(runs[mode], day.horizon_s)
     bound = figures.upper_bound(day)
+    booted = figures.booted_bound(day, world.BOOT_S, world.TICK_S)
     _print(out, bound, wall, cpu)
+    print(f"boot-aware upper bound: {fmt(booted['chip_hours'])} chip-hours")
     g, r = out["global"]["useful_chip_hours"], out["per_region"]["useful_chip_hours"]
     result = {
         "hours": day.hours, "regions": len(day.regions), "seed": day.seed,
@@ -99,10 +114,17 @@ def main(argv: list[str] | None = None) -> dict:
         "global_vs_per_region": round(g / r, 2) if r else None,
         "global_vs_upper_bound": round(g / bound["chip_hours"], 3) if bound["chip_hours"]
         else None,
+        "booted_bound_chip_hours": round(booted["chip_hours"], 1),
+        "global_vs_booted_bound": round(g / booted["chip_hours"], 3) if booted["chip_hours"]
+        else None,
         "simulation_wall_s": wall, "simulation_cpu_s": cpu, **out,
     }
+    if args.diagnose:
+        result["diagnosis"] = {m: diag[m].report(runs[m], bound["chip_hours"]) for m in runs}
+        for m, report in result["diagnosis"].items():
+            diagnose.print_report(m, report)
     if args.plot:
-        figures.plot(args.plot, runs, bound,
+        figures.plot(args.plot, runs, bound, booted,
                      f"{len(day.regions)} regions, {day.hours:g} h, seed {day.seed}")
         print(f"plot: {args.plot}")
     print(json.dumps(result))

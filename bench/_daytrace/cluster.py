@@ -78,6 +78,7 @@ class Cluster:
         self._dirty = True
         self._unplaced: dict[str, int] = {}
         self._last_pass = -1.0
+        self.dropped: set[str] = set()  # slices a capacity drop took (world.py says which)
 
     # ---- inputs ---------------------------------------------------------------------
 
@@ -117,8 +118,9 @@ class Cluster:
 
     def _lose_slice(self, slice_id: str, now: float) -> None:
         self._dirty = True
+        cause = "drop" if slice_id in self.dropped else "reclaimed"
         for task in self.hosts.drop_slice(slice_id):
-            self._stop(task, now, evicted=False)
+            self._stop(task, now, evicted=False, cause=cause)
 
     # ---- attempts ---------------------------------------------------------------------
 
@@ -150,7 +152,7 @@ class Cluster:
             if all(t.done for t in self.gangs[gid]):
                 self._coordinate(ReleaseGang(gid), now)
 
-    def _stop(self, task: Task, now: float, evicted: bool) -> None:
+    def _stop(self, task: Task, now: float, evicted: bool, cause: str = "") -> None:
         """Stop an attempt early (host lost, or evicted); a gang stops whole and goes back
         to pending whole, and its reservation is released."""
         if task.attempt is None:
@@ -158,12 +160,12 @@ class Cluster:
         self._dirty = True
         self.running.pop(task.attempt, None)
         self.hosts.release(task)
-        self.work.stop(task, now, evicted)
+        self.work.stop(task, now, evicted, cause)
         self.pending[task.demand.task_id] = task
         gid = task.demand.gang_id
         if gid:
             for other in self.gangs[gid]:
-                self._stop(other, now, evicted)
+                self._stop(other, now, evicted, cause)
             self._coordinate(ReleaseGang(gid), now)
 
     # ---- one scheduling pass -------------------------------------------------------------
@@ -192,7 +194,7 @@ class Cluster:
                 scaling.setdefault(acc, []).append(r)
         started = time.perf_counter()
         plan = schedule(views, demands, config=self.sched_config,
-                        reserving_gangs=self.reserving, scaling_up=scaling)
+                        reserving_gangs=self.reserving, scaling_up=scaling, now=now)
         self.pass_times.append((len(views), len(demands), time.perf_counter() - started))
         if plan.assignments or plan.preemptions or plan.gang_requests:
             self._dirty = True  # the next pass may use what this one freed or asked for

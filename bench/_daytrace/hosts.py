@@ -51,7 +51,8 @@ class Host:
                 preemptible=self.group.preemptible,
                 running=tuple(RunningAttempt(a, t.demand.task_id, t.job.job.id, t.job.job.user,
                                              t.job.band, t.job.need, t.demand.gang_id,
-                                             started_at=t.started_at)
+                                             started_at=t.started_at,
+                                             checkpoint_every=t.job.job.checkpoint_s)
                               for a, t in self.tasks.items()))
         return self.view
 

@@ -75,6 +75,9 @@ class Ledger:
     preemptions: int = 0  # attempts stopped before their work was done
     evictions: int = 0  # of which the scheduler stopped for a higher band
     starts: int = 0
+    # wasted chip-seconds by cause: "evicted" (for a higher band), "drop" (a capacity drop
+    # in the trace took the slice), "reclaimed" (random preemption, or the slice deleted)
+    wasted_by: dict[str, float] = field(default_factory=dict)
 
     def keep(self, band: Band, chip_s: float) -> None:
         key = band.name.lower()
@@ -93,13 +96,15 @@ class Ledger:
         task.host = task.attempt = None
         task.done = True
 
-    def stop(self, task: Task, now: float, evicted: bool) -> None:
+    def stop(self, task: Task, now: float, evicted: bool, cause: str = "") -> None:
         """Stopped early: keep the work up to the last checkpoint, waste the rest."""
         ran = max(0.0, now - task.started_at)
         ckpt = task.job.job.checkpoint_s
         kept = min(task.remaining_s, (ran // ckpt) * ckpt)
         self.keep(task.job.band, kept * task.job.chips)
         self.wasted += (ran - kept) * task.job.chips
+        cause = "evicted" if evicted else cause or "reclaimed"
+        self.wasted_by[cause] = self.wasted_by.get(cause, 0.0) + (ran - kept) * task.job.chips
         task.remaining_s -= kept
         task.host = task.attempt = None
         self.preemptions += 1

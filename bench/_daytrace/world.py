@@ -8,6 +8,7 @@ cluster per region). Same trace, same provider seed, same tick.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from bench._daytrace.cluster import Cluster
@@ -72,7 +73,11 @@ class Run:
 
 def run(trace: Trace, mode: str, *, seed: int = 0,
         autoscaler: AutoscalerConfig | None = None,
-        scheduler: SchedulerConfig | None = None) -> Run:
+        scheduler: SchedulerConfig | None = None,
+        observe: Callable[[float, Run, SimulatedProvider, dict[str, int]], None] | None = None
+        ) -> Run:
+    """`observe(now, run, provider, offered hosts by region)` is called after every step
+    (the --diagnose breakdown, diagnose.py); it must not change anything."""
     if mode not in ("global", "per_region"):
         raise ValueError(f"mode: global or per_region, got {mode!r}")
     clock = FakeClock(start=0.0)
@@ -98,7 +103,9 @@ def run(trace: Trace, mode: str, *, seed: int = 0,
         clock.advance(now - clock.monotonic())
         while ci < len(caps) and caps[ci].t <= now:
             offered[caps[ci].region] = caps[ci].hosts
-            _set_capacity(provider, tpu_zone(caps[ci].region), caps[ci].hosts)
+            taken = _set_capacity(provider, tpu_zone(caps[ci].region), caps[ci].hosts)
+            for c in clusters.values():
+                c.dropped.update(taken)
             ci += 1
         while ji < len(arrivals) and arrivals[ji].job.t <= now:
             job = arrivals[ji]
@@ -108,23 +115,28 @@ def run(trace: Trace, mode: str, *, seed: int = 0,
             c.step(now)
         if now % SAMPLE_S == 0:
             result.samples.append(_sample(now, clusters, offered))
+        if observe is not None:
+            observe(now, result, provider, offered)
     for c in clusters.values():
         c.horizon(trace.horizon_s)
     return result
 
 
-def _set_capacity(provider: SimulatedProvider, zone: str, hosts: int) -> None:
+def _set_capacity(provider: SimulatedProvider, zone: str, hosts: int) -> list[str]:
     """The cloud now lets `zone` hold `hosts` hosts; above that it takes slices back,
-    newest first (a preemption wave)."""
+    newest first (a preemption wave). Returns the slices taken."""
     provider.set_capacity(zone, hosts)
     alive = [s for s in provider.list_slices() if s.zone == zone
              and s.state in (SliceState.CREATING, SliceState.READY)]
     held = sum(len(s.hosts) for s in alive)
+    taken = []
     for s in reversed(alive):
         if held <= hosts:
             break
         provider.preempt(s.slice_id)
+        taken.append(s.slice_id)
         held -= len(s.hosts)
+    return taken
 
 
 def _sample(now: float, clusters: dict[str, Cluster], offered: dict[str, int]) -> dict:

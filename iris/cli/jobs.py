@@ -53,6 +53,7 @@ def job_run(args: argparse.Namespace) -> int:
                          pip=args.pip, priority=args.priority, dry_run=args.dry_run,
                          durable=args.durable,
                          existing_capacity_only=args.existing_capacity_only,
+                         checkpoint_every=args.checkpoint_every,
                          resources=Resources(cpu=args.cpu, memory=args.memory, tpu=args.tpu,
                                              gpu=args.gpu, count=args.count,
                                              hosts=args.hosts))

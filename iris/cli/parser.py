@@ -158,6 +158,9 @@ def _job(verbs) -> None:
     run.add_argument("--priority", choices=PRIORITIES,
                      help="priority band, e.g. batch (default interactive); higher bands may "
                      "preempt lower ones")
+    run.add_argument("--checkpoint-every", type=float, metavar="SECONDS",
+                     help="how often the job checkpoints, if it does, e.g. 1800; eviction "
+                     "for higher bands then takes what loses the least work (default unknown)")
     run.add_argument("--env", action="append", default=[], metavar="K=V",
                      help="an environment variable for the tasks, e.g. --env SEED=1 "
                      "(repeatable)")

@@ -254,7 +254,8 @@ def submit(entry: Callable | Sequence[str], *args: Any, name: str | None = None,
            dry_run: bool = False, durable: bool = False,
            durable_timeout: float = 600.0,
            existing_capacity_only: bool = False, colocate: str | None = None,
-           colocate_with: str | None = None) -> JobHandle | dict:
+           colocate_with: str | None = None,
+           checkpoint_every: float | None = None) -> JobHandle | dict:
     """Run `entry(*args)` (a callable) or `entry` (a command list) as a job; its handle.
 
     `workspace`: a directory shipped (content-addressed, uploaded once) to run the tasks
@@ -267,6 +268,9 @@ def submit(entry: Callable | Sequence[str], *args: Any, name: str | None = None,
     job whose task submits this one), or as `colocate_with` (a job id, or a name relative
     to the parent): a coordinator can follow its accelerator job; it waits until that job
     is placed.
+    `checkpoint_every`: seconds between the job's own checkpoints, if it makes them; when
+    higher-priority work must evict something, Iris then evicts what loses the least work
+    since its last checkpoint.
     `durable`: return only once the submission is in a checkpoint in GCS, so it survives the
     loss of the controller's machine (seconds: one checkpoint, shared by concurrent callers;
     the controller must be configured with storage.snapshot_bucket). Without it a submission
@@ -280,7 +284,7 @@ def submit(entry: Callable | Sequence[str], *args: Any, name: str | None = None,
                  "max_retries_preemption": max_retries_preemption,
                  "max_task_failures": max_task_failures},
         timeouts={"timeout": timeout, "scheduling_timeout": scheduling_timeout,
-                  "durable_timeout": durable_timeout})
+                  "durable_timeout": durable_timeout, "checkpoint_every": checkpoint_every})
     for flag, value in (("durable", durable), ("existing_capacity_only", existing_capacity_only)):
         if not isinstance(value, bool):
             raise checks.invalid(flag, "True or False", value)
@@ -304,7 +308,8 @@ def submit(entry: Callable | Sequence[str], *args: Any, name: str | None = None,
                 "scheduling_timeout_s": scheduling_timeout,
                 "parent": os.environ.get("IRIS_JOB_ID"),
                 "existing_capacity_only": existing_capacity_only or None,
-                "colocate": colocate, "colocate_with": colocate_with}
+                "colocate": colocate, "colocate_with": colocate_with,
+                "checkpoint_every_s": checkpoint_every}
     raw.update({k: v for k, v in optional.items() if v is not None})
     if dry_run:
         return _controller(ctx, "dry_run", raw)

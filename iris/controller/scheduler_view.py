@@ -50,7 +50,8 @@ def host_row(state: KernelState, w: WorkerInfo, stopping: dict[str, Resources] |
             attempt_id, task_id(attempt.job_id, attempt.task_index), attempt.job_id,
             spec.user, Band.parse(spec.priority),
             per_host_demand(attempt_resources(spec, attempt.accelerator)),
-            gang_id(spec, attempt.task_index), started_at=attempt.started_at))
+            gang_id(spec, attempt.task_index), started_at=attempt.started_at,
+            checkpoint_every=spec.checkpoint_every_s))
     accelerator = attrs.get("accelerator_type") or None
     return HostView(
         w.worker_id, w.region, attrs.get("zone", w.region),

@@ -86,7 +86,8 @@ class Placement:
                                       held=self.gangs.held_hosts() | set(self.draining))
         plan = schedule(fleet, demands, reserving_gangs=set(self.gangs.reserving),
                         scaling_up=demand.scaling_up(self.region_reports),
-                        config=SchedulerConfig(demoted=demoted))
+                        config=SchedulerConfig(demoted=demoted),
+                        now=now_wall(self))  # the clock of the attempts' started_at
         self.pass_seconds.observe(self.clock.monotonic() - started)
         for request in plan.gang_requests:
             self.gangs.request(request)

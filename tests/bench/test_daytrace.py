@@ -107,3 +107,44 @@ def test_daytrace_cli_replays_a_saved_trace_and_ends_with_one_json_line(tmp_path
     assert json.loads(last) == json.loads(json.dumps(result))
     assert result["global"]["violations"] == result["per_region"]["violations"] == 0
     assert result["upper_bound_chip_hours"] >= result["global"]["useful_chip_hours"]
+
+
+def test_daytrace_diagnose_accounts_for_every_offered_chip_hour(tmp_path, capsys):
+    """--diagnose splits the capacity offered into busy, idle, booting and free quota (the
+    parts add up to what the trace offered) and the wasted work by cause (adding up to the
+    run's wasted figure); both printed and in the JSON."""
+    path = tmp_path / "day.jsonl"
+    day = generate(seed=3, n_regions=2, hours=3, fleet_hosts=48)
+    path.write_text("\n".join(dump(day)) + "\n")
+    result = daytrace.main(["--trace", str(path), "--diagnose"])
+    out = capsys.readouterr().out
+    assert "where the offered capacity went (global" in out
+    for mode in ("global", "per_region"):
+        d = result["diagnosis"][mode]
+        parts = sum(d[k] for k in ("busy", "idle_ready", "booting", "free_no_fit",
+                                   "free_held_back", "free_transient"))
+        assert parts == pytest.approx(d["offered"], abs=1.0)
+        assert d["offered"] == pytest.approx(result["capacity_chip_hours"], abs=1.0)
+        assert sum(d["wasted"].values()) == pytest.approx(
+            result[mode]["wasted_chip_hours"], abs=1.0)
+        assert d["busy"] >= result[mode]["useful_chip_hours"] - 1.0
+
+
+def test_daytrace_boot_aware_bound_counts_capacity_from_boot_on_and_no_run_beats_it(tiny_day):
+    """Capacity that appears at t cannot run work before t + boot (3 min): the tighter
+    bound charges exactly that, and neither mode of a real run ever exceeds it."""
+    day = Trace(("a",), 3.0, [Capacity(0, "a", 0), Capacity(3600, "a", 4)],
+                [Job(0, "j1", "alice", "a", "batch", "v5litepod-16", 1, 8, 10 * HOUR, 600)],
+                None)
+    chips = 4 * CHIPS_PER_HOST
+    loose = figures.upper_bound(day)["chip_hours"]
+    tight = figures.booted_bound(day, world.BOOT_S, world.TICK_S)["chip_hours"]
+    assert loose == pytest.approx(chips * 2.0)
+    assert tight == pytest.approx(chips * (2.0 - world.BOOT_S / HOUR))
+    run = world.run(day, "global")
+    assert sum(run.work.useful.values()) / HOUR <= tight + 1e-6
+    day, runs = tiny_day
+    tight = figures.booted_bound(day, world.BOOT_S, world.TICK_S)["chip_hours"]
+    assert tight <= figures.upper_bound(day)["chip_hours"]
+    for run in runs.values():
+        assert sum(run.work.useful.values()) / HOUR <= tight + 1e-6

@@ -44,6 +44,7 @@ class Broken:
     (lambda: iris.submit(_noop, priority="urgent"), "priority", "production"),
     (lambda: iris.submit(_noop, pip="numpy"), "pip", "a list of requirement strings"),
     (lambda: iris.submit(_noop, timeout=float("nan")), "timeout", "finite"),
+    (lambda: iris.submit(_noop, checkpoint_every=0), "checkpoint_every", "seconds > 0"),
     (lambda: iris.resolve(123), "name", "an actor name"),
     (lambda: iris.Resources(cpu=float("nan")), "cpu", "finite"),
     (lambda: iris.Resources(memory="1000Ti"), "memory", "more than any machine"),
@@ -52,6 +53,11 @@ def test_bad_arguments_are_refused_and_named(jobs_cluster, call, field, says):
     with pytest.raises(InvalidRequestError) as info:
         call()
     assert info.value.field == field and says in str(info.value)
+
+
+def test_a_job_that_names_its_checkpoint_interval_runs(jobs_cluster):
+    job = iris.submit(_noop, checkpoint_every=1800)
+    assert job.result(timeout=120) is None
 
 
 def test_an_unpicklable_result_fails_the_task_with_the_reason(jobs_cluster):

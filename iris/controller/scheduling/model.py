@@ -61,8 +61,10 @@ def per_host_demand(resources: Resources) -> Demand:
 @dataclass(frozen=True, slots=True)
 class RunningAttempt:
     """An attempt occupying part of a host. `terminating`: already told to stop (grace period).
-    `started_at`: when it started running (monotonic seconds; None = unknown): evicting the
-    youngest loses the least work, as work since the last checkpoint is lost."""
+    `started_at`: when it started running (seconds, in the clock of the pass's `now`;
+    None = unknown) and `checkpoint_every`: how often its job checkpoints (seconds; None =
+    unknown): an evicted attempt loses its work since its last checkpoint, so eviction
+    picks, among equally cheap choices, the one with the least of it (preemption.py)."""
 
     attempt_id: str
     task_id: str
@@ -73,6 +75,7 @@ class RunningAttempt:
     gang_id: str | None = None
     terminating: bool = False
     started_at: float | None = None
+    checkpoint_every: float | None = None
 
 
 @dataclass(frozen=True)

@@ -37,8 +37,9 @@ class Preemption:
 
 
 class Preemptor:
-    def __init__(self, fleet: Fleet, budget: int):
+    def __init__(self, fleet: Fleet, budget: int, now: float | None = None):
         self.fleet = fleet
+        self.now = now  # the pass's time, in the clock of RunningAttempt.started_at
         self.budget = budget  # evictions still allowed this pass
         self.evicted: set[str] = set()
         self.records: list[Preemption] = []
@@ -72,14 +73,24 @@ class Preemptor:
         return sum(len(self.fleet.gang_members.get(a.gang_id, ())) if a.gang_id else 1
                    for _, a in victims)
 
-    def oldest_start(self, victims: Sequence[Victim]) -> float:
-        """When the oldest victim started (-inf if any start is unknown): among equally
-        cheap choices, the latest is best, because an evicted attempt loses its work since
-        its last checkpoint, and one that started minutes ago has less of it to lose."""
+    def at_risk(self, victims: Sequence[Victim]) -> float:
+        """What evicting `victims` loses; among equally cheap choices the least is best.
+
+        An evicted attempt loses its work since its last checkpoint. With the pass's `now`
+        and each victim's start time and checkpoint interval, that is the chip-seconds
+        since each one's last checkpoint ((now - started) mod interval: an attempt that
+        just checkpointed loses almost nothing, however long it ran). A victim with no
+        interval risks all it ran (now - started). Without `now`, the youngest oldest
+        start is best (-start, the rule before intervals were known). inf when any start
+        is unknown (those choices tie; the first found is taken); -inf for no victims."""
+        if not victims:
+            return -math.inf
         starts = [a.started_at for _, a in victims]
-        if not starts:
+        if None in starts:
             return math.inf
-        return -math.inf if None in starts else min(starts)
+        if self.now is None:
+            return -min(starts)
+        return sum(max(a.demand.chips, 1) * _since_checkpoint(a, self.now) for _, a in victims)
 
     def best_host(self, candidates: Sequence[int], need: Demand,
                   band: Band) -> tuple[int, list[Victim]] | None:
@@ -91,11 +102,11 @@ class Preemptor:
             c = self.cost(victims)
             if c > self.budget:
                 continue
-            age = self.oldest_start(victims)
-            if best is None or (c, -age) < (best[0], -best[1]):
-                best = (c, age, i, victims)
+            risk = self.at_risk(victims)
+            if best is None or (c, risk) < (best[0], best[1]):
+                best = (c, risk, i, victims)
                 # Without start times every 1-victim host is as good: take the first.
-                if c <= 1 and age in (math.inf, -math.inf):
+                if c <= 1 and risk in (math.inf, -math.inf):
                     break
         return None if best is None else (best[2], best[3])
 
@@ -125,3 +136,9 @@ class Preemptor:
                 self.records.append(Preemption(a.attempt_id, a.task_id, a.job_id,
                                                self.fleet.hosts[i].host_id, a.band, a.gang_id,
                                                for_job, why))
+
+
+def _since_checkpoint(a: RunningAttempt, now: float) -> float:
+    ran = max(0.0, now - (a.started_at or 0.0))
+    every = a.checkpoint_every
+    return ran % every if every else ran

@@ -72,12 +72,15 @@ class SchedulePlan:
 
 def schedule(hosts: Sequence[HostView] | Fleet, pending: Sequence[TaskDemand], *,
              config: SchedulerConfig | None = None, reserving_gangs: Collection[str] = (),
-             scaling_up: Mapping[str, Sequence[str]] | None = None) -> SchedulePlan:
+             scaling_up: Mapping[str, Sequence[str]] | None = None,
+             now: float | None = None) -> SchedulePlan:
     """One pass. `reserving_gangs`: gangs the coordinator is already placing.
     `scaling_up`: accelerator (or "cpu") -> regions adding hosts of it right now.
+    `now`: the time, in the clock of RunningAttempt.started_at (None: eviction cannot
+    weigh the work since each victim's last checkpoint, and prefers the youngest).
     `hosts` may be a Fleet kept between passes (scheduler_view.FleetView): not changed."""
-    return _Pass(hosts, config or SchedulerConfig(), reserving_gangs, scaling_up or {}).run(
-        pending)
+    return _Pass(hosts, config or SchedulerConfig(), reserving_gangs, scaling_up or {},
+                 now).run(pending)
 
 
 class _Class:
@@ -113,11 +116,12 @@ class _Job:
 
 class _Pass(GangSteps):
     def __init__(self, hosts: Sequence[HostView] | Fleet, config: SchedulerConfig,
-                 reserving: Collection[str], scaling: Mapping[str, Sequence[str]]):
+                 reserving: Collection[str], scaling: Mapping[str, Sequence[str]],
+                 now: float | None = None):
         self.config, self.reserving, self.scaling = config, set(reserving), scaling
         self.fleet = hosts.for_pass() if isinstance(hosts, Fleet) else Fleet(hosts)
         hosts = self.fleet.hosts
-        self.pre = Preemptor(self.fleet, config.max_preemptions_per_pass)
+        self.pre = Preemptor(self.fleet, config.max_preemptions_per_pass, now)
         self.plan = SchedulePlan([], [], [], {})
         self.classes: dict[tuple[object, ...], _Class] = {}
         self.pool_order: dict[Pool, list[int]] = {}
