@@ -73,6 +73,10 @@ class Node(NodeLoop):
         self._start_error: BaseException | None = None
         self._router: zmq.Socket | None = None
         self._peers: dict[str, Peer] = {}
+        # Seconds this node's loop could not run (sweeps late by more than a second), kept
+        # so that its own stall is never counted as a peer's silence (node_loop._note_stall).
+        self.stalled_s = 0.0
+        self._last_sweep: float | None = None
         self._actors: dict[str, HostedActor] = {}
         self._deadlines = DeadlineQueue()
         self._outbox: collections.deque = collections.deque()

@@ -37,13 +37,14 @@ class Peer:
     """One remote node we call. `pending` maps call id -> (future, actor, method)."""
 
     __slots__ = ("address", "dealer", "monitor", "pending", "last_heard", "ping_sent",
-                 "_node")
+                 "stalled_at_heard", "_node")
 
     def __init__(self, node: Node, address: str):
         self._node = node
         self.address = address
         self.pending: dict[int, ActorFuture] = {}
         self.last_heard = 0.0
+        self.stalled_at_heard = node.stalled_s
         self.ping_sent = False
         self.dealer = node.new_socket(zmq.DEALER)
         self.dealer.setsockopt(zmq.ROUTING_ID, shm_scope.routing_id())  # says our PID namespace
@@ -59,19 +60,26 @@ class Peer:
     def track(self, call_id: int, fut: ActorFuture, now: float) -> None:
         if not self.pending:
             self.last_heard = now  # the silence clock starts when we start waiting
+            self.stalled_at_heard = self._node.stalled_s
             self.ping_sent = False
         fut.sent_at = now
         self.pending[call_id] = fut
 
     def heard(self, now: float) -> None:
         self.last_heard = now
+        self.stalled_at_heard = self._node.stalled_s
         self.ping_sent = False
+
+    def silent_s(self, now: float) -> float:
+        """Seconds without a word from the peer while this node could listen: time its own
+        loop stood still (Node.stalled_s) is not the peer's silence."""
+        return now - self.last_heard - (self._node.stalled_s - self.stalled_at_heard)
 
     def check_liveness(self, now: float, interval_s: float, dead_after_s: float) -> bool:
         """PING if quiet; return False when the peer must be declared dead."""
         if not self.pending:
             return True
-        silent = now - self.last_heard
+        silent = self.silent_s(now)
         if silent >= dead_after_s:
             return False
         if silent >= interval_s and not self.ping_sent:
@@ -160,6 +168,7 @@ class LocalPeer(Peer):
         self.address = node.address
         self.pending = {}
         self.last_heard = 0.0
+        self.stalled_at_heard = node.stalled_s
         self.ping_sent = False
         self.dealer = self.monitor = None
 
