@@ -160,6 +160,7 @@ class ControllerService(JobRequests, WorkerRequests, Placement, RegionRequests,
         self._inv_touched: set[str] = set()
         self._synced_at = float("-inf")
         self._full_at: dict[str, float] = {}
+        self._keepalive_at = clock.monotonic()
         # Every region a worker or the config ever named: each becomes an actor (max_regions).
         self._regions_seen: set[str] = set(self.region_groups)
         self._registrations = 0

@@ -30,6 +30,11 @@ SYNC_EVERY_S = 0.2
 # host in all (200 ms at 10,000 hosts on this 2-core machine, bench.fleet under py-spy).
 # 20x that keeps whole pushes under 5 % of a core: every 4 s at 10,000 hosts.
 SYNC_S_PER_HOST = 20 * 20e-6
+# A Region that lost what it was pushed (it restarted; the last push was lost) is found
+# within this long even when nothing changes: it gets an empty delta it cannot follow,
+# refuses it, and is sent its whole inventory. One tiny message per region per 5 s; gangs
+# meanwhile are offered from a stale view at worst, which the controller checks anyway.
+KEEPALIVE_S = 5.0
 
 
 class Placement:
@@ -62,7 +67,6 @@ class Placement:
         now = now_mono(self)
         if not force and now - self._synced_at < SYNC_EVERY_S:
             return
-        self._synced_at = now
         touched, self._inv_touched = self._inv_touched, set()
         workers = self.workers.workers
         self.gangs.note_hosts(
@@ -73,7 +77,13 @@ class Placement:
                  if force or now - self._full_at.get(r, float("-inf"))
                  >= max(SYNC_EVERY_S, SYNC_S_PER_HOST * hosts)]
         self._full_at.update(dict.fromkeys(fulls, now))
-        self.gangs.push_regions(self.unmet, self.region_groups, fulls)
+        keepalive = now - self._keepalive_at >= KEEPALIVE_S
+        if keepalive:
+            self._keepalive_at = now
+        queued = len(self.gangs.outbox)
+        self.gangs.push_regions(self.unmet, self.region_groups, fulls, keepalive)
+        if len(self.gangs.outbox) > queued:  # else the next change goes out at once
+            self._synced_at = now
 
     def _touch_hosts(self, hosts) -> None:
         """These hosts' inventory facts may have changed (registered, lost, an attempt

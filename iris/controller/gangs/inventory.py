@@ -149,9 +149,10 @@ def size(state: InventoryState, name: str) -> int:
 
 
 def push(state: InventoryState, name: str, unmet: Mapping[str, int],
-         full: bool) -> Full | Delta | None:
+         full: bool, keepalive: bool = False) -> Full | Delta | None:
     """What to send region `name` now: the whole inventory when `full`, else what changed
-    since the last push (None when nothing did). Either way, what is returned becomes what
+    since the last push (None when nothing did, unless `keepalive`: then an empty delta,
+    which a Region that lost our pushes refuses). Either way, what is returned becomes what
     the region was last told. O(what changed) for a delta."""
     inv = region(state, name)
     if full:
@@ -184,7 +185,7 @@ def push(state: InventoryState, name: str, unmet: Mapping[str, int],
         inv.pushed_unmet = new_unmet = dict(unmet)
     inv.dirty_slices.clear()
     inv.dirty_hosts.clear()
-    if not (slices or removed or any(flips) or new_unmet is not None):
+    if not (slices or removed or any(flips) or new_unmet is not None or keepalive):
         return None
     inv.seq += 1
     return Delta(name, state.incarnation, inv.seq, slices, removed, flips[0], flips[1],

@@ -207,17 +207,18 @@ class GangTracker:
         return inv.refused(self.inventory, region, seq)
 
     def push_regions(self, unmet: Mapping[str, dict[str, int]], regions: Iterable[str] = (),
-                     fulls: Iterable[str] = ()) -> None:
+                     fulls: Iterable[str] = (), keepalive: bool = False) -> None:
         """Queue what changed in each region since its last push (a SyncDelta), or its whole
         inventory (a SyncRegion) for those in `fulls` that need one. A region due a full
         push that is not in `fulls` waits (it would refuse a delta). `regions`: ones to push
-        even without hosts (autoscaled regions not grown yet)."""
+        even without hosts (autoscaled regions not grown yet). `keepalive`: an empty delta
+        to a region with no change (one that lost our pushes refuses it)."""
         fulls, state = set(fulls), self.inventory
         for region in sorted(set(state.regions) | set(unmet) | set(regions)):
             due = inv.region(state, region).full_due
             if due and region not in fulls:
                 continue
-            out = inv.push(state, region, unmet.get(region, {}), full=due)
+            out = inv.push(state, region, unmet.get(region, {}), full=due, keepalive=keepalive)
             if isinstance(out, inv.Full):
                 self.outbox.append(SyncRegion(region, out.slices, out.busy, out.unmet,
                                               out.drained, out.incarnation, out.seq))
