@@ -265,10 +265,13 @@ class ReservationLedger:
         self.set_busy(busy, True)
 
     def check_delta(self, slices: list[SliceSpec], removed: Iterable[str],
-                    busy: Iterable[str], free: Iterable[str]) -> None:
-        """ValueError naming the first problem of a delta (ledger_delta.py), else None."""
+                    busy: Iterable[str], free: Iterable[str],
+                    present: Mapping[str, Iterable[str]] | None = None) -> None:
+        """ValueError naming the first problem of a delta (ledger_delta.py), else None.
+        `present`: more named lists of hosts that must be in the inventory it leaves."""
         problem = ledger_delta.problem(self.region, self._slices, self._host_slice,
-                                       list(slices), list(removed), list(busy), list(free))
+                                       list(slices), list(removed), list(busy), list(free),
+                                       present or {})
         if problem is not None:
             raise ValueError(problem)
 

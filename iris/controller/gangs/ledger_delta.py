@@ -9,12 +9,16 @@ the delta leaves. The first problem is named; a delta with any is applied not at
 from __future__ import annotations
 
 from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
 
 def problem(region: str, slices_now: Mapping[str, Any], host_slice: Mapping[str, str],
-            slices: list, removed: list[str], busy: list[str], free: list[str]) -> str | None:
-    """What is wrong with this delta (slices: SliceSpec-like, added or replaced), or None."""
+            slices: list, removed: list[str], busy: list[str], free: list[str],
+            present: Mapping[str, Any] = MappingProxyType({})) -> str | None:
+    """What is wrong with this delta (slices: SliceSpec-like, added or replaced), or None.
+    `present`: more named lists of hosts that must be in the inventory it leaves. O(the
+    slices and hosts named)."""
     where = f"region {region!r}"
     for sid in removed:
         if sid not in slices_now:
@@ -41,7 +45,7 @@ def problem(region: str, slices_now: Mapping[str, Any], host_slice: Mapping[str,
     both = set(busy) & set(free)
     if both:
         return f"busy: host {min(both)!r} is listed both busy and free"
-    for name, hosts in (("busy", busy), ("free", free)):
+    for name, hosts in (("busy", busy), ("free", free), *present.items()):
         for h in hosts:
             if h not in incoming and host_slice.get(h) in (None, *replaced):
                 return f"{name}: host {h!r} is in no slice of {where}"

@@ -151,24 +151,22 @@ class Region:
                  for s in msg.slices]
         self._check_groups(msg.unmet or {})
         try:
-            self._ledger.check_delta(specs, msg.removed, msg.busy, msg.free)
+            self._ledger.check_delta(specs, msg.removed, msg.busy, msg.free,
+                                     {"drained": msg.drained, "undrained": msg.undrained})
         except ValueError as exc:
             raise InvalidRequestError(str(exc), str(exc).split(":", 1)[0]) from None
-        hosts_after = {h for s in specs for h in s.hosts} | {
-            h for sid, hs in self._hosts.items() if sid not in msg.removed for h in hs}
-        for name in ("drained", "undrained"):
-            stray = [h for h in getattr(msg, name) if h not in hosts_after]
-            if stray:
-                raise InvalidRequestError(f"{name}: host {stray[0]!r} is in no slice of "
-                                          f"region {self.region!r}", name)
+        # Hosts leaving the inventory lose their flags here too (O(the slices named)).
+        incoming = {h for spec in specs for h in spec.hosts}
+        leaving = {h for sid in (*msg.removed, *(s.slice_id for s in specs))
+                   for h in self._hosts.get(sid, ()) if h not in incoming}
         self._ledger.apply_delta(specs, msg.removed, msg.busy, msg.free)
         for sid in msg.removed:
             del self._hosts[sid]
         self._hosts.update({spec.slice_id: spec.hosts for spec in specs})
-        here = set(self._ledger.hosts)
-        self._busy = {h for h in self._busy if h in here} - set(msg.free) | set(msg.busy)
-        self._drained = ({h for h in self._drained if h in here} - set(msg.undrained)
-                         | set(msg.drained))
+        for flags, off, on in ((self._busy, msg.free, msg.busy),
+                               (self._drained, msg.undrained, msg.drained)):
+            flags.difference_update(leaving, off)  # in place: O(the hosts named)
+            flags.update(on)
         self._pushed = (msg.incarnation, msg.seq)
         if msg.unmet is not None:
             self._demand(msg.unmet)
