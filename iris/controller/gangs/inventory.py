@@ -91,6 +91,7 @@ class RegionInventory:
     """One region: its slices now, what the Region was last told, what changed since."""
 
     members: dict[str, set[str]] = field(default_factory=dict)  # slice id -> hosts now
+    hosts: int = 0  # how many, kept with `members`
     pushed_rows: dict[str, dict] = field(default_factory=dict)  # slice id -> row last sent
     pushed_busy: set[str] = field(default_factory=set)
     pushed_drained: set[str] = field(default_factory=set)
@@ -123,15 +124,17 @@ def handle(state: InventoryState, event: HostIs | HostGone) -> None:
                             != (new.region, new.slice_id, new.attributes)):
         inv = state.regions[old.region]
         inv.members[old.slice_id].discard(event.host)
+        inv.hosts -= 1
         inv.dirty_slices.add(old.slice_id)
     if new is None:
         del state.hosts[event.host]
         return
     state.hosts[event.host] = new
-    inv = state.regions[new.region]
-    inv.members.setdefault(new.slice_id, set()).add(event.host)
     if old is None or (old.region, old.slice_id, old.attributes) != \
             (new.region, new.slice_id, new.attributes):
+        inv = state.regions[new.region]
+        inv.members.setdefault(new.slice_id, set()).add(event.host)
+        inv.hosts += 1
         inv.dirty_slices.add(new.slice_id)
 
 
@@ -145,7 +148,7 @@ def region(state: InventoryState, name: str) -> RegionInventory:
 
 def size(state: InventoryState, name: str) -> int:
     """Hosts in a region now (what a full push of it carries)."""
-    return sum(len(h) for h in state.regions[name].members.values())
+    return state.regions[name].hosts
 
 
 def push(state: InventoryState, name: str, unmet: Mapping[str, int],
