@@ -8,7 +8,9 @@ without anyone asking.
 
 Its inventory (which slices and hosts have registered workers, which are busy) and the
 demand routed to it (scale group -> more slices wanted) are pushed by the controller, which
-is where workers register: `sync` replaces both whole. A region with `RegionScaling` also
+is where workers register: `sync` replaces both whole, `sync_delta` changes what changed
+since the push before it (numbered per controller incarnation; one that does not follow
+the last push applied here is refused, and the controller sends `sync`). A region with `RegionScaling` also
 grows and shrinks its scale groups: every tick hands the SliceManager what each slice's
 hosts are doing, and the manager's provider calls run off this thread. An idle slice is
 drained before it is deleted: the region asks the controller (`drain_hosts`) to place
