@@ -14,7 +14,7 @@ from typing import Any
 
 from iris.actors.keys import region_key, worker_key
 from iris.controller.gangs.coordinator import PlaceGang, ReleaseGang
-from iris.controller.gangs.tracking import PlaceRound, ReleaseRound, SyncRegion
+from iris.controller.gangs.tracking import PlaceRound, ReleaseRound, SyncDelta, SyncRegion
 from iris.controller.regions.region import Region
 from iris.controller.service import Command, JobsFinished
 
@@ -39,7 +39,7 @@ class EffectsOut:
     def _act(self, effects: list) -> None:
         rounds = []  # one coordinator batch: one handle_many per region for a whole pass
         for effect in effects:
-            if isinstance(effect, SyncRegion):
+            if isinstance(effect, SyncRegion | SyncDelta):
                 self._sync_region(effect)
             elif isinstance(effect, PlaceRound):
                 rounds.append(PlaceGang(effect.round_id.key, effect.shape, effect.regions))
@@ -57,12 +57,28 @@ class EffectsOut:
         if rounds:
             self._gangs.handle(rounds)
 
-    def _sync_region(self, msg: SyncRegion) -> None:
+    def _sync_region(self, msg: SyncRegion | SyncDelta) -> None:
+        """Send a region its inventory, whole (`sync`) or what changed (`sync_delta`). A
+        push refused (the region restarted, or missed one) or lost is followed by the whole
+        inventory (service: inventory_push_failed)."""
         self._ensure_region(msg.region)
-        fut = self._node.call(self._node.address, region_key(msg.region), "sync",
-                              (msg.slices, msg.busy, msg.unmet, list(msg.drained)),
+        if isinstance(msg, SyncRegion):
+            method, args = "sync", (msg.slices, msg.busy, msg.unmet, list(msg.drained),
+                                    msg.incarnation, msg.seq)
+        else:
+            method, args = "sync_delta", ({
+                "incarnation": msg.incarnation, "seq": msg.seq, "slices": msg.slices,
+                "removed": msg.removed, "busy": msg.busy, "free": msg.free,
+                "unmet": msg.unmet, "drained": msg.drained, "undrained": msg.undrained},)
+        fut = self._node.call(self._node.address, region_key(msg.region), method, args,
                               timeout_s=30.0)
-        fut.add_done_callback(_log_failure)
+        fut.add_done_callback(lambda f, m=msg: self._pushed(m, f))
+
+    def _pushed(self, msg: SyncRegion | SyncDelta, fut: Any) -> None:  # any thread
+        error = fut.exception()
+        if error is not None and msg.seq is not None:
+            self._post(self._svc.inventory_push_failed, msg.region, msg.seq,
+                       f"{type(error).__name__}: {error}")
 
     def _ensure_region(self, region: str) -> None:
         if region not in self._regions:

@@ -39,6 +39,7 @@ def apply_notice(svc: Any, worker_id: Any, address: Any, reason: Any,
     if info is None or info.address != msg.address:
         return {"requeued": []}
     svc.draining[msg.worker_id] = NOTICE_DRAIN
+    svc._touch_hosts((msg.worker_id,))  # its region must not count it drained while it runs
     held = sorted(a for a in svc.state.by_worker.get(msg.worker_id, ())
                   if svc.state.attempts[a].state in ACTIVE_ATTEMPT)
     why = f"preemption notice: {msg.reason} ({msg.time_left_s:.0f} s left)"

@@ -23,6 +23,7 @@ from iris.base.errors import (
     StorageError,
 )
 from iris.base.histogram import Histogram
+from iris.base.ids import new_id
 from iris.base.resources import Resources
 from iris.controller import live_figures, scheduler_view, stops
 from iris.controller.bundle_store import BundleStore
@@ -140,7 +141,7 @@ class ControllerService(JobRequests, WorkerRequests, Placement, RegionRequests,
         self._fits = fits_checker(config.offers) if config.offers is not None else None
         # Multi-host gangs are reserved through the Region actors; this is the controller's
         # half (rounds in flight, hosts held, what each region's ledger should own).
-        self.gangs = GangTracker()
+        self.gangs = GangTracker(incarnation=new_id("inc-"))
         self.pass_seconds = Histogram()
         # The day-trace figures for this cluster (live_figures.py), fed after each commit
         # and on the tick.
@@ -154,7 +155,12 @@ class ControllerService(JobRequests, WorkerRequests, Placement, RegionRequests,
         # Hosts whose idle slice a region is about to delete (host -> slice): nothing new
         # is placed on them (drain, then delete: work is never started on a dying slice).
         self.draining: dict[str, str] = {}
-        self._inventory_dirty, self._synced_at = True, float("-inf")
+        # Hosts whose inventory facts may have changed since the last push (_touch_hosts),
+        # when it was, and when each region last got its whole inventory.
+        self._inv_touched: set[str] = set()
+        self._synced_at = float("-inf")
+        self._full_at: dict[str, float] = {}
+        self._keepalive_at = clock.monotonic()
         # Every region a worker or the config ever named: each becomes an actor (max_regions).
         self._regions_seen: set[str] = set(self.region_groups)
         self._registrations = 0
@@ -177,16 +183,19 @@ class ControllerService(JobRequests, WorkerRequests, Placement, RegionRequests,
         effects: list = []
         log: list[tuple[float, str, bytes]] = []  # the events that changed state, for replay
         self._handle_all(events, now, effects, log)
+        self._touch_effects(effects)
         if log:
             self._placement_due = True
         passed = schedule and self._placement_due
         if passed:
             self._placement_due = False
-            self._handle_all(self._scheduled(), now, effects, log)
+            placed: list = []
+            self._handle_all(self._scheduled(), now, placed, log)
+            self._touch_effects(placed)
+            effects += placed
         if effects or passed:
             # Rounds whose gang ended are released; each region's ledger learns its hosts.
             self.gangs.release_ended(self.state)
-            self._inventory_dirty = True
             self._sync_regions(force=any(isinstance(m, PlaceRound) for m in self.gangs.outbox))
         if not effects:
             return effects
@@ -204,6 +213,7 @@ class ControllerService(JobRequests, WorkerRequests, Placement, RegionRequests,
             # disk holds (crash-only, without the crash). Only this request fails.
             self.state = self.store.load(KernelConfig(stop_grace_s=self.config.stop_grace_s))
             self._placement_due = True
+            self._touch_hosts(self.workers.workers)  # rare: every host's attempts may differ
             raise
         except StorageError as exc:
             # The disk failed: memory now claims what the disk does not hold. Stop for good
@@ -262,6 +272,7 @@ class ControllerService(JobRequests, WorkerRequests, Placement, RegionRequests,
                     reason: str, hold: Resources | None = None) -> None:
         stops.handle(self.stops, stops.StopSent(worker.worker_id, attempt_id, grace_s, hold),
                      now_mono(self))
+        self._touch_hosts((worker.worker_id,))
         if hold is not None:
             self._save_stops(held=[(attempt_id, worker.worker_id, hold.to_dict(), grace_s)])
         self.commands.append(Command("stop", worker.worker_id, worker.address, {

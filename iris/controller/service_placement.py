@@ -9,6 +9,8 @@ import logging
 from iris.base.errors import InvalidRequestError, StorageError
 from iris.base.ids import new_id
 from iris.controller import colocate, queue_view, scheduler_view
+from iris.controller.gangs import inventory
+from iris.controller.gangs.tracking import host_facts
 from iris.controller.jobs import event_log
 from iris.controller.jobs import events as ev
 from iris.controller.jobs.model import ACTIVE_ATTEMPT, TERMINAL_JOB
@@ -18,13 +20,21 @@ from iris.controller.scheduling.scheduler import SchedulerConfig, schedule
 from iris.controller.turns import now_mono, now_wall, turn
 
 _log = logging.getLogger(__name__)
-# Region inventories are pushed at most this often (and before any gang round)...
+# What changed in region inventories is pushed at most this often (and before any gang
+# round): a delta costs what changed (gangs/inventory.py), whatever the fleet's size, so new
+# hosts reach the regions' ledgers within 0.2 s...
 SYNC_EVERY_S = 0.2
-# ...and no more often than every SYNC_S_PER_HOST x hosts: a push walks every host here, is
-# encoded, then checked whole by the Region actor, ~20 us a host in all (200 ms at 10,000
-# hosts on this 2-core machine, bench.fleet under py-spy), so every 0.2 s it took more than
-# the controller had. 20x that keeps pushes under 5 % of a core: every 4 s at 10,000 hosts.
+# ...but a WHOLE inventory (a region new to this controller, or one that refused a delta:
+# it restarted, a push was lost) goes to a region no more often than every SYNC_S_PER_HOST
+# x its hosts: a whole push is built, encoded, then checked by the Region actor, ~20 us a
+# host in all (200 ms at 10,000 hosts on this 2-core machine, bench.fleet under py-spy).
+# 20x that keeps whole pushes under 5 % of a core: every 4 s at 10,000 hosts.
 SYNC_S_PER_HOST = 20 * 20e-6
+# A Region that lost what it was pushed (it restarted; the last push was lost) is found
+# within this long even when nothing changes: it gets an empty delta it cannot follow,
+# refuses it, and is sent its whole inventory. One tiny message per region per 5 s; gangs
+# meanwhile are offered from a stale view at worst, which the controller checks anyway.
+KEEPALIVE_S = 5.0
 
 
 class Placement:
@@ -34,6 +44,7 @@ class Placement:
         events: list[ev.Event] = [ev.Tick(new_id("ev-"))]
         lost = self.workers.lost(now)
         events += [ev.WorkerLost(new_id("ev-"), w, "no heartbeat") for w in lost]
+        self._touch_hosts(lost)
         for worker_id in lost:  # its processes are gone with it
             self._forget_stops(worker_id)
             self.draining.pop(worker_id, None)
@@ -49,16 +60,53 @@ class Placement:
         self._sync_regions()  # what changed since the last push, at most every SYNC_EVERY_S
 
     def _sync_regions(self, force: bool = False) -> None:
-        """Push each region its inventory. Walking every worker costs O(fleet), so this runs
-        at most every SYNC_EVERY_S, or SYNC_S_PER_HOST per host (a burst of 10,000
-        registrations once made it O(N^2)), and at once before a gang round that relies on
-        it."""
+        """Push each region what changed in its inventory (at most every SYNC_EVERY_S, and
+        at once before a gang round that relies on it): the hosts touched since the last
+        push are looked at again (O(1) each), never the whole fleet. A region due its whole
+        inventory gets it at most every SYNC_S_PER_HOST x its hosts (or when forced)."""
         now = now_mono(self)
-        every = max(SYNC_EVERY_S, SYNC_S_PER_HOST * len(self.workers.workers))
-        if self._inventory_dirty and (force or now - self._synced_at >= every):
-            self._inventory_dirty, self._synced_at = False, now
-            self.gangs.sync_regions(self.state, self.workers.workers.values(), self.stopping,
-                                    self.unmet, self.region_groups, self.draining)
+        if not force and now - self._synced_at < SYNC_EVERY_S:
+            return
+        touched, self._inv_touched = self._inv_touched, set()
+        workers = self.workers.workers
+        self.gangs.note_hosts(
+            inventory.HostIs(h, host_facts(self.state, workers[h], self.stopping,
+                                           self.draining))
+            if h in workers else inventory.HostGone(h) for h in sorted(touched))
+        fulls = [r for r, hosts in self.gangs.full_due({*self.unmet, *self.region_groups}).items()
+                 if force or now - self._full_at.get(r, float("-inf"))
+                 >= max(SYNC_EVERY_S, SYNC_S_PER_HOST * hosts)]
+        self._full_at.update(dict.fromkeys(fulls, now))
+        keepalive = now - self._keepalive_at >= KEEPALIVE_S
+        if keepalive:
+            self._keepalive_at = now
+        queued = len(self.gangs.outbox)
+        self.gangs.push_regions(self.unmet, self.region_groups, fulls, keepalive)
+        if len(self.gangs.outbox) > queued:  # else the next change goes out at once
+            self._synced_at = now
+
+    def _touch_hosts(self, hosts) -> None:
+        """These hosts' inventory facts may have changed (registered, lost, an attempt
+        started or ended there, a stop began or ended, a drain): the next push looks."""
+        self._inv_touched.update(hosts)
+
+    def _touch_effects(self, effects: list) -> None:
+        """Hosts whose attempts the kernel changed: every attempt it adds to or takes off a
+        worker is in a Persist (lifecycle.Tx.touch); stops name their worker."""
+        for e in effects:
+            if isinstance(e, ev.Persist):
+                self._inv_touched.update(a.worker_id for a in e.attempts)
+            elif isinstance(e, ev.StartAttempt | ev.StopAttempt):
+                self._inv_touched.add(e.worker_id)
+
+    @turn
+    def inventory_push_failed(self, region: str, seq: int, why: str) -> None:
+        """A region refused (or never answered) push `seq`: it gets its whole inventory
+        next (unless a whole one went after that push)."""
+        if self.gangs.push_failed(region, seq):
+            _log.warning("region %s: inventory push %d failed (%s); sending it whole",
+                         region, seq, why)
+            self._sync_regions(force=False)
 
     @turn
     def prune(self) -> None:

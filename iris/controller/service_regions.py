@@ -38,6 +38,7 @@ class RegionRequests:
         more on them; the next sync tells it which run nothing (then it deletes)."""
         msg = control.decode(control.DrainHosts, {"hosts": hosts})
         self.draining.update({h: s for h, s in msg.hosts.items() if h in self.workers.workers})
+        self._touch_hosts(msg.hosts)
         self._placement_due = True
         self._run_many([], schedule=True)
         self._sync_regions(force=True)  # the region waits on this answer
@@ -48,6 +49,7 @@ class RegionRequests:
         msg = control.decode(control.UndrainHosts, {"hosts": hosts})
         for host in msg.hosts:
             self.draining.pop(host, None)
+        self._touch_hosts(msg.hosts)
         self._placement_due = True
         self._run_many([], schedule=True)
         self._sync_regions(force=True)  # the region waits on this answer
@@ -59,6 +61,7 @@ class RegionRequests:
         msg = control.decode(control.HostsGone, {"gone": gone})
         for host in msg.gone:
             self.draining.pop(host, None)
+        self._touch_hosts(msg.gone)
         gone = {h: why for h, why in msg.gone.items() if h in self.workers.workers}
         if not gone:
             return

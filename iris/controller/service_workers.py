@@ -54,6 +54,7 @@ class WorkerRequests:
         self._admit(msg.worker_id, msg.address)
         self.workers.register(msg.worker_id, msg.address, msg.attributes,
                               now_mono(self))
+        self._touch_hosts((msg.worker_id,))
         self._regions_seen.add(msg.attributes.get("region", "local"))
         self._registrations += 1
         self._unclaimed.discard(msg.worker_id)
@@ -130,6 +131,7 @@ class WorkerRequests:
         if info is None or info.address != address:
             return
         del self.workers.workers[worker_id]
+        self._touch_hosts((worker_id,))
         self._forget_stops(worker_id)
         self.draining.pop(worker_id, None)
         self._placement_due = True
@@ -217,12 +219,15 @@ class WorkerRequests:
 
     def _forget_stops(self, worker_id: str) -> None:
         """A worker is gone, and with it whatever it was stopping."""
+        self._touch_hosts((worker_id,))
         if worker_id in self.stops.by_worker:
             self._save_stops(workers_gone=[worker_id])
             self._placement_due = True  # tasks waiting on those attempts may go now
         stops.handle(self.stops, stops.WorkerGone(worker_id), now_mono(self))
 
     def _stopped(self, attempt_id: str) -> None:
-        if stops.handle(self.stops, stops.Stopped(attempt_id), now_mono(self)):
+        freed = stops.handle(self.stops, stops.Stopped(attempt_id), now_mono(self))
+        self._touch_hosts(f.worker_id for f in freed)
+        if freed:
             self._save_stops(gone=[attempt_id])
             self._placement_due = True  # its resources are free again

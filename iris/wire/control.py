@@ -8,7 +8,7 @@ refused message changes no state anywhere. `encode(msg)` gives the plain data to
     worker -> controller   WorkerRegistration (register_worker), WorkerReport (report),
                            PreemptionNotice (preemption_notice)
     controller -> worker   Launch (start_attempt), StopRequest (stop_attempt)
-    controller -> region   RegionSync (sync)
+    controller -> region   RegionSync (sync), RegionDelta (sync_delta)
     region -> controller   DrainHosts, UndrainHosts, HostsGone
 
 The method names and positional arguments on the wire are those of docs/protocol.md; the
@@ -25,7 +25,7 @@ from iris.wire.schema import decode, encode, limits
 
 __all__ = [
     "AttemptUpdate", "DrainHosts", "Entrypoint", "HostsGone", "Launch", "PreemptionNotice",
-    "RegionSync",
+    "RegionDelta", "RegionSync",
     "SliceInfo", "StopRequest", "UndrainHosts", "WorkerRegistration", "WorkerReport",
     "arguments", "decode", "encode",
 ]
@@ -139,6 +139,32 @@ class RegionSync:
     unmet: dict[str, int] = field(default_factory=dict, metadata=limits(min_value=0))
     drained: tuple[str, ...] = field(default=(), metadata=limits(max_items=1_000_000,
                                                                   max_len=256))
+    # The push this is (RegionDelta): deltas that follow it apply on top. None: a sync from
+    # someone who sends no deltas; any delta is then refused until a numbered sync.
+    incarnation: str | None = field(default=None, metadata=_ID)
+    seq: int | None = field(default=None, metadata=limits(min_value=1))
+
+
+# A delta names what changed since the last push: a few hosts a turn in steady state, a
+# region's worth after a mass registration; the same bounds as a whole sync.
+_HOSTS = limits(max_items=1_000_000, max_len=256, non_empty=True)
+
+
+@dataclass(frozen=True)
+class RegionDelta:
+    """What changed in a region's inventory since push `seq - 1` of controller
+    `incarnation`; applied only right after that push (else refused: send a RegionSync)."""
+
+    incarnation: str = field(metadata=_ID)
+    seq: int = field(metadata=limits(min_value=1))
+    slices: tuple[SliceInfo, ...] = field(default=(), metadata=limits(max_items=100_000))
+    removed: tuple[str, ...] = field(default=(), metadata=limits(max_items=100_000,
+                                                                  max_len=256, non_empty=True))
+    busy: tuple[str, ...] = field(default=(), metadata=_HOSTS)
+    free: tuple[str, ...] = field(default=(), metadata=_HOSTS)
+    unmet: dict[str, int] | None = field(default=None, metadata=limits(min_value=0))
+    drained: tuple[str, ...] = field(default=(), metadata=_HOSTS)
+    undrained: tuple[str, ...] = field(default=(), metadata=_HOSTS)
 
 
 @dataclass(frozen=True)

@@ -1,13 +1,14 @@
 """Drain, then delete: hosts of an idle slice a region is about to delete take no new work,
 and the region hears which of them run nothing. A real ControllerService (SQLite in a
-temp dir) with a FakeClock; the region's side is the SyncRegion messages it would get."""
+temp dir) with a FakeClock; the region's side is the pushes it would get (whole inventories,
+SyncRegion, or what changed, SyncDelta)."""
 
 from __future__ import annotations
 
 import pytest
 
 from iris.base.clock import FakeClock
-from iris.controller.gangs.tracking import SyncRegion
+from iris.controller.gangs.tracking import SyncDelta, SyncRegion
 from iris.controller.service import ControllerConfig, ControllerService
 
 ATTRS = {"cpu": "4", "memory": str(2**33), "region": "east", "slice_id": "s1"}
@@ -29,8 +30,15 @@ def _submit(service: ControllerService, name: str) -> str:
 
 
 def _drained(service: ControllerService) -> list[str] | None:
-    syncs = [m for m in service.gangs.take_outbox() if isinstance(m, SyncRegion)]
-    return list(syncs[-1].drained) if syncs else None
+    """The hosts the region was told run nothing, from the pushes since the last look (None:
+    no push)."""
+    drained = None
+    for m in service.gangs.take_outbox():
+        if isinstance(m, SyncRegion):
+            drained = set(m.drained)
+        elif isinstance(m, SyncDelta):
+            drained = (drained or set()) - set(m.undrained) | set(m.drained)
+    return sorted(drained) if drained is not None else None
 
 
 def test_draining_host_takes_no_new_work_and_is_reported_drained(svc):

@@ -20,6 +20,7 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from iris.controller.gangs import ledger_delta
 from iris.controller.gangs.protocol import (
     AbortRequest,
     CommitRefused,
@@ -239,6 +240,47 @@ class ReservationLedger:
         # (bench.daytrace, same seed) placed gangs on different slices.
         self.set_busy(sorted(self._busy - busy_now), False)
         self.set_busy(sorted(busy_now - self._busy), True)
+
+    def apply_delta(self, slices: Iterable[SliceSpec] = (), removed: Iterable[str] = (),
+                    busy: Iterable[str] = (), free: Iterable[str] = ()) -> None:
+        """Change the inventory by what changed: `slices` added or replaced whole, slice ids
+        `removed`, hosts now `busy` and now `free`. O(the slices and hosts named).
+
+        The same rules as set_inventory: a replaced slice's hosts keep their busy flag if
+        they are still here, a host that left loses it, and live reservations keep their
+        hosts. Checked whole first: a ValueError names the problem and nothing changes.
+        """
+        slices, removed = list(slices), list(removed)
+        busy, free = sorted(set(busy)), sorted(set(free))
+        self.check_delta(slices, removed, busy, free)
+        touched = set(removed) | {s.slice_id for s in slices if s.slice_id in self._slices}
+        was_busy = {h for sid in touched for h in self._slices[sid].hosts if h in self._busy}
+        for sid in sorted(touched):
+            self._remove_slice(sid)
+        for spec in slices:
+            self._add_slice(spec)
+        self.set_busy(free, False)
+        kept = sorted(h for h in was_busy if h in self._host_slice and h not in free)
+        self.set_busy(kept, True)
+        self.set_busy(busy, True)
+
+    def check_delta(self, slices: list[SliceSpec], removed: Iterable[str],
+                    busy: Iterable[str], free: Iterable[str],
+                    present: Mapping[str, Iterable[str]] | None = None) -> None:
+        """ValueError naming the first problem of a delta (ledger_delta.py), else None.
+        `present`: more named lists of hosts that must be in the inventory it leaves."""
+        problem = ledger_delta.problem(self.region, self._slices, self._host_slice,
+                                       list(slices), list(removed), list(busy), list(free),
+                                       present or {})
+        if problem is not None:
+            raise ValueError(problem)
+
+    def inventory(self) -> dict:
+        """What this ledger owns, as plain sets (for comparisons; O(region)): slices,
+        busy hosts, hosts free to reserve and whole slices free to reserve."""
+        return {"slices": dict(self._slices), "busy": frozenset(self._busy),
+                "free_hosts": frozenset(h for hosts in self._free_hosts.values() for h in hosts),
+                "free_slices": frozenset(s for ss in self._free_slices.values() for s in ss)}
 
     def set_busy(self, host_ids: Iterable[str], busy: bool) -> None:
         """Hosts running work placed outside gangs; a busy host is never reserved."""

@@ -11,18 +11,20 @@ gang still waits and that the hosts still have room (the regions' view lags the
 controller's by a message) before the controller assigns the tasks; a round that no longer
 fits, or whose gang has ended, is released so its region frees the hosts.
 
-Everything the controller must send is left in `outbox` (SyncRegion, PlaceRound,
-ReleaseRound), in the order it must go out: a region's inventory before a round that
-relies on it.
+Everything the controller must send is left in `outbox` (SyncRegion or SyncDelta,
+PlaceRound, ReleaseRound), in the order it must go out: a region's inventory before a round
+that relies on it. Each region's inventory is kept incrementally (inventory.py) from the
+facts of the hosts that changed (`note_hosts`); `region_inventory` computes it from scratch.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 from iris.base.resources import Resources
+from iris.controller.gangs import inventory as inv
+from iris.controller.gangs.inventory import Delta as SyncDelta
 from iris.controller.jobs.events import Placement
 from iris.controller.jobs.model import ACTIVE_ATTEMPT
 from iris.controller.jobs.state import KernelState
@@ -36,7 +38,6 @@ from iris.controller.workers import WorkerInfo
 # backoff), the scheduler waits this long before asking again, so a gang the regions keep
 # refusing costs a few calls a minute, not one per scheduling pass.
 RETRY_AFTER_S = 5.0
-_HOST_INDEX = re.compile(r"^(.*)-[hw](\d+)$")
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,8 @@ class SyncRegion:
     busy: list[str]
     unmet: dict[str, int]  # scale group -> more slices wanted (autoscaled regions only)
     drained: list[str] = ()  # hosts asked to drain that take no work and run nothing now
+    incarnation: str | None = None  # the push this is: deltas that follow build on it
+    seq: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,13 +89,14 @@ class Round:
 
 
 class GangTracker:
-    def __init__(self, retry_after_s: float = RETRY_AFTER_S):
+    def __init__(self, retry_after_s: float = RETRY_AFTER_S, incarnation: str = "c0"):
         self.retry_after_s = retry_after_s
+        # `incarnation` names this controller's pushes apart from a previous one's.
+        self.inventory = inv.InventoryState(incarnation)
         self.reserving: dict[str, Round] = {}  # gang id -> its round in flight
         self.placed: dict[RoundId, Round] = {}  # rounds whose gang holds hosts
         self.cooling: dict[str, tuple[float, dict]] = {}  # gang id -> (until, pending reason)
-        self.outbox: list[SyncRegion | PlaceRound | ReleaseRound] = []
-        self._synced: dict[str, tuple[list[dict], list[str], dict[str, int], list[str]]] = {}
+        self.outbox: list[SyncRegion | SyncDelta | PlaceRound | ReleaseRound] = []
         self._seq = 0
         self._by_key: dict[str, Round] = {}  # wire key -> round in `reserving`
 
@@ -186,35 +190,70 @@ class GangTracker:
                 self._by_key.pop(rnd.round_id.key, None)
                 self.outbox.append(ReleaseRound(rnd.round_id))
 
+    def note_hosts(self, events: Iterable[inv.HostIs | inv.HostGone]) -> None:
+        """What is true now of hosts that may have changed (inventory.handle), O(1) each."""
+        for event in events:
+            inv.handle(self.inventory, event)
+
+    def full_due(self, also: Iterable[str] = ()) -> dict[str, int]:
+        """Regions that must be sent their whole inventory -> how many hosts that is.
+        `also`: regions to know of even without hosts (new ones are due a full push)."""
+        for region in also:
+            inv.region(self.inventory, region)
+        return {r: inv.size(self.inventory, r) for r in inv.full_due(self.inventory)}
+
+    def push_failed(self, region: str, seq: int) -> bool:
+        """A push to `region` was refused or lost: True if a full one is now due."""
+        return inv.refused(self.inventory, region, seq)
+
+    def push_regions(self, unmet: Mapping[str, dict[str, int]], regions: Iterable[str] = (),
+                     fulls: Iterable[str] = (), keepalive: bool = False) -> None:
+        """Queue what changed in each region since its last push (a SyncDelta), or its whole
+        inventory (a SyncRegion) for those in `fulls` that need one. A region due a full
+        push that is not in `fulls` waits (it would refuse a delta). `regions`: ones to push
+        even without hosts (autoscaled regions not grown yet). `keepalive`: an empty delta
+        to a region with no change (one that lost our pushes refuses it)."""
+        fulls, state = set(fulls), self.inventory
+        for region in sorted(set(state.regions) | set(unmet) | set(regions)):
+            due = inv.region(state, region).full_due
+            if due and region not in fulls:
+                continue
+            out = inv.push(state, region, unmet.get(region, {}), full=due, keepalive=keepalive)
+            if isinstance(out, inv.Full):
+                self.outbox.append(SyncRegion(region, out.slices, out.busy, out.unmet,
+                                              out.drained, out.incarnation, out.seq))
+            elif out is not None:
+                self.outbox.append(out)
+
     def sync_regions(self, state: KernelState, workers: Iterable[WorkerInfo],
                      stopping: dict[str, dict[str, Resources]],
                      unmet: Mapping[str, dict[str, int]] | None = None,
                      regions: Iterable[str] = (), draining: Iterable[str] = ()) -> None:
-        """Queue each region's inventory (slices of registered hosts, busy hosts), the
-        demand routed to it, and which of its draining hosts are drained, when changed.
-        `regions`: ones to sync even without workers (autoscaled regions not grown yet)."""
-        workers = list(workers)
-        inventory = region_inventory(state, workers, stopping)
+        """Push every region from scratch: every worker's facts (O(fleet); the service
+        feeds `note_hosts` with the hosts that changed instead), then `push_regions`."""
+        workers, draining = list(workers), set(draining)
+        here = {w.worker_id for w in workers}
+        self.note_hosts([inv.HostGone(h) for h in list(self.inventory.hosts) if h not in here])
+        self.note_hosts(inv.HostIs(w.worker_id, host_facts(state, w, stopping, draining))
+                        for w in workers)
         unmet = unmet or {}
-        region_of = {w.worker_id: w.region for w in workers}
-        drained: dict[str, list[str]] = {}
-        for host in sorted(draining):
-            if host in region_of and not state.by_worker.get(host) and not stopping.get(host):
-                drained.setdefault(region_of[host], []).append(host)
-        for region in sorted(set(self._synced) | set(inventory) | set(unmet) | set(regions)):
-            slices, busy = inventory.get(region, ([], []))
-            now = (slices, busy, dict(unmet.get(region, {})), drained.get(region, []))
-            if self._synced.get(region) != now:
-                self._synced[region] = now
-                self.outbox.append(SyncRegion(region, *now))
+        self.push_regions(unmet, regions, fulls=self.full_due({*unmet, *regions}))
 
     def regions(self) -> list[str]:
-        return sorted(self._synced)
+        return sorted(self.inventory.regions)
 
-    def take_outbox(self) -> list[SyncRegion | PlaceRound | ReleaseRound]:
+    def take_outbox(self) -> list[SyncRegion | SyncDelta | PlaceRound | ReleaseRound]:
         """Inventory first: a round asked for in the same pass relies on it."""
         out, self.outbox = self.outbox, []
-        return sorted(out, key=lambda m: not isinstance(m, SyncRegion))
+        return sorted(out, key=lambda m: not isinstance(m, SyncRegion | SyncDelta))
+
+
+def host_facts(state: KernelState, w: WorkerInfo, stopping: Mapping[str, Mapping],
+               draining: Collection[str]) -> inv.Facts:
+    """One registered worker as its region's inventory sees it (inventory.Facts)."""
+    return inv.Facts(w.region, w.attributes.get("slice_id") or w.worker_id, w.attributes,
+                     bool(state.by_worker.get(w.worker_id) or stopping.get(w.worker_id)),
+                     w.worker_id in draining)
 
 
 def region_inventory(state: KernelState, workers: Iterable[WorkerInfo],
@@ -233,7 +272,7 @@ def region_inventory(state: KernelState, workers: Iterable[WorkerInfo],
     for region, by_slice in slices.items():
         rows = []
         for sid, hosts in sorted(by_slice.items()):
-            hosts.sort(key=lambda w: _host_order(w.worker_id))
+            hosts.sort(key=lambda w: inv.host_order(w.worker_id))
             # Every attribute: a gang's constraints may name any of them ("team": "a"), and a
             # region that does not know one could never match it (it waited forever).
             attrs = dict(hosts[0].attributes)
@@ -242,13 +281,6 @@ def region_inventory(state: KernelState, workers: Iterable[WorkerInfo],
                          "hosts": [w.worker_id for w in hosts], "attributes": attrs})
         out[region] = (rows, sorted(busy.get(region, [])))
     return out
-
-
-def _host_order(worker_id: str) -> tuple:
-    """Hosts of a slice in their index order (h2 before h10; local hosts end -hN, TPU VM
-    workers -wN): TPU process ids follow it."""
-    m = _HOST_INDEX.match(worker_id)
-    return (m.group(1), int(m.group(2))) if m else (worker_id, 0)
 
 
 def _runs_on(state: KernelState, job_id: str, index: int, hosts: tuple[str, ...]) -> bool:

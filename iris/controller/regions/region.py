@@ -8,7 +8,9 @@ without anyone asking.
 
 Its inventory (which slices and hosts have registered workers, which are busy) and the
 demand routed to it (scale group -> more slices wanted) are pushed by the controller, which
-is where workers register: `sync` replaces both whole. A region with `RegionScaling` also
+is where workers register: `sync` replaces both whole, `sync_delta` changes what changed
+since the push before it (numbered per controller incarnation; one that does not follow
+the last push applied here is refused, and the controller sends `sync`). A region with `RegionScaling` also
 grows and shrinks its scale groups: every tick hands the SliceManager what each slice's
 hosts are doing, and the manager's provider calls run off this thread. An idle slice is
 drained before it is deleted: the region asks the controller (`drain_hosts`) to place
@@ -26,7 +28,7 @@ from iris.actors import Node, actor, tokens
 from iris.actors.hosting import requires
 from iris.actors.keys import CONTROLLER_KEY
 from iris.base.clock import SYSTEM_CLOCK, Clock
-from iris.base.errors import InvalidRequestError
+from iris.base.errors import ConflictError, InvalidRequestError
 from iris.controller.config import ScaleGroupConfig
 from iris.controller.gangs.ledger import ReservationLedger, SliceSpec
 from iris.controller.gangs.wire_format import from_wire, to_wire
@@ -67,6 +69,10 @@ class Region:
         self._ledger = ReservationLedger(region, slices, boot=boot)
         self._hosts: dict[str, tuple[str, ...]] = {s.slice_id: s.hosts for s in slices}
         self._busy: set[str] = set()
+        self._drained: set[str] = set()
+        # (controller incarnation, seq) of the last numbered push applied: a delta must
+        # follow it. None: none yet (new, or restarted), so the first push must be whole.
+        self._pushed: tuple[str, int] | None = None
         self._unmet: dict[str, int] = {}
         # Hosts of slices this region deleted (preempted, lost a host, idle...) -> (when,
         # why): reported so the controller requeues their work now, not after the 3 s
@@ -99,14 +105,17 @@ class Region:
         return [to_wire(r) if r is not None else None for r in replies]
 
     @requires(tokens.MEMBER)  # the controller (in process, or holding the cluster token)
-    def sync(self, slices: Any, busy: Any, unmet: Any = None, drained: Any = None) -> None:
+    def sync(self, slices: Any, busy: Any, unmet: Any = None, drained: Any = None,
+             incarnation: Any = None, seq: Any = None) -> None:
         """The region's whole inventory now: slices as {"slice_id", "accelerator", "hosts",
         "attributes"}; the hosts busy with work; `unmet`: scale group -> more slices the
         pending work routed here needs (the autoscaler's demand); `drained`: hosts asked to
-        drain that the controller no longer places on and that run nothing. Checked whole
-        (control.RegionSync) before anything changes."""
-        msg = control.decode(control.RegionSync, {"slices": slices, "busy": busy,
-                                                  "unmet": unmet or {}, "drained": drained or []})
+        drain that the controller no longer places on and that run nothing. `incarnation`
+        and `seq` number this push: deltas that follow it (sync_delta) apply on top. Checked
+        whole (control.RegionSync) before anything changes."""
+        msg = control.decode(control.RegionSync, {
+            "slices": slices, "busy": busy, "unmet": unmet or {}, "drained": drained or [],
+            "incarnation": incarnation, "seq": seq})
         specs = [SliceSpec(s.slice_id, s.accelerator, s.hosts, dict(s.attributes))
                  for s in msg.slices]
         if any(not spec.hosts for spec in specs):
@@ -115,18 +124,77 @@ class Region:
         hosts = [h for spec in specs for h in spec.hosts]
         if len(hosts) != len(set(hosts)):
             raise InvalidRequestError("slices: a host is listed in two slices", "slices")
-        unknown = sorted(set(msg.unmet) - self._groups)
+        if (msg.incarnation is None) != (msg.seq is None):
+            raise InvalidRequestError("seq: give both incarnation and seq, or neither", "seq")
+        self._check_groups(msg.unmet)
+        self._ledger.set_inventory(specs, list(msg.busy))
+        self._hosts = {spec.slice_id: spec.hosts for spec in specs}
+        self._busy = set(msg.busy)
+        self._pushed = (msg.incarnation, msg.seq) if msg.seq is not None else None
+        self._demand(msg.unmet)
+        self._drained = set(msg.drained)
+        self._settle_drains(self._drained, self._busy)
+
+    @requires(tokens.MEMBER)  # the controller (in process, or holding the cluster token)
+    def sync_delta(self, delta: Any) -> None:
+        """What changed since the last push (control.RegionDelta: slices added or changed,
+        slices removed, hosts now busy / free, hosts now drained / not, the demand if it
+        changed). Applied only if it follows the last push applied here, else refused with
+        ConflictError (the controller then sends the whole inventory: `sync`). Checked
+        whole before anything changes."""
+        msg = control.decode(control.RegionDelta, delta)
+        if self._pushed != (msg.incarnation, msg.seq - 1):
+            last = (f"push {self._pushed[1]} of {self._pushed[0]}" if self._pushed
+                    else "no numbered push")
+            raise ConflictError(
+                f"region {self.region}: delta {msg.seq} of {msg.incarnation} does not follow "
+                f"the last push applied here ({last}); send the whole inventory (sync)")
+        specs = [SliceSpec(s.slice_id, s.accelerator, s.hosts, dict(s.attributes))
+                 for s in msg.slices]
+        self._check_groups(msg.unmet or {})
+        try:
+            self._ledger.check_delta(specs, msg.removed, msg.busy, msg.free,
+                                     {"drained": msg.drained, "undrained": msg.undrained})
+        except ValueError as exc:
+            raise InvalidRequestError(str(exc), str(exc).split(":", 1)[0]) from None
+        # Hosts leaving the inventory lose their flags here too (O(the slices named)).
+        incoming = {h for spec in specs for h in spec.hosts}
+        leaving = {h for sid in (*msg.removed, *(s.slice_id for s in specs))
+                   for h in self._hosts.get(sid, ()) if h not in incoming}
+        self._ledger.apply_delta(specs, msg.removed, msg.busy, msg.free)
+        for sid in msg.removed:
+            del self._hosts[sid]
+        self._hosts.update({spec.slice_id: spec.hosts for spec in specs})
+        for flags, off, on in ((self._busy, msg.free, msg.busy),
+                               (self._drained, msg.undrained, msg.drained)):
+            flags.difference_update(leaving, off)  # in place: O(the hosts named)
+            flags.update(on)
+        self._pushed = (msg.incarnation, msg.seq)
+        if msg.unmet is not None:
+            self._demand(msg.unmet)
+        self._settle_drains(self._drained, self._busy)
+
+    def inventory(self) -> dict:
+        """What this region holds now (O(region)): the last push applied (incarnation,
+        seq), slices (id -> hosts), busy and drained hosts, hosts free to reserve."""
+        inv = self._ledger.inventory()
+        return {"incarnation": self._pushed[0] if self._pushed else None,
+                "seq": self._pushed[1] if self._pushed else None,
+                "slices": {sid: list(spec.hosts) for sid, spec in inv["slices"].items()},
+                "busy": sorted(inv["busy"]), "drained": sorted(self._drained),
+                "free_hosts": sorted(inv["free_hosts"]), "unmet": dict(self._unmet)}
+
+    def _check_groups(self, unmet: dict) -> None:
+        unknown = sorted(set(unmet) - self._groups)
         if unknown:
             raise InvalidRequestError(
                 f"unmet: no scale group {unknown[0]!r} in this region (its groups: "
                 f"{', '.join(sorted(self._groups)) or 'none'})", "unmet")
-        self._ledger.set_inventory(specs, list(msg.busy))
-        self._hosts = {spec.slice_id: spec.hosts for spec in specs}
-        self._busy = set(msg.busy)
-        if any(n > self._unmet.get(g, 0) for g, n in msg.unmet.items()):
+
+    def _demand(self, unmet: dict) -> None:
+        if any(n > self._unmet.get(g, 0) for g, n in unmet.items()):
             self._next_decide = 0.0  # more demand is acted on at the next tick
-        self._unmet = dict(msg.unmet)
-        self._settle_drains(set(msg.drained), self._busy)
+        self._unmet = dict(unmet)
 
     def stats(self) -> dict:
         """Reservation outcomes so far, holds live now and, when autoscaling, the capacity

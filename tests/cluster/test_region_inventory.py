@@ -1,0 +1,58 @@
+"""A real controller pushes each Region actor what changed in its inventory; a Region that
+lost what it was pushed (restarted in the controller's node) refuses the next delta and is
+sent the whole inventory, also when nothing changes (the keepalive). Workers here are
+registrations over the wire with the cluster token, as a worker makes them."""
+
+from __future__ import annotations
+
+import iris
+from iris.actors import tokens
+from iris.actors.keys import CONTROLLER_KEY, region_key
+from iris.controller.regions.region import Region
+
+TPU = {"region": "r1", "accelerator_type": "v5litepod-16", "accelerator_count": "4"}
+
+
+def test_controller_repairs_a_restarted_region_with_its_whole_inventory(tmp_path, wait_until):
+    with iris.local_cluster(workers=0, state_dir=tmp_path) as own, \
+            iris.connect(own.address) as client:
+        token = tokens.read(tmp_path / "controller" / tokens.CLUSTER_TOKEN_FILE)
+
+        def call(key: str, method: str, *args):
+            return client.node.call(own.address, key, method, args, timeout_s=30,
+                                    auth=token).result(60)
+
+        registered: list[str] = []
+
+        def register(host: str, slice_id: str) -> None:
+            call(CONTROLLER_KEY, "register_worker", host, f"tcp://127.0.0.1:{9000 + len(host)}",
+                 {**TPU, "slice_id": slice_id}, [])
+            registered.append(host)
+
+        def hosts_in_region() -> set[str]:
+            for host in registered:  # their heartbeats: silent 30 s, they would be lost
+                call(CONTROLLER_KEY, "report", host, [])
+            inventory = call(region_key("r1"), "inventory")
+            return {h for hosts in inventory["slices"].values() for h in hosts}
+
+        for i in range(4):
+            register(f"s1-h{i}", "s1")
+        first = {f"s1-h{i}" for i in range(4)}
+        wait_until(lambda: hosts_in_region() == first, 60, "the region to learn slice s1")
+        seq = call(region_key("r1"), "inventory")["seq"]
+
+        # The region restarts: it holds nothing. The next change reaches it as a delta it
+        # cannot follow; it refuses, and the controller sends the whole inventory.
+        own.node.unhost(region_key("r1"))
+        own.node.host(region_key("r1"), Region, ("r1", [], own.node.clock))
+        assert hosts_in_region() == set()
+        register("s2-h0", "s2")
+        wait_until(lambda: hosts_in_region() == first | {"s2-h0"}, 60,
+                   "the whole inventory after the refused delta", explain=hosts_in_region)
+        assert call(region_key("r1"), "inventory")["seq"] > seq
+
+        # Restarted again, and nothing changes: the keepalive's empty delta finds it.
+        own.node.unhost(region_key("r1"))
+        own.node.host(region_key("r1"), Region, ("r1", [], own.node.clock))
+        wait_until(lambda: hosts_in_region() == first | {"s2-h0"}, 60,
+                   "the whole inventory after a refused keepalive", explain=hosts_in_region)
