@@ -77,17 +77,17 @@ class _RssSampler(threading.Thread):
 
     def __init__(self, pid: int):
         super().__init__(daemon=True)
-        self.pid, self.samples, self._stop = pid, [], threading.Event()
+        self.pid, self.samples, self._done = pid, [], threading.Event()
 
     def run(self) -> None:
         t0 = time.monotonic()
         while True:
             self.samples.append((time.monotonic() - t0, _rss_mb(self.pid)))
-            if self._stop.wait(10.0):
+            if self._done.wait(10.0):
                 return
 
     def stop(self) -> list:
-        self._stop.set()
+        self._done.set()
         self.join()
         return self.samples
 
