@@ -38,13 +38,17 @@ ATTRS = {"cpu": "8", "memory": str(32 << 30), "region": "local"}
 
 
 class Host:
-    __slots__ = ("worker_id", "sock", "registered", "next_beat", "updates", "running",
+    __slots__ = ("worker_id", "sock", "registered", "next_beat", "updates", "sent", "running",
                  "pending", "ends", "interval", "hold_until", "sent_at")
 
     def __init__(self, worker_id: str, sock: zmq.Socket, first_beat: float):
         self.worker_id, self.sock = worker_id, sock
         self.registered, self.next_beat = False, first_beat
         self.updates: list[dict] = []
+        # The updates the call in flight carries: only those can be acknowledged by its
+        # answer (an attempt may end while its "running" report is on the way: acking by
+        # attempt id alone dropped the exit, and the job stayed running forever).
+        self.sent: list[dict] = []
         self.running: dict[str, float] = {}  # attempt id -> when it ends
         self.pending: dict[int, str] = {}  # call id -> method
         self.interval = 1.0  # as the controller asks in each report's answer
@@ -91,9 +95,11 @@ def main() -> None:
         if not host.registered:
             if time.monotonic() < host.hold_until:
                 return
+            host.sent = list(host.updates)
             call(host, CONTROLLER_KEY, "register_worker",
                  (host.worker_id, me, ATTRS, sorted(host.running), host.updates))
         else:
+            host.sent = list(host.updates)
             call(host, CONTROLLER_KEY, "report",
                  (host.worker_id, host.updates, {}, sorted(host.running)))
             stats["reports"] += 1
@@ -149,7 +155,8 @@ def _on_reply(host: Host, stats: dict) -> bool:
             if isinstance(exc, OverloadedError):  # the worker's own back-off (worker/actor.py)
                 host.hold_until = time.monotonic() + exc.retry_after_s
     elif method == "register_worker":
-        host.registered, host.updates = True, []
+        host.registered = True
+        host.updates = [u for u in host.updates if not any(u is v for v in host.sent)]
     elif method == "report":
         host.interval = report_interval(msg[4].get("interval_s"))
         if msg[4].get("reregister"):
@@ -157,7 +164,8 @@ def _on_reply(host: Host, stats: dict) -> bool:
             host.registered = False
         else:
             acked = set(msg[4].get("acked", ()))
-            host.updates = [u for u in host.updates if u["attempt_id"] not in acked]
+            host.updates = [u for u in host.updates if u["attempt_id"] not in acked
+                            or not any(u is v for v in host.sent)]
     return True
 
 

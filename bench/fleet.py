@@ -170,8 +170,9 @@ def run(n: int, procs: int, window: float, controller_root: Path = ROOT) -> dict
                     continue
                 if state == "succeeded":
                     latencies.append((time.monotonic() - sent) * 1000)
-                else:
-                    not_done.append(f"{job.job_id}: {state}")
+                else:  # what the controller knows of it, for the record
+                    not_done.append(f"{job.job_id}: {state} "
+                                    f"{json.dumps(job.status(), default=str)[:600]}")
             cpu = (_cpu_s(ctl.pid) - cpu0) / (time.monotonic() - t0) * 100
             rss1 = _rss_mb(ctl.pid)
             rss_series = sampler.stop()
