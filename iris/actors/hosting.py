@@ -112,6 +112,7 @@ class HostedActor:
         self._start_error: BaseException | None = None
         self._stopping = False
         self._max_async = spec.max_concurrency or node.config.default_max_concurrency
+        self._max_waiting = node.config.max_waiting_calls  # read per call: kept here
         self._async_running = 0
         self._async_waiting: deque = deque()
         self._async_tasks: set[asyncio.Task] = set()
@@ -185,7 +186,7 @@ class HostedActor:
 
     def _full(self, method: str, is_async: bool) -> bool:
         """Does the line this call would join hold max_waiting_calls already?"""
-        limit = self.node.config.max_waiting_calls
+        limit = self._max_waiting
         if method in self._batches:
             return len(self._batches[method]) >= limit
         if is_async:
@@ -196,7 +197,7 @@ class HostedActor:
         self.node.stats.refused_overloaded += 1
         self._reply_exception(rid, call, OverloadedError(
             f"actor {self.key!r} at {self.node.address} has "
-            f"{self.node.config.max_waiting_calls} calls waiting; {call.method!r} refused "
+            f"{self._max_waiting} calls waiting; {call.method!r} refused "
             "unrun: retry later", retry_after_s=1.0), at_call_site=False)
 
     def _permitted(self, call: messages.Call) -> bool:
