@@ -106,7 +106,7 @@ class Placement:
         if self.gangs.push_failed(region, seq):
             _log.warning("region %s: inventory push %d failed (%s); sending it whole",
                          region, seq, why)
-            self._sync_regions(force=False)
+            self._sync_regions()
 
     @turn
     def prune(self) -> None:

@@ -120,8 +120,10 @@ def handle(state: InventoryState, event: HostIs | HostGone) -> None:
         if facts is not None:
             inv = region(state, facts.region)
             inv.dirty_hosts.add(event.host)
-    if old is not None and (new is None or (old.region, old.slice_id, old.attributes)
-                            != (new.region, new.slice_id, new.attributes)):
+    # Its slice row changes only if the host moved or its attributes did (busy and
+    # draining are flags beside the rows).
+    moved = old is None or new is None or _place(old) != _place(new)
+    if old is not None and moved:
         inv = state.regions[old.region]
         inv.members[old.slice_id].discard(event.host)
         inv.hosts -= 1
@@ -130,8 +132,7 @@ def handle(state: InventoryState, event: HostIs | HostGone) -> None:
         del state.hosts[event.host]
         return
     state.hosts[event.host] = new
-    if old is None or (old.region, old.slice_id, old.attributes) != \
-            (new.region, new.slice_id, new.attributes):
+    if moved:
         inv = state.regions[new.region]
         inv.members.setdefault(new.slice_id, set()).add(event.host)
         inv.hosts += 1
@@ -259,6 +260,10 @@ def _full(state: InventoryState, name: str, inv: RegionInventory,
     inv.seq += 1
     inv.full_due, inv.full_seq = False, inv.seq
     return Full(name, state.incarnation, inv.seq, rows, busy, dict(unmet), drained)
+
+
+def _place(facts: Facts) -> tuple:
+    return facts.region, facts.slice_id, facts.attributes
 
 
 def _flags(facts: Facts | None, name: str) -> tuple[bool, bool]:
