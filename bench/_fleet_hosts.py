@@ -27,6 +27,7 @@ import zmq
 
 from iris.actors.keys import CONTROLLER_KEY, worker_key
 from iris.base.errors import OverloadedError
+from iris.controller.main import raise_open_files
 from iris.wire import messages, remote_errors
 from iris.worker.actor import report_interval
 
@@ -61,6 +62,7 @@ def main() -> None:
         float(sys.argv[4])
     # No token: a controller from before roles (bench.fleet --controller-root, for "before").
     token = bytes.fromhex(os.environ.get("IRIS_CLUSTER_TOKEN", "")) or None
+    raise_open_files()  # a socket per host, as the controller needs one per worker
     ctx = zmq.Context()
     ctx.set(zmq.MAX_SOCKETS, count + 64)
     router = ctx.socket(zmq.ROUTER)

@@ -102,15 +102,6 @@ class _RssSampler(threading.Thread):
         return sum((t - mt) * (m - mm) for t, m in tail) / den * 60 if den else None
 
 
-def _raise_open_files() -> None:
-    """Child processes may open a socket per host: raise the soft open-files limit to what
-    the hard limit allows (the controller does the same for itself at start)."""
-    import resource
-
-    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-
-
 def _port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -123,8 +114,7 @@ def run(n: int, procs: int, window: float, controller_root: Path = ROOT) -> dict
     ctl = subprocess.Popen([sys.executable, "-m", "iris", "controller", "serve", "--state-dir",
                             str(state), "--bind", address], stdout=subprocess.PIPE,
                            stderr=subprocess.DEVNULL, text=True, cwd=controller_root,
-                           env={**os.environ, "PYTHONPATH": str(controller_root)},
-                           preexec_fn=_raise_open_files)
+                           env={**os.environ, "PYTHONPATH": str(controller_root)})
     hosts: list[subprocess.Popen] = []
     try:
         assert ctl.stdout.readline().startswith("controller serving")
@@ -138,7 +128,6 @@ def run(n: int, procs: int, window: float, controller_root: Path = ROOT) -> dict
             hosts.append(subprocess.Popen(
                 [sys.executable, "-m", "bench._fleet_hosts", address, str(i * per), str(count),
                  str(life)], stdout=subprocess.PIPE, text=True, cwd=ROOT,
-                preexec_fn=_raise_open_files,
                 env={**os.environ, "IRIS_CLUSTER_TOKEN": token}))
         with iris.connect(address) as ctx:
             while len(_controller(ctx, "list_workers", timeout_s=120)) < n:
