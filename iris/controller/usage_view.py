@@ -1,8 +1,9 @@
 """`iris job summary`: what each task and attempt of a job waited, ran and used. Pure: the
 job's records, what the usage component kept, and `now` in; plain, JSON-safe dicts out.
 
-Per attempt: queue time (since the job's submit for a task's first attempt, else since its
-previous attempt ended), run time, how it ended (exit code, signal, "killed for memory"),
+Per attempt: queue time (placed how long after the job's submit, for a task's first
+attempt, else after its previous attempt ended), start time (placed to running: bundle,
+environment build, spawn), run time, how it ended (exit code, signal, "killed for memory"),
 CPU seconds and mean cores, peak RSS against the memory asked for, disk, accelerator busy,
 chip-hours; why it was retried, when it was. Per task, its attempts' series for the chart
 (cores and memory over time). The job's totals add them up. Times are wall-clock epoch
@@ -69,7 +70,9 @@ def _attempt_rows(job: Job, attempts: list[Attempt], stored: dict[str, Stored],
             "state": a.state.value, "live": a.state in ACTIVE_ATTEMPT,
             "assigned_at": a.assigned_at, "started_at": a.started_at,
             "finished_at": a.finished_at,
-            "queue_s": _round(a.assigned_at - previous_end) if previous_end else None,
+            "queue_s": _round(max(0.0, a.assigned_at - previous_end)) if previous_end else None,
+            "start_s": _round(max(0.0, a.started_at - a.assigned_at))
+            if a.started_at is not None else None,
             "run_s": _round(run_s), "exit_code": a.exit_code, "signal": _signal_of(a.exit_code),
             "ended": ended_text(a, totals),
             "killed_for_memory": bool(totals.get("oom_killed")) or OOM_TEXT in a.error,
