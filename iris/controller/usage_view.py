@@ -47,7 +47,7 @@ def job_summary(state: KernelState, job_id: str, stored: dict[str, Stored],
     return {"job_id": job_id, "state": job.state.value, "user": job.spec.user,
             "submitted_at": job.submitted_at, "finished_at": job.finished_at,
             "request": {"cpu": res.cpu, "memory_bytes": res.memory_bytes,
-                        "accelerator": res.accelerator},
+                        "accelerator": res.accelerator, "ports": list(res.ports)},
             "tasks": tasks, "totals": _totals(tasks), "events": notes, "at": now}
 
 
