@@ -46,29 +46,44 @@ Point = tuple  # (at, cpu_s, rss_bytes, memory_bytes|None, disk_bytes|None, acce
 
 @dataclass
 class Series:
+    """One attempt's readings, at most MAX_POINTS points of `stride` readings each: when
+    full, neighbours merge and the stride doubles, so the whole run stays drawn at one
+    resolution (a day-long run ends at one point per ~6 min of readings every 2 s)."""
+
     job_id: str
     points: list[Point] = field(default_factory=list)
+    stride: int = 1  # readings per point
+    in_last: int = 0  # readings merged into the last point so far
     dirty: bool = False
 
     def add(self, sample: control.UsageSample) -> None:
         if self.points and sample.at <= self.points[-1][0]:
             return  # a reading sent twice (a report retried) or out of order
-        self.points.append((round(sample.at, 3), round(sample.cpu_s, 3), sample.rss_bytes,
-                            sample.memory_bytes, sample.disk_bytes, sample.accel_busy))
+        point = (round(sample.at, 3), round(sample.cpu_s, 3), sample.rss_bytes,
+                 sample.memory_bytes, sample.disk_bytes, sample.accel_busy)
         self.dirty = True
-        if len(self.points) > MAX_POINTS:
+        if self.points and self.in_last < self.stride:
+            self.points[-1] = merge(self.points[-1], point)
+            self.in_last += 1
+            return
+        self.points.append(point)
+        self.in_last = 1
+        if len(self.points) >= MAX_POINTS:  # even: every point merges with a neighbour
             self.points = halve(self.points)
+            self.in_last = self.stride + 1  # a whole point and the reading just added
+            self.stride *= 2
+
+
+def merge(a: Point, b: Point) -> Point:
+    """Two neighbouring points as one: the later time and CPU counter (it only grows), the
+    larger memory (a peak must not vanish from the chart), the last disk size, the mean busy."""
+    accel = [x for x in (a[5], b[5]) if x is not None]
+    return (b[0], b[1], max(a[2], b[2]), _max(a[3], b[3]), b[4] if b[4] is not None else a[4],
+            sum(accel) / len(accel) if accel else None)
 
 
 def halve(points: list[Point]) -> list[Point]:
-    """Merge neighbours: the later time and CPU counter (it only grows), the larger memory
-    (a peak must not vanish from the chart), the last disk size and the mean busy."""
-    out = []
-    for a, b in zip(points[0::2], points[1::2], strict=False):
-        accel = [x for x in (a[5], b[5]) if x is not None]
-        out.append((b[0], b[1], max(a[2], b[2]), _max(a[3], b[3]),
-                    b[4] if b[4] is not None else a[4], sum(accel) / len(accel) if accel
-                    else None))
+    out = [merge(a, b) for a, b in zip(points[0::2], points[1::2], strict=False)]
     if len(points) % 2:
         out.append(points[-1])
     return out

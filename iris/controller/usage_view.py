@@ -105,9 +105,10 @@ def ended_text(a: Attempt, totals: dict) -> str:
         return a.state.value
     if totals.get("oom_killed") or OOM_TEXT in a.error:
         return "killed for memory (OOM in its cgroup)"
-    sig = _signal_of(a.exit_code)
+    sig, said = _signal_of(a.exit_code), _first_line(a.error)
     if sig:
-        return f"killed by {sig}" + (f": {_first_line(a.error)}" if a.error else "")
+        return said if said.startswith("killed by") else f"killed by {sig}" + (
+            f": {said}" if said else "")
     if a.exit_code is not None:
         return f"exit {a.exit_code}"
     return _first_line(a.error) or a.state.value

@@ -241,11 +241,12 @@ class Worker:
         # has its update here.
         sent = list(self._book.updates.items())
         sent_at = SYSTEM_CLOCK.monotonic()
+        # Usage readings ride along only when there are some (most reports have none).
+        usage = samples_for(self._sampler.take(), self._book.held)
         try:
             answer = self._call("report", self.worker_id, _wire(sent),
                                 {"log_shipping": self._shipping_stats()},
-                                sorted(self._book.held),
-                                samples_for(self._sampler.take(), self._book.held))
+                                sorted(self._book.held), *([usage] if usage else []))
         except IrisError as exc:
             _log.warning("worker %s: report failed (will retry): %s", self.worker_id, exc)
             return
