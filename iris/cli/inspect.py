@@ -207,8 +207,24 @@ def task_profile(args: argparse.Namespace) -> int:
     return 0
 
 
+def _exec_options(args: argparse.Namespace) -> list[str]:
+    """The command after `--`; options given between JOB and `--` (argparse leaves them in
+    the remainder: `iris task exec JOB --admin-token-file F -- CMD`) are read here."""
+    rest = list(args.command)
+    before, command = (rest[:rest.index("--")], rest[rest.index("--") + 1:]) if "--" in rest \
+        else ([], rest)
+    while before:
+        option = before.pop(0)
+        name, _, value = option.partition("=")
+        if name != "--admin-token-file" or not (value or before):
+            raise InvalidRequestError(f"{option}: not an option of iris task exec (give the "
+                                      "command after --)", "command")
+        args.admin_token_file = Path(value or before.pop(0))
+    return command
+
+
 def task_exec(args: argparse.Namespace) -> int:
-    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    command = _exec_options(args)
     if not command:
         raise InvalidRequestError("give the command after --, e.g. iris task exec train/0 "
                                   "-- python -V", "command")

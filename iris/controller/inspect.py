@@ -54,6 +54,8 @@ def locate(svc: Any, raw: Any) -> dict:
             or not 0 <= index < job.spec.num_tasks:
         raise NotFoundError(f"job {job_id} has no task {index!r} (its tasks: 0-"
                             f"{job.spec.num_tasks - 1})")
+    if kind == "url" and raw.get("port") not in job.spec.resources.ports:
+        _no_such_port(job, raw.get("port"))  # a mistake whatever state the task is in
     task = svc.state.tasks[(job_id, index)]
     attempt = svc.state.attempts.get(task.attempt_id or "")
     wanted = (TaskState.RUNNING,) if kind in _NEEDS_PROCESS else (
@@ -81,13 +83,15 @@ def _verb(kind: str) -> str:
             "url": "serve a port"}[kind]
 
 
-def _port(svc: Any, job: Any, attempt_id: str, name: Any) -> dict:
+def _no_such_port(job: Any, name: Any) -> None:
     asked = job.spec.resources.ports
-    if name not in asked:
-        said = ", ".join(asked) if asked else "none"
-        raise InvalidRequestError(f"job {job.job_id} asked for no port named {name!r} (its "
-                                  f"ports: {said}; ask with Resources(ports=[...]) or "
-                                  "iris job run --port NAME)", "port")
+    said = ", ".join(asked) if asked else "none"
+    raise InvalidRequestError(f"job {job.job_id} asked for no port named {name!r} (its "
+                              f"ports: {said}; ask with Resources(ports=[...]) or "
+                              "iris job run --port NAME)", "port")
+
+
+def _port(svc: Any, job: Any, attempt_id: str, name: Any) -> dict:
     stored = svc.store.usage_of(job.job_id).get(attempt_id)
     ports = svc.usage.ports_of(attempt_id, stored)
     if name not in ports:
