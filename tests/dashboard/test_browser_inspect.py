@@ -124,13 +124,13 @@ def test_proxied_pages_run_in_a_sandbox_of_their_own(inside):
 
 def test_proxy_carries_a_websocket_both_ways(inside):
     async def talk() -> list[str]:
-        async with aiohttp.ClientSession() as session:
-            async with session.ws_connect(inside.proxy(rest="echo")) as ws:
-                got = []
-                for word in ("one", "two"):
-                    await ws.send_str(word)
-                    got.append((await ws.receive(timeout=WAIT_S)).data)
-                return got
+        async with aiohttp.ClientSession() as session, \
+                session.ws_connect(inside.proxy(rest="echo")) as ws:
+            got = []
+            for word in ("one", "two"):
+                await ws.send_str(word)
+                got.append((await ws.receive(timeout=WAIT_S)).data)
+            return got
     assert asyncio.run(talk()) == ["echo: one", "echo: two"]
 
 
