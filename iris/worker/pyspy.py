@@ -97,6 +97,15 @@ def dump(pids: list[int]) -> list[ProcessStack]:
     return out
 
 
+def _count(folded: str) -> int:
+    """Samples in folded stacks: the count that ends each line."""
+    total = 0
+    for line in folded.splitlines():
+        count = line.rpartition(" ")[2]
+        total += int(count) if count.isdigit() else 0
+    return total
+
+
 def record(pid: int, seconds: float, rate: int, workdir: Path) -> Recording:
     """A `seconds`-long sampling profile of `pid` and its subprocesses, folded stacks."""
     exe = binary()
@@ -117,8 +126,7 @@ def record(pid: int, seconds: float, rate: int, workdir: Path) -> Recording:
         last = said.strip().splitlines()[-1] if said.strip() else f"exit {done.returncode}"
         raise IrisError(f"py-spy could not profile process {pid}: {last}")
     match = _SAMPLES.search(said)
-    samples = int(match.group(1)) if match else sum(
-        int(line.rsplit(" ", 1)[1]) for line in folded.splitlines() if line.strip())
+    samples = int(match.group(1)) if match else _count(folded)
     early = "process exited" in said
     note = (f"the task exited during the profile: partial profile, {samples} samples"
             if early else f"{samples} samples over {seconds:g} s at {rate}/s")
