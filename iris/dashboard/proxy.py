@@ -144,7 +144,7 @@ class Proxy:
 
     async def _http(self, request: web.Request, url: str, query: list) -> web.StreamResponse:
         headers = _forwarded(request.headers)
-        body = await request.read() if request.body_exists else None
+        body = request.content if request.body_exists else None  # streamed, never held whole
         async with self._client().request(request.method, url, params=query, headers=headers,
                                           data=body, allow_redirects=False) as upstream:
             out_headers = {k: v for k, v in upstream.headers.items()

@@ -54,7 +54,7 @@ APP = textwrap.dedent("""
         async for msg in ws:
             await ws.send_str("echo: " + msg.data)
         return ws
-    app = web.Application()
+    app = web.Application(client_max_size=64 << 20)
     app.router.add_get("/", page)
     app.router.add_route("*", "/seen", seen)
     app.router.add_get("/echo", echo)
@@ -230,3 +230,10 @@ def test_a_port_link_opens_the_tasks_page_and_a_dead_port_a_clear_error(inside, 
 def _shot(page, name: str) -> None:
     SHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
+
+
+def test_a_large_upload_is_streamed_through_the_proxy(inside):
+    body = b"z" * (3 << 20)  # above aiohttp's 1 MiB default for a body read whole
+    status, seen = http(inside.proxy(rest="seen"), data=body, method="PUT",
+                        headers={"Content-Type": "application/octet-stream"})
+    assert status == 200 and len(seen["body"]) == len(body)
