@@ -30,9 +30,8 @@ def summary(svc: Any, job_id: str) -> dict:
     if job_id not in svc.state.jobs:
         raise NotFoundError(f"no job {job_id}")
     stored = svc.store.usage_of(job_id)
-    return job_summary(svc.state, job_id, stored,
-                       lambda a: svc.usage.points(a, stored.get(a)),
-                       svc.store.notes(job_id), now_wall(svc))
+    return job_summary(svc.state, job_id, stored, svc.usage.points, svc.store.notes(job_id),
+                       now_wall(svc))
 
 
 def locate(svc: Any, raw: Any) -> dict:

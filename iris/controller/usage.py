@@ -171,9 +171,9 @@ class UsageBook:
             return dict(self._ports[attempt_id])
         return dict(stored.ports) if stored is not None and stored.ports else {}
 
-    def points(self, attempt_id: str, stored: Stored | None) -> list[Point]:
+    def points(self, attempt_id: str) -> list[Point]:
         """An attempt's series: live in memory, else as last written."""
         series = self.live.get(attempt_id)
         if series is not None:
             return list(series.points)
-        return unpack(stored.series if stored else None)
+        return unpack(self._stored_series(attempt_id))

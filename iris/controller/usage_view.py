@@ -23,6 +23,9 @@ from iris.controller.scheduler_view import attempt_resources
 from iris.controller.scheduling.model import per_host_demand
 from iris.controller.usage import Point
 
+# Tasks whose series the summary carries (the first ones by index): a chart each is what a
+# page shows, and 4,096 tasks' series would be megabytes every refresh. Their rows: all.
+SERIES_TASKS = 64
 _SHELL_SIGNAL_BASE = 128  # an exit code of 128+N is "killed by signal N" (shell rule)
 OOM_TEXT = "out of memory"  # in an attempt's error when its cgroup's OOM killer ended it
 
@@ -40,15 +43,20 @@ def job_summary(state: KernelState, job_id: str, stored: dict[str, Stored],
     for index in range(job.spec.num_tasks):
         task = state.tasks[(job_id, index)]
         attempts = sorted(by_task.get(index, []), key=lambda a: a.number)
-        pts = {a.attempt_id: points(a.attempt_id) for a in attempts}
+        charted = index < SERIES_TASKS
+        # Past the charted tasks, only a live attempt's readings are read (its totals so far).
+        pts = {a.attempt_id: points(a.attempt_id) if charted or a.state in ACTIVE_ATTEMPT
+               else [] for a in attempts}
         rows = _attempt_rows(job, attempts, stored, pts, now)
         tasks.append({"index": index, "state": task.state.value, "attempts": rows,
-                      "series": [p for a in attempts for p in _chart(a, pts[a.attempt_id])]})
+                      "series": [p for a in attempts for p in _chart(a, pts[a.attempt_id])]
+                      if charted else []})
     return {"job_id": job_id, "state": job.state.value, "user": job.spec.user,
             "submitted_at": job.submitted_at, "finished_at": job.finished_at,
             "request": {"cpu": res.cpu, "memory_bytes": res.memory_bytes,
                         "accelerator": res.accelerator, "ports": list(res.ports)},
-            "tasks": tasks, "totals": _totals(tasks), "events": notes, "at": now}
+            "tasks": tasks, "totals": _totals(tasks), "events": notes, "at": now,
+            "series_tasks": min(job.spec.num_tasks, SERIES_TASKS)}
 
 
 def _attempt_rows(job: Job, attempts: list[Attempt], stored: dict[str, Stored],

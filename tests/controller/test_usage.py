@@ -229,3 +229,21 @@ def test_a_version_2_job_store_gains_the_usage_tables_by_migration(tmp_path):
     assert db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0] \
         == str(SCHEMA_VERSION) == "3"
     db.close()
+
+
+def test_a_wide_job_carries_the_series_of_its_first_tasks_and_every_tasks_totals(svc):
+    from iris.controller.usage_view import SERIES_TASKS
+
+    job = _submit(svc, "wide", resources={"cpu": 0.01}, replicas=SERIES_TASKS + 2)
+    svc.tick()
+    svc.take_commands()
+    at = svc.clock_.wall()
+    for index in (0, SERIES_TASKS + 1):
+        attempt = svc.state.tasks[(job, index)].attempt_id
+        svc.report("w1", [{"attempt_id": attempt, "status": "running"}])
+        svc.report("w1", [], None, [], [_sample(attempt, at, 2.0, 5 << 20)])
+    got = summary(svc, job)
+    first, last = got["tasks"][0], got["tasks"][SERIES_TASKS + 1]
+    assert len(first["series"]) == 1 and last["series"] == []
+    assert last["attempts"][0]["cpu_s"] == 2.0  # its totals so far, all the same
+    assert got["series_tasks"] == SERIES_TASKS

@@ -58,9 +58,11 @@ def write(db: sqlite3.Connection, rows: Iterable[Row]) -> None:
 
 
 def read(db: sqlite3.Connection, job_id: str) -> dict[str, Stored]:
-    rows = db.execute("SELECT attempt_id, ports, totals, series FROM attempt_usage "
-                      "WHERE job_id = ?", (job_id,)).fetchall()
-    return {a: Stored(_load(p), _load(t), s) for a, p, t, s in rows}
+    """Ports and totals of a job's attempts; not their series (`series`, one at a time: a
+    job of 4,096 tasks would otherwise read megabytes to show a few charts)."""
+    rows = db.execute("SELECT attempt_id, ports, totals FROM attempt_usage WHERE job_id = ?",
+                      (job_id,)).fetchall()
+    return {a: Stored(_load(p), _load(t), None) for a, p, t in rows}
 
 
 def series(db: sqlite3.Connection, attempt_id: str) -> bytes | None:
