@@ -76,25 +76,44 @@ def command_of(pid: int) -> str:
 
 
 def dump(pids: list[int]) -> list[ProcessStack]:
-    """Every thread's Python stack of each process, read in parallel."""
+    """Every thread's Python stack of each process, read in parallel. A process py-spy
+    cannot pause (one already stopped, by SIGSTOP or a debugger) is read without pausing."""
     exe = binary()
-    running = [(pid, subprocess.Popen([exe, "dump", "--pid", str(pid)],
+    first = _dump_all(exe, pids, ())
+    again = [pid for pid, (code, text) in first.items()
+             if code != 0 and "suspend" in text]
+    first.update(_dump_all(exe, again, ("--nonblocking",)))
+    out = []
+    for pid in pids:
+        code, text = first[pid]
+        python = code == 0
+        if not python:
+            text = "(not a Python process)" if any(m in text for m in _NOT_PYTHON) \
+                else _error_only(text)
+        out.append(ProcessStack(pid, command_of(pid), python, text.strip()))
+    return out
+
+
+def _dump_all(exe: str, pids: list[int], extra: tuple[str, ...]) -> dict[int, tuple[int, str]]:
+    running = [(pid, subprocess.Popen([exe, "dump", *extra, "--pid", str(pid)],
                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                       stdin=subprocess.DEVNULL, text=True))
                for pid in pids]
-    out = []
+    out = {}
     for pid, proc in running:
         try:
             text, _ = proc.communicate(timeout=_DUMP_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             proc.kill()
-            text, _ = proc.communicate()
+            proc.communicate()
             text = f"py-spy did not answer within {_DUMP_TIMEOUT_S:g} s"
-        python = proc.returncode == 0
-        if not python and any(m in text for m in _NOT_PYTHON):
-            text = "(not a Python process)"
-        out.append(ProcessStack(pid, command_of(pid), python, text.strip()))
+        out[pid] = (proc.returncode, text)
     return out
+
+
+def _error_only(text: str) -> str:
+    """py-spy's error without the Rust backtrace it prints after it."""
+    return text.split("Stack backtrace:", 1)[0].strip() or text
 
 
 def _count(folded: str) -> int:

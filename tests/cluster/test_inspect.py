@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -178,6 +179,12 @@ def test_stack_of_a_sleeping_task_shows_the_function_it_sleeps_in(on, tmp_path, 
         as_json = json.loads(cli(on, "task", "stack", job.job_id, "--json").stdout)
         [proc] = [p for p in as_json["processes"] if p["python"]]
         assert "known_function_sleeping" in proc["text"] and as_json["task_index"] == 0
+        os.kill(proc["pid"], signal.SIGSTOP)  # stopped: py-spy cannot pause it, reads anyway
+        try:
+            stopped = inspect.task_stack(job.job_id)["processes"]
+            assert "known_function_sleeping" in stopped[0]["text"], stopped
+        finally:
+            os.kill(proc["pid"], signal.SIGCONT)
     finally:
         job.kill()
 
