@@ -107,8 +107,12 @@ class Inspector:
         req = control.decode(control.ExecPoll, raw)
         address, key, _ = self._route(req.session)
         self._routes[req.session] = (address, key, self._node.clock.monotonic())
-        got = await self._worker(address, key, "exec_poll", control.encode(req),
-                                 timeout_s=req.wait_s + _POLL_SLACK_S)
+        try:
+            got = await self._worker(address, key, "exec_poll", control.encode(req),
+                                     timeout_s=req.wait_s + _POLL_SLACK_S)
+        except NotFoundError:  # the worker collected it (idle, or its task ended)
+            self._routes.pop(req.session, None)
+            raise
         if got.get("exit_code") is not None:
             self._routes.pop(req.session, None)
             await self._worker(address, key, "exec_end", req.session, timeout_s=30.0)

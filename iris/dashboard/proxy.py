@@ -47,6 +47,8 @@ SANDBOX = ("sandbox allow-scripts allow-forms allow-popups allow-modals allow-do
 _HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te",
         "trailer", "transfer-encoding", "upgrade", "host", "content-length"}
 _NOT_FORWARDED = _HOP | {"authorization", "cookie"}
+# aiohttp 3.10+ tells a connect timeout from a read timeout; older ones: both are 504s.
+_CONNECT_TIMED_OUT = getattr(aiohttp, "ConnectionTimeoutError", ())
 
 
 @dataclass(frozen=True)
@@ -136,6 +138,10 @@ class Proxy:
             return page(502, "Nothing listens there",
                         f"nothing accepted a connection on {what}: the task's server is not "
                         f"up yet, or it exited ({exc.os_error or exc})")
+        except _CONNECT_TIMED_OUT:
+            return page(502, "Nothing answers there",
+                        f"{what} did not accept a connection within {CONNECT_TIMEOUT_S:g} s "
+                        "(its host is unreachable from the dashboard, or drops packets)")
         except (TimeoutError, aiohttp.ServerTimeoutError):
             return page(504, "No answer", f"{what} accepted the connection but did not answer "
                         f"within {READ_TIMEOUT_S:g} s")
@@ -155,9 +161,12 @@ class Proxy:
                                     body=await upstream.read())
             response = web.StreamResponse(status=upstream.status, headers=out_headers)
             await response.prepare(request)
-            async for chunk in upstream.content.iter_any():
-                await response.write(chunk)
-            await response.write_eof()
+            try:
+                async for chunk in upstream.content.iter_any():
+                    await response.write(chunk)
+                await response.write_eof()
+            except ConnectionResetError:  # the browser went away: nothing left to tell it
+                pass
             return response
 
     async def _websocket(self, request: web.Request, url: str, query: list
