@@ -37,7 +37,7 @@ ENV_INTERVAL = "IRIS_USAGE_INTERVAL_S"
 @dataclass(frozen=True)
 class SamplerConfig:
     # Seconds between readings: a point every 2 s draws a run of minutes as a curve, and 100
-    # attempts cost ~0.3 % of a core (see the module docstring). 0 turns sampling off.
+    # attempts cost ~0.45 % of a core (see the module docstring). 0 turns sampling off.
     interval_s: float = 2.0
     # The work directory's size every this many readings (every 30 s at 2 s).
     disk_every: int = 15
