@@ -10,6 +10,7 @@ from __future__ import annotations
 from iris.actors.registry import REGISTRY_KEY
 
 CONTROLLER_KEY = "/iris/controller"
+INSPECT_KEY = "/iris/inspect"  # the controller's inspector: stacks, profiles, exec, ports
 WORKER_KEY_PREFIX = "/iris/workers/"
 REGION_KEY_PREFIX = "/iris/regions/"
 
@@ -18,9 +19,14 @@ def worker_key(worker_id: str) -> str:
     return WORKER_KEY_PREFIX + worker_id
 
 
+def worker_inspect_key(worker_id: str) -> str:
+    """The inspector beside a worker (its attempts' stacks, profiles, exec sessions)."""
+    return WORKER_KEY_PREFIX + worker_id + "/inspect"
+
+
 def region_key(region: str) -> str:
     return REGION_KEY_PREFIX + region
 
 
-__all__ = ["CONTROLLER_KEY", "REGION_KEY_PREFIX", "REGISTRY_KEY", "WORKER_KEY_PREFIX",
-           "region_key", "worker_key"]
+__all__ = ["CONTROLLER_KEY", "INSPECT_KEY", "REGION_KEY_PREFIX", "REGISTRY_KEY",
+           "WORKER_KEY_PREFIX", "region_key", "worker_inspect_key", "worker_key"]

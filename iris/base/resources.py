@@ -150,6 +150,9 @@ class Resources:
     gpu: str | None = None
     count: int = 1
     hosts: int = 1
+    # Named ports the task listens on (`ports=["http", "tb"]`): its worker gives each a free
+    # port, the task reads IRIS_PORT_HTTP, `iris job url JOB http` prints the address.
+    ports: Sequence[str] = ()
     _memory_bytes: int = field(init=False, repr=False, compare=False)
     _disk_bytes: int = field(init=False, repr=False, compare=False)
     tpu_alternatives: tuple[str, ...] = field(init=False, repr=False, default=())
@@ -174,6 +177,7 @@ class Resources:
         if isinstance(self.count, bool) or not isinstance(self.count, int) or self.count < 1:
             raise InvalidRequestError(f"count: expected an int >= 1, got {self.count!r}", "count")
         self._check_gang()
+        object.__setattr__(self, "ports", check_ports(self.ports))
 
     def _check_gang(self) -> None:
         if self.tpu is not None and self.count > MAX_SLICES:
@@ -256,13 +260,39 @@ class Resources:
             "tpu": ",".join(self.tpu_alternatives) if self.tpu else None,
             "gpu": self.gpu,
             "count": self.count,
-        } | ({"hosts": self.hosts} if self.hosts != 1 else {})
+        } | ({"hosts": self.hosts} if self.hosts != 1 else {}) | (
+            {"ports": list(self.ports)} if self.ports else {})
 
     @classmethod
     def from_dict(cls, data: dict) -> Resources:
         return cls(**{k: data[k] for k in ("cpu", "memory", "disk", "tpu", "gpu", "count",
-                                              "hosts")
+                                              "hosts", "ports")
                       if k in data})
+
+
+# A port name becomes part of an environment variable (IRIS_PORT_HTTP) and of a proxy
+# path; 16 covers a server, TensorBoard, a debugger and more on one task.
+_PORT_NAME = re.compile(r"[a-z][a-z0-9_]{0,31}")
+MAX_PORTS = 16
+
+
+def check_ports(value: object) -> tuple[str, ...]:
+    """["http", "tb"] -> ("http", "tb"): lower-case names, each once, at most MAX_PORTS."""
+    if isinstance(value, str) or not isinstance(value, Sequence):
+        raise InvalidRequestError(f"ports: expected a list of port names like ['http'], got "
+                                  f"{value!r}", "ports")
+    names = tuple(value)
+    for name in names:
+        if not isinstance(name, str) or not _PORT_NAME.fullmatch(name):
+            raise InvalidRequestError(f"ports: {name!r} is not a port name (lower-case "
+                                      "letters, digits and _, starting with a letter, at most "
+                                      "32), e.g. 'http'", "ports")
+    if len(set(names)) != len(names):
+        raise InvalidRequestError(f"ports: a name is given twice in {list(names)}", "ports")
+    if len(names) > MAX_PORTS:
+        raise InvalidRequestError(f"ports: at most {MAX_PORTS} named ports, got {len(names)}",
+                                  "ports")
+    return names
 
 
 def _tpu_alternatives(value: object) -> tuple[str, ...]:

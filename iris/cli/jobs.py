@@ -56,7 +56,7 @@ def job_run(args: argparse.Namespace) -> int:
                          checkpoint_every=args.checkpoint_every,
                          resources=Resources(cpu=args.cpu, memory=args.memory, tpu=args.tpu,
                                              gpu=args.gpu, count=args.count,
-                                             hosts=args.hosts))
+                                             hosts=args.hosts, ports=args.port))
     if args.dry_run:
         print(json.dumps(handle) if args.json else handle["summary"])
         for task, host in sorted(handle["placements"].items()) if not args.json else ():

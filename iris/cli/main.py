@@ -16,7 +16,7 @@ from collections.abc import Callable
 import iris
 from iris.base.errors import InvalidRequestError, IrisError
 from iris.base.resources import parse_size
-from iris.cli import budgets, checkpoints, jobs, operate
+from iris.cli import budgets, checkpoints, inspect, jobs, operate
 from iris.cli.parser import build_parser
 
 
@@ -203,6 +203,13 @@ _HANDLERS = {
     ("job", "stop"): jobs.job_stop,
     ("job", "logs"): jobs.job_logs,
     ("user", "budget"): budgets.budget,
+    ("job", "summary"): inspect.job_summary,
+    ("job", "url"): inspect.job_url,
+    ("task", "stack"): inspect.task_stack,
+    ("task", "profile"): inspect.task_profile,
+    ("task", "exec"): inspect.task_exec,
 }
 _CLIENT_VERBS = {jobs.cluster_status, checkpoints.checkpoint, checkpoints.checkpoints, _actor_list, jobs.job_run, jobs.job_list,
-                 jobs.job_status, jobs.job_stop, jobs.job_logs, budgets.budget}
+                 jobs.job_status, jobs.job_stop, jobs.job_logs, budgets.budget,
+                 inspect.job_summary, inspect.job_url, inspect.task_stack, inspect.task_profile,
+                 inspect.task_exec}

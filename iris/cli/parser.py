@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import iris
-from iris.cli import operate
+from iris.cli import inspect, operate
 from iris.wire.states import PRIORITIES
 
 DESCRIPTION = """\
@@ -59,6 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     verbs = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
     _cluster(verbs)
     _job(verbs)
+    inspect.add_task_verb(verbs)
     _actor(verbs)
     _worker(verbs)
     _user(verbs)
@@ -161,6 +162,10 @@ def _job(verbs) -> None:
     run.add_argument("--checkpoint-every", type=float, metavar="SECONDS",
                      help="how often the job checkpoints, if it does, e.g. 1800; eviction "
                      "for higher bands then takes what loses the least work (default unknown)")
+    run.add_argument("--port", action="append", default=[], metavar="NAME",
+                     help="a named port each task listens on: its worker gives it a free "
+                     "port, the task reads $IRIS_PORT_<NAME>, `iris job url JOB NAME` prints "
+                     "it, e.g. --port http (repeatable)")
     run.add_argument("--env", action="append", default=[], metavar="K=V",
                      help="an environment variable for the tasks, e.g. --env SEED=1 "
                      "(repeatable)")
@@ -229,6 +234,7 @@ def _job_listings(actions) -> None:
     logs.add_argument("--json", action="store_true",
                       help="one JSON object per line: ts (epoch s), time (ISO-8601), stream, "
                       "task, attempt, text")
+    inspect.add_job_actions(actions)
 
 
 def _actor(verbs) -> None:

@@ -97,6 +97,10 @@ class JobHandle:
     def tasks(self) -> list[dict]:
         return self.status()["tasks"]
 
+    def summary(self) -> dict:
+        """What each task and attempt waited, ran and used; the totals (`iris job summary`)."""
+        return self._ask("job_summary", self.job_id)
+
     def wait(self, timeout: float | None = None) -> dict:
         """Block until the job ends (or `timeout` s pass); its final status."""
         wait_s = 60.0 if timeout is None else timeout

@@ -25,14 +25,16 @@ from iris.base.errors import ActorNotFoundError, PeerUnavailableError
 _FIRST_BACKOFF_S, _MAX_BACKOFF_S = 0.2, 2.0
 
 
-def _retryable(exc: BaseException) -> bool:
+def _retryable(exc: BaseException, key: str) -> bool:
     if isinstance(exc, ActorNotFoundError):
-        return exc.actor == CONTROLLER_KEY  # not served yet: starting up
+        return exc.actor == key  # not served yet: starting up
     return isinstance(exc, PeerUnavailableError)
 
 
 def call_controller(node: Node, address: str, method: str, args: tuple = (), *,
-                    timeout_s: float = 60.0, auth: bytes | None = None) -> Any:
+                    timeout_s: float = 60.0, auth: bytes | None = None,
+                    key: str = CONTROLLER_KEY) -> Any:
+    """`key`: another actor of the controller's process (its inspector, INSPECT_KEY)."""
     clock = SYSTEM_CLOCK
     deadline = clock.monotonic() + timeout_s
     backoff, told = _FIRST_BACKOFF_S, False
@@ -40,10 +42,10 @@ def call_controller(node: Node, address: str, method: str, args: tuple = (), *,
     while True:
         remaining = deadline - clock.monotonic()
         try:
-            return node.call(address, CONTROLLER_KEY, method, args,
+            return node.call(address, key, method, args,
                              timeout_s=max(remaining, 0.05), auth=auth).result()
         except (PeerUnavailableError, ActorNotFoundError) as exc:
-            if not _retryable(exc) or clock.monotonic() + backoff >= deadline:
+            if not _retryable(exc, key) or clock.monotonic() + backoff >= deadline:
                 raise
             if not told:
                 print(f"iris: waiting for the controller at {address} ({type(exc).__name__}: "

@@ -29,11 +29,13 @@ from iris.controller.gangs.coordinator import (
     Unplaceable,
 )
 from iris.controller.gangs.runner import GangRunner
+from iris.controller.inspect import locate, summary
 from iris.controller.jobs.model import TERMINAL_JOB
 from iris.controller.live_figures import series
 from iris.controller.preemption_notices import apply_notice
 from iris.controller.service import ControllerConfig, ControllerService
 from iris.controller.service_workers import check_report
+from iris.controller.usage import FLUSH_EVERY_S
 from iris.wire import schema
 
 _log = logging.getLogger(__name__)
@@ -248,11 +250,12 @@ class Controller(EffectsOut):
     # says all an older one still waiting did; a controller behind handles one per worker.
     @batched("_reports", check=check_report, late=True, key=lambda r: r.worker_id)
     def report(self, worker_id: str, updates: list[dict], stats: dict | None = None,
-               running: list[str] | None = None) -> dict:
-        """A worker's heartbeat and updates. Over the wire, reports that arrive together are
-        checked on the loop thread and handled in one turn (`_reports`); the answer carries
-        `interval_s`, when to report next (workers.report_interval_s)."""
-        return self._after(self._svc.report(worker_id, updates, stats, running))
+               running: list[str] | None = None, usage: list[dict] = ()) -> dict:
+        """A worker's heartbeat and updates (and its attempts' usage readings). Over the
+        wire, reports that arrive together are checked on the loop thread and handled in
+        one turn (`_reports`); the answer carries `interval_s`, when to report next
+        (workers.report_interval_s)."""
+        return self._after(self._svc.report(worker_id, updates, stats, running, usage))
 
     def _reports(self, msgs: list) -> list:
         """A batch of checked reports (batching.py): one turn, one transaction, one pass."""
@@ -280,6 +283,18 @@ class Controller(EffectsOut):
 
     def list_workers(self) -> list[dict]:
         return self._svc.list_workers()
+
+    # ------------------------------------------------------------ looking inside (inspect.py)
+
+    def job_summary(self, job_id: str) -> dict:
+        """Per task and attempt: queue and run time, how it ended, CPU, peak memory against
+        the request, chip-hours, retries; the job's totals and events (`iris job summary`)."""
+        return summary(self._svc, job_id)
+
+    @requires()  # the inspector actor (inspector.py), in process
+    def inspect_target(self, raw: dict) -> dict:
+        """The live attempt and worker behind a task; an allowed exec is noted first."""
+        return locate(self._svc, raw)
 
     # ------------------------------------------------------------ from the Region actors
 
@@ -370,6 +385,12 @@ class Controller(EffectsOut):
                 self._figure_series = {h: series(self._svc.figures, self._snapshot["at"], h)
                                        for h in FIGURE_WINDOWS_H}
             self._ask_region_stats()
+        if now - self._svc.usage.flushed_at >= FLUSH_EVERY_S:  # usage series to disk
+            self._svc.usage.flushed_at = now
+            try:
+                self._svc.store.put_usage(self._svc.usage.flush(self._svc.state))
+            except IrisError as exc:  # observation only: the job store halts elsewhere
+                _log.error("usage series not stored: %s", exc)
         if now - self._last_prune > _PRUNE_EVERY_S:
             self._last_prune = now
             self._svc.prune()

@@ -10,11 +10,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from iris.actors import ClusterContext, Node, NodeConfig, Registry, Security, tokens
-from iris.actors.keys import CONTROLLER_KEY
+from iris.actors.keys import CONTROLLER_KEY, INSPECT_KEY
 from iris.actors.registry import REGISTRY_KEY
 from iris.base.errors import ConfigError
 from iris.controller.actor import Controller
 from iris.controller.checkpoint import CheckpointSettings, from_storage
+from iris.controller.inspector import Inspector
 from iris.controller.regions.autoscaler import AutoscalerConfig
 from iris.controller.regions.capacity import offers_from_groups
 from iris.controller.regions.region import RegionScaling
@@ -72,6 +73,9 @@ def host_controller(node: Node, config: ControllerConfig) -> None:
     """Serve the registry and the controller in `node` (the cluster's address is its address)."""
     node.host(REGISTRY_KEY, Registry)
     node.host(CONTROLLER_KEY, Controller, (config, node))
+    # Looking inside tasks (issue 31): calls workers with the controller's own token.
+    node.host(INSPECT_KEY, Inspector, (node, tokens.read(
+        config.state_dir / tokens.CLUSTER_TOKEN_FILE)))
 
 
 def log_store_from(cluster: ClusterConfig | None) -> LogStoreConfig | None:

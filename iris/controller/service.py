@@ -43,6 +43,7 @@ from iris.controller.service_regions import RegionRequests
 from iris.controller.service_requests import JobRequests
 from iris.controller.service_workers import REGISTRATIONS_PER_S, WorkerRequests
 from iris.controller.turns import now_mono, now_wall
+from iris.controller.usage import UsageBook
 from iris.controller.workers import DEFAULT_DEAD_AFTER_S, WorkerInfo, WorkerTable
 from iris.logstore.config import LogStoreConfig
 
@@ -167,6 +168,8 @@ class ControllerService(JobRequests, WorkerRequests, Placement, RegionRequests,
         self._live_fits: tuple = (None, None)  # (workers key, checker) for _fits_live
         self._admission, self._admitted_at = float(REGISTRATIONS_PER_S), clock.monotonic()
         self._init_budgets()
+        # What attempts use (series, totals) and their named ports (usage.py, issue 31).
+        self.usage = UsageBook(self.store.usage_series)
         self._admit_slot = float("-inf")  # the last retry time handed to a refused worker
 
     # ------------------------------------------------------------ the one path of change
@@ -207,7 +210,7 @@ class ControllerService(JobRequests, WorkerRequests, Placement, RegionRequests,
 
     def _commit(self, persists: list[ev.Persist], log: list) -> None:
         try:
-            self.store.apply(persists, log)
+            self.store.apply(persists, log, self.usage.take_rows())
         except InvalidRequestError:
             # Memory ran ahead of the disk with data the disk refused: go back to what the
             # disk holds (crash-only, without the crash). Only this request fails.

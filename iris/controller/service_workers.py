@@ -33,11 +33,12 @@ _REGION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 
 def check_report(worker_id: Any, updates: Any, stats: Any = None,
-                 running: Any = None) -> control.WorkerReport:
+                 running: Any = None, usage: Any = ()) -> control.WorkerReport:
     """A worker's report, checked whole (InvalidRequestError names the bad field). Runs on
     the node's loop thread for batched reports (actor.py), off the controller's turn."""
     return control.decode(control.WorkerReport, {
-        "worker_id": worker_id, "updates": updates, "stats": stats, "running": running})
+        "worker_id": worker_id, "updates": updates, "stats": stats, "running": running,
+        "usage": usage})
 
 
 class WorkerRequests:
@@ -61,6 +62,7 @@ class WorkerRequests:
         self._placement_due = True
         _log.info("worker %s registered at %s running %d attempts: %s", msg.worker_id,
                   msg.address, len(msg.running), ", ".join(msg.running))
+        self.usage.observe(msg.worker_id, msg.updates, (), self.state)  # usage.py
         events = [self._update_event(msg.worker_id, u) for u in msg.updates]
         still = set(msg.running)  # what it no longer runs is not stopping any more
         for attempt_id in [a for a in self.stopping.get(msg.worker_id, {}) if a not in still]:
@@ -70,12 +72,12 @@ class WorkerRequests:
         return views.desired_attempts(self.state, msg.worker_id)
 
     def report(self, worker_id: Any, updates: Any, stats: Any = None,
-               running: Any = None) -> dict:
+               running: Any = None, usage: Any = ()) -> dict:
         """Attempt updates from a worker (also its heartbeat). Unknown worker: re-register.
         `stats`: the worker's own figures for /metrics, e.g. {"log_shipping":
         {"max_flush_lag_s": x, "dropped_lines": n}}; kept as last reported. `running`: the
         attempts it runs now, to repair lost start and stop commands (repair.py)."""
-        [answer] = self.reports([check_report(worker_id, updates, stats, running)])
+        [answer] = self.reports([check_report(worker_id, updates, stats, running, usage)])
         if isinstance(answer, Exception):
             raise answer
         return answer
@@ -97,6 +99,7 @@ class WorkerRequests:
                 continue
             if msg.stats is not None:
                 self.worker_stats[msg.worker_id] = msg.stats
+            self.usage.observe(msg.worker_id, msg.updates, msg.usage, self.state)  # usage.py
             if msg.updates:
                 changed.append(len(answers))
                 events += [self._update_event(msg.worker_id, u) for u in msg.updates]
@@ -110,11 +113,18 @@ class WorkerRequests:
             except IrisError as exc:
                 for i in changed:
                     answers[i] = exc
+        self._save_usage()  # readings no transaction above took (usage.py)
         for msg in check:  # after the updates: an attempt that just exited needs no repair
             if msg.running or self.state.by_worker.get(msg.worker_id) \
                     or self.stopping.get(msg.worker_id):  # else nothing to compare
                 self._repair(msg.worker_id, list(msg.running))
         return answers
+
+    def _save_usage(self) -> None:
+        try:
+            self.store.put_usage(self.usage.take_rows())
+        except IrisError as exc:  # usage is observation: a failing disk halts elsewhere
+            _log.error("attempt usage not stored: %s", exc)
 
     def report_interval(self) -> float:
         """Seconds between reports this controller asks of its workers now."""

@@ -12,6 +12,8 @@ plus a JSON API the page (and anything else, e.g. the CLI) reads:
     GET  /api/usage     (accelerator-hours per user over 7 days; budgets: `iris user budget`)
     GET  /api/figures?hours=24   (utilization, queue time by band, preemptions, fragmentation)
     GET  /metrics
+    GET  /api/job/summary, /api/task/stack, /api/task/profile; * /proxy/JOB/TASK/PORT/...
+         (inspect_api.py, proxy.py)
 
 Times in the API are wall-clock epoch seconds (log lines also carry ISO-8601 `time`).
 
@@ -38,9 +40,10 @@ from iris.base.errors import (
     NotFoundError,
     StorageError,
 )
-from iris.dashboard import metrics
+from iris.dashboard import inspect_api, metrics
 from iris.dashboard.backend import MAX_LOG_TAIL, Backend
 from iris.dashboard.page import PAGE_HTML
+from iris.dashboard.proxy import TOKEN_COOKIE
 from iris.dashboard.reads import JobQuery
 
 _log = logging.getLogger(__name__)
@@ -74,6 +77,7 @@ def build_app(backend: Backend, token: str | None,
     app.router.add_get("/api/actors", _actors)
     app.router.add_get("/api/figures", _figures)
     app.router.add_get("/metrics", _metrics)
+    inspect_api.add_routes(app, backend)
     return app
 
 
@@ -84,10 +88,25 @@ async def _access(request: web.Request, handler: Handler) -> web.StreamResponse:
         given = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
         if not given and request.method == "GET":
             given = request.query.get("token", "")
+        proxied = request.path.startswith("/proxy/")
+        if not given and proxied:  # a proxied page's own paths: the cookie its visit got
+            given = request.cookies.get(TOKEN_COOKIE, "")
         if not hmac.compare_digest(given.encode(), token.encode()):
             raise _error(401, "unauthorized", "this dashboard needs its token: open it as "
                          "/?token=T or send 'Authorization: Bearer T'")
+        if proxied and request.query.get("token"):
+            raise _keep_proxy_token(request, token)
     return await handler(request)
+
+
+def _keep_proxy_token(request: web.Request, token: str) -> web.HTTPException:
+    """/proxy/...?token=T: the page's own links and scripts will not carry T, so it goes
+    into a cookie for /proxy/ only (HttpOnly, SameSite=Strict), and the browser is sent to
+    the same address without it (the task's server never sees the token)."""
+    query = {k: v for k, v in request.query.items() if k != "token"}
+    again = web.HTTPSeeOther(str(request.rel_url.with_query(query)))
+    again.set_cookie(TOKEN_COOKIE, token, path="/proxy/", httponly=True, samesite="Strict")
+    return again
 
 
 @web.middleware

@@ -8,6 +8,7 @@ and sent as a Bearer header, so it does not linger in the address bar or in hist
 """
 
 from iris.dashboard.page_figures import FIGURES_JS
+from iris.dashboard.page_inspect import INSPECT_CSS, INSPECT_JS
 from iris.dashboard.page_job import JOB_JS
 
 PAGE_HTML = r"""<!doctype html>
@@ -40,7 +41,7 @@ pre#log-tail{white-space:pre-wrap;word-break:break-all;min-height:60px}
 .tl-run{background:#7bb8e8}.tl-run.succeeded{background:#7cc47c}.tl-run.failed,.tl-run.worker_failed,.tl-run.preempted{background:#e88}
 .tl-run.killed{background:#b9a3dd}.tl-note{white-space:nowrap;overflow:hidden;text-overflow:ellipsis}
 .tl-scale{display:flex;justify-content:space-between;margin-left:120px;width:45%;font-size:12px}
-</style></head><body>
+/*INSPECT_CSS*/</style></head><body>
 <nav><a id="nav-jobs" href="#/jobs">Jobs</a><a id="nav-workers" href="#/workers">Workers</a>
 <a id="nav-scheduler" href="#/scheduler">Scheduler</a><a id="nav-capacity" href="#/capacity">Capacity</a>
 <a id="nav-actors" href="#/actors">Actors</a><a id="nav-usage" href="#/usage">Usage</a><a id="nav-figures" href="#/figures">Figures</a><a href="/metrics">Metrics</a></nav>
@@ -187,8 +188,10 @@ async function refresh(){
  }catch(e){$("error").textContent=e.message;}
 }
 /*JOB_JS*/
+/*INSPECT_JS*/
 /*FIGURES_JS*/
 window.addEventListener("hashchange",refresh);
 refresh();setInterval(()=>{if(!document.hidden)refresh();},2000);
 </script></body></html>
-""".replace("/*JOB_JS*/", JOB_JS).replace("/*FIGURES_JS*/", FIGURES_JS)
+""".replace("/*JOB_JS*/", JOB_JS).replace("/*FIGURES_JS*/", FIGURES_JS).replace(
+    "/*INSPECT_JS*/", INSPECT_JS).replace("/*INSPECT_CSS*/", INSPECT_CSS)

@@ -32,7 +32,8 @@ function renderLogs(){const pre=$("log-tail"),d=logView.data;if(!pre||!d)return;
 function jobSkeleton(id){
  logView=Object.assign(logView,{id,key:"",task:"",stream:"",text:"",data:null,wasLive:null});
  $("content").innerHTML=`<div id="job-head"></div><h3>Attempts</h3><div id="timeline"></div>
-  <div id="tasks-wrap"></div><h3>Logs</h3><div id="log-controls">
+  <div id="tasks-wrap"></div><div id="usage-wrap"></div><div id="tools-wrap"></div>
+  <div id="inspect-out"></div><h3>Logs</h3><div id="log-controls">
   <label>Task <select id="log-task"><option value="">all</option></select></label>
   <label>Stream <select id="log-stream"><option value="">stdout + stderr</option><option value="stdout">stdout</option>
    <option value="stderr">stderr</option><option value="build">environment build (uv)</option></select></label>
@@ -91,6 +92,7 @@ async function jobPage(id){
  if(live)$("kill-button").onclick=async()=>{if(!confirm("Kill "+id+"?"))return;
   try{await api("/api/job/kill",{method:"POST",headers:headers({"X-Iris-Dashboard":"1","Content-Type":"application/json"}),
    body:JSON.stringify({job_id:id})});}catch(e){$("error").textContent="kill refused: "+e.message;}refresh();};
+ await inspectSection(id);
  await loadLogs(live,false);
 }
 """

@@ -6,7 +6,10 @@ missing and unknown fields) before anything acts on it, and names the first wron
 refused message changes no state anywhere. `encode(msg)` gives the plain data to send.
 
     worker -> controller   WorkerRegistration (register_worker), WorkerReport (report),
-                           PreemptionNotice (preemption_notice)
+                           PreemptionNotice (preemption_notice); UsageSample and UsageTotals
+                           ride in reports and attempt updates
+    client -> inspector    TaskRef (stack, url), ProfileRequest, ExecRequest, ExecPoll
+    inspector -> worker    ProfileRequest, ExecStart, ExecPoll (the worker's inspector)
     controller -> worker   Launch (start_attempt), StopRequest (stop_attempt)
     controller -> region   RegionSync (sync), RegionDelta (sync_delta)
     region -> controller   DrainHosts, UndrainHosts, HostsGone
@@ -29,6 +32,8 @@ __all__ = [
     "SliceInfo", "StopRequest", "UndrainHosts", "WorkerRegistration", "WorkerReport",
     "arguments", "decode", "encode",
 ]
+__all__ += ["MAX_PROFILE_S", "ExecPoll", "ExecRequest", "ExecStart", "ProfileRequest",
+            "TaskRef", "UsageSample", "UsageTotals"]
 
 # Ids (workers, attempts, jobs, hosts, slices) are short: 256 characters is far above any the
 # system makes, and bounds what a hostile peer can make the controller keep per entry.
@@ -37,6 +42,43 @@ _ID = limits(max_len=256, non_empty=True)
 _ATTEMPTS = limits(max_items=4096, max_len=256, non_empty=True)
 # Attribute maps: a few dozen keys in practice.
 _ATTRS = limits(max_items=256, max_len=4096)
+
+
+# Port names a task asks for (Resources.ports): IRIS_PORT_<NAME> in its environment.
+_PORTS = limits(max_items=16, min_value=1, max_value=65535)
+
+
+@dataclass(frozen=True)
+class UsageSample:
+    """One reading of a running attempt's use (worker/usage_sampler.py): `cpu_s` is the
+    CPU seconds its processes used since it started (grows), the rest are levels now.
+    `memory_bytes` is what its memory cgroup is charged (page cache included; None without
+    a cgroup); `disk_bytes` its work directory's size (None: not measured this time)."""
+
+    attempt_id: str = field(metadata=_ID)
+    at: float = field(metadata=limits(min_value=0.0))  # wall-clock epoch seconds
+    cpu_s: float = field(metadata=limits(min_value=0.0))
+    rss_bytes: int = field(metadata=limits(min_value=0))
+    memory_bytes: int | None = field(default=None, metadata=limits(min_value=0))
+    disk_bytes: int | None = field(default=None, metadata=limits(min_value=0))
+    accel_busy: float | None = field(default=None, metadata=limits(min_value=0.0,
+                                                                    max_value=1.0))
+
+
+@dataclass(frozen=True)
+class UsageTotals:
+    """What one attempt used over its whole run, sent with its end ("exited", "preempted").
+    `cpu_s` counts its reaped children too (the exit's rusage); `peak_rss_bytes` is the
+    largest resident set seen (samples, and the kernel's own high-water mark at exit);
+    `peak_memory_bytes` the cgroup's high-water mark (what a memory limit counts)."""
+
+    cpu_s: float = field(metadata=limits(min_value=0.0))
+    peak_rss_bytes: int = field(metadata=limits(min_value=0))
+    peak_memory_bytes: int | None = field(default=None, metadata=limits(min_value=0))
+    disk_bytes: int | None = field(default=None, metadata=limits(min_value=0))
+    accel_busy: float | None = field(default=None, metadata=limits(min_value=0.0,
+                                                                    max_value=1.0))
+    oom_killed: bool = False  # the kernel's OOM killer ended it in its memory cgroup
 
 
 @dataclass(frozen=True)
@@ -51,6 +93,10 @@ class AttemptUpdate:
     error: str = ""
     # The task's pickled return value (exited with code 0), kept as the job's result.
     result: bytes | None = None
+    # With "running": the ports the worker gave its named ports (Resources.ports).
+    ports: dict[str, int] | None = field(default=None, metadata=_PORTS)
+    # With "exited" or "preempted": what the attempt used over its run.
+    usage: UsageTotals | None = None
 
 
 @dataclass(frozen=True)
@@ -73,6 +119,8 @@ class WorkerReport:
     updates: tuple[AttemptUpdate, ...] = field(metadata=limits(max_items=4096))
     stats: dict[str, Any] | None = field(default=None, metadata=limits(max_items=64))
     running: tuple[str, ...] | None = field(default=None, metadata=_ATTEMPTS)
+    # Readings of running attempts since the last report (at most one per attempt).
+    usage: tuple[UsageSample, ...] = field(default=(), metadata=limits(max_items=4096))
 
 
 @dataclass(frozen=True)
@@ -193,3 +241,62 @@ def arguments(cls: type, names: tuple[str, ...], args: tuple) -> Any:
                                   f"({', '.join(names)}), got {len(args)}")
     return decode(cls, dict(zip(names, args, strict=False)))
 
+
+
+# ------------------------------------------------------------ looking inside a task (issue 31)
+
+# A profile samples a live process; longer than 10 minutes is a mistake (a typo of units),
+# and the calls that carry it must outlive it.
+MAX_PROFILE_S = 600.0
+_JOB = limits(max_len=1024, non_empty=True)
+_ARGV = limits(max_items=4096, max_len=65536)  # an empty argv is refused where it is used
+
+
+@dataclass(frozen=True)
+class TaskRef:
+    """One task of a job: `iris task stack JOB/TASK`, `iris job url JOB PORT --task N`."""
+
+    job_id: str = field(metadata=_JOB)
+    task_index: int = field(default=0, metadata=limits(min_value=0, max_value=1 << 20))
+
+
+@dataclass(frozen=True)
+class ProfileRequest:
+    """A sampling profile of a live task for `seconds`, at `rate` samples a second.
+    To a worker's inspector, `job_id` is the attempt's id."""
+
+    job_id: str = field(metadata=_JOB)
+    task_index: int = field(default=0, metadata=limits(min_value=0, max_value=1 << 20))
+    seconds: float = field(default=10.0, metadata=limits(min_value=0.1,
+                                                         max_value=MAX_PROFILE_S))
+    # py-spy's default; 1,000/s is its own upper bound for a sane overhead.
+    rate: int = field(default=100, metadata=limits(min_value=1, max_value=1000))
+
+
+@dataclass(frozen=True)
+class ExecRequest:
+    """Run `argv` in a task's environment on its host (`iris task exec`). `user` is who
+    asks: the job's owner (operators use the admin method and may name anyone)."""
+
+    job_id: str = field(metadata=_JOB)
+    argv: tuple[str, ...] = field(metadata=_ARGV)
+    user: str = field(metadata=limits(max_len=256, non_empty=True))
+    task_index: int = field(default=0, metadata=limits(min_value=0, max_value=1 << 20))
+
+
+@dataclass(frozen=True)
+class ExecStart:
+    """To the worker's inspector: start `argv` beside attempt `attempt_id` as `session`."""
+
+    attempt_id: str = field(metadata=_ID)
+    session: str = field(metadata=limits(max_len=64, non_empty=True))
+    argv: tuple[str, ...] = field(metadata=_ARGV)
+
+
+@dataclass(frozen=True)
+class ExecPoll:
+    """Output of an exec session after byte `cursor`, waiting up to `wait_s` for some."""
+
+    session: str = field(metadata=limits(max_len=64, non_empty=True))
+    cursor: int = field(default=0, metadata=limits(min_value=0))
+    wait_s: float = field(default=1.0, metadata=limits(min_value=0.0, max_value=10.0))

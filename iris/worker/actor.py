@@ -24,7 +24,7 @@ from typing import Any
 
 from iris.actors import Node, actor, tokens
 from iris.actors.hosting import requires
-from iris.actors.keys import worker_key
+from iris.actors.keys import worker_inspect_key, worker_key
 from iris.base.clock import SYSTEM_CLOCK
 from iris.base.errors import IrisError, OverloadedError
 from iris.base.resources import Resources
@@ -35,8 +35,11 @@ from iris.wire.fencing import REPORT_INTERVAL_MAX_S
 from iris.worker import attempts, cgroups, lease
 from iris.worker.attempt_work import AttemptWork, SinkKey, sink_key
 from iris.worker.inbox import Inbox
+from iris.worker.inspector import WorkerInspector
+from iris.worker.process import AttemptProcess
 from iris.worker.records import proc_start_ticks
 from iris.worker.runner import AttemptRunner, RunnerConfig
+from iris.worker.usage_sampler import SamplerConfig, UsageSampler, samples_for
 from iris.worker.watchdog import ensure_running
 
 _log = logging.getLogger(__name__)
@@ -85,8 +88,10 @@ class Worker:
         self._me = (os.getpid(), proc_start_ticks(os.getpid()) or 0)
         self._inbox = Inbox(self._wake)
         self._executor = ThreadPoolExecutor(_EXECUTOR_THREADS, f"iris-worker-{worker_id}")
+        # What each attempt uses, read on a thread of its own (usage_sampler.py, issue 31).
+        self._sampler = UsageSampler(self._runner.live, SamplerConfig.from_env())
         self._work = AttemptWork(self._runner, self._inbox, self._on_event,
-                                 self._on_shipping, self._on_shipper_closed)
+                                 self._on_shipping, self._on_shipper_closed, self._sampler)
 
     # ------------------------------------------------------------ called by the controller
 
@@ -125,6 +130,14 @@ class Worker:
 
     def on_start(self) -> None:
         self._runner.recover(adopt=False)  # a previous life's attempts: killed, not run twice
+        self._sampler.start()
+        self._node.host(worker_inspect_key(self.worker_id), WorkerInspector,
+                        (self._process_of, self._root / "inspect"))
+
+    def _process_of(self, attempt_id: str) -> AttemptProcess | None:
+        """The running process of an attempt this worker holds (for its inspector)."""
+        held = self._book.held.get(attempt_id)
+        return self._runner.process(held.task_id, held.launch.attempt_number) if held else None
 
     def on_tick(self) -> None:
         self._inbox.drain()
@@ -140,6 +153,7 @@ class Worker:
             self._report()
 
     def on_stop(self) -> None:
+        self._sampler.stop()
         self._executor.shutdown(wait=False, cancel_futures=True)  # starts not begun never will
         self._runner.close()  # every attempt stopped (its grace each): nothing left to fence
         if self._registered:  # so the controller requeues at once, not after the silence
@@ -227,10 +241,12 @@ class Worker:
         # has its update here.
         sent = list(self._book.updates.items())
         sent_at = SYSTEM_CLOCK.monotonic()
+        # Usage readings ride along only when there are some (most reports have none).
+        usage = samples_for(self._sampler.take(), self._book.held)
         try:
             answer = self._call("report", self.worker_id, _wire(sent),
                                 {"log_shipping": self._shipping_stats()},
-                                sorted(self._book.held))
+                                sorted(self._book.held), *([usage] if usage else []))
         except IrisError as exc:
             _log.warning("worker %s: report failed (will retry): %s", self.worker_id, exc)
             return

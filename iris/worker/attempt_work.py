@@ -23,8 +23,10 @@ from iris.wire import control
 from iris.worker import attempts
 from iris.worker.inbox import Inbox
 from iris.worker.outcome import Outcome
+from iris.worker.ports import PortBook, port_env
 from iris.worker.process import AttemptProcess
 from iris.worker.runner import AttemptRequest, AttemptRunner, AttemptState
+from iris.worker.usage_sampler import UsageSampler
 
 _log = logging.getLogger(__name__)
 # Error text of a failed attempt: the last lines it wrote to stderr.
@@ -39,14 +41,15 @@ def sink_key(log_store: dict) -> SinkKey:
     return tuple(sorted(log_store.items()))
 
 
-def request_of(launch: control.Launch) -> AttemptRequest:
+def request_of(launch: control.Launch, ports: dict[str, int] | None = None) -> AttemptRequest:
     entry = launch.entrypoint
     return AttemptRequest(
         task_id=f"{launch.job_id}[{launch.task_index}]", attempt=launch.attempt_number,
         resources=Resources.from_dict(launch.resources or {}),
         command=tuple(entry.argv) if entry.kind == "command" else (),
         payload=entry.payload if entry.kind == "callable" else None,
-        pip=tuple(launch.pip), env=launch.env, bundle=launch.bundle)
+        pip=tuple(launch.pip), env={**launch.env, **port_env(ports or {})},
+        bundle=launch.bundle)
 
 
 class AttemptWork:
@@ -54,12 +57,15 @@ class AttemptWork:
 
     def __init__(self, runner: AttemptRunner, inbox: Inbox,
                  on_event: Callable[[attempts.Event], None], on_shipping: OnShipping,
-                 on_closed: OnShipperClosed):
+                 on_closed: OnShipperClosed, sampler: UsageSampler | None = None,
+                 ports: PortBook | None = None):
         self._runner = runner
         self._inbox = inbox
         self._on_event = on_event
         self._on_shipping = on_shipping
         self._on_closed = on_closed
+        self.sampler = sampler  # what each attempt used, sent with its end
+        self.ports = ports or PortBook()
 
     def start(self, launch: control.Launch, sink: LogSink | None) -> None:
         """Start one attempt; its phases and its end come back as events."""
@@ -72,10 +78,13 @@ class AttemptWork:
                                  launch.attempt_number)
             self._inbox.post(self._on_shipping, attempt_id, sink_key(launch.log_store), sink,
                              shipper)
-            watch = _Watch(self, attempt_id, shipper)
-            self._runner.start(request_of(launch), watch.on_output, watch.on_state,
+            ports = self.ports.assign(attempt_id, Resources.from_dict(
+                launch.resources or {}).ports)
+            watch = _Watch(self, attempt_id, shipper, ports)
+            self._runner.start(request_of(launch, ports), watch.on_output, watch.on_state,
                                watch.on_exit)
         except Exception as exc:  # refused or failed to build: the attempt fails with why
+            self.ports.release(attempt_id)
             if shipper is not None:
                 shipper.write("stderr", f"[iris] attempt could not start: {exc}\n")
                 self.close_shipper(attempt_id, shipper)
@@ -101,10 +110,12 @@ class _Watch:
     """One attempt's callbacks, called on the runner's threads (start, output readers, the
     process watcher): output goes straight to the shipper, the rest becomes messages."""
 
-    def __init__(self, work: AttemptWork, attempt_id: str, shipper: LogShipper):
+    def __init__(self, work: AttemptWork, attempt_id: str, shipper: LogShipper,
+                 ports: dict[str, int]):
         self._work = work
         self._attempt_id = attempt_id
         self._shipper = shipper
+        self._ports = ports
         self._tail: collections.deque[bytes] = collections.deque(maxlen=_ERROR_TAIL_LINES)
 
     def on_output(self, stream: str, line: bytes, ts: float) -> None:
@@ -114,13 +125,21 @@ class _Watch:
 
     def on_state(self, state: AttemptState) -> None:
         status = "building" if state is AttemptState.BUILDING else "running"
-        self._work.tell(attempts.PhaseReached(self._attempt_id, status))
+        self._work.tell(attempts.PhaseReached(
+            self._attempt_id, status, self._ports if status == "running" else None))
 
     def on_exit(self, proc: AttemptProcess, outcome: Outcome) -> None:
         result = _read_result(proc.spec.attempt_dir / "result.pkl")
+        usage = None
+        if self._work.sampler is not None:
+            try:
+                usage = self._work.sampler.finish(proc, outcome)
+            except Exception:  # the end is reported whatever the accounting says
+                _log.exception("usage totals of %s", self._attempt_id)
+        self._work.ports.release(self._attempt_id)
         self._work.close_shipper(self._attempt_id, self._shipper)  # stored before "exited"
         self._work.tell(attempts.Exited(self._attempt_id, outcome, result,
-                                        b"".join(self._tail)), urgent=True)
+                                        b"".join(self._tail), usage), urgent=True)
 
 
 def _read_result(path: Path) -> bytes | None:

@@ -102,6 +102,7 @@ class LeaseRenewed:
 class PhaseReached:
     attempt_id: str
     status: Literal["building", "running"]
+    ports: dict[str, int] | None = None  # with "running": its named ports (ports.py)
 
 
 @dataclass(frozen=True)
@@ -117,6 +118,7 @@ class Exited:
     outcome: Outcome
     result: bytes | None = None
     stderr_tail: bytes = b""
+    usage: control.UsageTotals | None = None  # what it used over its run (usage_sampler.py)
 
 
 @dataclass(frozen=True)
@@ -201,7 +203,8 @@ def _phase(book: Book, event: PhaseReached, now: float) -> list[Effect]:
     held = book.held.get(event.attempt_id)
     if held is None:
         return []
-    _queue(book, event.attempt_id, event.status)
+    _queue(book, event.attempt_id, event.status,
+           **({"ports": event.ports} if event.ports else {}))
     if event.status == "running" and held.phase is not Phase.RUNNING:
         held.phase, held.since = Phase.RUNNING, now
         if held.stop_wanted:
@@ -220,9 +223,10 @@ def _exited(book: Book, event: Exited, now: float) -> list[Effect]:
     book.held.pop(event.attempt_id, None)  # an adopted attempt may end unheld: still said
     outcome = event.outcome
     if outcome.kind is OutcomeKind.SUCCEEDED:
-        _queue(book, event.attempt_id, "exited", exit_code=0, result=event.result)
+        _queue(book, event.attempt_id, "exited", exit_code=0, result=event.result,
+               usage=event.usage)
     elif not book.lease_held(now):  # the watchdog fenced it
-        _queue(book, event.attempt_id, "preempted", error=(
+        _queue(book, event.attempt_id, "preempted", usage=event.usage, error=(
             f"stopped by fencing: no acknowledged report for {FENCE_AFTER_S:.0f} s "
             "(this worker was cut off from the controller)"))
     else:
@@ -231,7 +235,7 @@ def _exited(book: Book, event: Exited, now: float) -> list[Effect]:
         if event.stderr_tail:
             error += "\n" + event.stderr_tail.decode("utf-8", "replace").rstrip()
         _queue(book, event.attempt_id, "exited", exit_code=code or 1, error=error,
-               result=event.result)
+               result=event.result, usage=event.usage)
     return [Flush()]
 
 

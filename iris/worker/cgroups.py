@@ -129,6 +129,17 @@ class AttemptCgroup:
                 return int(value)
         return 0
 
+    def memory_now(self) -> int | None:
+        """Bytes charged to the cgroup now (page cache included), None if unreadable."""
+        name = "memory.current" if self.version is CgroupVersion.V2 else "memory.usage_in_bytes"
+        return _read_int(self.path / name)
+
+    def memory_peak(self) -> int | None:
+        """The most bytes ever charged to it (v1 `max_usage_in_bytes`, v2 `memory.peak`,
+        which kernels before 5.19 lack): what its memory limit compared against."""
+        name = "memory.peak" if self.version is CgroupVersion.V2 else "memory.max_usage_in_bytes"
+        return _read_int(self.path / name)
+
     def remove(self) -> bool:
         """Remove the (empty) cgroup; False if it still had processes."""
         self.kill_all()
@@ -139,6 +150,13 @@ class AttemptCgroup:
         except OSError:
             return False
         return True
+
+
+def _read_int(path: Path) -> int | None:
+    try:
+        return int(path.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _rmdir_quietly(path: Path) -> None:

@@ -80,13 +80,37 @@ class Leader(Protocol):
         """Block until it exits; Popen-style returncode, or None if it cannot be known."""
 
 
+@dataclass(frozen=True)
+class ExitUsage:
+    """What the kernel said about an attempt as it ended: CPU seconds of the leader and the
+    descendants it reaped, and its resident high-water mark (wait4's rusage); the memory
+    cgroup's high-water mark (read before the cgroup is removed). None: not known."""
+
+    cpu_s: float | None = None
+    maxrss_bytes: int | None = None
+    peak_memory_bytes: int | None = None
+
+
+def rusage_of(usage: object) -> tuple[float, int]:
+    """(CPU seconds, max RSS bytes) from a resource.struct_rusage (ru_maxrss is in KiB)."""
+    return usage.ru_utime + usage.ru_stime, usage.ru_maxrss * 1024  # type: ignore[attr-defined]
+
+
 class _PopenLeader:
     def __init__(self, popen: subprocess.Popen):
         self._popen = popen
         self.pid = popen.pid
+        self.rusage: tuple[float, int] | None = None
 
     def wait_returncode(self) -> int | None:
-        return self._popen.wait()
+        # wait4, not Popen.wait: the rusage is the attempt's CPU time and memory peak.
+        try:
+            _, status, usage = os.wait4(self.pid, 0)
+        except ChildProcessError:  # reaped elsewhere (never here): Popen knows the code
+            return self._popen.wait()
+        self.rusage = rusage_of(usage)
+        self._popen.returncode = os.waitstatus_to_exitcode(status)
+        return self._popen.returncode
 
 
 class PidfdLeader:
@@ -164,6 +188,7 @@ class AttemptProcess:
         self._stop_requested = False
         self._done = threading.Event()
         self._outcome: Outcome | None = None
+        self.exit_usage = ExitUsage()  # filled in as it ends, before on_exit runs
         self._watcher = threading.Thread(target=self._watch, daemon=True,
                                          name=f"iris-attempt-{spec.task_id}-{spec.attempt}")
         self._watcher.start()
@@ -175,6 +200,11 @@ class AttemptProcess:
     @property
     def pgid(self) -> int:
         return self._leader.pid  # start_new_session: the leader's pid is its group's id
+
+    @property
+    def cgroup(self) -> AttemptCgroup | None:
+        """Its memory cgroup (None where the host has none): what it is charged, its pids."""
+        return self._cgroup
 
     @property
     def memory_limit_enforced(self) -> bool:
@@ -310,6 +340,10 @@ class AttemptProcess:
                              "escaped); giving up on it", self.spec.task_id,
                              self.spec.attempt, reader.name)
         oom_kills = self._cgroup.oom_kills() if self._cgroup else 0
+        rusage = getattr(self._leader, "rusage", None)
+        self.exit_usage = ExitUsage(
+            cpu_s=rusage[0] if rusage else None, maxrss_bytes=rusage[1] if rusage else None,
+            peak_memory_bytes=self._cgroup.memory_peak() if self._cgroup else None)
         if self._cgroup is not None and not self._cgroup.remove():
             _log.warning("cgroup %s could not be removed", self._cgroup.path)
         if returncode is None:

@@ -228,6 +228,16 @@ class AttemptRunner:
         with self._lock:
             return self._table.running()
 
+    def live(self) -> list[AttemptProcess]:
+        """The attempts whose processes run now (for the usage sampler and inspection)."""
+        with self._lock:
+            return [p for p in self._procs.values() if p is not None]
+
+    def process(self, task_id: str, attempt: int) -> AttemptProcess | None:
+        """The running process of one attempt, None if it is not running here."""
+        with self._lock:
+            return self._procs.get((task_id, attempt))
+
     def free(self) -> dict[str, float]:
         with self._lock:
             return self._ledger.free()

@@ -65,9 +65,11 @@ class _ZygoteLeader:
         self._done = threading.Event()
         self._returncode: int | None = None
         self._lost = False
+        self.rusage: tuple[float, int] | None = None  # (CPU s, max RSS bytes), from wait4
 
-    def _finish(self, returncode: int | None, lost: bool = False) -> None:
-        self._returncode, self._lost = returncode, lost
+    def _finish(self, returncode: int | None, lost: bool = False,
+                rusage: tuple[float, int] | None = None) -> None:
+        self._returncode, self._lost, self.rusage = returncode, lost, rusage
         self._done.set()
 
     def wait_returncode(self) -> int | None:
@@ -98,7 +100,8 @@ class Zygote:
         self._next_id = 0
         self._pending: dict[int, list] = {}  # request id -> [event, reply]
         self._leaders: dict[int, _ZygoteLeader] = {}
-        self._early_exits: dict[int, int] = {}  # exits that overtook their "started" reply
+        # (code, rusage) of exits that overtook their "started" reply
+        self._early_exits: dict[int, tuple] = {}
         self._closed = False
         self._ready = threading.Event()
         self._reader = threading.Thread(target=self._read_loop, daemon=True,
@@ -155,7 +158,8 @@ class Zygote:
         with self._lock:
             leader = _ZygoteLeader(pid)
             if pid in self._early_exits:
-                leader._finish(self._early_exits.pop(pid))
+                returncode, rusage = self._early_exits.pop(pid)
+                leader._finish(returncode, rusage=rusage)
             elif self._closed:
                 leader._finish(None, lost=True)
             else:
@@ -180,10 +184,11 @@ class Zygote:
                 self._ready.set()
             elif msg["op"] == "exited":
                 leader = self._leaders.pop(msg["pid"], None)
+                rusage = tuple(msg["rusage"]) if msg.get("rusage") else None
                 if leader is None:
-                    self._early_exits[msg["pid"]] = msg["returncode"]
+                    self._early_exits[msg["pid"]] = (msg["returncode"], rusage)
                 else:
-                    leader._finish(msg["returncode"])
+                    leader._finish(msg["returncode"], rusage=rusage)
             elif msg.get("id") in self._pending:
                 slot = self._pending.pop(msg["id"])
                 slot[1] = msg

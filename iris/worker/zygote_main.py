@@ -7,7 +7,8 @@ ends are the same trusted worker, never a network peer):
     worker -> zygote  {"op": "spawn", "id": n, "payload_path", "env", "cwd", "cgroup_procs"}
                       with SCM_RIGHTS fds [stdout, stderr]
     zygote -> worker  {"op": "started", "id": n, "pid": p} | {"op": "error", "id": n, "error"}
-                      {"op": "exited", "pid": p, "returncode": rc}    (Popen-style rc)
+                      {"op": "exited", "pid": p, "returncode": rc,     (Popen-style rc)
+                       "rusage": [cpu_s, maxrss_bytes]}                 (wait4's)
 
 EOF on the socket means the worker is gone: the zygote exits, its children (attempts, each
 in its own session) run on for a restarted worker to adopt or kill.
@@ -78,12 +79,13 @@ def _send(sock: socket.socket, msg: dict) -> None:
 def _reap(sock: socket.socket) -> None:
     while True:
         try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
+            pid, status, usage = os.wait4(-1, os.WNOHANG)
         except ChildProcessError:
             return
         if pid == 0:
             return
-        _send(sock, {"op": "exited", "pid": pid, "returncode": os.waitstatus_to_exitcode(status)})
+        _send(sock, {"op": "exited", "pid": pid, "returncode": os.waitstatus_to_exitcode(status),
+                     "rusage": [usage.ru_utime + usage.ru_stime, usage.ru_maxrss * 1024]})
 
 
 def _spawn(sock: socket.socket, wake_r: int, req: dict, fds: list[int]) -> None:

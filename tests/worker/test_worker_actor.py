@@ -29,6 +29,7 @@ class FakeController:
     def __init__(self) -> None:
         self.cond = threading.Condition()
         self.updates: list[dict] = []
+        self.samples: list[dict] = []  # usage readings (control.UsageSample)
         self.bundles: dict[str, bytes] = {}
         self.gate = threading.Event()
         self.gate.set()
@@ -37,8 +38,10 @@ class FakeController:
         self._record(updates)
         return []
 
-    def report(self, worker_id, updates, stats=None, running=None) -> dict:
+    def report(self, worker_id, updates, stats=None, running=None, usage=()) -> dict:
         self._record(updates)
+        with self.cond:
+            self.samples.extend(usage)
         return {"acked": [u["attempt_id"] for u in updates]}
 
     def goodbye(self, worker_id, address) -> None:

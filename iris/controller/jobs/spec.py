@@ -240,7 +240,7 @@ def _resources(res: Any) -> Resources:
         return Resources()
     if isinstance(res, Mapping):
         unknown = sorted(set(res) - {"cpu", "memory", "disk", "tpu", "gpu", "count",
-                                      "hosts"})
+                                      "hosts", "ports"})
         if unknown:
             raise InvalidRequestError(f"resources.{unknown[0]}: unknown field",
                                       f"resources.{unknown[0]}")

@@ -31,6 +31,7 @@ from pathlib import Path
 import msgpack
 
 from iris.base.errors import ConfigError, InvalidRequestError, NotFoundError, StorageError
+from iris.controller.jobs import usage_rows
 from iris.controller.jobs.events import Persist
 from iris.controller.jobs.model import Attempt, Job, Task
 from iris.controller.jobs.spec import JobSpec
@@ -38,7 +39,8 @@ from iris.controller.jobs.state import KernelConfig, KernelState
 from iris.wire.states import DB_NAME
 
 # 2: the lineage table (where this state came from: restores and rollbacks of checkpoints).
-SCHEMA_VERSION = 2
+# 3: attempt_usage (what each attempt used, its named ports) and job_notes (issue 31).
+SCHEMA_VERSION = 3
 
 _META = "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
 _SCHEMA = """
@@ -72,7 +74,7 @@ CREATE TABLE IF NOT EXISTS replay_base (
 CREATE TABLE IF NOT EXISTS lineage (
     seq INTEGER PRIMARY KEY, at REAL NOT NULL, what TEXT NOT NULL, detail TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS budgets (subject TEXT PRIMARY KEY, record TEXT NOT NULL);
-"""
+""" + usage_rows.SCHEMA
 
 
 def _v1_to_v2(db: sqlite3.Connection) -> None:
@@ -80,9 +82,14 @@ def _v1_to_v2(db: sqlite3.Connection) -> None:
                "what TEXT NOT NULL, detail TEXT NOT NULL)")
 
 
+def _v2_to_v3(db: sqlite3.Connection) -> None:
+    for statement in filter(str.strip, usage_rows.SCHEMA.split(";")):
+        db.execute(statement)
+
+
 # version -> the step to the next one. Opening an older file runs the steps in one
 # transaction; a file from a newer Iris is refused before anything in it is touched.
-_MIGRATIONS = {1: _v1_to_v2}
+_MIGRATIONS = {1: _v1_to_v2, 2: _v2_to_v3}
 
 _JOB_UPSERT = """
 INSERT INTO jobs (job_id, state, finished_at, spec, payload, record) VALUES (?, ?, ?, ?, ?, ?)
@@ -158,12 +165,15 @@ class JobStore:
         self.close()
 
     def apply(self, persists: Persist | Iterable[Persist],
-              log: Iterable[tuple[float, str, bytes]] = ()) -> None:
+              log: Iterable[tuple[float, str, bytes]] = (),
+              usage: Iterable[usage_rows.Row] = ()) -> None:
         """Commit one or more Persist effects atomically, with the events that made them
-        (`log`: (at, kind, body) rows of jobs/event_log.py, for replay); return only once
-        committed."""
+        (`log`: (at, kind, body) rows of jobs/event_log.py, for replay) and what attempts
+        reported using (`usage`, controller/usage.py: no fsync of its own); return only
+        once committed."""
         batch = [persists] if isinstance(persists, Persist) else list(persists)
         if not batch:
+            self.put_usage(usage)
             return
         db = self._db
         try:
@@ -172,6 +182,7 @@ class JobStore:
                 for p in batch:
                     self._write(p)
                 db.executemany("INSERT INTO event_log (at, kind, body) VALUES (?, ?, ?)", log)
+                usage_rows.write(db, usage)
                 db.execute("COMMIT")
             except BaseException:
                 db.execute("ROLLBACK")
@@ -204,7 +215,8 @@ class JobStore:
                    (p.event_id, p.kind, p.at))
 
     def _delete_job(self, job_id: str) -> None:
-        for table in ("jobs", "tasks", "attempts", "results", "requests"):
+        for table in ("jobs", "tasks", "attempts", "results", "requests",
+                      *usage_rows.TABLES):
             self._db.execute(f"DELETE FROM {table} WHERE job_id = ?", (job_id,))
 
     def load(self, config: KernelConfig | None = None) -> KernelState:
@@ -367,6 +379,38 @@ class JobStore:
         except sqlite3.Error as exc:
             raise StorageError(f"job store: cannot write the budget of {subject}: {exc}") \
                 from exc
+
+    # ------------------------------------------------------------ usage and notes (usage_rows)
+
+    def put_usage(self, rows: Iterable[usage_rows.Row]) -> None:
+        """Attempts' usage rows in one transaction of their own (what `apply` did not take)."""
+        rows = list(rows)
+        if rows:
+            self._own_transaction(lambda db: usage_rows.write(db, rows), "usage")
+
+    def usage_of(self, job_id: str) -> dict[str, usage_rows.Stored]:
+        """attempt id -> what is stored of its usage, for one job."""
+        return usage_rows.read(self._db, job_id)
+
+    def usage_series(self, attempt_id: str) -> bytes | None:
+        return usage_rows.series(self._db, attempt_id)
+
+    def add_note(self, job_id: str, at: float, kind: str, detail: dict) -> None:
+        """Something done to a job from outside its code (an exec into a task): kept with
+        the job, shown in its summary, pruned with it."""
+        self._own_transaction(lambda db: usage_rows.add_note(db, job_id, at, kind, detail),
+                              "a note")
+
+    def notes(self, job_id: str) -> list[dict]:
+        return usage_rows.notes(self._db, job_id)
+
+    def _own_transaction(self, write, what: str) -> None:
+        try:
+            with self._db:
+                self._db.execute("BEGIN")
+                write(self._db)
+        except sqlite3.Error as exc:
+            raise StorageError(f"job store: cannot write {what}: {exc}") from exc
 
     def budget_records(self) -> dict[str, dict]:
         rows = self._db.execute("SELECT subject, record FROM budgets").fetchall()
