@@ -73,12 +73,12 @@ class IrisBackend:
     def map_stream(self, fn: Callable, items: list, opts: MapOptions) -> Iterator[tuple]:
         tasks = max(1, min(opts.max_parallel or self._slots(opts), len(items)))
         out: SimpleQueue = SimpleQueue()
-        name = f"/_iris/map/{uuid.uuid4().hex[:12]}"
+        name = f"/iris-internal/map/{uuid.uuid4().hex[:12]}"
         ref = self.ctx.serve(MapCoordinator, name, items, opts.retries, tasks, out)
         job = None
         try:
             job = client_jobs.submit(
-                map_worker, ref, fn, name=opts.name, replicas=tasks, resources=opts.resources,
+                map_worker, ref, fn, name=f"{opts.name}-{uuid.uuid4().hex[:6]}", replicas=tasks, resources=opts.resources,
                 max_retries_failure=opts.retries, max_task_failures=tasks)
             yield from self._drain(job, ref, out, len(items))
         finally:
@@ -139,7 +139,7 @@ class IrisBackend:
             held = ctx.__dict__.get("_iris_objects")
             if held is None:
                 store: dict = {}
-                name = f"/_iris/objects/{ctx.node.id}"
+                name = f"/iris-internal/objects/{ctx.node.id}"
                 held = ctx.__dict__["_iris_objects"] = (store, ctx.serve(ObjectHolder, name,
                                                                          store))
             return held

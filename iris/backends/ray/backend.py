@@ -18,8 +18,6 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import cloudpickle
-
 from iris.actors.current import current_context
 from iris.actors.refs import ActorGroup, ActorRef
 from iris.backends import common
@@ -155,8 +153,10 @@ class RayBackend:
         label = name or getattr(entry, "__name__", "job").strip("<>").replace("_", "-")
         job_id = self._job_id(label)
         namespace = "/" + "/".join(job_id.strip("/").split("/")[:2])
-        payload = (common.check_args_picklable(entry, args) if callable(entry)
-                   else cloudpickle.dumps(list(entry)))
+        if callable(entry):
+            common.check_args_picklable(entry, args)
+        # Handed to Ray as objects, not pre-pickled: Ray must see ObjectRefs inside them.
+        payload = (entry, args, {}) if callable(entry) else list(entry)
         runtime_env = {}
         if env:
             runtime_env["env_vars"] = {**env, "IRIS_BACKEND": "ray"}

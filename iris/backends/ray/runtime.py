@@ -9,11 +9,10 @@ task's exception in RayTaskError; the caller gets the task's own exception back 
 
 from __future__ import annotations
 
+import re
 import subprocess
 from concurrent.futures import Future
 from typing import Any
-
-import cloudpickle
 
 from iris.actors.current import current_context
 from iris.actors.future import ActorFuture
@@ -21,6 +20,7 @@ from iris.backends.common import TaskInfo, task_var, with_remote_traceback
 from iris.base.errors import ActorDiedError, JobFailedError, RemoteError, WorkerLostError
 
 RAY_NAMESPACE = "iris"  # every Iris name lives in this Ray namespace, as its full path
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")  # Ray colours its traceback headers
 
 
 def enter(namespace: str, info: TaskInfo | None = None) -> None:
@@ -34,10 +34,9 @@ def enter(namespace: str, info: TaskInfo | None = None) -> None:
         task_var.set(info)
 
 
-def run_task(payload: bytes, namespace: str, info: TaskInfo) -> Any:
+def run_task(entry: Any, namespace: str, info: TaskInfo) -> Any:
     """A job's task in a Ray worker: (fn, args, kwargs) or a command list."""
     enter(namespace, info)
-    entry = cloudpickle.loads(payload)
     if isinstance(entry, list):
         code = subprocess.call(entry, stdin=subprocess.DEVNULL)
         if code != 0:
@@ -60,7 +59,7 @@ def translate(exc: BaseException, where: str) -> BaseException:
 
     if isinstance(exc, rex.RayTaskError):
         cause = getattr(exc, "cause", None)
-        text = str(exc)
+        text = _ANSI.sub("", str(exc))
         if isinstance(cause, BaseException):
             return with_remote_traceback(cause, text, where)
         return RemoteError(f"{where}: {text.splitlines()[0] if text else 'failed'}",
