@@ -3,15 +3,17 @@
 Not the scheduler: a task starts at once. The outcome follows Iris: `result()` is the
 value (a list with replicas), a task's exception is re-raised as itself with
 `remote_traceback` and a note; `max_retries_failure` reruns a failed task; `timeout` ends
-the job FAILED; `kill()` ends it KILLED. A thread cannot be stopped from outside, so a
-killed or timed-out thread task runs on until it returns, its result ignored; a task in
-a child process is killed. Arguments reach the task as copies (unpickled from the pickle
+the job FAILED; `kill()` ends it KILLED. A thread cannot be killed: a killed or timed-out
+thread task gets TaskKilled raised in it (an asynchronous exception, seen at its next
+Python bytecode: a loop stops at once, a blocking call such as a 60 s sleep first
+returns); a task in a child process is killed. Arguments reach the task as copies (unpickled from the pickle
 checked at submit), as they would over the wire, so shared-mutation bugs show here too.
 """
 
 from __future__ import annotations
 
 import contextvars
+import ctypes
 import os
 import subprocess
 import sys
@@ -27,6 +29,10 @@ from iris.base.errors import JobFailedError
 from iris.wire.states import TERMINAL_JOB, JobState, TaskState
 
 _TERMINAL = frozenset(s.value for s in TERMINAL_JOB)
+
+
+class TaskKilled(BaseException):
+    """Raised inside an in-process thread task whose job was killed or timed out."""
 
 
 class _Task:
@@ -84,7 +90,7 @@ class LocalJob:
             ctx = run_in.copy()
             ctx.run(task_var.set, TaskInfo(self.job_id, task.index, len(self._tasks)))
             thread = threading.Thread(target=ctx.run, args=(self._run_task, task, body),
-                                      daemon=True, name=f"iris-inprocess-{self.job_id}-"
+                                      daemon=True, name=f"iris-inprocess-task-{self.job_id}-"
                                                         f"{task.index}")
             self._threads.append(thread)
             thread.start()
@@ -95,6 +101,8 @@ class LocalJob:
             task.state = TaskState.RUNNING.value
             try:
                 value = body(task)
+            except TaskKilled:
+                return
             except BaseException as exc:
                 task.failures += 1
                 with_remote_traceback(exc, format_exc(exc),
@@ -123,9 +131,17 @@ class LocalJob:
             callbacks, self._callbacks = self._callbacks, []
         if self._timer is not None:
             self._timer.cancel()
+        if state != JobState.SUCCEEDED.value:
+            self._interrupt_threads()
         self._ended.set()
         for fn in callbacks:
             fn(self)
+
+    def _interrupt_threads(self) -> None:
+        for thread in self._threads:
+            if thread.is_alive() and thread is not threading.current_thread():
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident),
+                                                           ctypes.py_object(TaskKilled))
 
     # ------------------------------------------------------------ the handle
 
