@@ -13,7 +13,7 @@ from typing import Any
 
 from iris.client.checks import check_args_picklable, check_picklable
 
-__all__ = ["ObjectRef", "TaskInfo", "check_args_picklable", "check_picklable", "format_exc",
+__all__ = ["ObjectRef", "TaskInfo", "adopt", "children_var", "check_args_picklable", "check_picklable", "format_exc",
            "new_oid", "task_info", "task_var", "with_remote_traceback"]
 
 
@@ -35,6 +35,19 @@ class TaskInfo:
 # worker's variables instead.
 task_var: contextvars.ContextVar[TaskInfo | None] = contextvars.ContextVar(
     "iris_task", default=None)
+
+
+# The jobs a running task started (in process and on Ray): killed when its job ends, as
+# Iris kills sub-jobs with their parent (a sub-job never outlives its parent).
+children_var: contextvars.ContextVar[list | None] = contextvars.ContextVar(
+    "iris_children", default=None)
+
+
+def adopt(job: Any) -> None:
+    """Record `job` as a sub-job of the task running here, if any."""
+    children = children_var.get()
+    if children is not None:
+        children.append(job)
 
 
 def task_info() -> TaskInfo:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -60,9 +61,24 @@ def ray_head():
     ray.shutdown()
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _needed_backends(request) -> None:
+    """Start this module's shared backends before any test's own fixtures, so their threads
+    and processes are not taken for the first test's leaks; only those its tests use."""
+    wanted = {item.callspec.params.get("backend") for item in request.session.items
+              if item.module is request.module and hasattr(item, "callspec")}
+    if "iris" in wanted:
+        from iris.backends.iris.backend import IrisBackend
+
+        IrisBackend(request.getfixturevalue("iris_cluster")).put(None)  # its object holder
+    if "ray" in wanted:
+        request.getfixturevalue("ray_head")
+
+
 @pytest.fixture(params=BACKENDS)
 def backend(request) -> Iterator[str]:
-    """The backend named by the parameter, current for the test; yields its kind."""
+    """The backend named by the parameter, current for the test; yields its kind. Jobs and
+    actors a test leaves running on a shared backend are killed after it."""
     kind = request.param
     if kind == "inprocess":
         with iris.backend("inprocess"):
@@ -73,10 +89,30 @@ def backend(request) -> Iterator[str]:
         try:
             yield kind
         finally:
+            _kill_live_jobs(cluster)
             current_context.reset(token)
     else:
-        request.getfixturevalue("ray_head")
+        ray = request.getfixturevalue("ray_head")
         from iris.backends.ray.backend import RayBackend
 
         with iris.backend(RayBackend()):
-            yield kind
+            try:
+                yield kind
+            finally:
+                for named in ray.util.list_named_actors(all_namespaces=True):
+                    if named["namespace"] == "iris":
+                        ray.kill(ray.get_actor(named["name"], namespace="iris"))
+
+
+def _kill_live_jobs(cluster) -> None:
+    """Kill what the test left running, then wait for their names to leave the registry
+    (a 3 s lease), so the next test's actor of the same name is not mistaken for them."""
+    from iris.client.retry import call_controller
+
+    for row in call_controller(cluster.node, cluster.address, "list_jobs", (None, False)):
+        call_controller(cluster.node, cluster.address, "kill", (row["job_id"],))
+    gate = threading.Event()
+    for _ in range(200):
+        if not [a for a in cluster.list_actors("/") if not a["name"].startswith("/iris")]:
+            return
+        gate.wait(0.1)

@@ -32,8 +32,7 @@ class Tally:
         return iris.task_info().job_id or "client"
 
     def slow(self, seconds: float) -> str:
-        threading.Event().wait(seconds)
-        return "late"
+        return sleep_for(seconds)
 
     def die(self) -> None:
         """Crash as a process does; in process (a thread), SystemExit is the actor's death."""

@@ -86,13 +86,19 @@ def test_spawn_call_broadcast_and_resolve(backend):
     assert len(iris.resolve_all("crew")) == 2
 
 
-def test_actor_named_in_a_job_lives_in_the_jobs_namespace(backend):
+def test_actor_named_in_a_job_lives_in_the_jobs_namespace_and_dies_with_it(backend):
     name, value = iris.submit(tasks.spawn_and_call).result(timeout=WAIT_S)
     assert value == 42
     assert name != "/helper" and name.endswith("/helper")  # under the job's namespace
     with pytest.raises(iris.ActorNotFoundError):
         iris.resolve("helper", timeout=0)  # not in the client's namespace ("/")
-    assert iris.resolve(name, timeout=0).value().result(timeout=WAIT_S) == 42
+    gate = threading.Event()
+    for _ in range(300):  # a sub-job never outlives its parent (the registry's lease: 3 s)
+        if not any(a["name"] == name for a in iris.list_actors("/")):
+            break
+        gate.wait(0.1)
+    else:
+        pytest.fail(f"{name} outlived the job that spawned it")
 
 
 def test_actor_call_deadline(backend):

@@ -22,6 +22,7 @@ from iris.actors.future import ActorFuture
 from iris.actors.hosting import spec_of
 from iris.actors.refs import ActorRef
 from iris.backends.common import format_exc, with_remote_traceback
+from iris.backends.inprocess.interrupt import TaskKilled, interrupt
 from iris.base.clock import SYSTEM_CLOCK
 from iris.base.errors import (
     ActorDiedError,
@@ -62,9 +63,14 @@ class LocalActor:
             raise self._start_error
 
     def stop(self, wait: bool = True) -> None:
+        """Stop after the call running now; with `wait`, interrupt that call if it has not
+        returned within a second (TaskKilled), then join."""
         self._queue.put(_STOP)
         if wait and threading.current_thread() is not self.thread:
-            self.thread.join(timeout=30)
+            self.thread.join(timeout=1.0)
+            if self.thread.is_alive():
+                interrupt(self.thread)
+                self.thread.join(timeout=30)
 
     def call(self, method: str, args: tuple, kwargs: dict, timeout_s: float | None,
              oneway: bool) -> ActorFuture:
@@ -138,8 +144,9 @@ class LocalActor:
             return True
         try:
             fut.set_result(bound(*args, **kwargs))
-        except SystemExit:
-            fut.set_exception(ActorDiedError(f"actor {self.name!r} exited (SystemExit) "
+        except (SystemExit, TaskKilled) as exc:
+            fut.set_exception(ActorDiedError(f"actor {self.name!r} "
+                                             f"{'exited (SystemExit)' if isinstance(exc, SystemExit) else 'was stopped'} "
                                              f"during {method!r}", actor=self.name))
             return False
         except BaseException as exc:

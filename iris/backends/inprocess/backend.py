@@ -193,6 +193,7 @@ class InProcessBackend:
             if shared.closed:
                 raise IrisError("this in-process backend is closed")
             shared.jobs.append(job)
+        common.adopt(job)
         job.start(body, self._context_for(namespace))
         return job
 
@@ -230,6 +231,7 @@ class InProcessBackend:
         job.add_done_callback(lambda _: [a.stop(wait=False) for a in actors])
         with self._shared.lock:
             self._shared.jobs.append(job)
+        common.adopt(job)
         return (refs[0] if replicas == 1 else ActorGroup(full, refs)), job
 
     # ------------------------------------------------------------ map

@@ -13,7 +13,6 @@ checked at submit), as they would over the wire, so shared-mutation bugs show he
 from __future__ import annotations
 
 import contextvars
-import ctypes
 import os
 import subprocess
 import sys
@@ -23,16 +22,19 @@ from typing import Any
 
 import cloudpickle
 
-from iris.backends.common import TaskInfo, format_exc, task_var, with_remote_traceback
+from iris.backends.common import (
+    TaskInfo,
+    children_var,
+    format_exc,
+    task_var,
+    with_remote_traceback,
+)
+from iris.backends.inprocess.interrupt import TaskKilled, interrupt
 from iris.base.clock import SYSTEM_CLOCK
 from iris.base.errors import JobFailedError
 from iris.wire.states import TERMINAL_JOB, JobState, TaskState
 
 _TERMINAL = frozenset(s.value for s in TERMINAL_JOB)
-
-
-class TaskKilled(BaseException):
-    """Raised inside an in-process thread task whose job was killed or timed out."""
 
 
 class _Task:
@@ -68,7 +70,7 @@ class LocalJob:
         self._error = ""
         self._threads: list[threading.Thread] = []
         self._callbacks: list[Callable[[LocalJob], Any]] = []
-        self._lines: list[str] = []
+        self.children: list = []  # sub-jobs its tasks started: killed when it ends
         if timeout is not None:
             timer = threading.Timer(timeout, self._end, (JobState.FAILED.value,
                                                          f"timed out after {timeout} s"))
@@ -89,6 +91,7 @@ class LocalJob:
         for task in self._tasks:
             ctx = run_in.copy()
             ctx.run(task_var.set, TaskInfo(self.job_id, task.index, len(self._tasks)))
+            ctx.run(children_var.set, self.children)
             thread = threading.Thread(target=ctx.run, args=(self._run_task, task, body),
                                       daemon=True, name=f"iris-inprocess-task-{self.job_id}-"
                                                         f"{task.index}")
@@ -134,14 +137,14 @@ class LocalJob:
         if state != JobState.SUCCEEDED.value:
             self._interrupt_threads()
         self._ended.set()
+        for child in list(self.children):
+            child.kill()
         for fn in callbacks:
             fn(self)
 
     def _interrupt_threads(self) -> None:
         for thread in self._threads:
-            if thread.is_alive() and thread is not threading.current_thread():
-                ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident),
-                                                           ctypes.py_object(TaskKilled))
+            interrupt(thread)
 
     # ------------------------------------------------------------ the handle
 

@@ -174,7 +174,9 @@ class RayBackend:
             extra = self._in_group(group, i % max(len(how.gang_bundles), 1))
             refs.append(remote.options(**options, **extra).remote(
                 payload, namespace, common.TaskInfo(job_id, i, replicas)))
-        return RayJob(job_id, refs, timeout, group)
+        job = RayJob(job_id, refs, timeout, group)
+        common.adopt(job)
+        return job
 
     @staticmethod
     def _placement_group(bundles: tuple) -> Any:
@@ -210,6 +212,7 @@ class RayBackend:
         ray.get([h.__ray_ready__.remote() for h in handles])  # constructed (or raised)
         job = RayJob(self._job_id(name.strip("/").replace("/", "-")), [], None, None,
                      actors=handles)
+        common.adopt(job)
         return (refs[0] if replicas == 1 else ActorGroup(full, refs)), job
 
     # ------------------------------------------------------------ map

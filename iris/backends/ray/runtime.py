@@ -16,7 +16,7 @@ from typing import Any
 
 from iris.actors.current import current_context
 from iris.actors.future import ActorFuture
-from iris.backends.common import TaskInfo, task_var, with_remote_traceback
+from iris.backends.common import TaskInfo, children_var, task_var, with_remote_traceback
 from iris.base.errors import ActorDiedError, JobFailedError, RemoteError, WorkerLostError
 
 RAY_NAMESPACE = "iris"  # every Iris name lives in this Ray namespace, as its full path
@@ -35,15 +35,22 @@ def enter(namespace: str, info: TaskInfo | None = None) -> None:
 
 
 def run_task(entry: Any, namespace: str, info: TaskInfo) -> Any:
-    """A job's task in a Ray worker: (fn, args, kwargs) or a command list."""
+    """A job's task in a Ray worker: (fn, args, kwargs) or a command list. Jobs and actors
+    it started are killed when it returns (a sub-job never outlives its parent)."""
     enter(namespace, info)
-    if isinstance(entry, list):
-        code = subprocess.call(entry, stdin=subprocess.DEVNULL)
-        if code != 0:
-            raise JobFailedError(f"command {entry[0]!r} exited with code {code}")
-        return code
-    fn, args, kwargs = entry
-    return fn(*args, **kwargs)
+    token = children_var.set([])
+    try:
+        if isinstance(entry, list):
+            code = subprocess.call(entry, stdin=subprocess.DEVNULL)
+            if code != 0:
+                raise JobFailedError(f"command {entry[0]!r} exited with code {code}")
+            return code
+        fn, args, kwargs = entry
+        return fn(*args, **kwargs)
+    finally:
+        for child in children_var.get():
+            child.kill()
+        children_var.reset(token)
 
 
 def run_item(fn: Any, item: Any, namespace: str) -> Any:
