@@ -381,8 +381,12 @@ def spawn_job(cls: type, *args: Any, name: str, resources: Resources | None = No
     ctx = current()
     full = ctx.full_name(name)
     ship_by_value(cls)
-    job = submit(functools.partial(_serve_forever, cls, full, args), name=submit_options.pop(
-        "job_name", name), resources=resources, replicas=replicas, **submit_options)
+    # A job name of its own each time: an actor is often spawned again under its name after
+    # its job was killed, and a job of the same name would be a new job with old task ids.
+    job_name = submit_options.pop("job_name", None) or \
+        f"{name.strip('/').replace('/', '-')[:40]}-{uuid.uuid4().hex[:6]}"
+    job = submit(functools.partial(_serve_forever, cls, full, args), name=job_name,
+                 resources=resources, replicas=replicas, **submit_options)
     clock = SYSTEM_CLOCK
     deadline = clock.monotonic() + timeout
     while True:  # the name appears, or the task's own error comes back as soon as it fails
