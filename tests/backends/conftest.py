@@ -53,8 +53,7 @@ def ray_head():
     started = time.monotonic()
     with untagged():
         ray.init(num_cpus=4, object_store_memory=100 << 20, include_dashboard=False,
-                 log_to_driver=False, namespace="iris",
-                 runtime_env={"env_vars": {"IRIS_BACKEND": "ray"}})
+                 log_to_driver=False, namespace="iris")
     print(f"\n[tests/backends] Ray head started in {time.monotonic() - started:.1f} s",
           file=sys.stderr)
     yield ray

@@ -55,12 +55,12 @@ class RayBackend:
         self.address = address or "ray"
         self._owns = False
         self._seq = itertools.count(1)
+        self._remotes: dict[Callable, Any] = {}  # exported once: Ray ships each new one
         if _connect:
             ray = _ray()
             if not ray.is_initialized():
                 ray.init(address=address, namespace=runtime.RAY_NAMESPACE,
-                         include_dashboard=False, log_to_driver=True,
-                         runtime_env={"env_vars": {"IRIS_BACKEND": "ray"}})
+                         include_dashboard=False, log_to_driver=True)
                 self._owns = True
 
     @classmethod
@@ -148,7 +148,7 @@ class RayBackend:
                max_retries_failure: int | None = None,
                max_retries_preemption: int | None = None, timeout: float | None = None,
                **_: Any) -> RayJob:
-        ray = _ray()
+        _ray()  # a clear error when Ray is not installed
         how = plan(resources or Resources())
         label = name or getattr(entry, "__name__", "job").strip("<>").replace("_", "-")
         job_id = self._job_id(label)
@@ -167,7 +167,7 @@ class RayBackend:
                        retry_exceptions=bool(max_retries_failure))
         if runtime_env:
             options["runtime_env"] = runtime_env
-        remote = ray.remote(runtime.run_task)
+        remote = self._remote(runtime.run_task)
         group = self._placement_group(how.gang_bundles)
         refs = []
         for i in range(replicas):
@@ -177,6 +177,11 @@ class RayBackend:
         job = RayJob(job_id, refs, timeout, group)
         common.adopt(job)
         return job
+
+    def _remote(self, fn: Callable) -> Any:
+        if fn not in self._remotes:
+            self._remotes[fn] = _ray().remote(fn)
+        return self._remotes[fn]
 
     @staticmethod
     def _placement_group(bundles: tuple) -> Any:
@@ -223,7 +228,7 @@ class RayBackend:
         if how.gang_bundles:
             raise ConfigError("iris.map items are single tasks: a gang (hosts > 1) does "
                               "not apply")
-        remote = ray.remote(runtime.run_item).options(
+        remote = self._remote(runtime.run_item).options(
             **how.options, max_retries=opts.retries, retry_exceptions=False)
         fn_ref = ray.put(fn)
         window = opts.max_parallel or len(items)
