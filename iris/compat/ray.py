@@ -18,6 +18,7 @@ call's ref is waited for by the caller before it submits (Ray waits in its sched
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import types
 import uuid
@@ -32,6 +33,12 @@ from iris.base.resources import Resources, tpu_shape
 
 class RefusedError(_errors.InvalidRequestError):
     """A Ray feature the Ray-shaped layer does not map; the message says what to use."""
+
+
+# `ray.init(runtime_env=...)`: the job-level runtime_env every remote function and actor
+# started from this context gets (their own options override it), as Ray applies it.
+_init_env: contextvars.ContextVar[dict] = contextvars.ContextVar("iris_compat_ray_env",
+                                                                 default={})
 
 
 # ---------------------------------------------------------------- refs
@@ -170,7 +177,7 @@ def resources_of(options: dict) -> Resources:
 
 
 def _runtime_env(options: dict) -> dict:
-    env = dict(options.get("runtime_env") or {})
+    env = {**_init_env.get(), **(options.get("runtime_env") or {})}
     out: dict = {}
     if "env_vars" in env:
         out["env"] = dict(env.pop("env_vars"))
@@ -194,8 +201,7 @@ def _task_submit_options(options: dict) -> dict:
     retries = options.get("max_retries", 3)
     return {"resources": resources_of(options), "name": options.get("name"),
             "max_retries_preemption": max(retries, 0) if retries is not None else None,
-            "max_retries_failure": max(retries, 0) if options.get("retry_exceptions") else 0,
-            **_runtime_env(options)}
+            "max_retries_failure": max(retries, 0) if options.get("retry_exceptions") else 0}
 
 
 # ---------------------------------------------------------------- remote functions
@@ -207,6 +213,7 @@ class RemoteFunction:
         self._fn = fn
         self._options = options
         self._submit = _task_submit_options(options)
+        _runtime_env(options)  # refuses what does not map, at decoration
         functools.update_wrapper(self, fn)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -220,7 +227,8 @@ class RemoteFunction:
         args, kwargs = _lazy_args(args, kwargs)
         name = self._submit["name"] or self._fn.__name__.replace("_", "-")
         job = iris.submit(functools.partial(_call, self._fn, **kwargs), *args,
-                          **{**self._submit, "name": f"{name}-{uuid.uuid4().hex[:6]}"})
+                          **{**self._submit, "name": f"{name}-{uuid.uuid4().hex[:6]}"},
+                          **_runtime_env(self._options))
         return _TaskRef(job)
 
 
@@ -254,9 +262,8 @@ class ActorClass:
                 return ActorHandle(iris.resolve(name, timeout=0), None)
             except _errors.ActorNotFoundError:
                 pass
-        env = _runtime_env(self._options)
         ref, job = spawn_job(self._cls, *args, name=name, resources=resources_of(self._options),
-                             **({"env": env["env"]} if "env" in env else {}))
+                             **_runtime_env(self._options))
         return ActorHandle(ref, job)
 
 
@@ -372,13 +379,16 @@ def cancel(ref: ObjectRef, *, force: bool = False, recursive: bool = True) -> No
     ref.job.kill()
 
 
-def init(address: str | None = None, **_: Any) -> None:
+def init(address: str | None = None, *, runtime_env: dict | None = None, **_: Any) -> None:
     """Nothing to connect: `iris.*` uses the current backend (iris.backend(...),
-    IRIS_BACKEND, or an embedded local cluster on the first submit)."""
+    IRIS_BACKEND, or an embedded local cluster on the first submit). `runtime_env`
+    (env_vars, pip) applies to every remote function and actor started after it."""
     if address not in (None, "auto", "local"):
         raise RefusedError(f"ray.init(address={address!r}): choose the backend with "
                            "IRIS_BACKEND=ray://HOST:PORT (or tcp://HOST:PORT for Iris) or "
                            "`with iris.backend(...)`", "address")
+    _runtime_env({"runtime_env": runtime_env or {}})  # refuses what does not map, now
+    _init_env.set(dict(runtime_env or {}))
 
 
 def shutdown() -> None:

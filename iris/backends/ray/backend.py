@@ -12,8 +12,10 @@ in flight, retried by Ray when its worker dies. `ray` is an optional dependency
 
 from __future__ import annotations
 
+import importlib.metadata
 import itertools
 import os
+import re
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -157,16 +159,11 @@ class RayBackend:
             common.check_args_picklable(entry, args)
         # Handed to Ray as objects, not pre-pickled: Ray must see ObjectRefs inside them.
         payload = (entry, args, {}) if callable(entry) else list(entry)
-        runtime_env = {}
-        if env:
-            runtime_env["env_vars"] = {**env, "IRIS_BACKEND": "ray"}
-        if pip:
-            runtime_env["pip"] = list(pip)
+        runtime_env = _runtime_env_of(env, pip)
         options = dict(how.options, max_retries=3 if max_retries_preemption is None
                        else max_retries_preemption,
                        retry_exceptions=bool(max_retries_failure))
-        if runtime_env:
-            options["runtime_env"] = runtime_env
+        options.update(runtime_env)
         remote = self._remote(runtime.run_task)
         group = self._placement_group(how.gang_bundles)
         refs = []
@@ -201,7 +198,8 @@ class RayBackend:
             placement_group=group, placement_group_bundle_index=index)}
 
     def spawn(self, cls: type, *args: Any, name: str, resources: Resources | None = None,
-              replicas: int = 1, **_: Any) -> tuple[ActorRef | ActorGroup, RayJob]:
+              replicas: int = 1, env: dict | None = None, pip: Any = (),
+              **_: Any) -> tuple[ActorRef | ActorGroup, RayJob]:
         ray = _ray()
         how = plan(resources or Resources())
         full = self.full_name(name)
@@ -210,8 +208,8 @@ class RayBackend:
         for i in range(replicas):
             member = full if replicas == 1 else f"{full}/#{i}"
             handle = wrapped.options(name=member, namespace=runtime.RAY_NAMESPACE,
-                                     max_restarts=0, **_actor_options(how.options)
-                                     ).remote(*args)
+                                     max_restarts=0, **_actor_options(how.options),
+                                     **_runtime_env_of(env, pip)).remote(*args)
             handles.append(handle)
             refs.append(RayActorRef(full, handle))
         ray.get([h.__ray_ready__.remote() for h in handles])  # constructed (or raised)
@@ -287,6 +285,30 @@ class RayBackend:
     def __exit__(self, *exc: Any) -> None:
         current_context.reset(self._token)
         self.close()
+
+
+def _runtime_env_of(env: dict | None, pip: Any) -> dict:
+    """{"runtime_env": ...} for a job's env and pip, or {} when it needs none."""
+    runtime_env: dict = {}
+    if env:
+        runtime_env["env_vars"] = dict(env)
+    missing = _not_installed(pip)
+    if missing:
+        runtime_env["pip"] = missing
+    return {"runtime_env": runtime_env} if runtime_env else {}
+
+
+def _not_installed(requirements: Any) -> list[str]:
+    """The requirements this interpreter (which Ray's workers share) lacks: only those need
+    a runtime_env of their own, which Ray builds per job (a minute with numpy)."""
+    missing = []
+    for requirement in requirements or ():
+        name = re.split(r"[<>=!~;\[ ]", requirement.strip(), maxsplit=1)[0]
+        try:
+            importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            missing.append(requirement)
+    return missing
 
 
 def _actor_options(options: dict) -> dict:
