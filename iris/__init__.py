@@ -37,6 +37,7 @@ from iris.backends import (
     resolve,
     resolve_all,
     spawn,
+    spawn_job,
     submit,
     task_info,
     wait,
@@ -77,5 +78,5 @@ __all__ = [
     "JobHandle", "ObjectRef", "Security", "TaskInfo", "actor", "backend", "backend_kind",
     "connect", "current", "errors", "free", "generate_keys", "get", "list_actors",
     "local_cluster", "map", "map_unordered", "on_preempt", "put", "resolve", "resolve_all",
-    "spawn", "submit", "task_info", "wait", "weights",
+    "spawn", "spawn_job", "submit", "task_info", "wait", "weights",
 ]

@@ -7,9 +7,9 @@ asynchronous training (`ray.wait` for whichever gradient is ready first) and a s
 learning-rate sweep (tasks collected with `ray.wait` as they finish). The model is a
 two-layer perceptron in numpy on synthetic data, so the program needs nothing but numpy.
 
-This is the ORIGINAL: `python -m examples.ray_port.ps_ray` runs it on Ray. ps_compat.py
-is the same program ported with `from iris.compat import ray`; ps_iris.py is the port to
-the native `iris.*` API. docs/migrating-from-ray.md shows both diffs.
+This is the PORT with the Ray-shaped layer: only the import and ray.init's
+runtime_env changed (Iris gives every job an environment of its own, so the job names
+numpy). It runs on whichever backend is current: in process, Iris or Ray.
 """
 
 from __future__ import annotations

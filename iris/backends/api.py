@@ -125,7 +125,8 @@ def list_actors(prefix: str = "/") -> list[dict]:
 def map(fn: Callable, inputs: Iterable, *, resources: Resources | None = None,  # noqa: A001
         max_parallel: int | None = None, retries: int = 3, name: str | None = None,
         cancel_on_failure: bool = True, return_exceptions: bool = False,
-        progress: bool | None = None) -> list:
+        progress: bool | None = None, env: dict[str, str] | None = None,
+        pip: Sequence[str] = ()) -> list:
     """`[fn(x) for x in inputs]`, run on the current backend; results in input order.
 
     On Iris: one job of up to `max_parallel` tasks (each with `resources`) pulling chunks
@@ -135,35 +136,40 @@ def map(fn: Callable, inputs: Iterable, *, resources: Resources | None = None,  
     itself, with `map_index`, a note naming the input, and `remote_traceback`. With
     `cancel_on_failure=False` every item runs and the first failure is raised at the end;
     with `return_exceptions=True` exceptions take their item's place in the list.
-    `progress`: a bar on stderr (default: only when stderr is a terminal).
+    `progress`: a bar on stderr (default: only when stderr is a terminal). `env` and `pip`
+    are the map job's, as for iris.submit.
     """
     results = dict(_stream(fn, inputs, resources, max_parallel, retries, name, True,
-                           cancel_on_failure, return_exceptions, progress))
+                           cancel_on_failure, return_exceptions, progress, env, pip))
     return [results[i] for i in range(len(results))]
 
 
 def map_unordered(fn: Callable, inputs: Iterable, *, resources: Resources | None = None,
                   max_parallel: int | None = None, retries: int = 3, name: str | None = None,
                   cancel_on_failure: bool = True, return_exceptions: bool = False,
-                  progress: bool | None = None) -> Iterator[tuple[int, Any]]:
+                  progress: bool | None = None, env: dict[str, str] | None = None,
+                  pip: Sequence[str] = ()) -> Iterator[tuple[int, Any]]:
     """As map, but yields `(index, result)` as each item finishes. Closing the iterator
     (or leaving a for loop early) cancels what is left."""
     return _stream(fn, inputs, resources, max_parallel, retries, name, False,
-                   cancel_on_failure, return_exceptions, progress)
+                   cancel_on_failure, return_exceptions, progress, env, pip)
 
 
 def _stream(fn: Callable, inputs: Iterable, resources: Any, max_parallel: Any, retries: Any,
             name: Any, ordered: bool, cancel_on_failure: bool, return_exceptions: bool,
-            progress: bool | None) -> Iterator[tuple[int, Any]]:
+            progress: bool | None, env: Any = None, pip: Any = ()) -> Iterator[tuple[int, Any]]:
     items = mapping.check(fn, inputs, resources, max_parallel, retries)
     if name is not None:
         checks.name(name, "name")
+    checks.submit_options(name=None, resources=None, replicas=1, priority=None, env=env,
+                          pip=pip, constraints=None, retries={}, timeouts={}, request_id=None)
     if not items:
         return iter(())
     client_jobs.ship_by_value(fn)
     backend = _backend_or_local()
     label = name or "map-" + (getattr(fn, "__name__", "fn").strip("<>").replace("_", "-"))
-    opts = mapping.MapOptions(resources or Resources(), max_parallel, retries, label)
+    opts = mapping.MapOptions(resources or Resources(), max_parallel, retries, label,
+                              dict(env) if env else None, tuple(pip))
     return mapping.run(backend.map_stream(fn, items, opts), len(items), ordered=ordered,
                        cancel_on_failure=cancel_on_failure,
                        return_exceptions=return_exceptions, progress=progress)

@@ -32,6 +32,8 @@ class MapOptions:
     max_parallel: int | None
     retries: int
     name: str
+    env: dict | None = None   # the job's environment variables (Iris, Ray)
+    pip: tuple = ()           # the job's requirements (Iris, Ray; in process: this interpreter)
 
 
 def check(fn: Any, inputs: Any, resources: Any, max_parallel: Any, retries: Any) -> list:

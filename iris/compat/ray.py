@@ -37,8 +37,8 @@ class RefusedError(_errors.InvalidRequestError):
 
 # `ray.init(runtime_env=...)`: the job-level runtime_env every remote function and actor
 # started from this context gets (their own options override it), as Ray applies it.
-_init_env: contextvars.ContextVar[dict] = contextvars.ContextVar("iris_compat_ray_env",
-                                                                 default={})
+_init_env: contextvars.ContextVar[dict | None] = contextvars.ContextVar("iris_compat_ray_env",
+                                                                        default=None)
 
 
 # ---------------------------------------------------------------- refs
@@ -143,9 +143,10 @@ def _check_known(options: dict, known: set[str], what: str) -> None:
                            f"(mapped: {', '.join(sorted(known))})", unknown[0])
 
 
-def resources_of(options: dict) -> Resources:
-    """Ray's resource options as iris.Resources, or RefusedError naming what has no match."""
-    cpu = options.get("num_cpus", 1)
+def resources_of(options: dict, default_cpu: float = 1) -> Resources:
+    """Ray's resource options as iris.Resources, or RefusedError naming what has no match.
+    An actor without num_cpus holds no CPU while it runs, as on Ray (default_cpu=0)."""
+    cpu = options.get("num_cpus", default_cpu)
     memory = options.get("memory") or 0
     gpus = options.get("num_gpus") or 0
     kind = options.get("accelerator_type")
@@ -177,7 +178,7 @@ def resources_of(options: dict) -> Resources:
 
 
 def _runtime_env(options: dict) -> dict:
-    env = {**_init_env.get(), **(options.get("runtime_env") or {})}
+    env = {**(_init_env.get() or {}), **(options.get("runtime_env") or {})}
     out: dict = {}
     if "env_vars" in env:
         out["env"] = dict(env.pop("env_vars"))
@@ -262,7 +263,8 @@ class ActorClass:
                 return ActorHandle(iris.resolve(name, timeout=0), None)
             except _errors.ActorNotFoundError:
                 pass
-        ref, job = spawn_job(self._cls, *args, name=name, resources=resources_of(self._options),
+        ref, job = spawn_job(self._cls, *args, name=name,
+                             resources=resources_of(self._options, default_cpu=0),
                              **_runtime_env(self._options))
         return ActorHandle(ref, job)
 

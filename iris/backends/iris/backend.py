@@ -79,7 +79,8 @@ class IrisBackend:
         try:
             job = client_jobs.submit(
                 map_worker, ref, fn, name=f"{opts.name}-{uuid.uuid4().hex[:6]}", replicas=tasks, resources=opts.resources,
-                max_retries_failure=opts.retries, max_task_failures=tasks)
+                max_retries_failure=opts.retries, max_task_failures=tasks, env=opts.env,
+                pip=opts.pip)
             yield from self._drain(job, ref, out, len(items))
         finally:
             try:

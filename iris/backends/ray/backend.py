@@ -199,7 +199,7 @@ class RayBackend:
 
     def spawn(self, cls: type, *args: Any, name: str, resources: Resources | None = None,
               replicas: int = 1, env: dict | None = None, pip: Any = (),
-              **_: Any) -> tuple[ActorRef | ActorGroup, RayJob]:
+              timeout: float = 120.0, **_: Any) -> tuple[ActorRef | ActorGroup, RayJob]:
         ray = _ray()
         how = plan(resources or Resources())
         full = self.full_name(name)
@@ -212,7 +212,17 @@ class RayBackend:
                                      **_runtime_env_of(env, pip)).remote(*args)
             handles.append(handle)
             refs.append(RayActorRef(full, handle))
-        ray.get([h.__ray_ready__.remote() for h in handles])  # constructed (or raised)
+        try:  # constructed (or raised), within the spawn's timeout
+            ray.get([h.__ray_ready__.remote() for h in handles], timeout=timeout)
+        except ray.exceptions.GetTimeoutError:
+            for handle in handles:
+                ray.kill(handle)
+            raise ActorNotFoundError(f"{full}: not started within {timeout} s (Ray could not "
+                                     f"place it: {how.options})", actor=full) from None
+        except Exception as exc:
+            for handle in handles:
+                ray.kill(handle)
+            raise runtime.translate(exc, f"constructing {full}") from None
         job = RayJob(self._job_id(name.strip("/").replace("/", "-")), [], None, None,
                      actors=handles)
         common.adopt(job)
@@ -227,7 +237,8 @@ class RayBackend:
             raise ConfigError("iris.map items are single tasks: a gang (hosts > 1) does "
                               "not apply")
         remote = self._remote(runtime.run_item).options(
-            **how.options, max_retries=opts.retries, retry_exceptions=False)
+            **how.options, max_retries=opts.retries, retry_exceptions=False,
+            **_runtime_env_of(opts.env, opts.pip))
         fn_ref = ray.put(fn)
         window = opts.max_parallel or len(items)
         pending: dict[Any, int] = {}
