@@ -66,7 +66,12 @@ def submit(entry: Callable | Sequence[str], *args: Any, name: str | None = None,
         retries={"max_retries_failure": max_retries_failure,
                  "max_retries_preemption": max_retries_preemption,
                  "max_task_failures": max_task_failures},
-        timeouts={"timeout": timeout, "scheduling_timeout": scheduling_timeout})
+        timeouts={"timeout": timeout, "scheduling_timeout": scheduling_timeout,
+                  **{k: iris_options[k] for k in ("checkpoint_every", "durable_timeout")
+                     if k in iris_options}})
+    for flag in ("durable", "existing_capacity_only", "dry_run"):
+        if flag in iris_options and not isinstance(iris_options[flag], bool):
+            raise checks.invalid(flag, "True or False", iris_options[flag])
     if callable(entry):
         checks.check_args_picklable(entry, args)
     backend = _backend_or_local()

@@ -207,7 +207,7 @@ class InProcessBackend:
 
         def body(task: Any) -> Any:
             fn, fargs, kwargs = cloudpickle.loads(payload)  # a copy, as over the wire
-            return fn(*fargs, **kwargs)
+            return _as_over_the_wire(fn(*fargs, **kwargs))
 
         return body
 
@@ -303,6 +303,17 @@ class InProcessBackend:
     def __exit__(self, *exc: Any) -> None:
         current_context.reset(self._token)
         self.close()
+
+
+def _as_over_the_wire(value: Any) -> Any:
+    """A task's result, which a cluster pickles to its caller: one that cannot be pickled
+    fails the task here too, saying why (a copy is not made: results are the task's)."""
+    try:
+        cloudpickle.dumps(value)
+    except Exception as exc:
+        raise RuntimeError(f"the task's return value could not be pickled: "
+                           f"{type(exc).__name__}: {exc}") from None
+    return value
 
 
 def _user() -> str:
