@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import threading
 from contextlib import ExitStack
 from typing import Any
@@ -125,7 +124,7 @@ def run(quick: bool, rounds: int) -> dict:
     results: dict[str, dict] = {}
     with ExitStack() as stack:
         backends = {kind: _open(kind, stack) for kind in ("inprocess", "iris", "ray")}
-        for kind, ctx in backends.items():  # warm: worker venvs, Ray's worker pool
+        for ctx in backends.values():  # warm: worker venvs, Ray's worker pool
             with iris.backend(ctx):
                 iris.map(noop, range(16))
         for r in range(rounds):

@@ -13,7 +13,6 @@ from iris.backends.mapping import Progress
 from iris.backends.ray.resources import plan
 from iris.compat import ray as compat
 
-
 # ---------------------------------------------------------------- the map's book
 
 def test_items_are_handed_out_in_fair_shares_and_counted_once():

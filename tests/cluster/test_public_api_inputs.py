@@ -13,7 +13,6 @@ import iris
 from iris.base.errors import InvalidRequestError
 
 
-
 @pytest.fixture
 def inprocess():
     with iris.backend("inprocess") as backend:

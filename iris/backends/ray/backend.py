@@ -253,8 +253,15 @@ class RayBackend:
                                     timeout=0.05)
                 if not ready:
                     ready, _ = ray.wait(list(pending), num_returns=1)
-                for ref in ready:
+                try:  # one get for the whole batch; item by item only when one failed
+                    values = ray.get(ready)
+                except Exception:
+                    values = None
+                for n, ref in enumerate(ready):
                     index = pending.pop(ref)
+                    if values is not None:
+                        yield index, True, values[n]
+                        continue
                     try:
                         yield index, True, ray.get(ref)
                     except Exception as exc:
