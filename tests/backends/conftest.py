@@ -1,6 +1,6 @@
 """Fixtures for the backend suite: one case, three backends (in process, Iris, Ray).
 
-The Iris cluster is shared by a module (two workers of 4 CPUs); Ray is one local head per
+The Iris cluster is shared by the session (two workers of 4 CPUs); Ray is one local head per
 session (`ray.init` with 4 logical CPUs, a 100 MB object store, no dashboard), shut down at
 the end. Both start without the test's process tag (they outlive the test on purpose;
 tests/conftest.py). Ray's tests share one xdist group, so `-n 2 --dist loadgroup` starts
@@ -37,7 +37,7 @@ def untagged() -> Iterator[None]:
             os.environ[_TAG] = tag
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def iris_cluster(tmp_path_factory):
     with untagged(), iris.local_cluster(workers=2, worker_cpu=4, stop_grace_s=2.0,
                                         state_dir=tmp_path_factory.mktemp("backends")) as ctx:

@@ -54,6 +54,8 @@ def test_ray_program_ported_with_the_ray_shaped_layer(backend):
     _check(ps_compat.run(ps_compat.Config(**asdict(CFG))))
 
 
+@pytest.mark.parametrize("backend", ["inprocess", "iris"], indirect=True)
 def test_ray_program_ported_to_the_native_api(backend):
+    """On Ray too in bench/ps_port.py; here two backends keep the suite's Ray time down."""
     _check(ps_iris.run(ps_iris.Config(**asdict(CFG))))
 
