@@ -18,7 +18,6 @@ call's ref is waited for by the caller before it submits (Ray waits in its sched
 
 from __future__ import annotations
 
-import contextvars
 import functools
 import types
 import uuid
@@ -28,18 +27,15 @@ import iris
 from iris.actors.hosting import spec_of
 from iris.backends.api import spawn_job
 from iris.base import errors as _errors
-from iris.base.resources import Resources, tpu_shape
-
-
-class RefusedError(_errors.InvalidRequestError):
-    """A Ray feature the Ray-shaped layer does not map; the message says what to use."""
-
-
-# `ray.init(runtime_env=...)`: the job-level runtime_env every remote function and actor
-# started from this context gets (their own options override it), as Ray applies it.
-_init_env: contextvars.ContextVar[dict | None] = contextvars.ContextVar("iris_compat_ray_env",
-                                                                        default=None)
-
+from iris.compat.ray_options import (
+    ACTOR_OPTIONS,
+    RefusedError,
+    check_known,
+    init_env,
+    resources_of,
+    runtime_env,
+    task_submit_options,
+)
 
 # ---------------------------------------------------------------- refs
 
@@ -126,85 +122,6 @@ def _call(fn: Any, *args: Any, **kwargs: Any) -> Any:
     return fn(*args, **kwargs)
 
 
-# ---------------------------------------------------------------- options
-
-_TASK_OPTIONS = {"num_cpus", "num_gpus", "memory", "resources", "accelerator_type", "name",
-                 "max_retries", "retry_exceptions", "runtime_env", "num_returns",
-                 "scheduling_strategy", "max_calls"}
-_ACTOR_OPTIONS = {"num_cpus", "num_gpus", "memory", "resources", "accelerator_type", "name",
-                  "namespace", "lifetime", "max_restarts", "max_concurrency", "runtime_env",
-                  "get_if_exists", "max_task_retries", "scheduling_strategy"}
-
-
-def _check_known(options: dict, known: set[str], what: str) -> None:
-    unknown = sorted(set(options) - known)
-    if unknown:
-        raise RefusedError(f"{what}.options({unknown[0]}=...): not mapped by iris.compat.ray "
-                           f"(mapped: {', '.join(sorted(known))})", unknown[0])
-
-
-def resources_of(options: dict, default_cpu: float = 1) -> Resources:
-    """Ray's resource options as iris.Resources, or RefusedError naming what has no match.
-    An actor without num_cpus holds no CPU while it runs, as on Ray (default_cpu=0)."""
-    cpu = options.get("num_cpus", default_cpu)
-    memory = options.get("memory") or 0
-    gpus = options.get("num_gpus") or 0
-    kind = options.get("accelerator_type")
-    custom = dict(options.get("resources") or {})
-    tpu_chips = custom.pop("TPU", 0)
-    if custom:
-        name = sorted(custom)[0]
-        raise RefusedError(f"resources={{{name!r}: ...}}: Iris has no custom resources; "
-                           "select hosts by their attributes with iris.submit(constraints="
-                           "{...}) instead", "resources")
-    if gpus:
-        if not kind:
-            raise RefusedError(f"num_gpus={gpus}: Iris schedules GPUs by type; add "
-                               "accelerator_type='H100' (or A100, L4, ...) to the options",
-                               "num_gpus")
-        if gpus != int(gpus):
-            raise RefusedError(f"num_gpus={gpus}: Iris gives whole GPUs", "num_gpus")
-        return Resources(cpu=cpu, memory=memory, gpu=kind, count=int(gpus))
-    if tpu_chips:
-        if not (kind or "").startswith("TPU-"):
-            raise RefusedError(f"resources={{'TPU': {tpu_chips}}}: say which TPU with "
-                               "accelerator_type='TPU-V5LITEPOD' (or TPU-V4, TPU-V5P, "
-                               "TPU-V6E)", "resources")
-        family = kind[4:].lower()
-        per_name = 2 if family in ("v4", "v5p") else 1
-        return Resources(cpu=cpu, memory=memory,
-                         tpu=tpu_shape(f"{family}-{int(tpu_chips) * per_name}").name)
-    return Resources(cpu=cpu, memory=memory)
-
-
-def _runtime_env(options: dict) -> dict:
-    env = {**(_init_env.get() or {}), **(options.get("runtime_env") or {})}
-    out: dict = {}
-    if "env_vars" in env:
-        out["env"] = dict(env.pop("env_vars"))
-    if "pip" in env:
-        out["pip"] = list(env.pop("pip"))
-    if env:
-        raise RefusedError(f"runtime_env={{{sorted(env)[0]!r}: ...}}: only env_vars and pip "
-                           "map (a job's env= and pip=); ship files with iris.submit("
-                           "workspace=DIR)", "runtime_env")
-    return out
-
-
-def _task_submit_options(options: dict) -> dict:
-    _check_known(options, _TASK_OPTIONS, "remote function")
-    if options.get("num_returns", 1) != 1:
-        raise RefusedError("num_returns != 1: return a tuple and unpack it after ray.get",
-                           "num_returns")
-    if options.get("scheduling_strategy") not in (None, "DEFAULT", "SPREAD"):
-        raise RefusedError("scheduling_strategy: Iris places tasks itself; use "
-                           "iris.submit(constraints=...) or colocate=", "scheduling_strategy")
-    retries = options.get("max_retries", 3)
-    return {"resources": resources_of(options), "name": options.get("name"),
-            "max_retries_preemption": max(retries, 0) if retries is not None else None,
-            "max_retries_failure": max(retries, 0) if options.get("retry_exceptions") else 0}
-
-
 # ---------------------------------------------------------------- remote functions
 
 class RemoteFunction:
@@ -213,8 +130,8 @@ class RemoteFunction:
     def __init__(self, fn: Any, options: dict):
         self._fn = fn
         self._options = options
-        self._submit = _task_submit_options(options)
-        _runtime_env(options)  # refuses what does not map, at decoration
+        self._submit = task_submit_options(options)
+        runtime_env(options)  # refuses what does not map, at decoration
         functools.update_wrapper(self, fn)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -229,7 +146,7 @@ class RemoteFunction:
         name = self._submit["name"] or self._fn.__name__.replace("_", "-")
         job = iris.submit(functools.partial(_call, self._fn, **kwargs), *args,
                           **{**self._submit, "name": f"{name}-{uuid.uuid4().hex[:6]}"},
-                          **_runtime_env(self._options))
+                          **runtime_env(self._options))
         return _TaskRef(job)
 
 
@@ -239,7 +156,7 @@ class ActorClass:
     """`C.remote(*args)` spawns C as an actor (its own job on Iris); returns its handle."""
 
     def __init__(self, cls: type, options: dict):
-        _check_known(options, _ACTOR_OPTIONS, "actor class")
+        check_known(options, ACTOR_OPTIONS, "actor class")
         if options.get("lifetime") == "detached":
             raise RefusedError("lifetime='detached': an Iris actor lives with its job; "
                                "iris.spawn it from a long-lived job instead", "lifetime")
@@ -265,7 +182,7 @@ class ActorClass:
                 pass
         ref, job = spawn_job(self._cls, *args, name=name,
                              resources=resources_of(self._options, default_cpu=0),
-                             **_runtime_env(self._options))
+                             **runtime_env(self._options))
         return ActorHandle(ref, job)
 
 
@@ -389,8 +306,8 @@ def init(address: str | None = None, *, runtime_env: dict | None = None, **_: An
         raise RefusedError(f"ray.init(address={address!r}): choose the backend with "
                            "IRIS_BACKEND=ray://HOST:PORT (or tcp://HOST:PORT for Iris) or "
                            "`with iris.backend(...)`", "address")
-    _runtime_env({"runtime_env": runtime_env or {}})  # refuses what does not map, now
-    _init_env.set(dict(runtime_env or {}))
+    runtime_env({"runtime_env": runtime_env or {}})  # refuses what does not map, now
+    init_env.set(dict(runtime_env or {}))
 
 
 def shutdown() -> None:

@@ -145,9 +145,9 @@ class LocalActor:
         try:
             fut.set_result(bound(*args, **kwargs))
         except (SystemExit, TaskKilled) as exc:
-            fut.set_exception(ActorDiedError(f"actor {self.name!r} "
-                                             f"{'exited (SystemExit)' if isinstance(exc, SystemExit) else 'was stopped'} "
-                                             f"during {method!r}", actor=self.name))
+            how = "exited (SystemExit)" if isinstance(exc, SystemExit) else "was stopped"
+            fut.set_exception(ActorDiedError(f"actor {self.name!r} {how} during {method!r}",
+                                             actor=self.name))
             return False
         except BaseException as exc:
             fut.set_exception(with_remote_traceback(exc, format_exc(exc),
