@@ -33,8 +33,10 @@ from iris.compat.ray_options import (
     check_known,
     init_env,
     resources_of,
-    runtime_env,
     task_submit_options,
+)
+from iris.compat.ray_options import (
+    runtime_env as env_options,
 )
 
 # ---------------------------------------------------------------- refs
@@ -59,6 +61,11 @@ class _TaskRef(ObjectRef):
     def done(self) -> bool:
         return self.job.done()
 
+    @property
+    def add_done_callback(self) -> Any:
+        """The job's, when it can call back (in process); else None: iris.wait polls."""
+        return getattr(self.job, "add_done_callback", None)
+
     def result(self, timeout: float | None = None) -> Any:
         return self.job.result(timeout)
 
@@ -72,6 +79,9 @@ class _CallRef(ObjectRef):
 
     def done(self) -> bool:
         return self.future.done()
+
+    def add_done_callback(self, fn: Any) -> None:
+        self.future.add_done_callback(lambda _: fn(self))
 
     def result(self, timeout: float | None = None) -> Any:
         return self.future.result(timeout)
@@ -131,7 +141,7 @@ class RemoteFunction:
         self._fn = fn
         self._options = options
         self._submit = task_submit_options(options)
-        runtime_env(options)  # refuses what does not map, at decoration
+        env_options(options)  # refuses what does not map, at decoration
         functools.update_wrapper(self, fn)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -146,7 +156,7 @@ class RemoteFunction:
         name = self._submit["name"] or self._fn.__name__.replace("_", "-")
         job = iris.submit(functools.partial(_call, self._fn, **kwargs), *args,
                           **{**self._submit, "name": f"{name}-{uuid.uuid4().hex[:6]}"},
-                          **runtime_env(self._options))
+                          **env_options(self._options))
         return _TaskRef(job)
 
 
@@ -182,7 +192,7 @@ class ActorClass:
                 pass
         ref, job = spawn_job(self._cls, *args, name=name,
                              resources=resources_of(self._options, default_cpu=0),
-                             **runtime_env(self._options))
+                             **env_options(self._options))
         return ActorHandle(ref, job)
 
 
@@ -306,7 +316,7 @@ def init(address: str | None = None, *, runtime_env: dict | None = None, **_: An
         raise RefusedError(f"ray.init(address={address!r}): choose the backend with "
                            "IRIS_BACKEND=ray://HOST:PORT (or tcp://HOST:PORT for Iris) or "
                            "`with iris.backend(...)`", "address")
-    runtime_env({"runtime_env": runtime_env or {}})  # refuses what does not map, now
+    env_options({"runtime_env": runtime_env or {}})  # refuses what does not map, now
     init_env.set(dict(runtime_env or {}))
 
 

@@ -57,7 +57,7 @@ class RayBackend:
         self.address = address or "ray"
         self._owns = False
         self._seq = itertools.count(1)
-        self._remotes: dict[Callable, Any] = {}  # exported once: Ray ships each new one
+        self._remotes: dict[Any, Any] = {}  # functions and classes exported once
         if _connect:
             ray = _ray()
             if not ray.is_initialized():
@@ -203,7 +203,10 @@ class RayBackend:
         ray = _ray()
         how = plan(resources or Resources())
         full = self.full_name(name)
-        wrapped = ray.remote(actor_class(cls, self.namespace))
+        key = (cls, self.namespace)
+        if key not in self._remotes:  # one export per class: Ray ships each new one
+            self._remotes[key] = ray.remote(actor_class(cls, self.namespace))
+        wrapped = self._remotes[key]
         refs, handles = [], []
         for i in range(replicas):
             member = full if replicas == 1 else f"{full}/#{i}"
