@@ -78,8 +78,8 @@ def thread_stream(fn: Callable, items: list, opts: MapOptions,
             thread.join()
 
 
-def _run_chunk(payload: bytes, indices: list[int]) -> list[tuple[int, bool, Any]]:
-    """In a child process: run fn over the chunk's items."""
+def _run_chunk(payload: bytes, indices: list[int]) -> bytes:
+    """In a child process: run fn over the chunk's items; the pickled rows."""
     fn, items = cloudpickle.loads(payload)
     done = []
     for i, item in zip(indices, items, strict=True):
