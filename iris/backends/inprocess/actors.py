@@ -177,6 +177,10 @@ class LocalActor:
         async def run() -> None:
             try:
                 fut.set_result(await getattr(self.instance, method)(*args, **kwargs))
+            except asyncio.CancelledError:
+                fut.set_exception(ActorDiedError(f"actor {self.name!r} stopped during "
+                                                 f"{method!r}", actor=self.name))
+                raise
             except BaseException as exc:
                 fut.set_exception(with_remote_traceback(exc, format_exc(exc),
                                                         f"actor {self.name}.{method}"))

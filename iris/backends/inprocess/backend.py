@@ -291,7 +291,10 @@ class InProcessBackend:
             actor.stop()
         for job in jobs:
             job.join_threads(_JOIN_S)
-        if shared.loop is not None:
+        if shared.loop is not None:  # async calls still running are cancelled, not dropped
+            import asyncio
+
+            asyncio.run_coroutine_threadsafe(_cancel_tasks(), shared.loop).result(timeout=10)
             shared.loop.call_soon_threadsafe(shared.loop.stop)
             shared.loop_thread.join(timeout=10)
             shared.loop.close()
@@ -303,6 +306,16 @@ class InProcessBackend:
     def __exit__(self, *exc: Any) -> None:
         current_context.reset(self._token)
         self.close()
+
+
+async def _cancel_tasks() -> None:
+    """On the loop: cancel every other task and let each see its CancelledError."""
+    import asyncio
+
+    tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def _as_over_the_wire(value: Any) -> Any:
