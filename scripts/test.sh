@@ -20,7 +20,7 @@ if [ ! -x /usr/bin/chromium ]; then
     fi
 fi
 bash scripts/setup.sh test
-.venv/bin/ruff check iris tests bench
+.venv/bin/ruff check iris tests bench examples
 .venv/bin/lint-imports
 # Two workers: the machine has 2 cores. --timeout keeps a hung socket from eating CI's hour.
 # --dist loadgroup: the tests marked xdist_group("ray") share one worker, so one Ray head
