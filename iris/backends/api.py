@@ -8,6 +8,7 @@ start an embedded local Iris cluster, as Iris always has; the rest say there is 
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
@@ -74,6 +75,10 @@ def submit(entry: Callable | Sequence[str], *args: Any, name: str | None = None,
         if flag in iris_options and not isinstance(iris_options[flag], bool):
             raise checks.invalid(flag, "True or False", iris_options[flag])
     if callable(entry):
+        # The user's own module travels by value (a script or test module is not importable
+        # where the task runs); then the one check that the call can be pickled at all.
+        client_jobs.ship_by_value(entry.func if isinstance(entry, functools.partial)
+                                  else entry)
         checks.check_args_picklable(entry, args)
     backend = _backend_or_local()
     options = dict(name=name, resources=resources, replicas=replicas, priority=priority,
