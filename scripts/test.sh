@@ -20,7 +20,9 @@ if [ ! -x /usr/bin/chromium ]; then
     fi
 fi
 bash scripts/setup.sh test
-.venv/bin/ruff check iris tests bench
+.venv/bin/ruff check iris tests bench examples
 .venv/bin/lint-imports
 # Two workers: the machine has 2 cores. --timeout keeps a hung socket from eating CI's hour.
-exec .venv/bin/python -m pytest -n 2 -q --timeout 300 "$@"
+# --dist loadgroup: the tests marked xdist_group("ray") share one worker, so one Ray head
+# starts per run (tests/backends), not one per worker.
+exec .venv/bin/python -m pytest -n 2 --dist loadgroup -q --timeout 300 "$@"

@@ -15,7 +15,7 @@ from typing import Any
 
 from iris.actors.config import NodeConfig
 from iris.actors.current import context as _context
-from iris.actors.current import current_context, set_joiner
+from iris.actors.current import current_context, in_task, set_joiner
 from iris.actors.future import ActorFuture
 from iris.actors.node import Node
 from iris.actors.refs import ActorGroup, ActorRef
@@ -197,7 +197,12 @@ class ClusterContext:
         self.close()
 
 
-set_joiner(join)
+def join_task() -> ClusterContext | None:
+    """Inside a task, a new membership in its cluster; elsewhere None."""
+    return join() if in_task() else None
+
+
+set_joiner(join_task)
 
 
 def _forward(src: ActorFuture, dst: ActorFuture) -> None:

@@ -16,8 +16,9 @@ from iris.base.errors import IrisError
 
 current_context: contextvars.ContextVar[Any] = contextvars.ContextVar("iris_context",
                                                                       default=None)
-# How a task process joins its cluster ($IRIS_ADDRESS) on first use: context.join, set by
-# context.py when it is imported (iris.actors imports it, so it always is before use).
+# What a thread with no context uses, found on first use: context.py's joins a task's
+# cluster ($IRIS_ADDRESS), and iris.backends (imported by `import iris`) replaces it with one
+# that also reads $IRIS_BACKEND. It returns None when the environment names nothing.
 _joiners: list[Callable[[], Any]] = []
 
 
@@ -26,12 +27,19 @@ def set_joiner(join: Callable[[], Any]) -> None:
 
 
 def context() -> Any:
-    """The current ClusterContext; inside a task, joins the task's cluster on first use."""
+    """The current context; with none set, what the environment names (inside a task, the
+    task's cluster; else $IRIS_BACKEND), joined on first use."""
     ctx = current_context.get()
-    if ctx is None and _joiners and os.environ.get("IRIS_JOB_ID") \
-            and os.environ.get("IRIS_ADDRESS"):
+    if ctx is None and _joiners:
         ctx = _joiners[0]()
-        current_context.set(ctx)
+        if ctx is not None:
+            current_context.set(ctx)
     if ctx is None:
-        raise IrisError("no Iris cluster here: use `with iris.local_cluster():` or iris.connect()")
+        raise IrisError("no Iris cluster here: use `with iris.local_cluster():`, "
+                        "iris.connect(), `with iris.backend('inprocess'):` or set IRIS_BACKEND")
     return ctx
+
+
+def in_task() -> bool:
+    """Whether this process is an Iris task (its worker set these two)."""
+    return bool(os.environ.get("IRIS_JOB_ID") and os.environ.get("IRIS_ADDRESS"))

@@ -14,6 +14,7 @@
     ├── ProtocolError               a malformed or unsupported message on the wire
     ├── SecurityError               keys missing or invalid; an insecure bind was refused
     ├── JobFailedError              a job ended without succeeding (job.result() raises it)
+    │   └── WorkerLostError         a map input's worker died more often than its retries allow
     └── ActorCallError              a call to an actor did not return a value
         ├── ActorNotFoundError      no actor of that name at that address, or not registered
         ├── MethodNotFoundError     the actor has no public method of that name
@@ -102,6 +103,14 @@ class JobFailedError(IrisError):
     def __init__(self, message: str, status: dict | None = None):
         super().__init__(message)
         self.status = status or {}
+
+
+class WorkerLostError(JobFailedError):
+    """iris.map: the worker running input `index` died (preempted, killed) on every try."""
+
+    def __init__(self, message: str, index: int = -1):
+        super().__init__(message)
+        self.index = index
 
 
 class ActorCallError(IrisError):

@@ -8,6 +8,8 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import cloudpickle
+
 from iris.base.errors import InvalidRequestError
 from iris.base.resources import Resources
 from iris.wire.states import PRIORITIES
@@ -83,3 +85,35 @@ def actor_class(cls: Any, spec_of: Callable[[type], Any]) -> None:
     if not isinstance(cls, type):
         raise _fail("cls", "a class decorated with @iris.actor", cls)
     spec_of(cls)  # TypeError naming the class and the decorator
+
+
+def check_picklable(values: dict[str, Any]) -> bytes:
+    """One pickle of `values` (label -> value), or InvalidRequestError naming the first
+    that cannot travel to a task. Called before anything is submitted."""
+    try:
+        return cloudpickle.dumps(values)
+    except Exception:
+        _name_unpicklable(values)
+        raise
+
+
+def check_args_picklable(fn: Any, args: tuple, kwargs: dict | None = None) -> bytes:
+    """A pickle of (fn, args, kwargs), or the error naming `fn`, `args[i]` or `kwargs[k]`."""
+    try:
+        return cloudpickle.dumps((fn, args, kwargs or {}))
+    except Exception:
+        values: dict[str, Any] = {"fn": fn}
+        values.update({f"args[{i}]": a for i, a in enumerate(args)})
+        values.update({f"kwargs[{k!r}]": v for k, v in (kwargs or {}).items()})
+        _name_unpicklable(values)
+        raise
+
+
+def _name_unpicklable(values: dict[str, Any]) -> None:
+    for label, value in values.items():
+        try:
+            cloudpickle.dumps(value)
+        except Exception as exc:
+            raise InvalidRequestError(
+                f"{label}: cannot be pickled to send to a task ({type(exc).__name__}: "
+                f"{exc}); nothing was submitted", label) from exc

@@ -117,9 +117,17 @@ class JobHandle:
     def kill(self) -> dict:
         return _controller(self._ctx, "kill", self.job_id)
 
+    def done(self) -> bool:
+        """Has the job ended (one status call)?"""
+        return self.status()["state"] in TERMINAL
+
     def result(self, timeout: float | None = None) -> Any:
-        """The callable's return value (a list, one per task, when the job has several)."""
+        """The callable's return value (a list, one per task, when the job has several).
+        TimeoutError if it has not ended within `timeout` s (it keeps running)."""
         status = self.wait(timeout)
+        if status["state"] not in TERMINAL:
+            raise TimeoutError(f"job {self.job_id} did not end within {timeout} s (it is "
+                               f"{status['state']})")
         if status["state"] != JobState.SUCCEEDED:
             raise self._failure(status)
         blobs = _controller(self._ctx, "results", self.job_id)
@@ -187,7 +195,7 @@ def _qualified_name(fn: Any) -> str:
     return f"{module}.{name}" if module and module != "__main__" else name
 
 
-def _ship_by_value(obj: Any) -> None:
+def ship_by_value(obj: Any) -> None:
     """Pickle the module defining `obj` by value when it is the user's own code.
 
     cloudpickle pickles functions of importable modules by reference, but a user's script
@@ -234,7 +242,7 @@ def _unwrap(blob: bytes) -> Any:
     return value
 
 
-def _context_or_local_cluster() -> ClusterContext:
+def context_or_local_cluster() -> ClusterContext:
     """The current cluster; inside a task, the task's; with none at all, a new local one
     (one worker), kept until the process exits, as DESIGN promises for iris.submit."""
     if current_context.get() is None and not os.environ.get("IRIS_ADDRESS"):
@@ -292,7 +300,7 @@ def submit(entry: Callable | Sequence[str], *args: Any, name: str | None = None,
     for flag, value in (("durable", durable), ("existing_capacity_only", existing_capacity_only)):
         if not isinstance(value, bool):
             raise checks.invalid(flag, "True or False", value)
-    ctx = _context_or_local_cluster()
+    ctx = context_or_local_cluster()
     entrypoint, env, default_name = _entrypoint(entry, args, env)
     request_id = request_id or uuid.uuid4().hex
     raw: dict[str, Any] = {
@@ -326,12 +334,12 @@ def submit(entry: Callable | Sequence[str], *args: Any, name: str | None = None,
 def _entrypoint(entry: Any, args: tuple, env: dict | None) -> tuple[dict, dict | None, str]:
     """(entrypoint, env, default name) of a callable with its arguments, or of a command."""
     if callable(entry):
-        _ship_by_value(entry.func if isinstance(entry, functools.partial) else entry)
+        ship_by_value(entry.func if isinstance(entry, functools.partial) else entry)
         for arg in args:
             if isinstance(arg, type):
-                _ship_by_value(arg)
+                ship_by_value(arg)
         name = getattr(entry, "__name__", "job").strip("<>").replace("_", "-").strip("-")
-        return ({"kind": "callable", "payload": cloudpickle.dumps((entry, args, {}))},
+        return ({"kind": "callable", "payload": checks.check_args_picklable(entry, args)},
                 {FUNCTION_ENV: _qualified_name(entry), **(env or {})}, name or "job")
     if args:
         raise TypeError("arguments go inside the command list, not after it")
@@ -364,13 +372,25 @@ def spawn(cls: type, *args: Any, name: str, resources: Resources | None = None,
           replicas: int = 1, timeout: float = 120.0, **submit_options: Any
           ) -> ActorRef | ActorGroup:
     """Launch a job whose tasks serve `cls(*args)` as `name`; its ref (group if replicas > 1)."""
+    return spawn_job(cls, *args, name=name, resources=resources, replicas=replicas,
+                     timeout=timeout, **submit_options)[0]
+
+
+def spawn_job(cls: type, *args: Any, name: str, resources: Resources | None = None,
+              replicas: int = 1, timeout: float = 120.0, **submit_options: Any
+              ) -> tuple[ActorRef | ActorGroup, JobHandle]:
+    """As spawn, with the job serving the actor (to kill it, or watch it)."""
     checks.actor_class(cls, spec_of)
     checks.name(name)
     ctx = current()
     full = ctx.full_name(name)
-    _ship_by_value(cls)
-    job = submit(functools.partial(_serve_forever, cls, full, args), name=submit_options.pop(
-        "job_name", name), resources=resources, replicas=replicas, **submit_options)
+    ship_by_value(cls)
+    # A job name of its own each time: an actor is often spawned again under its name after
+    # its job was killed, and a job of the same name would be a new job with old task ids.
+    job_name = submit_options.pop("job_name", None) or \
+        f"{name.strip('/').replace('/', '-')[:40]}-{uuid.uuid4().hex[:6]}"
+    job = submit(functools.partial(_serve_forever, cls, full, args), name=job_name,
+                 resources=resources, replicas=replicas, **submit_options)
     clock = SYSTEM_CLOCK
     deadline = clock.monotonic() + timeout
     while True:  # the name appears, or the task's own error comes back as soon as it fails
@@ -387,7 +407,7 @@ def spawn(cls: type, *args: Any, name: str, resources: Resources | None = None,
                 break
             raise ActorNotFoundError(f"{full}: not served within {timeout} s (job "
                                      f"{job.job_id} is {state})", actor=full)
-    return group if replicas > 1 else group[0]
+    return (group if replicas > 1 else group[0]), job
 
 
 def _serve_forever(cls: type, full_name: str, args: tuple) -> None:

@@ -261,3 +261,15 @@ def test_function_task_stdout_and_stderr_logs_keep_the_order_written(jobs_cluste
     rows = [json.loads(line) for line in out.stdout.splitlines()]
     assert [(r["stream"], r["text"].rstrip("\n")) for r in rows
             if not r["text"].startswith("[iris build]")] == want
+
+
+def test_a_job_that_names_its_checkpoint_interval_runs(jobs_cluster):
+    job = iris.submit(add, 1, 2, checkpoint_every=1800)
+    assert job.result(timeout=120) == 3
+
+
+def test_a_request_no_host_can_ever_hold_is_refused_in_human_units(jobs_cluster):
+    from iris.base.errors import UnschedulableError
+
+    with pytest.raises(UnschedulableError, match=r"memory=10 TiB: the largest host offers"):
+        iris.submit(add, 1, 2, resources=iris.Resources(memory="10TiB"))

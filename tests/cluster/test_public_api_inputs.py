@@ -1,5 +1,9 @@
 """The public API refuses bad arguments with an error naming the argument and what was
-expected, before anything reaches the cluster (issue 13, item 5)."""
+expected, before anything reaches the cluster (issue 13, item 5).
+
+No cluster is under test here (the refusals come before anything is sent), so these run on
+the in-process backend (issue 28): the same public calls, no controller or worker started.
+Refusals only a cluster can make (what no host can hold) are in test_jobs.py."""
 
 from __future__ import annotations
 
@@ -8,7 +12,11 @@ import pytest
 import iris
 from iris.base.errors import InvalidRequestError
 
-pytestmark = pytest.mark.slow
+
+@pytest.fixture
+def inprocess():
+    with iris.backend("inprocess") as backend:
+        yield backend
 
 
 def _noop() -> None:
@@ -49,35 +57,24 @@ class Broken:
     (lambda: iris.Resources(cpu=float("nan")), "cpu", "finite"),
     (lambda: iris.Resources(memory="1000Ti"), "memory", "more than any machine"),
 ])
-def test_bad_arguments_are_refused_and_named(jobs_cluster, call, field, says):
+def test_bad_arguments_are_refused_and_named(inprocess, call, field, says):
     with pytest.raises(InvalidRequestError) as info:
         call()
     assert info.value.field == field and says in str(info.value)
 
 
-def test_a_job_that_names_its_checkpoint_interval_runs(jobs_cluster):
-    job = iris.submit(_noop, checkpoint_every=1800)
-    assert job.result(timeout=120) is None
-
-
-def test_an_unpicklable_result_fails_the_task_with_the_reason(jobs_cluster):
+def test_an_unpicklable_result_fails_the_task_with_the_reason(inprocess):
     job = iris.submit(_unpicklable)
     with pytest.raises(RuntimeError, match="could not be pickled"):
         job.result(timeout=120)
 
 
-def test_spawning_a_class_without_the_decorator_is_refused_at_once(jobs_cluster):
+def test_spawning_a_class_without_the_decorator_is_refused_at_once(inprocess):
     with pytest.raises(TypeError, match="@iris.actor"):
         iris.spawn(NotAnActor, name="nope")
 
 
-def test_spawn_surfaces_the_actors_own_error_when_its_task_fails(jobs_cluster):
+def test_spawn_surfaces_the_actors_own_error_when_its_task_fails(inprocess):
     with pytest.raises(ValueError, match="bad config: lr must be > 0"):
         iris.spawn(Broken, name="broken", timeout=120, max_retries_failure=0)
 
-
-def test_a_request_no_host_can_ever_hold_is_refused_in_human_units(jobs_cluster):
-    from iris.base.errors import UnschedulableError
-
-    with pytest.raises(UnschedulableError, match=r"memory=10 TiB: the largest host offers"):
-        iris.submit(_noop, resources=iris.Resources(memory="10TiB"))

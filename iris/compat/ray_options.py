@@ -1,0 +1,101 @@
+"""Ray's task and actor options as Iris's: resources, runtime_env, retries. Pure.
+
+Not the verbs (ray.py). An option with no Iris meaning is refused (RefusedError) naming it
+and what to use instead, when the function or class is decorated, not when it runs.
+"""
+
+from __future__ import annotations
+
+import contextvars
+
+from iris.base import errors as _errors
+from iris.base.resources import Resources, tpu_shape
+
+__all__ = ["ACTOR_OPTIONS", "RefusedError", "check_known", "init_env", "resources_of",
+           "runtime_env", "task_submit_options"]
+
+
+class RefusedError(_errors.InvalidRequestError):
+    """A Ray feature the Ray-shaped layer does not map; the message says what to use."""
+
+
+# `ray.init(runtime_env=...)`: the job-level runtime_env every remote function and actor
+# started from this context gets (their own options override it), as Ray applies it.
+init_env: contextvars.ContextVar[dict | None] = contextvars.ContextVar("iris_compat_ray_env",
+                                                                       default=None)
+
+TASK_OPTIONS = {"num_cpus", "num_gpus", "memory", "resources", "accelerator_type", "name",
+                 "max_retries", "retry_exceptions", "runtime_env", "num_returns",
+                 "scheduling_strategy", "max_calls"}
+ACTOR_OPTIONS = {"num_cpus", "num_gpus", "memory", "resources", "accelerator_type", "name",
+                  "namespace", "lifetime", "max_restarts", "max_concurrency", "runtime_env",
+                  "get_if_exists", "max_task_retries", "scheduling_strategy"}
+
+
+def check_known(options: dict, known: set[str], what: str) -> None:
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise RefusedError(f"{what}.options({unknown[0]}=...): not mapped by iris.compat.ray "
+                           f"(mapped: {', '.join(sorted(known))})", unknown[0])
+
+
+def resources_of(options: dict, default_cpu: float = 1) -> Resources:
+    """Ray's resource options as iris.Resources, or RefusedError naming what has no match.
+    An actor without num_cpus holds no CPU while it runs, as on Ray (default_cpu=0)."""
+    cpu = options.get("num_cpus", default_cpu)
+    memory = options.get("memory") or 0
+    gpus = options.get("num_gpus") or 0
+    kind = options.get("accelerator_type")
+    custom = dict(options.get("resources") or {})
+    tpu_chips = custom.pop("TPU", 0)
+    if custom:
+        name = sorted(custom)[0]
+        raise RefusedError(f"resources={{{name!r}: ...}}: Iris has no custom resources; "
+                           "select hosts by their attributes with iris.submit(constraints="
+                           "{...}) instead", "resources")
+    if gpus:
+        if not kind:
+            raise RefusedError(f"num_gpus={gpus}: Iris schedules GPUs by type; add "
+                               "accelerator_type='H100' (or A100, L4, ...) to the options",
+                               "num_gpus")
+        if gpus != int(gpus):
+            raise RefusedError(f"num_gpus={gpus}: Iris gives whole GPUs", "num_gpus")
+        return Resources(cpu=cpu, memory=memory, gpu=kind, count=int(gpus))
+    if tpu_chips:
+        if not (kind or "").startswith("TPU-"):
+            raise RefusedError(f"resources={{'TPU': {tpu_chips}}}: say which TPU with "
+                               "accelerator_type='TPU-V5LITEPOD' (or TPU-V4, TPU-V5P, "
+                               "TPU-V6E)", "resources")
+        family = kind[4:].lower()
+        per_name = 2 if family in ("v4", "v5p") else 1
+        return Resources(cpu=cpu, memory=memory,
+                         tpu=tpu_shape(f"{family}-{int(tpu_chips) * per_name}").name)
+    return Resources(cpu=cpu, memory=memory)
+
+
+def runtime_env(options: dict) -> dict:
+    env = {**(init_env.get() or {}), **(options.get("runtime_env") or {})}
+    out: dict = {}
+    if "env_vars" in env:
+        out["env"] = dict(env.pop("env_vars"))
+    if "pip" in env:
+        out["pip"] = list(env.pop("pip"))
+    if env:
+        raise RefusedError(f"runtime_env={{{sorted(env)[0]!r}: ...}}: only env_vars and pip "
+                           "map (a job's env= and pip=); ship files with iris.submit("
+                           "workspace=DIR)", "runtime_env")
+    return out
+
+
+def task_submit_options(options: dict) -> dict:
+    check_known(options, TASK_OPTIONS, "remote function")
+    if options.get("num_returns", 1) != 1:
+        raise RefusedError("num_returns != 1: return a tuple and unpack it after ray.get",
+                           "num_returns")
+    if options.get("scheduling_strategy") not in (None, "DEFAULT", "SPREAD"):
+        raise RefusedError("scheduling_strategy: Iris places tasks itself; use "
+                           "iris.submit(constraints=...) or colocate=", "scheduling_strategy")
+    retries = options.get("max_retries", 3)
+    return {"resources": resources_of(options), "name": options.get("name"),
+            "max_retries_preemption": max(retries, 0) if retries is not None else None,
+            "max_retries_failure": max(retries, 0) if options.get("retry_exceptions") else 0}
