@@ -77,9 +77,9 @@ def _keys_generate(args: argparse.Namespace) -> int:
 
 
 def _stop_event() -> threading.Event:
-    from iris.worker.main import install_stop_signals
+    from iris.worker.main import StopEvent, install_stop_signals
 
-    stop = threading.Event()
+    stop = StopEvent()
     install_stop_signals(stop)
     return stop
 
