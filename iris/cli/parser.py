@@ -246,13 +246,29 @@ def _actor(verbs) -> None:
 
 def _worker(verbs) -> None:
     worker = verbs.add_parser(
-        "worker", help="list workers, or (operators) run this host's worker",
-        description=_fill("`iris worker list` lists the workers; `iris worker --controller "
-                          "ADDR` runs this host's worker in the foreground (operators)."), formatter_class=_RAW,
+        "worker", help="list workers, drain one, or (operators) run this host's worker",
+        description=_fill("`iris worker list` lists the workers; `iris worker drain ID` tells "
+                          "one to leave as on SIGTERM (it hands its tasks back, says goodbye "
+                          "and stops; operators); `iris worker --controller ADDR` runs this "
+                          "host's worker in the foreground (operators)."), formatter_class=_RAW,
         epilog="examples:\n  iris worker list --json\n"
+        "  iris worker drain w-3f2a1c --admin-token-file /var/lib/iris/admin.token\n"
         "  iris worker --controller tcp://10.0.0.2:5555 --region us-central1 --attr zone=a")
-    worker.add_argument("action", nargs="?", choices=["list"],
-                        help="list: print the cluster's workers, e.g. iris worker list")
+    worker.add_argument("action", nargs="?", choices=["list", "drain"],
+                        help="list: print the cluster's workers, e.g. iris worker list; "
+                        "drain ID: tell worker ID to leave, e.g. iris worker drain w-3f2a1c")
+    worker.add_argument("target", nargs="?", metavar="ID",
+                        help="with drain: the worker, e.g. w-3f2a1c (see iris worker list)")
+    worker.add_argument("--admin-token-file", type=Path, metavar="FILE",
+                        help="with drain: the controller's admin token, e.g. "
+                        "/var/lib/iris/admin.token (default: $IRIS_ADMIN_TOKEN_FILE, or hex "
+                        "in $IRIS_ADMIN_TOKEN)")
+    worker.add_argument("--no-wait", action="store_true",
+                        help="with drain: return once the worker is told, without waiting "
+                        "for it to leave")
+    worker.add_argument("--timeout", type=float, default=120.0, metavar="SECONDS",
+                        help="with drain: how long to wait for the worker to leave, e.g. 60 "
+                        "(default 120; its tasks get their stop grace, 10 s by default)")
     worker.add_argument("--controller", metavar="ADDR",
                         help="the controller's address, e.g. tcp://10.0.0.2:5555")
     worker.add_argument("--region", default="local", metavar="REGION",

@@ -20,7 +20,7 @@ from typing import Any
 from iris.actors import Node, actor, tokens
 from iris.actors.batching import batched
 from iris.actors.hosting import requires
-from iris.actors.keys import CONTROLLER_KEY
+from iris.actors.keys import CONTROLLER_KEY, worker_key
 from iris.base.errors import ConfigError, InvalidRequestError, IrisError, NotFoundError
 from iris.controller.effects_out import EffectsOut, sum_stats
 from iris.controller.gangs.coordinator import (
@@ -280,6 +280,21 @@ class Controller(EffectsOut):
 
     def list_workers(self) -> list[dict]:
         return self._svc.list_workers()
+
+    @requires(tokens.ADMIN)
+    def drain_worker(self, worker_id: str) -> dict:
+        """An operator's `iris worker drain`: the worker is told to leave as on SIGTERM (it
+        gives notice, hands its attempts back, says goodbye and stops). Its attempts now."""
+        schema.text(worker_id, "worker_id", max_len=256)
+        info = self._svc.workers.workers.get(worker_id)
+        if info is None:
+            raise NotFoundError(f"worker_id: no worker {worker_id!r} is registered "
+                                "(iris worker list names them)")
+        self._node.call(info.address, worker_key(worker_id), "drain",
+                        ("drained by an operator (iris worker drain)",), oneway=True,
+                        auth=self._token)
+        return {"worker_id": worker_id, "address": info.address,
+                "attempts": sorted(self._svc.state.by_worker.get(worker_id, ()))}
 
     # ------------------------------------------------------------ from the Region actors
 

@@ -9,6 +9,7 @@ that the stopped one was gone before its rerun began.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -159,3 +160,44 @@ def test_a_leaving_worker_gets_no_new_work(tmp_path, workers, wait_until):
         assert "slow" not in _listed(ctx)
         wait_until(lambda: _where(stubborn) == "other", what="the stubborn task's rerun")
         stubborn.kill()
+
+
+def _iris(*argv: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("IRIS_ADMIN_TOKEN")}
+    return subprocess.run([sys.executable, "-m", "iris", *argv], capture_output=True,
+                          text=True, timeout=180, stdin=subprocess.DEVNULL,
+                          env={**env, "PYTHONPATH": ROOT})
+
+
+def test_iris_worker_drain_moves_the_work_and_stops_the_worker(tmp_path, workers,
+                                                               wait_until):
+    with _cluster(tmp_path) as ctx:
+        first = workers(ctx, tmp_path, "wa")
+        wait_until(lambda: _listed(ctx) == {"wa"}, what="worker wa registered")
+        job = iris.submit(hold, str(tmp_path))
+        wait_until(lambda: starts(tmp_path), what="the first attempt")
+        workers(ctx, tmp_path, "wb")
+        wait_until(lambda: _listed(ctx) == {"wa", "wb"}, what="worker wb registered")
+
+        # Operators only: without the admin token, one line and nothing changes.
+        refused = _iris("worker", "drain", "wa", "--address", ctx.address)
+        assert refused.returncode == 2 and "admin token" in refused.stderr
+        assert len(refused.stderr.strip().splitlines()) == 1
+        assert first.proc.poll() is None and _listed(ctx) == {"wa", "wb"}
+        unknown = _iris("worker", "drain", "nobody", "--address", ctx.address,
+                        "--admin-token-file", str(tmp_path / "controller" / "admin.token"))
+        assert unknown.returncode == 2 and "no worker 'nobody'" in unknown.stderr
+
+        out = _iris("worker", "drain", "wa", "--address", ctx.address, "--json",
+                    "--admin-token-file", str(tmp_path / "controller" / "admin.token"))
+        assert out.returncode == 0, out.stderr
+        told = json.loads(out.stdout)
+        assert told["worker_id"] == "wa" and told["left"] is True
+        assert len(told["attempts"]) == 1
+        assert first.proc.wait(timeout=60) == 0
+        assert _listed(ctx) == {"wb"}
+        wait_until(lambda: starts(tmp_path)[1:], 120, "the rerun")
+        assert _where(job) == "wb"
+        assert "drained by an operator" in first.log.read_text()
+        (tmp_path / "release").touch()
+        assert job.wait(timeout=120)["state"] == "succeeded"
