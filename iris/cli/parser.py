@@ -88,11 +88,13 @@ def _cluster(verbs) -> None:
                          "(start, stop, slice, vm...), e.g. --config cluster.yaml")
     actions = cluster.add_subparsers(dest="action", required=True, metavar="ACTION")
     start = _sub(actions, "start", "--local: run a cluster on this machine in the foreground "
-                 "(Ctrl-C stops it); --config F: create the controller VM and wait for it",
+                 "(Ctrl-C stops it); --config F: start the config's controller (its VM, or "
+                 "a daemon on this machine when it names none) and wait until it answers",
                  "iris cluster start --local --workers 2 --cpu 1")
     start.add_argument("--local", action="store_true",
-                       help="the cluster runs here: controller in this process, workers as "
-                       "child processes (or --config F for a GCP cluster)")
+                       help="the cluster runs here: without --config, controller in this "
+                       "process and workers as child processes, in the foreground; with "
+                       "--config F, the config's controller as a daemon on this machine")
     start.add_argument("--json", action="store_true", help=_JSON_HELP)
     start.add_argument("--timeout", type=float, default=operate.START_TIMEOUT_S,
                        metavar="SECONDS", help="with --config: how long to wait for the "
@@ -109,9 +111,12 @@ def _cluster(verbs) -> None:
                        help="address the controller listens on, e.g. tcp://127.0.0.1:5555 "
                        "(default: a free loopback port)")
     dashboard_options(start)
-    status = _sub(actions, "status", "workers, jobs by state and scale groups at a glance",
-                  "iris cluster status --json")
+    status = _sub(actions, "status", "workers, jobs by state and scale groups at a glance "
+                  "(--config F: also where its controller runs)", "iris cluster status --json")
     status.add_argument("--json", action="store_true", help=_JSON_HELP)
+    status.add_argument("--local", action="store_true",
+                        help="with --config: the controller runs on this machine even if the "
+                        "config names a controller VM")
     take = _sub(actions, "checkpoint", "take a checkpoint of the controller's state in GCS "
                 "now; prints its name and size", "iris cluster checkpoint --json")
     take.add_argument("--json", action="store_true", help=_JSON_HELP)

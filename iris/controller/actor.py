@@ -20,7 +20,7 @@ from typing import Any
 from iris.actors import Node, actor, tokens
 from iris.actors.batching import batched
 from iris.actors.hosting import requires
-from iris.actors.keys import CONTROLLER_KEY, worker_key
+from iris.actors.keys import CONTROLLER_KEY, region_key, worker_key
 from iris.base.errors import ConfigError, InvalidRequestError, IrisError, NotFoundError
 from iris.controller.effects_out import EffectsOut, sum_stats
 from iris.controller.gangs.coordinator import (
@@ -32,6 +32,7 @@ from iris.controller.gangs.runner import GangRunner
 from iris.controller.jobs.model import TERMINAL_JOB
 from iris.controller.live_figures import series
 from iris.controller.preemption_notices import apply_notice
+from iris.controller.regions.region import STOP_ALL_SLICES_S
 from iris.controller.service import ControllerConfig, ControllerService
 from iris.controller.service_workers import check_report
 from iris.wire import schema
@@ -311,6 +312,24 @@ class Controller(EffectsOut):
     def hosts_gone(self, gone: dict) -> None:
         """A Region deleted slices: their workers are lost now (host id -> why)."""
         self._after(self._svc.hosts_gone(gone))
+
+    async def slices(self) -> list[dict]:
+        """Every autoscaled region's slices, as its provider lists them (Region.slices): the
+        slices of providers that live in this process too, which nothing else can list."""
+        rows: list[dict] = []
+        for region in sorted(self._scaling):
+            rows += await self._node.call(self._node.address, region_key(region), "slices",
+                                          timeout_s=30.0)
+        return rows
+
+    @requires(tokens.ADMIN)
+    async def stop_slices(self, timeout_s: float = STOP_ALL_SLICES_S) -> list[dict]:
+        """`iris cluster stop`: every region stops scaling and deletes every slice of its
+        provider (Region.stop_slices); what each deleted and what it could not."""
+        schema.number(timeout_s, "timeout_s", min_value=1.0, max_value=86400.0)
+        futures = [self._node.call(self._node.address, region_key(r), "stop_slices", (False,),
+                                   timeout_s=timeout_s) for r in sorted(self._scaling)]
+        return [await fut for fut in futures]
 
     def regions(self) -> dict[str, str]:
         """Region name -> address of the node serving its Region actor."""

@@ -10,14 +10,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from iris.actors import ClusterContext, Node, NodeConfig, Registry, Security, ports, tokens
-from iris.actors.keys import CONTROLLER_KEY
+from iris.actors.keys import CONTROLLER_KEY, region_key
 from iris.actors.registry import REGISTRY_KEY
-from iris.base.errors import ConfigError, ConflictError
+from iris.base.errors import ConfigError, ConflictError, IrisError
 from iris.controller.actor import Controller
 from iris.controller.checkpoint import CheckpointSettings, from_storage
+from iris.controller.config import IN_PROCESS_PROVIDERS
 from iris.controller.regions.autoscaler import AutoscalerConfig
 from iris.controller.regions.capacity import offers_from_groups
-from iris.controller.regions.region import RegionScaling
+from iris.controller.regions.region import STOP_LOCAL_SLICES_S, RegionScaling
 from iris.controller.service import ControllerConfig
 from iris.controller.state_lock import StateDirLock
 from iris.logstore.config import LogStoreConfig
@@ -101,7 +102,8 @@ def scaling_from_config(cluster: ClusterConfig, state_dir: Path) -> tuple[Region
                                       **cluster.autoscaler)
         except ValueError as exc:
             raise ConfigError(f"autoscaler: {exc}") from exc
-        out.append(RegionScaling(name, groups, make, config))
+        out.append(RegionScaling(name, groups, make, config,
+                                 in_process=kinds[0] in IN_PROCESS_PROVIDERS))
     return tuple(out)
 
 
@@ -215,6 +217,26 @@ def run_controller(state_dir: Path, *, bind: str = "tcp://127.0.0.1:0",
         raise SystemExit(f"controller halted: {fatal[0]}")
 
 
+def stop_in_process_slices(node: Node, config: ControllerConfig) -> list[dict]:
+    """Before the node stops: the slices that live in this process (local worker processes)
+    are stopped while the controller still serves, so their workers say goodbye and their
+    work is requeued in the store, to run at once after a restart instead of after the
+    restart grace. Cloud slices stay. What each region stopped."""
+    futures = [node.call(node.address, region_key(s.region), "stop_slices", (True,),
+                         timeout_s=STOP_LOCAL_SLICES_S) for s in config.autoscale if s.in_process]
+    done = []
+    for fut in futures:
+        try:
+            done.append(fut.result())
+        except IrisError as exc:  # the provider's close at the node's stop stops them too
+            logging.getLogger(__name__).warning("stopping local slices: %s", exc)
+    for region in done:
+        for row in region["deleted"]:
+            print(f"stopped slice {row['slice_id']} ({region['region']}, "
+                  f"{len(row['hosts'])} hosts)", flush=True)
+    return done
+
+
 def _settings(cluster: ClusterConfig | None, state_dir: Path,
               worker_dead_after_s: float | None) -> dict:
     """The ControllerConfig fields a cluster config gives (checked: ConfigError)."""
@@ -244,6 +266,7 @@ def _serve(node: Node, config: ControllerConfig, stop: threading.Event,
         stop_extra = on_start(node) if on_start else None
         try:
             stop.wait()
+            stop_in_process_slices(node, config)
         finally:
             if stop_extra:
                 stop_extra()
