@@ -160,6 +160,8 @@ class _Operator:
         self._vm: Any = None
 
     def _controller_slices(self) -> list[dict]:
+        if self.local is not None and self.local.holder() is None:
+            raise IrisError(f"not running on this machine (cluster dir {self.local.dir})")
         return _call(self.config.controller.address, "slices", timeout_s=10.0)
 
     @property
@@ -261,6 +263,9 @@ class _Operator:
                          "status": found.status if found else "NOT_FOUND",
                          "internal_ip": found.internal_ip if found else ""}
         try:
+            if self.local is not None and not out["controller"]["running"]:
+                raise IrisError(f"not running on this machine (cluster dir "
+                                f"{self.local.dir})")
             out["workers"] = len(_call(out["address"], "list_workers", timeout_s=5.0))
             out["answering"] = True
             if whole:  # the autoscalers' own view, region by region
