@@ -158,10 +158,11 @@ class _Operator:
             self.config)) if local or not self.has_vm() else None
         self.providers = slices.Providers(self.config, self._controller_slices)
         self._vm: Any = None
+        self._answering: bool | None = None  # as status found it; None: not asked yet
 
     def _controller_slices(self) -> list[dict]:
-        if self.local is not None and self.local.holder() is None:
-            raise IrisError(f"not running on this machine (cluster dir {self.local.dir})")
+        if self._answering is False:
+            raise IrisError(f"no answer at {self.config.controller.address}")
         return _call(self.config.controller.address, "slices", timeout_s=10.0)
 
     @property
@@ -262,17 +263,18 @@ class _Operator:
             out["vm"] = {"name": self.controller_vm.vm.name, "zone": self.controller_vm.vm.zone,
                          "status": found.status if found else "NOT_FOUND",
                          "internal_ip": found.internal_ip if found else ""}
+        # Not held here: it may still serve elsewhere (run-local with its own --state-dir,
+        # another host), so it is asked, but briefly.
+        probe_s = 2.0 if self.local is not None and not out["controller"]["running"] else 5.0
         try:
-            if self.local is not None and not out["controller"]["running"]:
-                raise IrisError(f"not running on this machine (cluster dir "
-                                f"{self.local.dir})")
-            out["workers"] = len(_call(out["address"], "list_workers", timeout_s=5.0))
-            out["answering"] = True
+            out["workers"] = len(_call(out["address"], "list_workers", timeout_s=probe_s))
+            out["answering"] = self._answering = True
             if whole:  # the autoscalers' own view, region by region
                 out["regions"] = scale_group_rows(_call(out["address"], "snapshot",
                                                         timeout_s=5.0))
         except IrisError as exc:
             out["answering"], out["error"] = False, str(exc)
+            self._answering = False  # not asked again for its slices
         if whole:
             out["scale_groups"] = self._groups()
         if args.json:

@@ -316,18 +316,18 @@ class Controller(EffectsOut):
     async def slices(self) -> list[dict]:
         """Every autoscaled region's slices, as its provider lists them (Region.slices): the
         slices of providers that live in this process too, which nothing else can list."""
-        rows: list[dict] = []
-        for region in sorted(self._scaling):
-            rows += await self._node.call(self._node.address, region_key(region), "slices",
-                                          timeout_s=30.0)
-        return rows
+        return [row for rows in await self._each_region("slices", (), 30.0) for row in rows]
 
     @requires(tokens.ADMIN)
     async def stop_slices(self, timeout_s: float = STOP_ALL_SLICES_S) -> list[dict]:
         """`iris cluster stop`: every region stops scaling and deletes every slice of its
         provider (Region.stop_slices); what each deleted and what it could not."""
         schema.number(timeout_s, "timeout_s", min_value=1.0, max_value=86400.0)
-        futures = [self._node.call(self._node.address, region_key(r), "stop_slices", (False,),
+        return await self._each_region("stop_slices", (False,), timeout_s)
+
+    async def _each_region(self, method: str, args: tuple, timeout_s: float) -> list:
+        """One call to every autoscaled region's actor (in process), their answers in order."""
+        futures = [self._node.call(self._node.address, region_key(r), method, args,
                                    timeout_s=timeout_s) for r in sorted(self._scaling)]
         return [await fut for fut in futures]
 

@@ -132,6 +132,16 @@ def _derive_chips(attributes: dict[str, str]) -> None:
             pass  # a GPU model: its count is given, or 1 (advertised_resources)
 
 
+def _host_attributes(region: str, given: dict[str, str]) -> dict[str, str]:
+    """What this host says of itself at registration; `given` (--attr) wins."""
+    attributes = {"region": region, "cpu": str(os.cpu_count() or 1),
+                  "hostname": socket.gethostname(), "pid": str(os.getpid()),
+                  "memory": str(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")),
+                  **given}
+    _derive_chips(attributes)
+    return attributes
+
+
 def run_worker(controller: str, *, region: str = "local", attrs: dict[str, str] | None = None,
                root: Path | None = None, worker_id: str | None = None,
                bind: str = "tcp://127.0.0.1:0", keys_dir: str | None = None,
@@ -143,11 +153,7 @@ def run_worker(controller: str, *, region: str = "local", attrs: dict[str, str] 
     root = root or Path(os.environ.get("IRIS_WORKER_DIR", "/tmp/iris-worker"))
     lock = _lock_work_dir(root)  # held while this worker runs
     worker_id = _worker_id(root, worker_id)
-    attributes = {"region": region, "cpu": str(os.cpu_count() or 1),
-                  "hostname": socket.gethostname(), "pid": str(os.getpid()),
-                  "memory": str(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")),
-                  **(attrs or {})}
-    _derive_chips(attributes)
+    attributes = _host_attributes(region, attrs or {})
     advertised = advertised_resources(attributes)
     token = token or tokens.from_env()  # read before any task could inherit it
     security = Security.load(keys_dir) if keys_dir else None
