@@ -29,7 +29,7 @@ from typing import Any, TextIO
 from iris.actors import ports
 from iris.actors.keys import CONTROLLER_KEY
 from iris.base.clock import SYSTEM_CLOCK
-from iris.base.errors import ConflictError, IrisError
+from iris.base.errors import ConfigError, ConflictError, IrisError
 from iris.cli import cluster_dir
 from iris.controller import state_lock
 from iris.wire.states import CLUSTER_MARK_ENV
@@ -70,10 +70,14 @@ class LocalController:
         taken = ports.bind_error(self.bind)
         if taken:
             raise ConflictError(f"cluster {self.config.name}: {taken}")
-        self.dir.mkdir(parents=True, exist_ok=True)
-        offset = self.log.stat().st_size if self.log.exists() else 0
         started = SYSTEM_CLOCK.monotonic()
-        proc = self._spawn()
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            offset = self.log.stat().st_size if self.log.exists() else 0
+            proc = self._spawn()
+        except OSError as exc:  # an operator's path: one line, not a traceback
+            raise ConfigError(f"cluster dir {self.dir}: {exc.strerror} ({exc.filename})") \
+                from exc
         print(f"starting the controller of cluster {self.config.name}: pid {proc.pid}, log "
               f"{self.log}", file=out, flush=True)
         self._wait_answering(proc, offset, timeout_s, out)

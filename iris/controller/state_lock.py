@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from iris.base.clock import SYSTEM_CLOCK
-from iris.base.errors import ConflictError
+from iris.base.errors import ConfigError, ConflictError
 
 LOCK_NAME = "controller.lock"
 # A reader (`holder`) takes the lock shared for microseconds: a start that meets it tries
@@ -50,10 +50,17 @@ class StateDirLock:
         """ConflictError naming the live controller that holds `state_dir`."""
         state_dir = Path(state_dir)
         made = not state_dir.exists()
-        state_dir.mkdir(parents=True, exist_ok=True)
         path = state_dir / LOCK_NAME
+        try:
+            state_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:  # an operator's path: one line, not a traceback
+            raise ConfigError(f"state dir {state_dir}: {exc.strerror}") from exc
         while True:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError as exc:
+                raise ConfigError(f"state dir {state_dir}: cannot open {LOCK_NAME}: "
+                                  f"{exc.strerror}") from exc
             try:
                 _flock(fd, state_dir)
             except BaseException:
