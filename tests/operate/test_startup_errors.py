@@ -160,3 +160,15 @@ def test_a_refused_restore_leaves_the_owner_lease_and_a_restore_is_announced_fir
         for proc in site.procs:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
+
+
+def test_a_state_dir_that_cannot_be_made_is_one_line(tmp_path):
+    (tmp_path / "file").write_text("not a directory")
+    line = _refused(["controller", "serve", "--state-dir", str(tmp_path / "file" / "state")])
+    assert line == f"iris: state dir {tmp_path / 'file' / 'state'}: Not a directory"
+    config = tmp_path / "cluster.yaml"
+    config.write_text(f"name: nodir\ncontroller:\n  address: tcp://127.0.0.1:{_free_port()}\n"
+                      f"  state_dir: {tmp_path / 'file' / 'c'}\nstorage:\n  log_dir: "
+                      f"{tmp_path / 'logs'}\nregions:\n  here:\n    zones: [a]\n")
+    line = _refused(["cluster", "--config", str(config), "start"])
+    assert line.startswith(f"iris: cluster dir {tmp_path / 'file' / 'c'}: Not a directory")
