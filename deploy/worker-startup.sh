@@ -64,7 +64,10 @@ Wants=network-online.target
 [Service]
 EnvironmentFile=/etc/iris-worker.env
 ExecStart=/opt/iris/venv/bin/iris worker --controller ${IRIS_CONTROLLER} --region ${IRIS_REGION} $IRIS_WORKER_ATTRS
-Restart=always
+# on-failure: a worker drained (`iris worker drain`) leaves with exit 0 and stays gone;
+# one that crashed comes back. SIGTERM first (KillMode=mixed): it says goodbye and
+# stops its tasks with their 10 s grace before TimeoutStopSec.
+Restart=on-failure
 RestartSec=5
 KillMode=mixed
 TimeoutStopSec=30

@@ -13,6 +13,7 @@ new wake-up, so every socket we send on is drained again before the loop sleeps.
 from __future__ import annotations
 
 import collections
+import errno
 import itertools
 import logging
 import os
@@ -23,7 +24,7 @@ from typing import Any
 import uvloop
 import zmq
 
-from iris.actors import shm, shm_scope
+from iris.actors import ports, shm, shm_scope
 from iris.actors.config import NodeConfig
 from iris.actors.future import ActorFuture
 from iris.actors.hosting import HostedActor, spec_of
@@ -143,6 +144,9 @@ class Node(NodeLoop):
             self._auth = self.security.start_authenticator(self._ctx) if self.security else None
             self._router = self._bind_router()
         except BaseException as exc:
+            if isinstance(exc, zmq.ZMQError) and exc.errno == errno.EADDRINUSE:
+                # One line naming who holds it, not a ZMQError traceback (issue 27).
+                exc = ConflictError(ports.in_use(self.config.bind))
             self._start_error = exc
             self._ready.set()
             return

@@ -1,4 +1,5 @@
-"""`iris job ...`, `iris worker list`, `iris cluster status`: client verbs over the controller.
+"""`iris job ...`, `iris worker list|drain`, `iris cluster status`: client verbs over the
+controller.
 
 Each prints a table, or with --json the same rows as one JSON document.
 """
@@ -12,9 +13,11 @@ import threading
 from typing import Any
 
 import iris
-from iris.base.errors import InvalidRequestError, NotFoundError
+from iris.base.clock import SYSTEM_CLOCK
+from iris.base.errors import InvalidRequestError, IrisError, NotFoundError
 from iris.base.resources import Resources
 from iris.client.jobs import TERMINAL, JobHandle, _controller, _user
+from iris.client.retry import call_controller
 from iris.logstore.model import format_line, iso_time
 from iris.logstore.reader import LogFilter
 
@@ -191,6 +194,39 @@ def worker_list(args: argparse.Namespace) -> int:
     print_rows(rows, ["worker_id", "region", "address", "cpu", "running",
                       "last_heard_s_ago"], args.json)
     return 0
+
+
+def worker_drain(args: argparse.Namespace) -> int:
+    """Tell a worker to leave (through the controller, with the admin token); wait until it
+    has left the worker list, saying what it handed back."""
+    from iris.client.budgets import admin_token
+
+    if not args.target:
+        raise InvalidRequestError("iris worker drain: name the worker, e.g. iris worker drain "
+                                  "w-3f2a1c (iris worker list names them)")
+    ctx = iris.current()
+    token = admin_token(args.admin_token_file, "draining a worker")
+    told = call_controller(ctx.node, ctx.address, "drain_worker", (args.target,), auth=token)
+    print(f"worker {told['worker_id']} ({told['address']}) told to leave; handing back "
+          f"{len(told['attempts'])} attempts", file=sys.stderr, flush=True)
+    left = args.no_wait or _wait_gone(ctx, args.target, args.timeout)
+    if args.json:
+        print(json.dumps({**told, "left": not args.no_wait and left}))
+    if not left:
+        raise IrisError(f"worker {args.target} is still listed after {args.timeout:g} s "
+                        "(its tasks may be slow to stop; see iris worker list)")
+    if not args.no_wait:
+        print(f"worker {args.target} left", file=sys.stderr)
+    return 0
+
+
+def _wait_gone(ctx: Any, worker_id: str, timeout_s: float) -> bool:
+    gate, deadline = threading.Event(), SYSTEM_CLOCK.monotonic() + timeout_s
+    while SYSTEM_CLOCK.monotonic() < deadline:
+        if all(w["worker_id"] != worker_id for w in _controller(ctx, "list_workers")):
+            return True
+        gate.wait(0.1)  # the controller offers no event for a worker leaving
+    return False
 
 
 def cluster_status(args: argparse.Namespace) -> int:

@@ -77,9 +77,9 @@ def _keys_generate(args: argparse.Namespace) -> int:
 
 
 def _stop_event() -> threading.Event:
-    from iris.worker.main import install_stop_signals
+    from iris.worker.main import StopEvent, install_stop_signals
 
-    stop = threading.Event()
+    stop = StopEvent()
     install_stop_signals(stop)
     return stop
 
@@ -145,9 +145,11 @@ def _serve_dashboard(args: argparse.Namespace, cluster, node) -> Callable[[], No
 
 
 def _worker(args: argparse.Namespace) -> int:
-    if args.action == "list":
+    if args.action in ("list", "drain"):
         with iris.connect(args.address or args.controller):
-            return jobs.worker_list(args)
+            return jobs.worker_list(args) if args.action == "list" else jobs.worker_drain(args)
+    if args.target is not None:
+        raise InvalidRequestError(f"iris worker {args.target}: unknown action (list or drain)")
     from iris.worker.main import parse_attrs, run_worker
 
     controller = args.controller or args.address
@@ -195,6 +197,7 @@ _HANDLERS = {
     ("controller", "serve"): _controller_serve,
     ("worker", None): _worker,
     ("worker", "list"): _worker,
+    ("worker", "drain"): _worker,
     ("actor", "list"): _actor_list,
     ("completion", None): _completion,
     ("job", "run"): jobs.job_run,

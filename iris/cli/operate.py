@@ -1,10 +1,14 @@
 """Operating a cluster from its config file: `iris cluster --config F start|stop|restart|status`,
 `... controller start|stop|restart|status|run-local`, and the slice and vm verbs (slices.py).
 
-Not the controller: `start` makes (or finds) the controller's VM through the Compute Engine
-client, whose startup script runs `iris controller serve --config` (and with it the
-autoscaler), then waits until the controller answers. Slices are the autoscaler's; `stop`
-deletes them all and then the VM. The same verbs stand at the top level with their own
+Not the controller. Where it runs decides how: with a `controller.vm` section, `start`
+makes (or finds) the controller's VM through the Compute Engine client, whose startup
+script runs `iris controller serve --config` (and with it the autoscaler), then waits until
+the controller answers; `stop` deletes every slice and then the VM. Without one (or with
+--local), the controller runs on this machine as a daemon in the cluster's directory
+(daemon.py, cluster_dir.py) and `stop` stops every slice of every provider through it, then
+it, then whatever is left with the cluster's mark (operate_local.py). Slices are the
+autoscaler's, made as the config says. The same verbs stand at the top level with their own
 --config (`iris slice list --config F`, `iris controller status --config F`).
 """
 
@@ -18,7 +22,8 @@ from typing import Any
 
 from iris.actors.keys import CONTROLLER_KEY
 from iris.base.errors import InvalidRequestError, IrisError
-from iris.cli import slices
+from iris.cli import cluster_dir, operate_local, slices
+from iris.cli.daemon import LocalController
 from iris.cli.jobs import print_rows
 
 # A fresh controller VM boots (~30 s), installs Iris (~1 min with uv) and starts; 15 min
@@ -29,8 +34,9 @@ _CONTROLLER_ACTIONS = ("start", "stop", "restart", "status", "run-local")
 
 def add_cluster_actions(cluster: Any) -> None:
     """stop, restart, controller, slice, vm under `iris cluster` (start/status exist)."""
-    for name, text in (("stop", "delete every slice, then the controller VM (asks first)"),
-                       ("restart", "restart the controller VM, keeping its state")):
+    for name, text in (("stop", "stop every slice of every provider, then the controller "
+                        "(its VM, or its process here); asks first"),
+                       ("restart", "restart the controller, keeping its jobs")):
         p = slices.leaf(cluster, name, text, f"iris cluster --config cluster.yaml {name}")
         _common(p, yes=name == "stop")
     _controller_actions(cluster.add_parser("controller", help="the controller alone"), False)
@@ -51,6 +57,8 @@ def add_top_level(verbs: Any, controller_sub: Any) -> None:
 
 def _common(p: argparse.ArgumentParser, yes: bool = False) -> None:
     p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument("--local", action="store_true", help="the controller runs on this "
+                   "machine even if the config names a controller VM")
     p.add_argument("--timeout", type=float, default=START_TIMEOUT_S, metavar="SECONDS",
                    help=f"how long to wait for the controller to answer, e.g. 600 (default "
                    f"{START_TIMEOUT_S:.0f})")
@@ -66,11 +74,13 @@ def _controller_actions(parser: argparse.ArgumentParser, with_config: bool) -> N
 
 def _controller_action(sub: Any, action: str, with_config: bool) -> None:
     p = slices.leaf(sub, action, {
-        "start": "create (or find) the controller VM and wait until it answers",
-        "stop": "delete the controller VM (slices are left; asks first)",
-        "restart": "reset the controller VM: it resumes from its state on disk",
-        "status": "the controller VM and whether the controller answers",
-        "run-local": "run the controller and its autoscaler on this machine"}[action],
+        "start": "start the controller (its VM, or a daemon here) and wait until it answers",
+        "stop": "stop the controller (its VM, or its process here; cloud slices are left; "
+                "asks first)",
+        "restart": "restart the controller: it resumes from its state on disk",
+        "status": "where the controller runs and whether it answers",
+        "run-local": "run the controller and its autoscaler on this machine, in the "
+                     "foreground"}[action],
         f"iris controller {action} --config cluster.yaml")
     if with_config:
         p.add_argument("--config", type=Path, required=True,
@@ -95,8 +105,8 @@ def wanted(args: argparse.Namespace) -> bool:
         return True
     if args.verb == "controller":
         return args.action != "serve"
-    if args.verb != "cluster" or getattr(args, "local", False):
-        return False
+    if args.verb != "cluster" or (getattr(args, "local", False) and args.config is None):
+        return False  # `iris cluster start --local`: an embedded cluster in the foreground
     if args.action in ("checkpoint", "checkpoints"):  # client verbs (checkpoints.py)
         return False
     return args.config is not None or args.action not in ("status",)
@@ -104,10 +114,11 @@ def wanted(args: argparse.Namespace) -> bool:
 
 def run(args: argparse.Namespace) -> int:
     if args.verb == "cluster" and args.action == "start" and args.config is None:
-        raise InvalidRequestError("cluster start: pass --config F (a GCP cluster) or --local")
+        raise InvalidRequestError("cluster start: pass --config F (a cluster config) or "
+                                  "--local (an embedded cluster in the foreground)")
     kind = args.verb if args.verb in ("slice", "vm") else (
         args.action if args.action in ("slice", "vm") else None)
-    op = _Operator(args.config)
+    op = _Operator(args.config, getattr(args, "local", False))
     try:
         if kind == "slice":
             return slices.slice_verb(args, op.providers, confirm)
@@ -132,7 +143,7 @@ def confirm(question: str, yes: bool) -> bool:
 
 
 class _Operator:
-    def __init__(self, config_path: Path | None):
+    def __init__(self, config_path: Path | None, local: bool = False):
         from iris.controller.config import load_config
 
         if config_path is None:
@@ -142,8 +153,17 @@ class _Operator:
             self.text = Path(config_path).read_text()
         except OSError as exc:
             raise InvalidRequestError(f"{config_path}: {exc.strerror}") from exc
-        self.providers = slices.Providers(self.config)
+        # The controller runs here: no VM in the config, or --local.
+        self.local = LocalController(self.config, config_path, cluster_dir.cluster_dir(
+            self.config)) if local or not self.has_vm() else None
+        self.providers = slices.Providers(self.config, self._controller_slices)
         self._vm: Any = None
+        self._answering: bool | None = None  # as status found it; None: not asked yet
+
+    def _controller_slices(self) -> list[dict]:
+        if self._answering is False:
+            raise IrisError(f"no answer at {self.config.controller.address}")
+        return _call(self.config.controller.address, "slices", timeout_s=10.0)
 
     @property
     def controller_vm(self) -> Any:
@@ -165,6 +185,9 @@ class _Operator:
     def act(self, action: str, args: argparse.Namespace, whole: bool) -> int:
         if action == "run-local":
             return self.run_local(args)
+        if self.local is not None and action in ("start", "restart"):
+            run = operate_local.start if action == "start" else operate_local.restart
+            return run(self.local, args)
         if action == "start":
             info, made = self.controller_vm.create()
             print(f"controller VM {info.name} in {info.zone}: "
@@ -196,9 +219,16 @@ class _Operator:
         return 0
 
     def stop(self, args: argparse.Namespace, whole: bool) -> int:
-        """Slices, then the VM (when the config has one: else the controller runs
-        elsewhere and only the slices go), then whatever the autoscaler made meanwhile."""
-        vm = self.controller_vm if (self.has_vm() or not whole) else None
+        """Slices, then the VM, then whatever the autoscaler made meanwhile (a controller
+        here: operate_local.stop)."""
+        if self.local is not None:
+            what = ("every slice of every provider, then the controller" if whole else
+                    "the controller (and the local slices it runs)")
+            if not confirm(f"stop {what} of cluster {self.config.name}?", args.yes):
+                print("nothing stopped", file=sys.stderr)
+                return 1
+            return operate_local.stop(self.local, self.providers, args, whole)
+        vm = self.controller_vm
         doomed = self.providers.all_slices() if whole else []
         what = " and ".join(filter(None, (
             f"{len(doomed)} slice(s)" if whole else "",
@@ -226,28 +256,37 @@ class _Operator:
     def status(self, args: argparse.Namespace, whole: bool) -> int:
         out: dict[str, Any] = {"cluster": self.config.name,
                                "address": self.config.controller.address}
-        if self.has_vm():
+        if self.local is not None:
+            out["controller"] = operate_local.status(self.local)
+        elif self.has_vm():
             found = self.controller_vm.find()
             out["vm"] = {"name": self.controller_vm.vm.name, "zone": self.controller_vm.vm.zone,
                          "status": found.status if found else "NOT_FOUND",
                          "internal_ip": found.internal_ip if found else ""}
+        # Not held here: it may still serve elsewhere (run-local with its own --state-dir,
+        # another host), so it is asked, but briefly.
+        probe_s = 2.0 if self.local is not None and not out["controller"]["running"] else 5.0
         try:
-            out["workers"] = len(_call(out["address"], "list_workers", timeout_s=5.0))
-            out["answering"] = True
+            out["workers"] = len(_call(out["address"], "list_workers", timeout_s=probe_s))
+            out["answering"] = self._answering = True
             if whole:  # the autoscalers' own view, region by region
                 out["regions"] = scale_group_rows(_call(out["address"], "snapshot",
                                                         timeout_s=5.0))
         except IrisError as exc:
             out["answering"], out["error"] = False, str(exc)
+            self._answering = False  # not asked again for its slices
         if whole:
             out["scale_groups"] = self._groups()
         if args.json:
             print(json.dumps(out))
             return 0
-        vm = out.get("vm")
+        vm, here = out.get("vm"), out.get("controller")
         print(f"cluster {out['cluster']}: controller {out['address']} "
               f"{'answering, ' + str(out['workers']) + ' workers' if out['answering'] else 'not answering'}"
-              + (f"; VM {vm['name']} ({vm['zone']}): {vm['status']}" if vm else ""))
+              + (f"; VM {vm['name']} ({vm['zone']}): {vm['status']}" if vm else "")
+              + (f"; on this machine, pid {here['pid']}" if here and here["running"] else "")
+              + (f"; not running here (cluster dir {here['cluster_dir']})"
+                 if here and not here["running"] else ""))
         if whole:
             print_rows(out["scale_groups"], ["region", "group", "accelerator", "min", "max",
                                              "slices"], False)
@@ -258,7 +297,7 @@ class _Operator:
         return 0
 
     def _groups(self) -> list[dict]:
-        found = self.providers.all_slices()
+        found = [s for _, s in self.providers.everything()]
         return [{"region": g.region, "group": g.name, "accelerator": g.accelerator_variant
                  or g.accelerator_type, "min": g.min_slices, "max": g.max_slices,
                  "provider": g.provider,
@@ -267,7 +306,8 @@ class _Operator:
                 for g in self.config.scale_groups()]
 
     def vm(self, args: argparse.Namespace) -> int:
-        rows = slices.vm_rows(self.providers, self.controller_vm if self.has_vm() else None)
+        rows = slices.vm_rows(self.providers, self.controller_vm if self.has_vm()
+                              and self.local is None else None)
         if args.vm_action == "status":
             print_rows(rows, slices.VM_COLUMNS, args.json)
             return 0

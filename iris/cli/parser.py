@@ -89,11 +89,13 @@ def _cluster(verbs) -> None:
                          "(start, stop, slice, vm...), e.g. --config cluster.yaml")
     actions = cluster.add_subparsers(dest="action", required=True, metavar="ACTION")
     start = _sub(actions, "start", "--local: run a cluster on this machine in the foreground "
-                 "(Ctrl-C stops it); --config F: create the controller VM and wait for it",
+                 "(Ctrl-C stops it); --config F: start the config's controller (its VM, or "
+                 "a daemon on this machine when it names none) and wait until it answers",
                  "iris cluster start --local --workers 2 --cpu 1")
     start.add_argument("--local", action="store_true",
-                       help="the cluster runs here: controller in this process, workers as "
-                       "child processes (or --config F for a GCP cluster)")
+                       help="the cluster runs here: without --config, controller in this "
+                       "process and workers as child processes, in the foreground; with "
+                       "--config F, the config's controller as a daemon on this machine")
     start.add_argument("--json", action="store_true", help=_JSON_HELP)
     start.add_argument("--timeout", type=float, default=operate.START_TIMEOUT_S,
                        metavar="SECONDS", help="with --config: how long to wait for the "
@@ -110,9 +112,12 @@ def _cluster(verbs) -> None:
                        help="address the controller listens on, e.g. tcp://127.0.0.1:5555 "
                        "(default: a free loopback port)")
     dashboard_options(start)
-    status = _sub(actions, "status", "workers, jobs by state and scale groups at a glance",
-                  "iris cluster status --json")
+    status = _sub(actions, "status", "workers, jobs by state and scale groups at a glance "
+                  "(--config F: also where its controller runs)", "iris cluster status --json")
     status.add_argument("--json", action="store_true", help=_JSON_HELP)
+    status.add_argument("--local", action="store_true",
+                        help="with --config: the controller runs on this machine even if the "
+                        "config names a controller VM")
     take = _sub(actions, "checkpoint", "take a checkpoint of the controller's state in GCS "
                 "now; prints its name and size", "iris cluster checkpoint --json")
     take.add_argument("--json", action="store_true", help=_JSON_HELP)
@@ -252,13 +257,29 @@ def _actor(verbs) -> None:
 
 def _worker(verbs) -> None:
     worker = verbs.add_parser(
-        "worker", help="list workers, or (operators) run this host's worker",
-        description=_fill("`iris worker list` lists the workers; `iris worker --controller "
-                          "ADDR` runs this host's worker in the foreground (operators)."), formatter_class=_RAW,
+        "worker", help="list workers, drain one, or (operators) run this host's worker",
+        description=_fill("`iris worker list` lists the workers; `iris worker drain ID` tells "
+                          "one to leave as on SIGTERM (it hands its tasks back, says goodbye "
+                          "and stops; operators); `iris worker --controller ADDR` runs this "
+                          "host's worker in the foreground (operators)."), formatter_class=_RAW,
         epilog="examples:\n  iris worker list --json\n"
+        "  iris worker drain w-3f2a1c --admin-token-file /var/lib/iris/admin.token\n"
         "  iris worker --controller tcp://10.0.0.2:5555 --region us-central1 --attr zone=a")
-    worker.add_argument("action", nargs="?", choices=["list"],
-                        help="list: print the cluster's workers, e.g. iris worker list")
+    worker.add_argument("action", nargs="?", choices=["list", "drain"],
+                        help="list: print the cluster's workers, e.g. iris worker list; "
+                        "drain ID: tell worker ID to leave, e.g. iris worker drain w-3f2a1c")
+    worker.add_argument("target", nargs="?", metavar="ID",
+                        help="with drain: the worker, e.g. w-3f2a1c (see iris worker list)")
+    worker.add_argument("--admin-token-file", type=Path, metavar="FILE",
+                        help="with drain: the controller's admin token, e.g. "
+                        "/var/lib/iris/admin.token (default: $IRIS_ADMIN_TOKEN_FILE, or hex "
+                        "in $IRIS_ADMIN_TOKEN)")
+    worker.add_argument("--no-wait", action="store_true",
+                        help="with drain: return once the worker is told, without waiting "
+                        "for it to leave")
+    worker.add_argument("--timeout", type=float, default=120.0, metavar="SECONDS",
+                        help="with drain: how long to wait for the worker to leave, e.g. 60 "
+                        "(default 120; its tasks get their stop grace, 10 s by default)")
     worker.add_argument("--controller", metavar="ADDR",
                         help="the controller's address, e.g. tcp://10.0.0.2:5555")
     worker.add_argument("--region", default="local", metavar="REGION",

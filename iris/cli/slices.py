@@ -2,9 +2,13 @@
 
 Not the autoscaler: these call the same Provider code it uses (GcpTpuProvider), one call
 per command, with the cluster's labels, so a slice made here is one the autoscaler lists
-and adopts (counted against its group's max_slices, never a second time). VM ids are the
-host ids the workers register under (`<slice>-w<index>`), plus the controller VM's name.
-Every verb prints a table, or with --json the same rows as one JSON document.
+and adopts (counted against its group's max_slices, never a second time). The slices of
+every other provider (local worker processes, and any provider kind but gcp) are listed by
+the controller's own providers through the Provider protocol (`list_slices`, the Region
+actors' view: Controller.slices), with the same columns and JSON. VM ids are the host ids
+the workers register under (`<slice>-w<index>` on GCP, `<slice>-h<index>` locally), plus
+the controller VM's name. Every verb prints a table, or with --json the same rows as one
+JSON document.
 """
 
 from __future__ import annotations
@@ -14,15 +18,16 @@ import difflib
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from iris.actors import tokens
-from iris.base.errors import CapacityError, InvalidRequestError, NotFoundError
+from iris.base.errors import CapacityError, InvalidRequestError, IrisError, NotFoundError
 from iris.base.ids import new_id
 from iris.cli.jobs import print_rows
 from iris.controller.config import ClusterConfig, ScaleGroupConfig
-from iris.controller.providers.base import SliceInfo, SliceState
+from iris.controller.providers.base import HostInfo, SliceInfo, SliceState
 
 SLICE_COLUMNS = ["slice_id", "group", "zone", "state", "hosts"]
 VM_COLUMNS = ["vm_id", "role", "slice", "zone", "state", "address"]
@@ -80,14 +85,23 @@ def _leaf_options(p: argparse.ArgumentParser) -> None:
 
 
 class Providers:
-    """One GcpTpuProvider per region with gcp groups, made on first use, closed at the end."""
+    """The cluster's slices, every provider's. Regions with gcp groups are reached from here:
+    one GcpTpuProvider per region, made on first use, closed at the end (so slices are
+    listed and deleted even while no controller runs). Every other region's slices are
+    listed by the controller's own providers (`slices`: local worker processes only it can
+    see, and any other provider kind), given as `controller()`, a call returning its rows."""
 
-    def __init__(self, config: ClusterConfig):
+    def __init__(self, config: ClusterConfig, controller: Callable[[], list[dict]] | None = None):
         self.config = config
+        self._controller = controller
         self._made: dict[str, Any] = {}
+        self.note = ""  # why some slices could not be listed, for the operator
 
     def regions(self) -> list[str]:
         return sorted({g.region for g in self.config.scale_groups() if g.provider == "gcp"})
+
+    def controller_regions(self) -> list[str]:
+        return sorted({g.region for g in self.config.scale_groups() if g.provider != "gcp"})
 
     def for_region(self, region: str) -> Any:
         if region not in self._made:
@@ -102,12 +116,7 @@ class Providers:
         return self._made[region]
 
     def group(self, name: str) -> ScaleGroupConfig:
-        known = [g.name for g in self.config.scale_groups()]
-        if name not in known:
-            close = difflib.get_close_matches(name, known, n=1)
-            raise InvalidRequestError(f"--scale-group: no scale group {name!r}"
-                                      f"{f' (did you mean {close[0]!r}?)' if close else ''}; "
-                                      f"known: {', '.join(known) or 'none'}")
+        _known_group(self, name)
         group = self.config.scale_group(name)
         if group.provider != "gcp":
             raise InvalidRequestError(f"--scale-group: {name} uses provider {group.provider}; "
@@ -116,7 +125,27 @@ class Providers:
         return group
 
     def all_slices(self) -> list[SliceInfo]:
+        """The slices of the gcp regions, asked of GCP now."""
         return [s for r in self.regions() for s in self.for_region(r).list_slices()]
+
+    def everything(self) -> list[tuple[str, SliceInfo]]:
+        """(region, slice) of every provider: gcp ones asked here, the others of the
+        controller; `note` says which could not be listed."""
+        out = [(r, s) for r in self.regions() for s in self.for_region(r).list_slices()]
+        others = set(self.controller_regions())
+        if not others:
+            return out
+        try:
+            rows = self._controller() if self._controller else None
+        except IrisError as exc:
+            rows, why = None, str(exc)
+        else:
+            why = "no controller to ask"
+        if rows is None:
+            self.note = (f"the slices of region(s) {', '.join(sorted(others))} are listed by "
+                         f"their controller, which does not answer ({why})")
+            return out
+        return out + [(row["region"], _info(row)) for row in rows if row["region"] in others]
 
     def find(self, slice_id: str) -> tuple[SliceInfo, Any]:
         for region in self.regions():
@@ -130,10 +159,18 @@ class Providers:
             provider.close()
 
 
-def slice_row(info: SliceInfo) -> dict:
-    return {"slice_id": info.slice_id, "group": info.group, "zone": info.zone,
-            "state": info.state.value, "hosts": ",".join(h.address for h in info.hosts),
-            "detail": info.detail}
+def _info(row: dict) -> SliceInfo:
+    """A slice row from the controller (Region.slices) as a SliceInfo."""
+    return SliceInfo(row["slice_id"], row["group"], row["zone"], SliceState(row["state"]),
+                     tuple(HostInfo(h["host_id"], h["address"]) for h in row["hosts"]),
+                     row.get("detail", ""))
+
+
+def slice_row(info: SliceInfo, region: str = "") -> dict:
+    row = {"slice_id": info.slice_id, "group": info.group, "zone": info.zone,
+           "state": info.state.value, "hosts": ",".join(h.address for h in info.hosts),
+           "detail": info.detail}
+    return {**row, "region": region} if region else row
 
 
 def create_slice(providers: Providers, group_name: str, zone: str | None) -> SliceInfo:
@@ -170,13 +207,19 @@ def slice_verb(args: argparse.Namespace, providers: Providers, confirm: Any) -> 
         info = create_slice(providers, args.scale_group, args.zone)
         _out([slice_row(info)], SLICE_COLUMNS, args.json, one=True)
     elif action == "list":
-        found = providers.all_slices()
+        found = providers.everything()
         if args.scale_group:
-            providers.group(args.scale_group)  # a typo is named, not an empty list
-            found = [s for s in found if s.group == args.scale_group]
-        _out([slice_row(s) for s in found], SLICE_COLUMNS, args.json)
+            _known_group(providers, args.scale_group)  # a typo is named, not an empty list
+            found = [(r, s) for r, s in found if s.group == args.scale_group]
+        _noted(providers)
+        _out([slice_row(s, r) for r, s in found], SLICE_COLUMNS, args.json)
     elif action == "get":
-        _out([slice_row(providers.find(args.slice_id)[0])], SLICE_COLUMNS, args.json, one=True)
+        found = [(r, s) for r, s in providers.everything() if s.slice_id == args.slice_id]
+        _noted(providers)
+        if not found:
+            raise NotFoundError(f"no slice {args.slice_id!r} in cluster "
+                                f"{providers.config.name} (iris slice list names them)")
+        _out([slice_row(found[0][1], found[0][0])], SLICE_COLUMNS, args.json, one=True)
     else:
         return _terminate(args, providers, confirm)
     return 0
@@ -199,6 +242,20 @@ def _terminate(args: argparse.Namespace, providers: Providers, confirm: Any) -> 
     return 0
 
 
+def _known_group(providers: Providers, name: str) -> None:
+    known = [g.name for g in providers.config.scale_groups()]
+    if name not in known:
+        close = difflib.get_close_matches(name, known, n=1)
+        raise InvalidRequestError(f"--scale-group: no scale group {name!r}"
+                                  f"{f' (did you mean {close[0]!r}?)' if close else ''}; "
+                                  f"known: {', '.join(known) or 'none'}")
+
+
+def _noted(providers: Providers) -> None:
+    if providers.note:
+        print(f"note: {providers.note}", file=sys.stderr)
+
+
 def vm_rows(providers: Providers, controller_vm: Any) -> list[dict]:
     rows = []
     if controller_vm is not None:
@@ -207,10 +264,11 @@ def vm_rows(providers: Providers, controller_vm: Any) -> list[dict]:
                      "zone": controller_vm.vm.zone,
                      "state": found.status if found else "NOT_FOUND",
                      "address": found.internal_ip if found else ""})
-    for info in providers.all_slices():
+    for _, info in providers.everything():
         rows += [{"vm_id": h.host_id, "role": "worker", "slice": info.slice_id,
                   "zone": info.zone, "state": info.state.value, "address": h.address}
                  for h in info.hosts]
+    _noted(providers)
     return rows
 
 

@@ -21,7 +21,8 @@ from iris.client.retry import call_controller
 ADMIN_TOKEN_ENV, ADMIN_TOKEN_FILE_ENV = "IRIS_ADMIN_TOKEN", "IRIS_ADMIN_TOKEN_FILE"
 
 
-def admin_token(path: str | os.PathLike | None = None) -> bytes:
+def admin_token(path: str | os.PathLike | None = None,
+                purpose: str = "setting a budget") -> bytes:
     """The operator's admin token: from `path`, $IRIS_ADMIN_TOKEN_FILE or $IRIS_ADMIN_TOKEN."""
     path = path or os.environ.get(ADMIN_TOKEN_FILE_ENV)
     if path:
@@ -32,7 +33,7 @@ def admin_token(path: str | os.PathLike | None = None) -> bytes:
             return bytes.fromhex(raw)
         except ValueError as exc:
             raise ConfigError(f"${ADMIN_TOKEN_ENV} is not a hex token") from exc
-    raise ConfigError("setting a budget is for operators: give the controller's admin token "
+    raise ConfigError(f"{purpose} is for operators: give the controller's admin token "
                       "(--admin-token-file STATE_DIR/admin.token, or $IRIS_ADMIN_TOKEN_FILE)")
 
 

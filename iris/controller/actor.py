@@ -20,7 +20,7 @@ from typing import Any
 from iris.actors import Node, actor, tokens
 from iris.actors.batching import batched
 from iris.actors.hosting import requires
-from iris.actors.keys import CONTROLLER_KEY
+from iris.actors.keys import CONTROLLER_KEY, region_key, worker_key
 from iris.base.errors import ConfigError, InvalidRequestError, IrisError, NotFoundError
 from iris.controller.effects_out import EffectsOut, sum_stats
 from iris.controller.gangs.coordinator import (
@@ -33,6 +33,7 @@ from iris.controller.inspect import locate, summary
 from iris.controller.jobs.model import TERMINAL_JOB
 from iris.controller.live_figures import series
 from iris.controller.preemption_notices import apply_notice
+from iris.controller.regions.region import STOP_ALL_SLICES_S
 from iris.controller.service import ControllerConfig, ControllerService
 from iris.controller.service_workers import check_report
 from iris.controller.usage import FLUSH_EVERY_S
@@ -296,6 +297,21 @@ class Controller(EffectsOut):
         """The live attempt and worker behind a task; an allowed exec is noted first."""
         return locate(self._svc, raw)
 
+    @requires(tokens.ADMIN)
+    def drain_worker(self, worker_id: str) -> dict:
+        """An operator's `iris worker drain`: the worker is told to leave as on SIGTERM (it
+        gives notice, hands its attempts back, says goodbye and stops). Its attempts now."""
+        schema.text(worker_id, "worker_id", max_len=256)
+        info = self._svc.workers.workers.get(worker_id)
+        if info is None:
+            raise NotFoundError(f"worker_id: no worker {worker_id!r} is registered "
+                                "(iris worker list names them)")
+        self._node.call(info.address, worker_key(worker_id), "drain",
+                        ("drained by an operator (iris worker drain)",), oneway=True,
+                        auth=self._token)
+        return {"worker_id": worker_id, "address": info.address,
+                "attempts": sorted(self._svc.state.by_worker.get(worker_id, ()))}
+
     # ------------------------------------------------------------ from the Region actors
 
     @requires()  # the controller's own Region actors, in process
@@ -311,6 +327,24 @@ class Controller(EffectsOut):
     def hosts_gone(self, gone: dict) -> None:
         """A Region deleted slices: their workers are lost now (host id -> why)."""
         self._after(self._svc.hosts_gone(gone))
+
+    async def slices(self) -> list[dict]:
+        """Every autoscaled region's slices, as its provider lists them (Region.slices): the
+        slices of providers that live in this process too, which nothing else can list."""
+        return [row for rows in await self._each_region("slices", (), 30.0) for row in rows]
+
+    @requires(tokens.ADMIN)
+    async def stop_slices(self, timeout_s: float = STOP_ALL_SLICES_S) -> list[dict]:
+        """`iris cluster stop`: every region stops scaling and deletes every slice of its
+        provider (Region.stop_slices); what each deleted and what it could not."""
+        schema.number(timeout_s, "timeout_s", min_value=1.0, max_value=86400.0)
+        return await self._each_region("stop_slices", (False,), timeout_s)
+
+    async def _each_region(self, method: str, args: tuple, timeout_s: float) -> list:
+        """One call to every autoscaled region's actor (in process), their answers in order."""
+        futures = [self._node.call(self._node.address, region_key(r), method, args,
+                                   timeout_s=timeout_s) for r in sorted(self._scaling)]
+        return [await fut for fut in futures]
 
     def regions(self) -> dict[str, str]:
         """Region name -> address of the node serving its Region actor."""

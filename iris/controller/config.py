@@ -24,6 +24,10 @@ _ADDRESS = re.compile(r"^(tcp://[^\s:/]+:\d{1,5}|ipc://\S+)$")
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]$")
 ACCELERATOR_TYPES = ("tpu", "gpu", "cpu")
 PROVIDER_KINDS = ("gcp", "local", "simulated")
+# Providers whose slices live and die with the controller's process (worker processes it
+# started, a simulated fleet): only the controller can list or stop them. Every other
+# kind's slices outlive it, and the CLI reaches them through the provider itself.
+IN_PROCESS_PROVIDERS = ("local", "simulated")
 # The TPU VM image each family boots when the config names none (GCP docs, 2026).
 _DEFAULT_RUNTIME = {
     "v4": "tpu-ubuntu2204-base",
@@ -378,7 +382,7 @@ def default_local_config(workers: int = 1, log_dir: str | None = None,
 
 
 __all__ = [
-    "ACCELERATOR_TYPES", "PROVIDER_KINDS", "ClusterConfig", "ControllerSection", "GcpConfig",
+    "ACCELERATOR_TYPES", "IN_PROCESS_PROVIDERS", "PROVIDER_KINDS", "ClusterConfig", "ControllerSection", "GcpConfig",
     "RegionConfig", "ScaleGroupConfig", "StorageConfig", "default_local_config", "load_config",
     "parse_config",
 ]

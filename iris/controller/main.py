@@ -9,17 +9,19 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from iris.actors import ClusterContext, Node, NodeConfig, Registry, Security, tokens
-from iris.actors.keys import CONTROLLER_KEY, INSPECT_KEY
+from iris.actors import ClusterContext, Node, NodeConfig, Registry, Security, ports, tokens
+from iris.actors.keys import CONTROLLER_KEY, INSPECT_KEY, region_key
 from iris.actors.registry import REGISTRY_KEY
-from iris.base.errors import ConfigError
+from iris.base.errors import ConfigError, ConflictError, IrisError
 from iris.controller.actor import Controller
 from iris.controller.checkpoint import CheckpointSettings, from_storage
+from iris.controller.config import IN_PROCESS_PROVIDERS
 from iris.controller.inspector import Inspector
 from iris.controller.regions.autoscaler import AutoscalerConfig
 from iris.controller.regions.capacity import offers_from_groups
-from iris.controller.regions.region import RegionScaling
+from iris.controller.regions.region import STOP_LOCAL_SLICES_S, RegionScaling
 from iris.controller.service import ControllerConfig
+from iris.controller.state_lock import StateDirLock
 from iris.logstore.config import LogStoreConfig
 
 if TYPE_CHECKING:  # the YAML parser is only needed by `iris controller serve --config`
@@ -104,7 +106,8 @@ def scaling_from_config(cluster: ClusterConfig, state_dir: Path) -> tuple[Region
                                       **cluster.autoscaler)
         except ValueError as exc:
             raise ConfigError(f"autoscaler: {exc}") from exc
-        out.append(RegionScaling(name, groups, make, config))
+        out.append(RegionScaling(name, groups, make, config,
+                                 in_process=kinds[0] in IN_PROCESS_PROVIDERS))
     return tuple(out)
 
 
@@ -127,10 +130,12 @@ def _provider_factory(kind: str, cluster: ClusterConfig, region: str,
 
 def restore_state(state_dir: Path, cluster: ClusterConfig | None, restore: str | None,
                   now: float, take_over: bool = False, bind: str = "",
-                  ) -> tuple[CheckpointSettings | None, str | None]:
-    """Before the store opens: claim the checkpoint prefix (checkpoint/ownership.py), then
-    restore a checkpoint if the config and `restore` say so (checkpoint/restore.py). Returns
-    the settings, holding the claimed lease, and the line to print first. ConflictError if
+                  ) -> tuple[CheckpointSettings | None, list[str]]:
+    """Before the store opens: decide and check the restore (checkpoint/restore.py), claim the
+    checkpoint prefix (checkpoint/ownership.py), then put the restore in place. Returns the
+    settings, holding the claimed lease, and the lines to print: the restore line first,
+    then what the claim found. A refused restore (no such checkpoint, a corrupt one) raises
+    before the claim, so the prefix's OWNER lease is left as it was found; ConflictError if
     another live controller owns the prefix and `take_over` is False."""
     settings = from_storage(cluster.storage if cluster else None)
     if settings is None:
@@ -140,16 +145,34 @@ def restore_state(state_dir: Path, cluster: ClusterConfig | None, restore: str |
         if take_over:
             raise ConfigError("--take-over: the config names no storage.snapshot_bucket "
                               "whose checkpoints this controller would own")
-        return None, None
+        return None, []
     from iris.controller.checkpoint.ownership import Lease, Owner
-    from iris.controller.checkpoint.restore import prepare
+    from iris.controller.checkpoint.restore import stage
 
     bucket = settings.open()
+    staged = stage(Path(state_dir), bucket, restore, now)  # every refusal: before the claim
     # The address a second controller probes to tell whether this one still serves.
     concrete = bind and not bind.endswith(":0") and "0.0.0.0" not in bind and "*" not in bind
     address = bind if concrete else cluster.controller.address
-    lease = Lease.claim(bucket, Owner.me(state_dir, address), take_over)
-    return replace(settings, lease=lease), prepare(Path(state_dir), bucket, restore, now)
+    found: list[str] = []
+    try:
+        lease = Lease.claim(bucket, Owner.me(state_dir, address), take_over, say=found.append,
+                            waiting=lambda line: print(line, flush=True))
+    except BaseException:
+        staged.discard()
+        raise
+    return replace(settings, lease=lease), [staged.commit(), *found]
+
+
+def _refuse_taken(state_dir: Path, bind: str, now: float) -> StateDirLock:
+    """First of all, before anything changes: one controller per state dir, and a bind
+    address nobody holds. ConflictError naming the holder's pid otherwise."""
+    lock = StateDirLock.take(state_dir, now)
+    taken = ports.bind_error(bind)
+    if taken:
+        lock.release()
+        raise ConflictError(taken)
+    return lock
 
 
 def run_controller(state_dir: Path, *, bind: str = "tcp://127.0.0.1:0",
@@ -166,41 +189,92 @@ def run_controller(state_dir: Path, *, bind: str = "tcp://127.0.0.1:0",
                         "%(message)s")
     from iris.base.clock import SYSTEM_CLOCK
 
-    # First, before any socket: a bad checkpoint or prefix stops here, nothing started.
-    checkpoints, origin = restore_state(Path(state_dir), cluster, restore, SYSTEM_CLOCK.wall(),
-                                        take_over, bind)
-    if origin:
-        print(origin, flush=True)
-    security = Security.load(keys_dir) if keys_dir else None
-    raise_open_files()
-    tune_gc()
-    node = Node(NodeConfig(bind=bind), security=security).start()
-    extra: dict = {"log_store": log_store_from(cluster), "checkpoints": checkpoints}
+    extra = _settings(cluster, Path(state_dir), worker_dead_after_s)  # config errors first
+    # Then, before any socket: a taken state dir or address, a bad checkpoint or prefix
+    # stops here, nothing started and nothing changed.
+    lock = _refuse_taken(Path(state_dir), bind, SYSTEM_CLOCK.wall())
+    checkpoints = None
+    try:
+        checkpoints, lines = restore_state(Path(state_dir), cluster, restore,
+                                           SYSTEM_CLOCK.wall(), take_over, bind)
+        if lines:  # the restore line first, then what the claim of the prefix found
+            print(lines[0], flush=True)
+            for line in lines[1:]:
+                logging.getLogger(__name__).warning("%s", line)
+        security = Security.load(keys_dir) if keys_dir else None
+        node = Node(NodeConfig(bind=bind), security=security).start()
+    except BaseException:
+        if checkpoints is not None:  # the address was taken after all: give the prefix back
+            checkpoints.lease.release(SYSTEM_CLOCK.wall())
+        lock.release()
+        raise
+    try:
+        lock.note_address(node.address)
+        raise_open_files()
+        tune_gc()
+        fatal = _serve(node, ControllerConfig(state_dir=Path(state_dir),
+                                              checkpoints=checkpoints, **extra),
+                       stop or threading.Event(), on_start)
+    finally:
+        lock.release()
+    if fatal:  # a supervisor restarts us from the state file; say why we went
+        raise SystemExit(f"controller halted: {fatal[0]}")
+
+
+def stop_in_process_slices(node: Node, config: ControllerConfig) -> list[dict]:
+    """Before the node stops: the slices that live in this process (local worker processes)
+    are stopped while the controller still serves, so their workers say goodbye and their
+    work is requeued in the store, to run at once after a restart instead of after the
+    restart grace. Cloud slices stay. What each region stopped."""
+    futures = [node.call(node.address, region_key(s.region), "stop_slices", (True,),
+                         timeout_s=STOP_LOCAL_SLICES_S) for s in config.autoscale if s.in_process]
+    done = []
+    for fut in futures:
+        try:
+            done.append(fut.result())
+        except IrisError as exc:  # the provider's close at the node's stop stops them too
+            logging.getLogger(__name__).warning("stopping local slices: %s", exc)
+    for region in done:
+        for row in region["deleted"]:
+            print(f"stopped slice {row['slice_id']} ({region['region']}, "
+                  f"{len(row['hosts'])} hosts)", flush=True)
+    return done
+
+
+def _settings(cluster: ClusterConfig | None, state_dir: Path,
+              worker_dead_after_s: float | None) -> dict:
+    """The ControllerConfig fields a cluster config gives (checked: ConfigError)."""
+    extra: dict = {"log_store": log_store_from(cluster)}
     if cluster is not None:
         extra["offers"] = offers_from_groups(cluster.scale_groups())
-        extra["autoscale"] = scaling_from_config(cluster, Path(state_dir))
+        extra["autoscale"] = scaling_from_config(cluster, state_dir)
     if worker_dead_after_s is not None:
         extra["worker_dead_after_s"] = worker_dead_after_s
-    stop = stop or threading.Event()
+    return extra
+
+
+def _serve(node: Node, config: ControllerConfig, stop: threading.Event,
+           on_start: Callable[[Node], Callable[[], None]] | None) -> list[str]:
+    """Host the controller in `node` until `stop`; why it had to stop, if it had to."""
     fatal: list[str] = []
 
     def on_fatal(reason: str) -> None:
         fatal.append(reason)
         stop.set()
 
-    extra["on_fatal"] = on_fatal
     try:
-        host_controller(node, ControllerConfig(state_dir=Path(state_dir), **extra))
+        host_controller(node, replace(config, on_fatal=on_fatal))
         ctx = ClusterContext(node, node.address, owns_node=True)
-        print(f"controller serving at {node.address} (state in {state_dir})", flush=True)
+        print(f"controller serving at {node.address} (state in {config.state_dir})",
+              flush=True)
         stop_extra = on_start(node) if on_start else None
         try:
             stop.wait()
+            stop_in_process_slices(node, config)
         finally:
             if stop_extra:
                 stop_extra()
         ctx.close()
     finally:
         node.stop()
-    if fatal:  # a supervisor restarts us from the state file; say why we went
-        raise SystemExit(f"controller halted: {fatal[0]}")
+    return fatal

@@ -34,7 +34,7 @@ from iris.controller.jobs.spec import JobSpec
 from iris.controller.jobs.state import KernelConfig
 from iris.controller.jobs.store import JobStore
 from iris.controller.launch import RESTORE_ATTEMPT_STRIDE, start_body
-from iris.controller.regions.capacity import Offer, fits_checker
+from iris.controller.regions.capacity import Offer
 from iris.controller.regions.region import RegionScaling
 from iris.controller.service_budgets import BudgetRequests
 from iris.controller.service_figures import FiguresFeed
@@ -139,7 +139,6 @@ class ControllerService(JobRequests, WorkerRequests, Placement, RegionRequests,
         # Placement runs only after something changed (an event, a worker came or went):
         # a pass over 7,500 pending tasks cost 17-77 ms, too much for every 50 ms tick.
         self._placement_due = True
-        self._fits = fits_checker(config.offers) if config.offers is not None else None
         # Multi-host gangs are reserved through the Region actors; this is the controller's
         # half (rounds in flight, hosts held, what each region's ledger should own).
         self.gangs = GangTracker(incarnation=new_id("inc-"))
@@ -165,7 +164,7 @@ class ControllerService(JobRequests, WorkerRequests, Placement, RegionRequests,
         # Every region a worker or the config ever named: each becomes an actor (max_regions).
         self._regions_seen: set[str] = set(self.region_groups)
         self._registrations = 0
-        self._live_fits: tuple = (None, None)  # (workers key, checker) for _fits_live
+        self._live_fits: tuple = (None, None)  # (workers key, checker) for _catalogue
         self._admission, self._admitted_at = float(REGISTRATIONS_PER_S), clock.monotonic()
         self._init_budgets()
         # What attempts use (series, totals) and their named ports (usage.py, issue 31).

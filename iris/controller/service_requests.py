@@ -30,7 +30,7 @@ class JobRequests:
             raise InvalidRequestError(f"bundle: {str(raw['bundle'])[:12]} was never uploaded "
                                       "(put_bundle first)", "bundle")
         parent = self._parent_spec(raw)
-        spec = validate_submit(raw, parent=parent, fits=self._fits or self._fits_live())
+        spec = validate_submit(raw, parent=parent, fits=self._catalogue())
         self.check_priority_cap(spec)  # the operator's cap on this user's band
         if spec.colocate and spec.colocate["job"] not in self.state.jobs:
             raise InvalidRequestError(f"colocate_with: no job named {spec.colocate['job']!r}",
@@ -45,22 +45,26 @@ class JobRequests:
         """A scheduling pass, if anything changed since the last one."""
         self._run_many([], schedule=True)
 
-    def _fits_live(self):
-        """Without a config's offers, the registered workers bound what can ever run (one
-        verdict: a request no host can hold is refused at submit, not left pending). None
-        with no workers yet, or when the config says more may join (accept_unfit)."""
-        if self.config.accept_unfit or not self.workers.workers:
+    def _catalogue(self):
+        """What a request must fit at admission (submit and dry run): the config's scale
+        groups plus the workers registered now, so a job that fits a hand-started worker is
+        never refused, whatever the groups say (issue 27). Without a config, the registered
+        workers alone bound what can ever run (a request no host can hold is refused at
+        submit, not left pending): None with no workers yet, or when more may join
+        (accept_unfit)."""
+        if self.config.offers is None and (self.config.accept_unfit or not self.workers.workers):
             return None
         key = (len(self.workers.workers), self._registrations)
         if self._live_fits[0] != key:
-            self._live_fits = (key, fits_checker(offers_from_workers(
-                self.workers.workers.values())))
+            self._live_fits = (key, fits_checker((*(self.config.offers or ()),
+                                                  *offers_from_workers(
+                                                      self.workers.workers.values()))))
         return self._live_fits[1]
 
     @turn
     def dry_run(self, raw: dict) -> dict:
         """Would this submission fit now, and where (the real scheduler; changes nothing)."""
-        spec = validate_submit(raw, parent=self._parent_spec(raw), fits=self._fits)
+        spec = validate_submit(raw, parent=self._parent_spec(raw), fits=self._catalogue())
         hosts = scheduler_view.host_views(self.state, self.workers.workers.values(),
                                           self.stopping)
         return dry_run(hosts, scheduler_view.task_demands(spec, now_wall(self)))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import enum
 
-__all__ = ["ACTIVE_ATTEMPT", "DB_NAME", "FAILED_TASK", "PRIORITIES", "TERMINAL_JOB",
+__all__ = ["ACTIVE_ATTEMPT", "CLUSTER_MARK_ENV", "DB_NAME", "FAILED_TASK", "PRIORITIES", "TERMINAL_JOB",
            "TERMINAL_TASK", "JobState", "TaskState"]
 
 PRIORITIES = ("production", "interactive", "batch")
@@ -17,6 +17,12 @@ PRIORITIES = ("production", "interactive", "batch")
 # The controller's job database in its state directory. Readers (the dashboard) open it
 # read-only and query the jobs, tasks and attempts tables, whose columns store.py documents.
 DB_NAME = "jobs.sqlite3"
+
+# Every process a cluster started by `iris cluster start` runs (its controller, the workers
+# of its local slices, their watchdogs and tasks) carries this in its environment, set to
+# the cluster's directory: `iris cluster stop` finds what is left by it, and so may an
+# operator (`grep -l IRIS_CLUSTER_MARK= /proc/*/environ`). Workers pass it on to tasks.
+CLUSTER_MARK_ENV = "IRIS_CLUSTER_MARK"
 
 
 class TaskState(enum.StrEnum):

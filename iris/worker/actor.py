@@ -18,6 +18,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -30,7 +32,7 @@ from iris.base.errors import IrisError, OverloadedError
 from iris.base.resources import Resources
 from iris.logstore.shipper import LogShipper
 from iris.logstore.sinks import LogSink
-from iris.wire import control
+from iris.wire import control, schema
 from iris.wire.fencing import REPORT_INTERVAL_MAX_S
 from iris.worker import attempts, cgroups, lease
 from iris.worker.attempt_work import AttemptWork, SinkKey, sink_key
@@ -61,8 +63,14 @@ class Worker:
 
     def __init__(self, worker_id: str, controller_address: str, controller_key: str,
                  attributes: dict[str, str], root: Path, node: Node,
-                 advertised: Resources, grace_s: float = 10.0, token: bytes | None = None):
+                 advertised: Resources, grace_s: float = 10.0, token: bytes | None = None,
+                 on_drain: Callable[[str], None] | None = None):
         self.worker_id = worker_id
+        self._on_drain = on_drain  # asks this worker's process to stop (main.py)
+        # While leaving (main.py's goodbye): (done, when to stop attempts here, when to give
+        # up); None otherwise. `_left`: the goodbye went, nothing is registered any more.
+        self._leaving: tuple[threading.Event, float, float] | None = None
+        self._left = False
         self._node = node
         self._controller = (controller_address, controller_key)
         self._key = worker_key(worker_id)
@@ -113,6 +121,27 @@ class Worker:
         self._on_event(attempts.Stop(stop.attempt_id, body.get("grace_s")))
         return True
 
+    @requires(tokens.MEMBER)
+    def drain(self, reason: str) -> bool:
+        """Leave the cluster as on SIGTERM (an operator's `iris worker drain`, through the
+        controller): hand the attempts back, say goodbye, stop the process."""
+        schema.text(reason, "reason", max_len=1024)
+        if self._on_drain is None:
+            return False
+        self._on_drain(reason)
+        return True
+
+    @requires()  # this worker's own process (main.py posts it to this actor's turn)
+    def leave(self, done: threading.Event, grace_s: float, told: bool) -> None:
+        """The goodbye (main.py, on this actor's turn): once no attempt is held and every
+        update is acknowledged, `goodbye`, then `done`. `told`: the controller has the notice
+        and stops the attempts itself; else (or if its stops never come) they stop here."""
+        now = self._node.clock.monotonic()
+        self._leaving = (done, now + (grace_s + 2.0 if told else 0.0), now + 2 * grace_s + 5.0)
+        if not told:
+            self._registered = False  # unreachable: nothing to wait for but the attempts
+        self._leave_step()
+
     @requires()  # cast by this worker to itself
     def deliver(self) -> None:
         """Run what the executor sent, and report at once what ended (cast by the worker to
@@ -143,7 +172,11 @@ class Worker:
         self._inbox.drain()
         self._on_event(attempts.Tick())
         now = self._node.clock.monotonic()
+        if self._leaving is not None:
+            self._leave_step()
         if not self._registered:
+            if self._leaving is not None or self._left:
+                return  # going: no new registration
             if now - self._last_report >= HEARTBEAT_S or not self._last_report:
                 self._last_report = now
                 self._register()
@@ -154,14 +187,30 @@ class Worker:
 
     def on_stop(self) -> None:
         self._sampler.stop()
+        # The goodbye went before the node stopped (`leave`); what is left is stopped here.
         self._executor.shutdown(wait=False, cancel_futures=True)  # starts not begun never will
         self._runner.close()  # every attempt stopped (its grace each): nothing left to fence
-        if self._registered:  # so the controller requeues at once, not after the silence
+        (self._root / lease.LEASE_NAME).unlink(missing_ok=True)  # the watchdog may go
+
+    def _leave_step(self) -> None:
+        done, stop_here_at, give_up_at = self._leaving
+        now = self._node.clock.monotonic()
+        if self._book.held and now < give_up_at:
+            if now >= stop_here_at:
+                stop_here_at = float("inf")
+                self._leaving = (done, stop_here_at, give_up_at)
+                for attempt_id in sorted(self._book.held):
+                    self._on_event(attempts.Stop(attempt_id, None))
+            return
+        if self._registered and self._book.updates and now < give_up_at:
+            return  # the exits go in the next report (the hand-back)
+        if self._registered:
             try:
                 self._call("goodbye", self.worker_id, self._node.address, timeout_s=5.0)
             except IrisError as exc:
                 _log.warning("worker %s: goodbye not delivered: %s", self.worker_id, exc)
-        (self._root / lease.LEASE_NAME).unlink(missing_ok=True)  # the watchdog may go
+        self._registered, self._left, self._leaving = False, True, None
+        done.set()
 
     # ------------------------------------------------------------ the kernel and its effects
 

@@ -203,7 +203,8 @@ class NoticeResponder:
         self._node, self._controller, self._key = node, controller, controller_key
         self._worker_id, self._root, self._token, self._clock = worker_id, root, token, clock
 
-    def __call__(self, notice: Notice) -> None:
+    def __call__(self, notice: Notice, timeout_s: float = 10.0) -> bool:
+        """True once the controller has the notice (it then stops the attempts itself)."""
         write_notice_files(self._root / "attempts", notice)
         token = self._token or self._discover_token()
         try:
@@ -211,11 +212,13 @@ class NoticeResponder:
                 self._controller, self._key, "preemption_notice",
                 (self._worker_id, self._node.address, notice.reason,
                  notice.time_left(self._clock.wall())),
-                timeout_s=10.0, auth=token).result()
+                timeout_s=timeout_s, auth=token).result()
         except IrisError as exc:  # the heartbeat timeout will requeue the work instead
-            _log.error("preemption notice not delivered to the controller: %s", exc)
-            return
-        _log.warning("controller requeued %d attempts on the notice", len(answer["requeued"]))
+            _log.error("notice (%s) not delivered to the controller: %s", notice.reason, exc)
+            return False
+        _log.warning("controller requeued %d attempts on the notice (%s)",
+                     len(answer["requeued"]), notice.reason)
+        return True
 
     def _discover_token(self) -> bytes | None:
         """As the Worker does on the controller's own host: from the state dir it names."""

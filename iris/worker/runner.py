@@ -15,6 +15,7 @@ import enum
 import hashlib
 import json
 import logging
+import os
 import re
 import shutil
 import threading
@@ -26,6 +27,7 @@ from iris.base.clock import SYSTEM_CLOCK, Clock
 from iris.base.errors import InvalidRequestError, IrisError
 from iris.base.resources import Resources
 from iris.wire.bundles import BundleError
+from iris.wire.states import CLUSTER_MARK_ENV
 from iris.worker.adoption import Leftover, LeftoverAction, adopt_or_kill
 from iris.worker.bundle_cache import BundleCache
 from iris.worker.capacity import CapacityLedger
@@ -44,6 +46,13 @@ _DEFAULT_ENV = (("PATH", "/usr/local/bin:/usr/bin:/bin"), ("LANG", "C.UTF-8"),
                 ("PYTHONUNBUFFERED", "1"))  # unbuffered: logs must reach GCS while it runs
 
 
+def default_base_env() -> tuple[tuple[str, str], ...]:
+    """Every task's starting environment: _DEFAULT_ENV, plus the mark of the cluster that
+    started this worker, if one did (wire/states.py), so its tasks are found by it too."""
+    mark = os.environ.get(CLUSTER_MARK_ENV)
+    return _DEFAULT_ENV + (((CLUSTER_MARK_ENV, mark),) if mark else ())
+
+
 class AttemptState(enum.Enum):
     BUILDING = "building"
     RUNNING = "running"
@@ -54,7 +63,7 @@ class RunnerConfig:
     root: Path  # attempts/, envs/ and bundles/ live under it
     grace_s: float = DEFAULT_GRACE_S  # SIGTERM -> SIGKILL; the issue's default of 10 s
     use_zygote: bool = True  # callables fork from a per-env zygote (~4 ms vs ~100+ ms)
-    base_env: tuple[tuple[str, str], ...] = _DEFAULT_ENV  # every task's starting environment
+    base_env: tuple[tuple[str, str], ...] = field(default_factory=default_base_env)
     env_config: EnvConfig | None = None  # None: EnvConfig(root / "envs")
 
 

@@ -134,9 +134,11 @@ class Lease:
     def claim(cls, bucket: Any, me: Owner, take_over: bool = False,
               wall: Callable[[], float] = time.time,
               say: Callable[[str], None] = _log.warning,
-              sleep: Callable[[float], None] = time.sleep) -> Lease:
+              sleep: Callable[[float], None] = time.sleep,
+              waiting: Callable[[str], None] | None = None) -> Lease:
         """Claim the prefix, waiting up to LEASE_S to tell a dead owner from a live one;
-        ConflictError naming a live owner."""
+        ConflictError naming a live owner. `say` gets what the claim found, `waiting` (else
+        `say`) the line shown while it waits."""
         data, generation = bucket.read_owner()
         current = _decode_at(bucket, data)
         held = may_claim(current, me, wall(), take_over)
@@ -144,7 +146,8 @@ class Lease:
             say(f"{held}, but nothing answers at {current.address}: presumed dead")
             held = None
         if held:
-            say(f"{held}; waiting up to {LEASE_S:.0f} s to see whether it is alive")
+            (waiting or say)(f"{held}; waiting up to {LEASE_S:.0f} s to see whether it is "
+                             "alive")
             deadline = current.renewed_at + LEASE_S
             while wall() < deadline:
                 sleep(min(1.0, max(deadline - wall(), 0.0)))

@@ -3,7 +3,8 @@
 Not the autoscaler. One worker process per host of a slice, started with the attributes a
 cloud host would have (region, zone, scale group, slice id, accelerator type and count), so
 the scheduler and gang placement see a local slice exactly as they would a TPU slice. A
-host is up once its worker prints the address it serves at. `preempt` SIGKILLs a slice's
+host is up once its worker prints the address it serves at; what it logs goes to
+`worker.log` in its work directory. `preempt` SIGKILLs a slice's
 processes, as a cloud reclaiming the machines would. Workers stop with this process
 (`--exit-with-parent`), so nothing outlives the provider's owner.
 """
@@ -109,8 +110,12 @@ class LocalProvider:
                 "--work-dir", str(self._root / slice_id / host_id)]
         for key, value in attrs.items():
             argv += ["--attr", f"{key}={value}"]
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                stdin=subprocess.DEVNULL, text=True, start_new_session=True)
+        work_dir = self._root / slice_id / host_id
+        work_dir.mkdir(parents=True, exist_ok=True)
+        with open(work_dir / "worker.log", "ab") as log:  # the child keeps its own copy
+            proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=log,
+                                    stdin=subprocess.DEVNULL, text=True,
+                                    start_new_session=True)
         host = _Host(host_id, proc)
         threading.Thread(target=self._watch_boot, args=(host,), daemon=True,
                          name=f"local-host-{host_id}").start()

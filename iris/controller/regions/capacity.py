@@ -1,8 +1,10 @@
 """What the cluster could ever offer one task, checked at submit time. Pure.
 
-Not what is free now (the scheduler's host views): a request that no scale group could satisfy even when
-idle (an accelerator nobody offers, more CPU than any host has) is refused at submit with
-an error naming the field, instead of pending forever.
+Not what is free now (the scheduler's host views): a request that no scale group could
+satisfy even when idle, and no registered worker either (an accelerator nobody offers, more
+CPU than any host has), is refused at submit with an error naming the field, instead of
+pending forever. The catalogue is the config's scale groups plus the workers registered
+now: a hand-started worker counts as much as a group (service_requests.py).
 """
 
 from __future__ import annotations
@@ -38,8 +40,8 @@ def fits_checker(offers: tuple[Offer, ...]) -> Callable[[Resources], str | None]
         same_kind = [o for o in offers if o.accelerator == wanted]
         if not same_kind:
             offered = sorted({o.accelerator or "cpu" for o in offers})
-            return (f"no scale group offers {wanted or 'cpu-only hosts'} "
-                    f"(offered: {', '.join(offered) or 'nothing'})")
+            return (f"no scale group offers {wanted or 'cpu-only hosts'}, nor does any "
+                    f"registered worker (offered: {', '.join(offered) or 'nothing'})")
         if res.gpu and all(o.accelerators_per_host < res.count for o in same_kind):
             return f"{res.count} x {res.gpu} per task is more than any host has"
         cpus = [o.cpu for o in same_kind]

@@ -20,6 +20,7 @@ any deleted slice are reported at once (`hosts_gone`) so their work is requeued.
 
 from __future__ import annotations
 
+import concurrent.futures
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,7 +33,7 @@ from iris.base.errors import ConflictError, InvalidRequestError
 from iris.controller.config import ScaleGroupConfig
 from iris.controller.gangs.ledger import ReservationLedger, SliceSpec
 from iris.controller.gangs.wire_format import from_wire, to_wire
-from iris.controller.providers.base import Provider
+from iris.controller.providers.base import Provider, SliceInfo
 from iris.controller.regions.autoscaler import AutoscalerConfig, Delete, SliceUsage
 from iris.controller.regions.scaler import SliceManager
 from iris.wire import control
@@ -42,6 +43,14 @@ _DECIDE_EVERY_S = 0.5
 # A drain the controller has not confirmed by then is abandoned (the slice is kept and
 # decided on again later): the controller answers within one sync, normally milliseconds.
 _DRAIN_TIMEOUT_S = 30.0
+# Slices deleted at once by `stop_slices`: a cloud delete takes minutes, a local one the
+# stop grace of its tasks; 8 keeps a stop of a few dozen slices within one of those.
+_DELETE_THREADS = 8
+# How long a stop waits for them: a local slice stops within its tasks' stop grace (10 s)
+# plus its worker's goodbye, a minute covers several on a loaded machine; a cloud delete
+# (`iris cluster stop`) takes minutes.
+STOP_LOCAL_SLICES_S = 60.0
+STOP_ALL_SLICES_S = 900.0
 
 
 @dataclass(frozen=True)
@@ -53,6 +62,10 @@ class RegionScaling:
     # Called once, with the controller's address (workers it starts must dial it).
     provider: Callable[[str], Provider]
     autoscaler: AutoscalerConfig = field(default_factory=AutoscalerConfig)
+    # The provider's slices live and die with this process (local worker processes, a
+    # simulated fleet): a controller that stops stops them first, so their workers say
+    # goodbye while it still serves. Cloud and site slices outlive it (a restart adopts them).
+    in_process: bool = False
 
 
 @actor
@@ -86,6 +99,7 @@ class Region:
         self._manager: SliceManager | None = None
         self._groups = {g.name for g in scaling.groups} if scaling is not None else set()
         self._provider: Provider | None = None
+        self._in_process = scaling is not None and scaling.in_process
         if scaling is not None:
             self._provider = scaling.provider(controller_address)
             self._manager = SliceManager(region, scaling.groups, self._provider, clock,
@@ -269,11 +283,47 @@ class Region:
         if self._node is not None:
             self._node.call(self._controller, CONTROLLER_KEY, method, (arg,), oneway=True)
 
+    def slices(self) -> list[dict]:
+        """This region's slices as its provider last listed them (`list_slices`, polled
+        every poll_interval_s, plus creates and deletes since): `iris slice list`, `iris vm
+        status` for every provider, through the Provider protocol."""
+        if self._manager is None:
+            return []
+        return [slice_row(self.region, info) for info in
+                sorted(self._manager.slices(), key=lambda i: i.slice_id)]
+
+    @requires()  # the controller, in process: its stop, or an operator's `iris cluster stop`
+    def stop_slices(self, in_process_only: bool) -> dict:
+        """Stop scaling and delete every slice the provider lists (those of an in-process
+        provider only, with `in_process_only`: a controller stopping for a restart keeps its
+        cloud slices). Their hosts are reported gone, so their work is requeued now. Returns
+        {"region", "deleted": [slice rows], "failed": {slice id: why}, "kept": bool}."""
+        out: dict = {"region": self.region, "deleted": [], "failed": {}, "kept": False}
+        if self._manager is None or (in_process_only and not self._in_process):
+            out["kept"] = self._manager is not None
+            return out
+        self._manager.close()  # no decision after this one; calls in flight finish first
+        self._manager = None
+        listed = self._provider.list_slices()
+        with concurrent.futures.ThreadPoolExecutor(_DELETE_THREADS) as pool:
+            outcomes = list(pool.map(_delete, [self._provider] * len(listed),
+                                     [i.slice_id for i in listed]))
+        for info, error in zip(listed, outcomes, strict=True):
+            if error:
+                out["failed"][info.slice_id] = error
+            else:
+                out["deleted"].append(slice_row(self.region, info))
+        gone = {h["host_id"]: f"slice {r['slice_id']} deleted: the cluster is stopping"
+                for r in out["deleted"] for h in r["hosts"]}
+        self._went(gone, self._clock.monotonic())
+        return out
+
     def on_stop(self) -> None:
         """Stop scaling. Slices stay (a controller restart must not delete a cloud fleet);
         the provider's close releases its client, and stops local worker processes."""
         if self._manager is not None:
             self._manager.close()
+        if self._provider is not None:
             self._provider.close()
 
     def _usage(self) -> dict[str, SliceUsage]:
@@ -281,3 +331,19 @@ class Region:
         return {sid: SliceUsage(len(hosts), sum(1 for h in hosts if h in self._busy
                                                 or self._ledger.holder(h) is not None))
                 for sid, hosts in self._hosts.items()}
+
+
+def slice_row(region: str, info: SliceInfo) -> dict:
+    """One slice as the CLI and the wire show it (the same for every provider)."""
+    return {"region": region, "slice_id": info.slice_id, "group": info.group,
+            "zone": info.zone, "state": info.state.value, "detail": info.detail,
+            "hosts": [{"host_id": h.host_id, "address": h.address} for h in info.hosts]}
+
+
+def _delete(provider: Provider, slice_id: str) -> str:
+    """"" once deleted, else why not."""
+    try:
+        provider.delete_slice(slice_id)
+    except Exception as exc:  # every slice is tried; each failure is named to the operator
+        return f"{type(exc).__name__}: {exc}"
+    return ""
