@@ -158,10 +158,10 @@ class _Operator:
             self.config)) if local or not self.has_vm() else None
         self.providers = slices.Providers(self.config, self._controller_slices)
         self._vm: Any = None
-        self._answering: bool | None = None  # as status found it; None: not asked yet
+        self._answered: bool | None = None  # as status found it; None: not asked yet
 
     def _controller_slices(self) -> list[dict]:
-        if self._answering is False:
+        if self._answered is False:
             raise IrisError(f"no answer at {self.config.controller.address}")
         return _call(self.config.controller.address, "slices", timeout_s=10.0)
 
@@ -268,13 +268,13 @@ class _Operator:
         probe_s = 2.0 if self.local is not None and not out["controller"]["running"] else 5.0
         try:
             out["workers"] = len(_call(out["address"], "list_workers", timeout_s=probe_s))
-            out["answering"] = self._answering = True
+            out["answering"] = self._answered = True
             if whole:  # the autoscalers' own view, region by region
                 out["regions"] = scale_group_rows(_call(out["address"], "snapshot",
                                                         timeout_s=5.0))
         except IrisError as exc:
             out["answering"], out["error"] = False, str(exc)
-            self._answering = False  # not asked again for its slices
+            self._answered = False  # not asked again for its slices
         if whole:
             out["scale_groups"] = self._groups()
         if args.json:
