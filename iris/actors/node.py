@@ -24,6 +24,7 @@ import uvloop
 import zmq
 
 from iris.actors import shm, shm_scope
+from iris.actors.bulk import Bulk
 from iris.actors.config import NodeConfig
 from iris.actors.future import ActorFuture
 from iris.actors.hosting import HostedActor, spec_of
@@ -92,6 +93,7 @@ class Node(NodeLoop):
         self._shm_replies = False  # set once bound: only a loopback node's callers are local
         self._pool = shm.Pool(self.config.shm_pool_bytes)
         self._foreign: set[str] = set()  # same-host peers in another PID namespace
+        self.bulk = Bulk(self, self.config.bulk)  # big payloads to other hosts (bulk.py)
 
     # ------------------------------------------------------------ lifecycle
 
@@ -177,6 +179,7 @@ class Node(NodeLoop):
                 peer.fail_all("this node is stopping", counted=False)
                 peer.close()
             self._peers.clear()
+            self.bulk.close()
             self._pool.close()
             if self._router is not None:
                 self.loop.remove_reader(self._router.getsockopt(zmq.FD))

@@ -92,12 +92,11 @@ class _SubscriberActor:
         """Hold `weights` (same host: views of the publisher's shared memory)."""
         self._box.put(version, weights, via)
 
-    async def attach(self, meta: dict, chain: list, via: str) -> int:
-        """A chained push starts (or resumes, from a new sender above): chunks held."""
-        return self._transfers.attach(meta, chain, via)
-
-    async def chunk(self, tid: str, k: int, pieces: list) -> None:
-        self._transfers.chunk(tid, k, pieces)
+    async def attach(self, meta: dict, chain: list, via: str, grant: list) -> int:
+        """A chained push starts (or resumes, from a new sender above): pull it with
+        `grant` (its sender's bulk endpoint and the version's key; relay.py); answers
+        how many chunks are held."""
+        return self._transfers.attach(meta, chain, via, grant)
 
     async def finish(self, tid: str) -> dict:
         """Once held and passed on: {address: why} of the chain below not reached."""
@@ -184,8 +183,8 @@ class Publisher:
         futs: list = list(sent)
         chain = None
         if far:
-            source = relay.Source(f"{node.id}{self._ref.name}@{version}", weights, self._chunk,
-                                  {"version": version})
+            source = relay.Source(node, f"{node.id}{self._ref.name}@{version}", weights,
+                                  self._chunk, {"version": version})
             chain = asyncio.run_coroutine_threadsafe(relay.relay(node, source, far), node.loop)
             futs.append(chain)
         self._settle_when_done(version, futs)

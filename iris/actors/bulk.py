@@ -1,0 +1,456 @@
+"""The bulk path: big payloads to other hosts on connections of their own, sealed per chunk.
+
+Not what is sent (relay.py: weights down a chain; bulk_calls.py: a call's big frames), not
+the crypto (bulk_seal.py), not the receiving side of a link (bulk_fetch.py). This module is
+the sending side and what a node keeps for the bulk path: its server, thread pool, context.
+
+    receiver (bulk_fetch.Fetch)                         sender (Server, an Offer per transfer)
+      S DEALERs, plain TCP ── [tid, token, k] ──►  bulk ROUTER
+                          ◄── [k, 0] + chunk k ──  Offer.chunk(k): sealed once, or as received
+
+- **Pull.** The receiver asks for every chunk it lacks, in order, chunk i of them on stream
+  i mod S, with at most `credits` x S asked for and not yet in place: the credit-based flow
+  control of the ZeroMQ guide, over all the link's streams. The server answers each
+  connection's requests in the order asked; a chunk not here yet (a forwarder still
+  receiving it) holds its request until it is.
+- **Why not CURVE.** libzmq's CURVE boxes each message on one I/O thread: 0.15-0.27 GB/s per
+  link here, against 0.5-1.1 GB/s for plain TCP. These sockets carry only chunks sealed
+  with a key that was handed over CURVE (bulk_seal.py), or plaintext by explicit choice.
+- **Unauthenticated sockets.** Anyone who reaches the port may connect, so: requests are
+  one small frame (MAXMSGSIZE), a request is served only with its offer's token (16 random
+  bytes, handed over CURVE with the key), anything else is dropped and counted; a receiver
+  checks every chunk's size, order and tag (bulk_fetch.py) before any of it is used.
+- Everything here runs on the node's loop thread, except sealing and opening, which run on
+  a small thread pool (cryptography releases the GIL: chunks in parallel on every core).
+"""
+
+from __future__ import annotations
+
+import collections
+import hmac
+import logging
+import os
+import secrets
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Protocol
+
+import msgpack
+import zmq
+
+from iris.actors.bulk_seal import BulkError, ChunkKey, Tags, default_algorithm
+from iris.actors.config import BulkConfig
+from iris.base.errors import ConfigError, PeerUnavailableError
+
+if TYPE_CHECKING:
+    from iris.actors.node import Node
+
+_log = logging.getLogger(__name__)
+_NOBLOCK = int(zmq.NOBLOCK)
+_SNDMORE = int(zmq.SNDMORE)
+TOKEN_BYTES = 16
+REQUEST_MAX_BYTES = 1024  # [tid, token, k]: a transfer id is at most a few hundred bytes
+# Requests one connection may have waiting: a receiver asks for at most credits x streams;
+# this only bounds a peer that asks without reading.
+_QUEUE_MAX = 4096
+# A connection whose send queue is full is tried again this much later (only a receiver
+# that asks for more than its credits can fill it).
+_RETRY_S = 0.01
+# Reply statuses: the chunk follows; the sender has no such transfer (any more); the
+# sender refused to send it (its bytes changed: bulk_seal.Tags).
+OK, GONE, REFUSED = 0, 1, 2
+
+
+def effective_config(config: BulkConfig) -> BulkConfig:
+    """`config`, with $IRIS_BULK_PLAINTEXT=1 and $IRIS_BULK_STREAMS=N applied."""
+    plain = os.environ.get("IRIS_BULK_PLAINTEXT", "").strip()
+    streams = os.environ.get("IRIS_BULK_STREAMS", "").strip()
+    if plain not in ("", "0", "1"):
+        raise ConfigError(f"IRIS_BULK_PLAINTEXT={plain!r}: expected 1 (plaintext) or 0")
+    if streams and (not streams.isdigit() or not 1 <= int(streams) <= 64):
+        raise ConfigError(f"IRIS_BULK_STREAMS={streams!r}: expected a number of streams 1-64")
+    config = replace(config, plaintext=config.plaintext or plain == "1",
+                     streams=int(streams) if streams else config.streams)
+    if not 1 <= config.streams <= 64 or config.credits < 1 or config.chunk_bytes < 1:
+        raise ConfigError(f"bulk config: streams must be 1-64 and credits, chunk_bytes >= 1, "
+                          f"got {config}")
+    return config
+
+
+class Offer(Protocol):
+    """What a server gives out for one transfer."""
+
+    tid: str
+    key: ChunkKey
+
+    def chunk(self, k: int) -> Any:
+        """Chunk k as it travels (bytes, a view, a zmq.Frame), a concurrent Future of it
+        (being sealed), or None when it is not here yet (the offer calls Bulk.wake(tid)
+        once it is). Raises BulkError if it must not be sent."""
+
+    def sent(self, k: int) -> None:
+        """Chunk k was handed to the socket."""
+
+
+@dataclass(frozen=True)
+class Grant:
+    """What a receiver needs to pull a transfer: handed to it over CURVE, never logged."""
+
+    endpoint: str
+    token: bytes
+    algorithm: str
+    secret: bytes
+
+    def __repr__(self) -> str:
+        return f"Grant({self.endpoint}, {self.algorithm})"
+
+    def to_wire(self) -> list:
+        return [self.endpoint, self.token, self.algorithm, self.secret]
+
+    @classmethod
+    def from_wire(cls, raw: Any) -> Grant:
+        if (type(raw) is not list or len(raw) != 4 or type(raw[0]) is not str
+                or not raw[0].startswith("tcp://") or type(raw[1]) is not bytes
+                or len(raw[1]) != TOKEN_BYTES or type(raw[2]) is not str
+                or type(raw[3]) is not bytes):
+            raise BulkError("malformed bulk grant: expected [tcp endpoint, 16-byte token, "
+                            "algorithm, key]")
+        return cls(*raw)
+
+
+class Layout:
+    """Buffers laid end to end as one stream (each 64-byte aligned, so views of the
+    received stream are aligned numpy arrays), cut into chunks of `chunk` bytes."""
+
+    ALIGN = 64
+
+    def __init__(self, buffers: list, chunk: int):
+        self.views = [_bytes_view(b) for b in buffers]
+        self.spans: list[list[int]] = []
+        total = 0
+        for view in self.views:
+            total = -(-total // self.ALIGN) * self.ALIGN
+            self.spans.append([total, view.nbytes])
+            total += view.nbytes
+        self.total, self.chunk = total, chunk
+
+    def plain_chunk(self, k: int) -> Any:
+        """Chunk k's bytes: a view of one buffer, or (straddling buffers) a gathered copy
+        with zeros in the alignment gaps."""
+        start = k * self.chunk
+        end = min(start + self.chunk, self.total)
+        pieces = []
+        for (offset, size), view in zip(self.spans, self.views, strict=True):
+            lo, hi = max(start, offset), min(end, offset + size)
+            if lo < hi:
+                pieces.append((lo - start, view[lo - offset:hi - offset]))
+        if len(pieces) == 1 and pieces[0][0] == 0 and pieces[0][1].nbytes == end - start:
+            return pieces[0][1]
+        out = bytearray(end - start)
+        for at, piece in pieces:
+            out[at:at + piece.nbytes] = piece
+        return out
+
+
+def _bytes_view(buf: Any) -> memoryview:
+    view = buf.raw() if hasattr(buf, "raw") else memoryview(buf)
+    return view if view.format == "B" and view.ndim == 1 else view.cast("B")
+
+
+class SealingOffer:
+    """An offer over a sender's own buffers: chunk k sealed on the pool when asked for
+    (once per receiver pulling it: once in all, down a chain), its tag checked."""
+
+    def __init__(self, tid: str, layout: Layout, key: ChunkKey, pool: ThreadPoolExecutor):
+        self.tid, self.layout, self.key = tid, layout, key
+        self._pool = pool
+        self._tags = Tags(key)
+        self._lock = threading.Lock()
+        self.on_sent: Callable[[int], None] | None = None
+        self.error: BulkError | None = None  # set once a chunk must not be sent
+
+    def chunk(self, k: int) -> Any:
+        if self.key.overhead == 0:
+            return self.layout.plain_chunk(k)
+        return self._pool.submit(self._seal, k)
+
+    def _seal(self, k: int) -> bytes:
+        sealed = self.key.seal(k, self.layout.plain_chunk(k))
+        with self._lock:  # two receivers may ask for chunk k at once (route-around)
+            try:
+                self._tags.check(k, sealed)
+            except BulkError as exc:
+                self.error = exc
+                raise
+        return sealed
+
+    def sent(self, k: int) -> None:
+        if self.on_sent is not None:
+            self.on_sent(k)
+
+
+class Bulk:
+    """One node's bulk path: its server, pool and context, made at first use."""
+
+    def __init__(self, node: Node, config: BulkConfig):
+        self.node = node
+        self.config = effective_config(config)
+        self.algorithm = default_algorithm(self.config.plaintext)
+        self._ctx: zmq.Context | None = None
+        self._pool: ThreadPoolExecutor | None = None
+        self._server: Server | None = None
+        self._start_lock = threading.Lock()
+        self.fetches: set = set()  # live bulk_fetch.Fetch objects (closed at stop)
+        self.dropped_requests = 0  # malformed, unknown transfer or wrong token
+        if self.config.plaintext:
+            _log.warning("node %s: bulk transfers to other hosts are NOT encrypted "
+                         "(IRIS_BULK_PLAINTEXT / NodeConfig.bulk.plaintext): only for a "
+                         "network you trust", node.id)
+
+    @property
+    def pool(self) -> ThreadPoolExecutor:
+        if self._pool is None:
+            with self._start_lock:
+                if self._pool is None:
+                    self._pool = ThreadPoolExecutor(self.config.crypto_threads,
+                                                    thread_name_prefix=f"{self.node.id}-bulk")
+        return self._pool
+
+    @property
+    def context(self) -> zmq.Context:
+        if self._ctx is None:
+            with self._start_lock:
+                if self._ctx is None:
+                    ctx = zmq.Context(io_threads=self.config.io_threads)
+                    ctx.set(zmq.MAX_SOCKETS, self.node.config.max_sockets)
+                    self._ctx = ctx
+        return self._ctx
+
+    def new_key(self, tid: str, total: int, chunk: int) -> ChunkKey:
+        return ChunkKey.new(self.algorithm, tid, total, chunk)
+
+    def accept_key(self, grant: Grant, tid: str, total: int, chunk: int) -> ChunkKey:
+        """The key of a transfer granted to this node; refuses plaintext unless allowed."""
+        if grant.algorithm == "plaintext" and not self.config.plaintext:
+            raise BulkError(f"transfer {tid!r} is sent in plaintext and this node does not "
+                            "allow it (IRIS_BULK_PLAINTEXT=1 / NodeConfig.bulk.plaintext)")
+        return ChunkKey(grant.algorithm, grant.secret, tid, total, chunk)
+
+    # ------------------------------------------------------------ serving (loop thread)
+
+    def offer(self, offer: Offer) -> Grant:
+        """Serve `offer` until withdraw(tid); the grant a receiver pulls it with."""
+        server = self._started()
+        token = server.add(offer)
+        return Grant(server.endpoint, token, offer.key.algorithm, offer.key.secret())
+
+    def withdraw(self, tid: str, offer: Offer | None = None) -> None:
+        """Stop serving `tid` (only if it is still `offer`, when given)."""
+        if self._server is not None:
+            self._server.remove(tid, offer)
+
+    def wake(self, tid: str) -> None:
+        """More chunks of `tid` are here: answer requests waiting for them."""
+        if self._server is not None:
+            self._server.wake(tid)
+
+    def endpoint(self) -> str:
+        """This node's bulk endpoint, bound now if need be (from any thread)."""
+        if self._server is not None:
+            return self._server.endpoint
+        if self.node.in_loop_thread():
+            return self._started().endpoint
+        done, box = threading.Event(), []
+
+        def start() -> None:
+            try:
+                box.append(self._started().endpoint)
+            except BaseException as exc:
+                box.append(exc)
+            done.set()
+
+        self.node.call_in_loop(start)
+        if not done.wait(30) or not box:
+            raise PeerUnavailableError("this node is stopping: no bulk endpoint")
+        if isinstance(box[0], BaseException):
+            raise box[0]
+        return box[0]
+
+    def _started(self) -> Server:
+        if self._server is None:
+            self._server = Server(self)
+        return self._server
+
+    def close(self) -> None:
+        """On the loop thread, at node stop: fetches, server, pool, context."""
+        for fetch in list(self.fetches):
+            fetch.close()
+        if self._server is not None:
+            self._server.close()
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+        if self._ctx is not None:
+            self._ctx.destroy(linger=0)
+
+
+def _bind_host(address: str) -> str:
+    """The node's own host as a tcp endpoint prefix (loopback for ipc/inproc nodes)."""
+    if address.startswith("tcp://"):
+        return address.rsplit(":", 1)[0]
+    return "tcp://127.0.0.1"
+
+
+class Server:
+    """The bulk ROUTER: answers [tid, token, k] with chunk k of that offer, per connection
+    in the order asked."""
+
+    def __init__(self, bulk: Bulk):
+        self._bulk = bulk
+        node = bulk.node
+        self._loop = node.loop
+        sock = bulk.context.socket(zmq.ROUTER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        sock.setsockopt(zmq.MAXMSGSIZE, REQUEST_MAX_BYTES)
+        sock.setsockopt(zmq.SNDHWM, _QUEUE_MAX)
+        port = sock.bind_to_random_port(_bind_host(node.address))
+        self.endpoint = f"{_bind_host(node.address)}:{port}"
+        self._sock = sock
+        self._offers: dict[str, tuple[Offer, bytes]] = {}
+        # routing id -> requests of that connection, in order: [tid, k, chunk-or-future]
+        self._queues: dict[bytes, collections.deque] = {}
+        self._drain_soon = False
+        self._loop.add_reader(sock.getsockopt(zmq.FD), self._drain)
+
+    def add(self, offer: Offer) -> bytes:
+        known = self._offers.get(offer.tid)
+        if known is not None and known[0] is offer:
+            return known[1]
+        token = secrets.token_bytes(TOKEN_BYTES)
+        self._offers[offer.tid] = (offer, token)
+        return token
+
+    def remove(self, tid: str, offer: Offer | None = None) -> None:
+        known = self._offers.get(tid)
+        if known is not None and (offer is None or known[0] is offer):
+            del self._offers[tid]
+            self.wake(tid)  # its waiting requests are answered GONE
+
+    def wake(self, tid: str) -> None:
+        for rid, queue in list(self._queues.items()):
+            if queue and queue[0][0] == tid:
+                self._pump(rid)
+
+    def _drain(self) -> None:
+        self._drain_soon = False
+        sock = self._sock
+        while not sock.closed:
+            try:
+                rid = sock.recv(_NOBLOCK)
+                if not sock.getsockopt(zmq.RCVMORE):
+                    continue
+                raw = sock.recv(_NOBLOCK)
+                while sock.getsockopt(zmq.RCVMORE):  # extra frames: not ours
+                    sock.recv(_NOBLOCK)
+                    raw = None
+            except zmq.Again:
+                return
+            self._on_request(rid, raw)
+
+    def _on_request(self, rid: bytes, raw: bytes | None) -> None:
+        try:
+            tid, token, k = msgpack.unpackb(raw) if raw else (None, None, None)
+        except Exception:
+            tid = token = k = None
+        known = self._offers.get(tid) if type(tid) is str else None
+        queue = self._queues.get(rid)
+        if (known is None or type(token) is not bytes
+                or not hmac.compare_digest(token, known[1])
+                or type(k) is not int or not 0 <= k < known[0].key.nchunks
+                or (queue is not None and len(queue) >= _QUEUE_MAX)):
+            self._bulk.dropped_requests += 1
+            if known is None and type(k) is int and type(tid) is str:
+                self._send(rid, [k, GONE, f"no transfer {tid!r} here"], None)
+            return
+        offer = known[0]
+        try:
+            item = offer.chunk(k)  # starts sealing now: the pool works ahead of the socket
+        except BulkError as exc:
+            item = exc
+        if queue is None:
+            queue = self._queues[rid] = collections.deque()
+        queue.append([tid, k, item])
+        self._pump(rid)
+
+    def _pump(self, rid: bytes) -> None:
+        """Send this connection's chunks that are ready, in the order asked."""
+        queue = self._queues.get(rid)
+        while queue:
+            entry = queue[0]
+            tid, k, item = entry[0], entry[1], entry[2]
+            known = self._offers.get(tid)
+            if known is None:
+                status, payload = [k, GONE, f"transfer {tid!r} is over here"], None
+            else:
+                if item is None:
+                    item = entry[2] = known[0].chunk(k)
+                    if item is None:
+                        return  # not here yet: Bulk.wake
+                if isinstance(item, Future):
+                    if not item.done():
+                        if len(entry) == 3:  # one wake-up per chunk being sealed
+                            entry.append(True)
+                            item.add_done_callback(lambda _, rid=rid: self._wake_rid(rid))
+                        return
+                    error = item.exception()
+                    item = error if error is not None else item.result()
+                if isinstance(item, BaseException):
+                    status, payload = [k, REFUSED, str(item)], None
+                else:
+                    status, payload = [k, OK], item
+            if not self._send(rid, status, payload):
+                if rid in self._queues:  # full: its receiver reads slower than asked
+                    self._loop.call_later(_RETRY_S, self._pump, rid)
+                return
+            queue.popleft()
+            if payload is not None:
+                known[0].sent(k)
+        self._queues.pop(rid, None)
+
+    def _wake_rid(self, rid: bytes) -> None:  # from a pool thread
+        try:
+            self._loop.call_soon_threadsafe(self._pump, rid)
+        except RuntimeError:  # the loop closed: the node stopped
+            pass
+
+    def _send(self, rid: bytes, status: list, payload: Any) -> bool:
+        """False if the connection is full (try again at its next request or wake)."""
+        try:
+            self._sock.send(rid, _NOBLOCK | _SNDMORE)
+            header = msgpack.packb(status)
+            if payload is None:
+                self._sock.send(header, _NOBLOCK)
+            else:
+                self._sock.send(header, _NOBLOCK | _SNDMORE)
+                self._sock.send(payload, _NOBLOCK, copy=False)
+        except zmq.Again:
+            return False
+        except zmq.ZMQError:  # the connection is gone: so are its requests
+            self._queues.pop(rid, None)
+            return False
+        finally:
+            if not self._drain_soon:  # ZMQ_FD is edge-triggered: read again after a send
+                self._drain_soon = True
+                self._loop.call_soon(self._drain)
+        return True
+
+    def close(self) -> None:
+        try:
+            self._loop.remove_reader(self._sock.getsockopt(zmq.FD))
+        except (zmq.ZMQError, RuntimeError):
+            pass
+        self._sock.close(linger=0)
+        self._offers.clear()
+        self._queues.clear()
