@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import msgpack
 import zmq
 
+from iris.actors.bulk_buffers import Buffers
 from iris.actors.bulk_seal import BulkError, ChunkKey, Tags, default_algorithm
 from iris.actors.config import BulkConfig
 from iris.base.errors import ConfigError, PeerUnavailableError
@@ -64,15 +65,21 @@ OK, GONE, REFUSED = 0, 1, 2
 
 
 def effective_config(config: BulkConfig) -> BulkConfig:
-    """`config`, with $IRIS_BULK_PLAINTEXT=1 and $IRIS_BULK_STREAMS=N applied."""
+    """`config`, with $IRIS_BULK_PLAINTEXT=1, $IRIS_BULK_STREAMS=N and
+    $IRIS_BULK_MIN_CALL_BYTES=B (0: big call frames stay on CURVE) applied."""
     plain = os.environ.get("IRIS_BULK_PLAINTEXT", "").strip()
     streams = os.environ.get("IRIS_BULK_STREAMS", "").strip()
+    min_call = os.environ.get("IRIS_BULK_MIN_CALL_BYTES", "").strip()
     if plain not in ("", "0", "1"):
         raise ConfigError(f"IRIS_BULK_PLAINTEXT={plain!r}: expected 1 (plaintext) or 0")
     if streams and (not streams.isdigit() or not 1 <= int(streams) <= 64):
         raise ConfigError(f"IRIS_BULK_STREAMS={streams!r}: expected a number of streams 1-64")
+    if min_call and not min_call.isdigit():
+        raise ConfigError(f"IRIS_BULK_MIN_CALL_BYTES={min_call!r}: expected a number of "
+                          "bytes (0: off)")
     config = replace(config, plaintext=config.plaintext or plain == "1",
-                     streams=int(streams) if streams else config.streams)
+                     streams=int(streams) if streams else config.streams,
+                     min_call_bytes=int(min_call) if min_call else config.min_call_bytes)
     if not 1 <= config.streams <= 64 or config.credits < 1 or config.chunk_bytes < 1:
         raise ConfigError(f"bulk config: streams must be 1-64 and credits, chunk_bytes >= 1, "
                           f"got {config}")
@@ -203,6 +210,7 @@ class Bulk:
         self._server: Server | None = None
         self._start_lock = threading.Lock()
         self.fetches: set = set()  # live bulk_fetch.Fetch objects (closed at stop)
+        self.buffers = Buffers(self.config.pool_bytes)  # where receivers open chunks into
         self.dropped_requests = 0  # malformed, unknown transfer or wrong token
         if self.config.plaintext:
             _log.warning("node %s: bulk transfers to other hosts are NOT encrypted "
@@ -293,6 +301,7 @@ class Bulk:
             self._pool.shutdown(wait=False, cancel_futures=True)
         if self._ctx is not None:
             self._ctx.destroy(linger=0)
+        self.buffers.close()
 
 
 def _bind_host(address: str) -> str:

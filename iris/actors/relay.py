@@ -34,8 +34,8 @@ it and pass it on, and nothing else.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
-import mmap
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -103,10 +103,9 @@ class Incoming:
     def __init__(self, node: Any, meta: dict, key: ChunkKey) -> None:
         self.meta, self.key, self.tid = meta, key, meta["tid"]
         self._node = node
-        # The payload's one buffer: an anonymous mapping, faulted in as chunks land (no
-        # zeroing pass over it), unmapped once the last view of it is dropped.
-        self._buf: Any = mmap.mmap(-1, meta["total"]) if meta["total"] else bytearray()
-        self.view = memoryview(self._buf)
+        # The payload's one buffer (bulk_buffers.py): a reused one whose pages are warm, or
+        # a fresh mapping faulted in as chunks land; reused once its last view is dropped.
+        self.view = node.bulk.buffers.take(meta["total"])
         n = nchunks(meta)
         self._state = bytearray(n)  # per chunk: 0 lacking, 1 arrived (opening), 2 opened
         self._frames: dict[int, Any] = {}  # chunks as they arrived, for the next receiver
@@ -121,7 +120,7 @@ class Incoming:
         self.error: BaseException | None = None
         self.on_progress: Callable[[], None] = _nothing
         self.on_complete: Callable[[], None] = _nothing
-        self.last_chunk = 0.0
+        self.last_chunk = self.attached_at = 0.0
         self.relay: asyncio.Future | None = None  # {address: why} below this receiver
         self.received = asyncio.get_running_loop().create_future()
 
@@ -214,7 +213,6 @@ class Incoming:
         if self.received.done():
             self._frames.clear()
             self.view = memoryview(b"")
-            self._buf = None
 
     def drop(self, why: BaseException) -> None:
         if self.error is not None:
@@ -231,7 +229,6 @@ class Incoming:
             self.received.exception()  # retrieved: nobody may be waiting
         self._frames.clear()
         self.view = memoryview(b"")
-        self._buf = None
         self.on_progress()
 
 
@@ -278,6 +275,9 @@ class Transfers:
         self._live: dict[str, Incoming] = {}
         self._done: dict[str, Incoming] = {}
         self._via: dict[str, str] = {}
+        # The last transfers completed here, for benchmarks and operators: tid, bytes, via,
+        # seconds from the first attach to the whole value in place.
+        self.history: collections.deque[dict] = collections.deque(maxlen=16)
 
     def attach(self, meta: Any, chain: Any, via: Any, grant: Any) -> int:
         """Start (or resume, from a new sender) receiving `meta`'s transfer; the chunks
@@ -295,7 +295,7 @@ class Transfers:
         self._via[tid] = via
         if incoming is None:
             incoming = self._live[tid] = Incoming(self._node, meta, key)
-            incoming.last_chunk = self._node.now()
+            incoming.last_chunk = incoming.attached_at = self._node.now()
             incoming.on_complete = lambda: self._complete(tid, incoming)
             incoming.forwarding = bool(chain)
             incoming.relay = asyncio.ensure_future(relay(self._node, incoming, chain))
@@ -328,7 +328,10 @@ class Transfers:
             incoming.drop(exc)
             return
         incoming.received.set_result(None)
-        self._on_value(incoming.meta, value, self._via.pop(tid, ""))
+        via = self._via.pop(tid, "")
+        self.history.append({"tid": tid, "bytes": incoming.meta["total"], "via": via,
+                             "seconds": self._node.now() - incoming.attached_at})
+        self._on_value(incoming.meta, value, via)
         if incoming.relay is not None and incoming.relay.done():
             incoming.release()
 
