@@ -348,6 +348,10 @@ def _calls(spawn, joined: dict, cfg: dict, step) -> dict:
 
 def main() -> None:
     role, *args = sys.argv[1:]  # each role exits when its stdin closes (the driver went)
+    if os.environ.get("IRIS_BENCH_LOG"):  # e.g. DEBUG: the children's logs on stderr
+        import logging
+
+        logging.basicConfig(level=os.environ["IRIS_BENCH_LOG"])
     if role == "registry":
         serve_registry()
     elif role == "trainer":

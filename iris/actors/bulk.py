@@ -223,7 +223,7 @@ class Bulk:
             with self._start_lock:
                 if self._pool is None:
                     self._pool = ThreadPoolExecutor(self.config.crypto_threads,
-                                                    thread_name_prefix=f"{self.node.id}-bulk")
+                                                    thread_name_prefix=f"iris-{self.node.id}-bulk")
         return self._pool
 
     @property
@@ -248,10 +248,11 @@ class Bulk:
 
     # ------------------------------------------------------------ serving (loop thread)
 
-    def offer(self, offer: Offer) -> Grant:
-        """Serve `offer` until withdraw(tid); the grant a receiver pulls it with."""
+    def offer(self, offer: Offer, token: bytes | None = None) -> Grant:
+        """Serve `offer` (with `token`, or a new one) until withdraw(tid); the grant a
+        receiver pulls it with."""
         server = self._started()
-        token = server.add(offer)
+        token = server.add(offer, token)
         return Grant(server.endpoint, token, offer.key.algorithm, offer.key.secret())
 
     def withdraw(self, tid: str, offer: Offer | None = None) -> None:
@@ -333,11 +334,11 @@ class Server:
         self._drain_soon = False
         self._loop.add_reader(sock.getsockopt(zmq.FD), self._drain)
 
-    def add(self, offer: Offer) -> bytes:
+    def add(self, offer: Offer, token: bytes | None = None) -> bytes:
         known = self._offers.get(offer.tid)
         if known is not None and known[0] is offer:
             return known[1]
-        token = secrets.token_bytes(TOKEN_BYTES)
+        token = token or secrets.token_bytes(TOKEN_BYTES)
         self._offers[offer.tid] = (offer, token)
         return token
 

@@ -25,6 +25,7 @@ import zmq
 
 from iris.actors import shm, shm_scope
 from iris.actors.bulk import Bulk
+from iris.actors.bulk_calls import BulkCalls
 from iris.actors.config import NodeConfig
 from iris.actors.future import ActorFuture
 from iris.actors.hosting import HostedActor, spec_of
@@ -94,6 +95,7 @@ class Node(NodeLoop):
         self._pool = shm.Pool(self.config.shm_pool_bytes)
         self._foreign: set[str] = set()  # same-host peers in another PID namespace
         self.bulk = Bulk(self, self.config.bulk)  # big payloads to other hosts (bulk.py)
+        self._bulk_calls = BulkCalls(self.bulk)  # a call's big frames on it (bulk_calls.py)
 
     # ------------------------------------------------------------ lifecycle
 
@@ -273,6 +275,14 @@ class Node(NodeLoop):
                 if not oneway:
                     fut = self._unless_foreign(call_id, fut, plain, timeout_s)
                     fut.add_done_callback(lambda _: self._pool.answered(segment))
+        elif len(frames) > 1 and self._bulk_calls.wants(address, frames):
+            try:
+                frames = self._bulk_calls.spill(frames, fut, oneway, self.config.shm_hold_s)
+            except Exception as exc:  # no bulk endpoint (the node is stopping)
+                fut.set_exception(PeerUnavailableError(
+                    f"cannot call {actor}.{method}: {exc}", actor=actor, method=method,
+                    address=address))
+                return fut
         if self._stopped:
             fut.set_exception(PeerUnavailableError(
                 f"cannot call {actor}.{method}: this node is stopped",

@@ -12,7 +12,7 @@ import logging
 
 import zmq
 
-from iris.actors import shm, shm_scope
+from iris.actors import bulk_calls, shm, shm_scope
 from iris.actors.future import ActorFuture
 from iris.actors.hosting import INTERNAL
 from iris.actors.peers import LocalPeer, LocalReturn, Peer
@@ -177,8 +177,12 @@ class NodeLoop:
             return
         rid = frames[0].bytes
         buffers = frames[2:]
+        if self._bulk_calls.holding and self._bulk_calls.hold(rid, frames, role):
+            return  # behind a call of the same caller whose frames are being fetched
         try:
             if buffers:
+                if bulk_calls.is_table(buffers[-1]):  # big frames on the bulk path: fetch
+                    return self._bulk_calls.receive(frames, role)
                 buffers = shm.resolve(buffers)
             msg = messages.decode(frames[1].bytes, buffers)
         except ProtocolError as exc:
