@@ -168,11 +168,12 @@ def _bytes_view(buf: Any) -> memoryview:
 
 class SealingOffer:
     """An offer over a sender's own buffers: chunk k sealed on the pool when asked for
-    (once per receiver pulling it: once in all, down a chain), its tag checked."""
+    (once per receiver pulling it: once in all, down a chain), its tag checked. Sealed
+    chunks go into reused buffers (Buffers: warm pages), free again once sent."""
 
-    def __init__(self, tid: str, layout: Layout, key: ChunkKey, pool: ThreadPoolExecutor):
+    def __init__(self, tid: str, layout: Layout, key: ChunkKey, bulk: Bulk):
         self.tid, self.layout, self.key = tid, layout, key
-        self._pool = pool
+        self._pool, self._buffers = bulk.pool, bulk.buffers
         self._tags = Tags(key)
         self._lock = threading.Lock()
         self.on_sent: Callable[[int], None] | None = None
@@ -183,8 +184,9 @@ class SealingOffer:
             return self.layout.plain_chunk(k)
         return self._pool.submit(self._seal, k)
 
-    def _seal(self, k: int) -> bytes:
-        sealed = self.key.seal(k, self.layout.plain_chunk(k))
+    def _seal(self, k: int) -> memoryview:
+        sealed = self.key.seal_into(k, self.layout.plain_chunk(k),
+                                    self._buffers.take(self.key.sealed_size(k)))
         with self._lock:  # two receivers may ask for chunk k at once (route-around)
             try:
                 self._tags.check(k, sealed)
@@ -210,6 +212,10 @@ class Bulk:
         self._server: Server | None = None
         self._start_lock = threading.Lock()
         self.fetches: set = set()  # live bulk_fetch.Fetch objects (closed at stop)
+        # Work the pool finished, for the loop thread: one wake-up for a burst of them.
+        self._done: collections.deque = collections.deque()
+        self._done_lock = threading.Lock()
+        self._done_wake = False
         self.buffers = Buffers(self.config.pool_bytes)  # where receivers open chunks into
         self.dropped_requests = 0  # malformed, unknown transfer or wrong token
         if self.config.plaintext:
@@ -235,6 +241,31 @@ class Bulk:
                     ctx.set(zmq.MAX_SOCKETS, self.node.config.max_sockets)
                     self._ctx = ctx
         return self._ctx
+
+    def to_loop(self, fn: Callable, *args: Any) -> None:
+        """From a pool thread: run fn(*args) on the loop thread. Chunks finish in bursts;
+        they share one wake-up of the loop (each costs a context switch otherwise)."""
+        self._done.append((fn, args))
+        with self._done_lock:
+            if self._done_wake:
+                return
+            self._done_wake = True
+        try:
+            self.node.loop.call_soon_threadsafe(self._run_done)
+        except RuntimeError:  # the loop closed: the node stopped
+            pass
+
+    def _run_done(self) -> None:
+        with self._done_lock:
+            self._done_wake = False
+        done = self._done
+        while done:
+            fn, args = done.popleft()
+            try:
+                fn(*args)
+            except Exception:
+                _log.exception("node %s: bulk completion %s failed", self.node.id,
+                               getattr(fn, "__qualname__", "?"))
 
     def new_key(self, tid: str, total: int, chunk: int) -> ChunkKey:
         return ChunkKey.new(self.algorithm, tid, total, chunk)
@@ -430,10 +461,7 @@ class Server:
         self._queues.pop(rid, None)
 
     def _wake_rid(self, rid: bytes) -> None:  # from a pool thread
-        try:
-            self._loop.call_soon_threadsafe(self._pump, rid)
-        except RuntimeError:  # the loop closed: the node stopped
-            pass
+        self._bulk.to_loop(self._pump, rid)
 
     def _send(self, rid: bytes, status: list, payload: Any) -> bool:
         """False if the connection is full (try again at its next request or wake)."""

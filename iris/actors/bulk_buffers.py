@@ -34,7 +34,7 @@ class Buffers:
 
     def __init__(self, keep_bytes: int):
         self._keep = keep_bytes
-        self._free: list[tuple[int, int]] = []  # (address, size), oldest first
+        self._free: dict[int, list[int]] = {}  # size -> addresses released, oldest first
         self._kept = 0
         self._lock = threading.Lock()
         self._closed = False
@@ -46,13 +46,11 @@ class Buffers:
             return memoryview(bytearray())
         address = None
         with self._lock:
-            for i, (at, length) in enumerate(self._free):
-                if length == size:
-                    address = at
-                    del self._free[i]
-                    self._kept -= size
-                    self.reused += 1
-                    break
+            free = self._free.get(size)
+            if free:
+                address = free.pop()  # the most recently released: its pages are warmest
+                self._kept -= size
+                self.reused += 1
         if address is None:
             address = _libc.mmap(None, size, mmap.PROT_READ | mmap.PROT_WRITE,
                                  mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, -1, 0)
@@ -66,12 +64,14 @@ class Buffers:
     def _released(self, address: int, size: int) -> None:
         with self._lock:
             if not self._closed and size <= self._keep:
-                self._free.append((address, size))
+                self._free.setdefault(size, []).append(address)
                 self._kept += size
-                while self._kept > self._keep:  # the oldest go first
-                    at, length = self._free.pop(0)
+                while self._kept > self._keep:  # the oldest of the biggest class go first
+                    length = max(self._free, key=lambda n: n * len(self._free[n]))
+                    _libc.munmap(self._free[length].pop(0), length)
                     self._kept -= length
-                    _libc.munmap(at, length)
+                    if not self._free[length]:
+                        del self._free[length]
                 return
         _libc.munmap(address, size)
 
@@ -79,6 +79,7 @@ class Buffers:
         """Unmap the kept buffers; buffers still in use are unmapped when released."""
         with self._lock:
             self._closed = True
-            free, self._free, self._kept = self._free, [], 0
-        for at, length in free:
-            _libc.munmap(at, length)
+            free, self._free, self._kept = self._free, {}, 0
+        for length, addresses in free.items():
+            for at in addresses:
+                _libc.munmap(at, length)

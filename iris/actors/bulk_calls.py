@@ -84,7 +84,7 @@ class BulkCalls:
         chunk = bulk.config.chunk_bytes
         layout = Layout([frames[1 + i] for i in big], chunk)
         tid = new_id("call-", 12)
-        offer = SealingOffer(tid, layout, bulk.new_key(tid, layout.total, chunk), bulk.pool)
+        offer = SealingOffer(tid, layout, bulk.new_key(tid, layout.total, chunk), bulk)
         token = secrets.token_bytes(TOKEN_BYTES)
         endpoint = bulk.endpoint()
         node.call_in_loop(bulk.offer, offer, token)  # before the call is posted: FIFO

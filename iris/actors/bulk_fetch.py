@@ -113,7 +113,7 @@ class Fetch:
         start = k * key.chunk
         into = sink.view[start:start + key.plain_size(k)]
         fut = self._bulk.pool.submit(key.open_into, k, sealed.buffer, into)
-        fut.add_done_callback(lambda f, k=k: self._from_pool(self._opened, k, f))
+        fut.add_done_callback(lambda f, k=k: self._bulk.to_loop(self._opened, k, f))
 
     def _check(self, stream: _Stream, frames: list) -> int:
         """The chunk index of a reply that may be used; raises BulkError (or _Lost)."""
@@ -139,12 +139,6 @@ class Fetch:
             raise BulkError(f"chunk {k} of transfer {self.tid!r} from {self.endpoint} has "
                             f"{got} bytes, not {size}: refused")
         return k
-
-    def _from_pool(self, fn: Any, *args: Any) -> None:
-        try:
-            self._node.loop.call_soon_threadsafe(fn, *args)
-        except RuntimeError:  # the loop closed: the node stopped
-            pass
 
     def _opened(self, k: int, fut: Any) -> None:
         """A chunk's open finished: told to the sink even once this fetch is closed (the

@@ -136,6 +136,15 @@ class ChunkKey:
         nonce, aad = self._nonce_aad(k)
         return self._aead.encrypt(nonce, plaintext, aad)
 
+    def seal_into(self, k: int, plaintext, out: memoryview) -> memoryview:
+        """Chunk k sealed into `out` (sealed_size(k) bytes, e.g. a reused buffer); `out`."""
+        if self._aead is None:
+            _copy(plaintext, out)
+            return out
+        nonce, aad = self._nonce_aad(k)
+        self._aead.encrypt_into(nonce, plaintext, aad, out)
+        return out
+
     def open_into(self, k: int, sealed, out: memoryview) -> None:
         """Authenticate chunk k and write its plaintext into `out` (its place in the
         receiver's buffer); raises BulkError, and then `out` holds nothing to be used."""

@@ -87,7 +87,7 @@ class Source:
         self.meta = {"tid": tid, "header": header, "spans": layout.spans,
                      "total": layout.total, "chunk": chunk, **(extra or {})}
         self.offer = SealingOffer(tid, layout, node.bulk.new_key(tid, layout.total, chunk),
-                                  node.bulk.pool)
+                                  node.bulk)
 
     @property
     def error(self) -> BaseException | None:
@@ -186,12 +186,13 @@ class Incoming:
             return self._node.bulk.pool.submit(self._reseal, k)
         return None
 
-    def _reseal(self, k: int) -> bytes:
+    def _reseal(self, k: int) -> memoryview:
         start = k * self.key.chunk
-        sealed = self.key.seal(k, self.view[start:start + self.key.plain_size(k)])
+        sealed = self.key.seal_into(k, self.view[start:start + self.key.plain_size(k)],
+                                    self._node.bulk.buffers.take(self.key.sealed_size(k)))
         with self._lock:
             self._tags.check(k, sealed)
-        return bytes(sealed) if isinstance(sealed, memoryview) else sealed
+        return sealed
 
     def sent(self, k: int) -> None:
         if self._state[k] == 2:
