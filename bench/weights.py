@@ -378,8 +378,8 @@ def main(argv: list[str] | None = None) -> None:
                         "hosts on a bridge (root): the chain 1 -> N-1 sealed and plaintext, a "
                         "big call between two hosts, and raw plain/CURVE floors (see "
                         "bench/_weights_hosts.py)")
-    parser.add_argument("--chunk-mib", type=int, default=1, help="with --hosts: chunk size, "
-                        "MiB (1)")
+    parser.add_argument("--chunk-mib", type=int, help="with --hosts: chunk size, MiB "
+                        "(default: the Publisher's, 4)")
     parser.add_argument("--cap-gbit", type=float, help="with --hosts: cap each host's "
                         "outgoing rate (tc tbf), Gbit/s")
     parser.add_argument("--serve", metavar="NAME", help=argparse.SUPPRESS)
@@ -416,7 +416,10 @@ def hosts_main(args: argparse.Namespace) -> None:
     if args.hosts < 2:
         raise SystemExit("--hosts must be >= 2 (a trainer and at least one rollout)")
     size = (args.size_mib or 256) * MiB
-    cfg = {"hosts": args.hosts, "size": size, "chunk": args.chunk_mib * MiB,
+    from iris.actors import relay
+
+    chunk = args.chunk_mib * MiB if args.chunk_mib else relay.CHUNK_BYTES
+    cfg = {"hosts": args.hosts, "size": size, "chunk": chunk,
            "call_size": (256 if args.quick else 1024) * MiB, "reps": 3 if args.quick else 5,
            "sync_reps": 3 if args.quick else 7, "cap_gbit": args.cap_gbit}
     exit_cleanly_on_signals()

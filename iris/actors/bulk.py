@@ -300,6 +300,8 @@ class Bulk:
         """This node's bulk endpoint, bound now if need be (from any thread)."""
         if self._server is not None:
             return self._server.endpoint
+        if self.node._stopped:
+            raise PeerUnavailableError("this node is stopped: no bulk endpoint")
         if self.node.in_loop_thread():
             return self._started().endpoint
         done, box = threading.Event(), []

@@ -80,8 +80,8 @@ class Fetch:
             self.close()
             raise BulkError(f"cannot connect to the bulk endpoint {grant.endpoint}: {exc}"
                             ) from None
-        if deadline is not None:
-            self._node.loop.call_later(max(0.0, deadline - self._node.now()), self._expire)
+        self._timer = None if deadline is None else self._node.loop.call_later(
+            max(0.0, deadline - self._node.now()), self._expire)
         self._ask()
 
     def _ask(self) -> None:
@@ -179,6 +179,8 @@ class Fetch:
             return
         self.closed = True
         self._bulk.fetches.discard(self)
+        if getattr(self, "_timer", None) is not None:
+            self._timer.cancel()
         for stream in self._streams:
             stream.close()
 

@@ -13,12 +13,15 @@ class BulkConfig:
     # second added nothing (2 cores); a 25-100 Gbit/s NIC needs several streams, each with
     # its own congestion window, to fill. Every stream of a link shares its credit.
     streams: int = 2
-    # Chunks asked for and not yet in place, per stream: 8 x 1 MiB keeps a 1 GB/s link busy
-    # through a ~5 ms pause of either side and bounds the memory in flight per link.
-    credits: int = 8
+    # Chunks asked for and not yet in place, per stream: 4 x 4 MiB keeps a 1 GB/s link busy
+    # through a ~15 ms pause of either side, and bounds the memory in flight per link
+    # (32 MiB with 2 streams).
+    credits: int = 4
     # Bytes per chunk of a call's big frames (the weights chain takes Publisher(chunk_bytes=)).
-    # 1 MiB: the per-chunk cost (~60 us of Python per side) is under 10 % at 1 GB/s.
-    chunk_bytes: int = 1 << 20
+    # 4 MiB: a version of 256 MiB to 4 hosts cost 1.2 CPU-s in all against 1.6 with 1 MiB
+    # chunks here (each chunk is a request, a reply, an open and two thread hand-offs),
+    # and the pipeline still fills in one chunk (~4 ms at 1 GB/s) per hop.
+    chunk_bytes: int = 4 << 20
     # A call's buffer frame of at least this many bytes, to a node on another host, travels
     # on the bulk path instead of the CURVE connection (which moved 0.15-0.27 GB/s per link
     # here). 4 MiB: below it the extra round trip of a pull costs more than CURVE's box.

@@ -42,13 +42,13 @@ from typing import Any
 
 from iris.actors.bulk import Grant, Layout, SealingOffer
 from iris.actors.bulk_seal import BulkError, ChunkKey, Tags
+from iris.actors.config import BulkConfig
 from iris.base.errors import IrisError
 from iris.wire import messages
 
-# 1 MiB chunks: the per-chunk cost (a request, a reply, an open on the pool: ~60 us of
-# Python per side) stays under 10 % at 1 GB/s, and the pipeline fills in one chunk per hop:
-# a chain of 8 adds ~8 MiB of latency to a 1 GiB transfer, not 8 x 1 GiB.
-CHUNK_BYTES = 1 << 20
+# The pipeline fills in one chunk per hop: a chain of 8 adds ~8 chunks of latency to a
+# 1 GiB transfer, not 8 x 1 GiB. The size is BulkConfig.chunk_bytes's, for the same reasons.
+CHUNK_BYTES = BulkConfig().chunk_bytes
 MAX_CHUNK_BYTES = 64 << 20  # a chunk is one ZeroMQ message on both sides
 # attach() answers at once; 60 s only bounds a wedged peer (a dead one fails sooner,
 # through peer liveness).
@@ -58,10 +58,11 @@ FINISH_TIMEOUT_S = 120.0
 # A partial payload that received nothing for this long is dropped: its sender (and every
 # receiver above) is gone; a live one re-attaches within peer liveness (~3.5 s).
 IDLE_S = 60.0
-# Chunks a forwarder keeps as they arrived until its next receiver has them: 64 MiB in
-# the common case (the next one pulls a chunk behind); past it a slow next receiver gets
-# chunks sealed again from the plaintext (~0.1 ms/MiB), not a second copy of the value.
-RETAIN_CHUNKS = 64
+# Bytes of chunks a forwarder keeps as they arrived until its next receiver has them:
+# enough for the common case (the next one pulls a chunk or two behind); past it a slow
+# next receiver gets chunks sealed again from the plaintext (~0.1 ms/MiB), never a second
+# copy of the value.
+RETAIN_BYTES = 64 << 20
 _KEEP_DONE = 2  # finished transfers remembered for a late re-attach (their value is shared)
 
 
@@ -148,7 +149,7 @@ class Incoming:
         self._state[k] = 1
         self.last_chunk = self._node.now()
         self._tags.record(k, sealed)
-        if self.forwarding and len(self._frames) < RETAIN_CHUNKS:
+        if self.forwarding and len(self._frames) * self.key.chunk < RETAIN_BYTES:
             self._frames[k] = sealed
             self._node.bulk.wake(self.tid)
 
