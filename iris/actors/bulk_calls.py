@@ -25,6 +25,7 @@ from __future__ import annotations
 import collections
 import logging
 import secrets
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import msgpack
@@ -32,6 +33,7 @@ import msgpack
 from iris.actors import shm_scope
 from iris.actors.bulk import TOKEN_BYTES, Grant, Layout, SealingOffer
 from iris.actors.bulk_seal import ALGORITHMS, BulkError
+from iris.base.errors import PeerUnavailableError, ProtocolError
 from iris.base.ids import new_id
 from iris.wire import messages
 
@@ -75,9 +77,39 @@ class BulkCalls:
         return (least > 0 and address != self._node.address and not shm_scope.same_host(address)
                 and any(_nbytes(f) >= least for f in frames[1:]))
 
+    def wants_reply(self, frames: list) -> bool:
+        """A reply with a big frame from a node reachable from other hosts (bound to a
+        routable address: its caller may be anywhere)."""
+        least = self._bulk.config.min_call_bytes
+        return (least > 0 and not shm_scope.same_host(self._node.address)
+                and any(_nbytes(f) >= least for f in frames[1:]))
+
     def spill(self, frames: list, fut: Any, oneway: bool, hold_s: float) -> list:
-        """`frames` with the big buffers on the bulk path (offered now, withdrawn when
-        `fut` is done, or for a cast when sent or after `hold_s`)."""
+        """A call's `frames` with the big buffers on the bulk path (offered now, withdrawn
+        when `fut` is done, or for a cast once sent or after `hold_s`)."""
+        out, offer = self._offer(frames)
+        self.sent += 1
+        if oneway:
+            self._withdraw_once_sent(offer, hold_s)
+        else:
+            fut.add_done_callback(lambda _: self._node.call_in_loop(
+                self._bulk.withdraw, offer.tid, offer))
+        return out
+
+    def spill_reply(self, frames: list, hold_s: float) -> list:
+        """A reply's `frames` ([header, *buffers]) with the big buffers on the bulk path,
+        offered until pulled once, or for `hold_s` (as they are if this node is stopping)."""
+        try:
+            out, offer = self._offer(frames)
+        except PeerUnavailableError:
+            return frames
+        self.sent += 1
+        self._withdraw_once_sent(offer, hold_s)
+        return out
+
+    def _offer(self, frames: list) -> tuple[list, SealingOffer]:
+        """frames[1:] of at least min_call_bytes offered under a fresh key; the frames to
+        send instead (empty frames in their place, the table frame last)."""
         bulk, node = self._bulk, self._node
         least = bulk.config.min_call_bytes
         big = [i for i, f in enumerate(frames[1:]) if _nbytes(f) >= least]
@@ -87,7 +119,7 @@ class BulkCalls:
         offer = SealingOffer(tid, layout, bulk.new_key(tid, layout.total, chunk), bulk)
         token = secrets.token_bytes(TOKEN_BYTES)
         endpoint = bulk.endpoint()
-        node.call_in_loop(bulk.offer, offer, token)  # before the call is posted: FIFO
+        node.call_in_loop(bulk.offer, offer, token)  # before the message is posted: FIFO
         spans = [[1 + i, offset, size] for i, (offset, size) in zip(big, layout.spans,
                                                                        strict=True)]
         table = TABLE_MAGIC + msgpack.packb([endpoint, tid, token, offer.key.algorithm,
@@ -96,20 +128,19 @@ class BulkCalls:
         for i in big:
             out[1 + i] = b""
         out.append(table)
-        self.sent += 1
-        if oneway:
-            left = [offer.key.nchunks]
+        return out, offer
 
-            def one_sent(_: int) -> None:
-                left[0] -= 1
-                if left[0] <= 0:
-                    bulk.withdraw(tid, offer)
+    def _withdraw_once_sent(self, offer: SealingOffer, hold_s: float) -> None:
+        bulk, node = self._bulk, self._node
+        left = [offer.key.nchunks]
 
-            offer.on_sent = one_sent
-            node.call_in_loop(lambda: node.loop.call_later(hold_s, bulk.withdraw, tid, offer))
-        else:
-            fut.add_done_callback(lambda _: node.call_in_loop(bulk.withdraw, tid, offer))
-        return out
+        def one_sent(_: int) -> None:
+            left[0] -= 1
+            if left[0] <= 0:
+                bulk.withdraw(offer.tid, offer)
+
+        offer.on_sent = one_sent
+        node.call_in_loop(lambda: node.loop.call_later(hold_s, bulk.withdraw, offer.tid, offer))
 
     # ------------------------------------------------------------ callee (loop thread)
 
@@ -132,13 +163,55 @@ class BulkCalls:
     def receive(self, frames: list, role: str | None) -> None:
         """A request whose last buffer frame is a bulk table: fetch, then deliver it."""
         rid = frames[0].bytes
-        _log.debug("node %s: fetching the big frames of a call", self._node.id)
         self._held.setdefault(rid, collections.deque())
         try:
-            _Fetching(self, rid, frames, role)
+            self._fetch_call(rid, frames, role)
         except BulkError as exc:
             self._refuse(rid, frames, f"its big frames cannot be fetched: {exc}")
             self._release(rid)
+
+    def _fetch_call(self, rid: Any, frames: list, role: str | None) -> None:
+        msg = _call_fields(frames[1].bytes)
+        node = self._node
+        deadline = node.now() + (msg[5] / 1000 if msg[1] == messages.CALL
+                                 else node.config.shm_hold_s)
+        what = f"{msg[3]}.{msg[4]}"
+
+        def done(buffers: list | None, why: str) -> None:
+            whole = [frames[0], frames[1], *buffers] if buffers is not None else frames
+            self.delivered(rid, whole, role, why and f"{what}: its big frames could not be "
+                           f"fetched from the caller: {why}")
+
+        _log.debug("node %s: fetching the big frames of %s", node.id, what)
+        _Fetching(self._bulk, frames[2:], deadline, done)
+
+    def receive_reply(self, peer: Any, frames: list) -> None:
+        """A reply whose last buffer frame is a bulk table: fetch it while its call stays
+        pending (its deadline and the peer's liveness still apply), then complete it."""
+        node = self._node
+        peek = messages.peek_call(frames[0].bytes)
+        fut = peer.pending.get(peek[1]) if peek is not None else None
+        if fut is None:
+            node.stats.late_replies += 1
+            return
+        call_id = peek[1]
+
+        def done(buffers: list | None, why: str) -> None:
+            if call_id not in peer.pending:  # timed out, or the peer died, meanwhile
+                return
+            if buffers is not None:
+                self.received += 1
+                node._on_reply(peer, [frames[0], *buffers], node.now())
+                return
+            node.stats.malformed += 1
+            peer.pending.pop(call_id).set_exception(ProtocolError(
+                f"reply of {fut.actor}.{fut.method} from {peer.address}: its big frames "
+                f"could not be fetched: {why}"))
+
+        try:
+            _Fetching(self._bulk, frames[1:], node.now() + node.config.shm_hold_s, done)
+        except BulkError as exc:
+            done(None, str(exc))
 
     def delivered(self, rid: Any, frames: list, role: str | None, why: str = "") -> None:
         """A fetch ended: run the call (`frames` with its buffers in place) or, with `why`,
@@ -156,7 +229,7 @@ class BulkCalls:
             frames, role = queue.popleft()
             if len(frames) > 2 and is_table(frames[-1]):
                 try:
-                    _Fetching(self, rid, frames, role)
+                    self._fetch_call(rid, frames, role)
                     return  # still holding the rest behind it
                 except BulkError as exc:
                     self._refuse(rid, frames, f"its big frames cannot be fetched: {exc}")
@@ -199,28 +272,23 @@ def _call_fields(header: bytes) -> list:
 
 
 class _Fetching:
-    """One call being fetched: its buffer (a bulk_fetch.Sink) and its Fetch."""
+    """One message's big frames being fetched: `buffers` (its buffer frames, the table
+    last) into one buffer (a bulk_fetch.Sink); `done(buffers in place, "")` or
+    `done(None, why)` once, on the loop thread."""
 
-    def __init__(self, calls: BulkCalls, rid: Any, frames: list, role: str | None):
-        self._calls, self._rid, self._frames, self._role = calls, rid, frames, role
-        bulk = calls._bulk
-        buffers = frames[2:]
-        msg = _call_fields(frames[1].bytes)
+    def __init__(self, bulk: Bulk, buffers: list, deadline: float,
+                 done: Callable[[list | None, str], None]):
         try:
             endpoint, tid, token, algorithm, secret, total, chunk, spans = msgpack.unpackb(
                 bytes(memoryview(buffers[-1])[len(TABLE_MAGIC):]))
         except Exception as exc:
             raise BulkError(f"malformed bulk table: {exc}") from None
-        self._what = f"{msg[3]}.{msg[4]}"
-        self._check(bulk, buffers, total, chunk, spans, algorithm)
-        self._spans = spans
+        _check(bulk.node.config.max_frame_bytes, buffers, total, chunk, spans, algorithm)
+        self._buffers, self._spans, self._done = buffers, spans, done
         grant = Grant.from_wire([endpoint, token, algorithm, secret])
         self.key = bulk.accept_key(grant, tid, total, chunk)
         self.view = bulk.buffers.take(total)
         self._left = self.key.nchunks
-        self._done = False
-        deadline = calls._node.now() + msg[5] / 1000 if msg[1] == messages.CALL else \
-            calls._node.now() + calls._node.config.shm_hold_s
         if self._left == 0:
             self._finish(None)
             return
@@ -228,20 +296,7 @@ class _Fetching:
 
         Fetch(bulk, grant, tid, self, range(self._left), deadline)
 
-    def _check(self, bulk: Bulk, buffers: list, total: Any, chunk: Any, spans: Any,
-               algorithm: Any) -> None:
-        limit = self._calls._node.config.max_frame_bytes
-        if (type(total) is not int or type(chunk) is not int or not 0 < chunk <= MAX_CHUNK_BYTES
-                or algorithm not in ALGORITHMS or type(spans) is not list
-                or not 0 <= total <= limit * max(1, len(spans))):
-            raise BulkError("malformed bulk table: bad total, chunk, algorithm or spans")
-        for span in spans:
-            if (type(span) is not list or len(span) != 3 or any(type(x) is not int for x in span)
-                    or not 1 <= span[0] < len(buffers) or _nbytes(buffers[span[0] - 1])
-                    or span[1] < 0 or not 0 <= span[2] <= limit or span[1] + span[2] > total):
-                raise BulkError(f"malformed bulk table: span {span!r}")
-
-    # ------------------------------------------------------------ bulk_fetch.Sink
+    # bulk_fetch.Sink
 
     def arrived(self, k: int, sealed: Any) -> None:
         pass
@@ -255,19 +310,30 @@ class _Fetching:
         self._finish(error)
 
     def _finish(self, error: BaseException | None) -> None:
-        if self._done:
+        done, self._done = self._done, None
+        if done is None:
             return
-        self._done = True
         if error is not None:
             self.view = memoryview(b"")
-            self._calls.delivered(self._rid, self._frames, self._role,
-                                  f"{self._what}: its big frames could not be fetched from the "
-                                  f"caller: {error}")
+            done(None, str(error))
             return
         whole = self.view.toreadonly()
-        buffers = list(self._frames[2:-1])
+        buffers = list(self._buffers[:-1])
         for index, offset, size in self._spans:
             buffers[index - 1] = whole[offset:offset + size]
-        frames = [self._frames[0], self._frames[1], *buffers]
         self.view = memoryview(b"")
-        self._calls.delivered(self._rid, frames, self._role, "")
+        done(buffers, "")
+
+
+def _check(limit: int, buffers: list, total: Any, chunk: Any, spans: Any,
+           algorithm: Any) -> None:
+    """A table's fields, each checked against the message it came with (BulkError)."""
+    if (type(total) is not int or type(chunk) is not int or not 0 < chunk <= MAX_CHUNK_BYTES
+            or algorithm not in ALGORITHMS or type(spans) is not list
+            or not 0 <= total <= limit * max(1, len(spans))):
+        raise BulkError("malformed bulk table: bad total, chunk, algorithm or spans")
+    for span in spans:
+        if (type(span) is not list or len(span) != 3 or any(type(x) is not int for x in span)
+                or not 1 <= span[0] < len(buffers) or _nbytes(buffers[span[0] - 1])
+                or span[1] < 0 or not 0 <= span[2] <= limit or span[1] + span[2] > total):
+            raise BulkError(f"malformed bulk table: span {span!r}")

@@ -25,7 +25,7 @@ import msgpack
 import zmq
 from zmq.utils.monitor import parse_monitor_message
 
-from iris.actors import bulk
+from iris.actors import bulk_serve
 from iris.actors.bulk_seal import BulkError, ChunkKey
 
 if TYPE_CHECKING:
@@ -128,9 +128,9 @@ class Fetch:
                             f"out of order, twice, or unasked (stream {stream.index} expected "
                             f"{expected}): refused")
         stream.asked.popleft()
-        if status == bulk.GONE:
+        if status == bulk_serve.GONE:
             raise _Lost(f"the sender at {self.endpoint} no longer has transfer {self.tid!r}")
-        if status != bulk.OK:
+        if status != bulk_serve.OK:
             why = header[2] if len(header) > 2 else "no reason given"
             raise BulkError(f"the sender at {self.endpoint} refused chunk {k}: {why}")
         size = self._sink.key.sealed_size(k)

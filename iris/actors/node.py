@@ -360,6 +360,8 @@ class Node(NodeLoop):
         if len(frames) > 1 and self._shm_replies and type(rid) is bytes \
                 and shm_scope.shares_with_caller(rid):
             frames = self._spill_reply(frames)
+        elif len(frames) > 1 and type(rid) is bytes and self._bulk_calls.wants_reply(frames):
+            frames = self._bulk_calls.spill_reply(frames, self.config.shm_hold_s)
         self._post(self.send_reply, rid, frames, True)
 
     # ------------------------------------------------------------ shared memory

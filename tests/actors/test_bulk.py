@@ -16,7 +16,7 @@ import pytest
 import zmq
 
 import iris
-from iris.actors import ClusterContext, Node, NodeConfig, Registry, bulk
+from iris.actors import ClusterContext, Node, NodeConfig, Registry, bulk, bulk_serve
 from iris.actors.bulk_seal import AES_GCM, PLAIN, BulkError, ChunkKey, cpu_has_aes
 from iris.actors.config import BulkConfig
 from iris.actors.registry import REGISTRY_KEY
@@ -58,7 +58,7 @@ class FakeSender:
         self.key = ChunkKey.new(algorithm, tid, self.layout.total, CHUNK)
         self.meta = {"tid": tid, "header": header, "spans": self.layout.spans,
                      "total": self.layout.total, "chunk": CHUNK, "version": 1}
-        self.token = b"t" * bulk.TOKEN_BYTES
+        self.token = b"t" * bulk_serve.TOKEN_BYTES
         self.serve = lambda k: [(k, self.sealed(k))]
         self._ctx = zmq.Context()
         self._sock = self._ctx.socket(zmq.ROUTER)
@@ -82,7 +82,7 @@ class FakeSender:
             tid, token, k = msgpack.unpackb(raw)
             assert token == self.token and tid == self.meta["tid"]
             for index, data in self.serve(k):
-                self._sock.send_multipart([rid, msgpack.packb([index, bulk.OK]), data])
+                self._sock.send_multipart([rid, msgpack.packb([index, bulk_serve.OK]), data])
 
     def close(self) -> None:
         self._stop.set()

@@ -135,6 +135,8 @@ class Store:
         return self.seen
     def fetched(self):
         return iris.current().node._bulk_calls.received
+    def make(self, n):
+        return np.arange(n, dtype=np.int64)
 with iris.connect():
     Store.serve("store")
     say("READY")
@@ -155,12 +157,15 @@ with iris.connect():
         ref.seq(8).result(60)                                         # small, on CURVE
         out["order"] = ref.order().result(60)
         out["fetched"] = ref.fetched().result(60)
+        made = ref.make(1 << 20).result(60)                           # an 8 MiB reply
+        out["reply"] = [float(made.sum()), made.flags.writeable,
+                        iris.current().node._bulk_calls.received]
         say("JSON", json.dumps(out))
 """
 
 
 @pytest.mark.slow
-def test_big_call_arguments_between_hosts_travel_on_the_bulk_path_in_order(hosts):
+def test_big_call_frames_between_hosts_travel_on_the_bulk_path_in_order(hosts):
     hosts(1, CALLEE, IRIS_ADDRESS=hosts.address).expect("READY")
     caller = hosts(0, CALLER, IRIS_ADDRESS=hosts.address)
     caller.expect("READY")
@@ -170,6 +175,7 @@ def test_big_call_arguments_between_hosts_travel_on_the_bulk_path_in_order(hosts
     assert out["small"] == ["int64", [1000], 499500.0, False]
     assert out["sent"] == 1 and out["fetched"] == 2  # the 8 MiB call and the 8 MiB cast
     assert out["order"] == [7, 8]  # the small call ran after the big cast sent before it
+    assert out["reply"] == [float(np.arange(MiB).sum()), False, 1]  # pulled back, in bulk
 
 
 TRAINER = PRELUDE + """
