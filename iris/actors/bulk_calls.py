@@ -32,6 +32,7 @@ import msgpack
 
 from iris.actors import shm_scope
 from iris.actors.bulk import TOKEN_BYTES, Grant, Layout, SealingOffer
+from iris.actors.bulk_fetch import Fetch
 from iris.actors.bulk_seal import ALGORITHMS, BulkError
 from iris.base.errors import PeerUnavailableError, ProtocolError
 from iris.base.ids import new_id
@@ -292,8 +293,6 @@ class _Fetching:
         if self._left == 0:
             self._finish(None)
             return
-        from iris.actors.bulk_fetch import Fetch
-
         Fetch(bulk, grant, tid, self, range(self._left), deadline)
 
     # bulk_fetch.Sink

@@ -28,9 +28,12 @@ functions of key, chunk index and bytes. No sockets, no threads, no clock.
 
 from __future__ import annotations
 
+import ctypes
 import functools
+import importlib
 import os
 import platform
+from typing import Any
 
 from iris.base.errors import IrisError
 
@@ -69,14 +72,18 @@ def default_algorithm(plaintext: bool) -> str:
     return AES_GCM if cpu_has_aes() else CHACHA
 
 
-def _aead(algorithm: str, secret: bytes):
-    # Imported here: 20 ms of import that a process never moving bulk data does not pay.
-    from cryptography.hazmat.primitives.ciphers.aead import AESGCM, ChaCha20Poly1305
+def _crypto(module: str) -> Any:
+    # Loaded at first use (as codec.py loads numpy): 20 ms of import that a process never
+    # moving bulk data does not pay.
+    return importlib.import_module(f"cryptography.{module}")
 
+
+def _aead(algorithm: str, secret: bytes):
+    aead = _crypto("hazmat.primitives.ciphers.aead")
     if algorithm == AES_GCM:
-        return AESGCM(secret)
+        return aead.AESGCM(secret)
     if algorithm == CHACHA:
-        return ChaCha20Poly1305(secret)
+        return aead.ChaCha20Poly1305(secret)
     raise BulkError(f"unknown bulk algorithm {algorithm!r} (known: {', '.join(ALGORITHMS)})")
 
 
@@ -151,12 +158,10 @@ class ChunkKey:
         if self._aead is None:
             _copy(sealed, out)
             return
-        from cryptography.exceptions import InvalidTag
-
         nonce, aad = self._nonce_aad(k)
         try:
             self._aead.decrypt_into(nonce, sealed, aad, out)
-        except InvalidTag:
+        except _crypto("exceptions").InvalidTag:
             raise BulkError(f"chunk {k} of transfer {self.tid!r} failed authentication "
                             "(changed on the way, or not sealed with this transfer's key)"
                             ) from None
@@ -198,7 +203,13 @@ class Tags:
 
 
 def _copy(src, out: memoryview) -> None:
-    """out[:] = src, with the GIL released for big copies (numpy's copy loop)."""
-    import numpy as np
-
-    np.copyto(np.frombuffer(out, np.uint8), np.frombuffer(src, np.uint8))
+    """out[:] = src; with the GIL released (ctypes.memmove) when src is writable, as
+    received frames and our own buffers are."""
+    view = memoryview(src).cast("B")
+    if view.nbytes != out.nbytes:
+        raise BulkError(f"a {view.nbytes}-byte chunk for {out.nbytes} bytes")
+    if view.readonly or not view.nbytes:
+        out[:] = view
+        return
+    dst = (ctypes.c_char * out.nbytes).from_buffer(out)
+    ctypes.memmove(dst, (ctypes.c_char * view.nbytes).from_buffer(view), view.nbytes)

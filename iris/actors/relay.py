@@ -41,6 +41,7 @@ from collections.abc import Callable
 from typing import Any
 
 from iris.actors.bulk import Grant, Layout, SealingOffer
+from iris.actors.bulk_fetch import Fetch
 from iris.actors.bulk_seal import BulkError, ChunkKey, Tags
 from iris.actors.config import BulkConfig
 from iris.base.errors import IrisError
@@ -131,8 +132,6 @@ class Incoming:
 
     def pull(self, grant: Grant) -> None:
         """Pull what is lacking from `grant`'s sender (a new sender replaces the last)."""
-        from iris.actors.bulk_fetch import Fetch
-
         if self.fetch is not None:
             self.fetch.close()
             self.fetch = None

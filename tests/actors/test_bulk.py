@@ -181,6 +181,20 @@ def test_a_plaintext_transfer_is_refused_by_a_node_that_does_not_allow_it(
     assert subscriber.version == 0
 
 
+def test_a_plaintext_transfer_is_delivered_where_plaintext_was_chosen(fake_sender):
+    node = Node(NodeConfig(bulk=BulkConfig(plaintext=True))).start()
+    node.host(REGISTRY_KEY, Registry)
+    with ClusterContext(node, node.address, owns_node=True):
+        pub = iris.weights.Publisher("policy")
+        sub = iris.weights.Subscriber("policy")
+        sender = fake_sender(payload(1), "fake/policy@1", algorithm=PLAIN)
+        assert push(sub, sender).result(60) == {}
+        version, weights = sub.get(timeout=30)
+        assert version == 1 and np.array_equal(weights["w"], payload(1)["w"])
+        sub.close()
+        pub.close()
+
+
 @pytest.mark.parametrize("bad, field", [
     ({"tid": 3}, "meta.tid"), ({"total": "x"}, "meta.total"), ({"chunk": 0}, "chunk must be"),
     ({"spans": [[0, 1 << 40]]}, "meta.spans")])
