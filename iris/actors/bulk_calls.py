@@ -167,8 +167,9 @@ class BulkCalls:
         self._held.setdefault(rid, collections.deque())
         try:
             self._fetch_call(rid, frames, role)
-        except BulkError as exc:
-            self._refuse(rid, frames, f"its big frames cannot be fetched: {exc}")
+        except Exception as exc:  # never leave the caller's later calls held
+            why = exc if isinstance(exc, BulkError) else f"{type(exc).__name__}: {exc}"
+            self._refuse(rid, frames, f"its big frames cannot be fetched: {why}")
             self._release(rid)
 
     def _fetch_call(self, rid: Any, frames: list, role: str | None) -> None:
@@ -232,7 +233,7 @@ class BulkCalls:
                 try:
                     self._fetch_call(rid, frames, role)
                     return  # still holding the rest behind it
-                except BulkError as exc:
+                except Exception as exc:
                     self._refuse(rid, frames, f"its big frames cannot be fetched: {exc}")
                     continue
             self._deliver(rid, frames, role)

@@ -1,16 +1,15 @@
 """The bulk path's server: the ROUTER that answers chunk requests, on the node's loop.
 
 Not the offers (bulk.py: what is served) nor the receiving side (bulk_fetch.py). Requests
-are `[tid, token, k]` (one small frame, MAXMSGSIZE); a request without its offer's token,
-or for a transfer not offered here, is dropped and counted (or answered GONE for an
-unknown transfer, so a receiver stops waiting). Each connection's requests are answered
+are `[tid, token, k]` (one small frame, MAXMSGSIZE); a malformed one is dropped and counted,
+one whose (tid, token) is not offered here is answered GONE in its turn (so a receiver
+stops waiting; the answer is the same for every wrong token). Each connection's requests are answered
 in the order asked: a chunk not here yet holds the ones behind it.
 """
 
 from __future__ import annotations
 
 import collections
-import hmac
 import secrets
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
@@ -36,6 +35,7 @@ _RETRY_S = 0.01
 # Reply statuses: the chunk follows; the sender has no such transfer (any more); the
 # sender refused to send it (its bytes changed: bulk_seal.Tags).
 OK, GONE, REFUSED = 0, 1, 2
+_GONE = object()  # a request for a transfer not offered here
 
 
 def _bind_host(address: str) -> str:
@@ -61,29 +61,33 @@ class Server:
         port = sock.bind_to_random_port(_bind_host(node.address))
         self.endpoint = f"{_bind_host(node.address)}:{port}"
         self._sock = sock
-        self._offers: dict[str, tuple[Offer, bytes]] = {}
-        # routing id -> requests of that connection, in order: [tid, k, chunk-or-future]
+        # (tid, token) -> offer: two offers of one transfer (two receivers of it in one
+        # process) are told apart by their tokens
+        self._offers: dict[tuple[str, bytes], Offer] = {}
+        # routing id -> that connection's requests, in order: [(tid, token), k, item]
         self._queues: dict[bytes, collections.deque] = {}
         self._drain_soon = False
         self._loop.add_reader(sock.getsockopt(zmq.FD), self._drain)
 
     def add(self, offer: Offer, token: bytes | None = None) -> bytes:
-        known = self._offers.get(offer.tid)
-        if known is not None and known[0] is offer:
-            return known[1]
+        for (_, known), held in self._offers.items():
+            if held is offer:
+                return known
         token = token or secrets.token_bytes(TOKEN_BYTES)
-        self._offers[offer.tid] = (offer, token)
+        self._offers[(offer.tid, token)] = offer
         return token
 
     def remove(self, tid: str, offer: Offer | None = None) -> None:
-        known = self._offers.get(tid)
-        if known is not None and (offer is None or known[0] is offer):
-            del self._offers[tid]
+        gone = [key for key, held in self._offers.items()
+                if key[0] == tid and (offer is None or held is offer)]
+        for key in gone:
+            del self._offers[key]
+        if gone:
             self.wake(tid)  # its waiting requests are answered GONE
 
     def wake(self, tid: str) -> None:
         for rid, queue in list(self._queues.items()):
-            if queue and queue[0][0] == tid:
+            if queue and queue[0][0][0] == tid:
                 self._pump(rid)
 
     def _drain(self) -> None:
@@ -107,24 +111,27 @@ class Server:
             tid, token, k = msgpack.unpackb(raw) if raw else (None, None, None)
         except Exception:
             tid = token = k = None
-        known = self._offers.get(tid) if type(tid) is str else None
         queue = self._queues.get(rid)
-        if (known is None or type(token) is not bytes
-                or not hmac.compare_digest(token, known[1])
-                or type(k) is not int or not 0 <= k < known[0].key.nchunks
+        if (type(tid) is not str or type(token) is not bytes or type(k) is not int or k < 0
                 or (queue is not None and len(queue) >= _QUEUE_MAX)):
             self._bulk.dropped_requests += 1
-            if known is None and type(k) is int and type(tid) is str:
-                self._send(rid, [k, GONE, f"no transfer {tid!r} here"], None)
             return
-        offer = known[0]
-        try:
-            item = offer.chunk(k)  # starts sealing now: the pool works ahead of the socket
-        except BulkError as exc:
-            item = exc
+        key = (tid, token)
+        offer = self._offers.get(key)
+        if offer is None:  # unknown, or over: GONE (in its turn), so its receiver stops
+            self._bulk.dropped_requests += 1
+            item: Any = _GONE
+        elif k >= offer.key.nchunks:
+            self._bulk.dropped_requests += 1
+            return
+        else:
+            try:
+                item = offer.chunk(k)  # sealing starts now: the pool works ahead of the socket
+            except BulkError as exc:
+                item = exc
         if queue is None:
             queue = self._queues[rid] = collections.deque()
-        queue.append([tid, k, item])
+        queue.append([key, k, item])
         self._pump(rid)
 
     def _pump(self, rid: bytes) -> None:
@@ -132,13 +139,13 @@ class Server:
         queue = self._queues.get(rid)
         while queue:
             entry = queue[0]
-            tid, k, item = entry[0], entry[1], entry[2]
-            known = self._offers.get(tid)
-            if known is None:
-                status, payload = [k, GONE, f"transfer {tid!r} is over here"], None
+            key, k, item = entry[0], entry[1], entry[2]
+            offer = self._offers.get(key)
+            if offer is None or item is _GONE:
+                status, payload = [k, GONE, f"no transfer {key[0]!r} here (over, or never)"], None
             else:
                 if item is None:
-                    item = entry[2] = known[0].chunk(k)
+                    item = entry[2] = offer.chunk(k)
                     if item is None:
                         return  # not here yet: Bulk.wake
                 if isinstance(item, Future):
@@ -159,7 +166,7 @@ class Server:
                 return
             queue.popleft()
             if payload is not None:
-                known[0].sent(k)
+                offer.sent(k)
         self._queues.pop(rid, None)
 
     def _wake_rid(self, rid: bytes) -> None:  # from a pool thread

@@ -231,3 +231,45 @@ def test_the_key_never_shows_in_a_repr():
     grant = bulk.Grant("tcp://x:1", b"t" * 16, AES_GCM, key.secret())
     for text in (repr(key), repr(grant), str(grant)):
         assert key.secret().hex() not in text and repr(key.secret()) not in text
+
+
+def on_loop(node, fn, *args):
+    """fn(*args) on the node's loop thread; its result."""
+    done, box = threading.Event(), []
+    node.call_in_loop(lambda: (box.append(fn(*args)), done.set()))
+    assert done.wait(30)
+    return box[0]
+
+
+def test_the_bulk_server_gives_chunks_only_for_the_right_token(node_cluster):
+    node = node_cluster.node
+    header, *buffers = messages.encode_reply(0, payload(1))
+    layout = bulk.Layout(buffers, CHUNK)
+    offer = bulk.SealingOffer("t1", layout, node.bulk.new_key("t1", layout.total, CHUNK),
+                              node.bulk)
+    grant = on_loop(node, node.bulk.offer, offer)
+    ctx = zmq.Context()
+    dealer = ctx.socket(zmq.DEALER)
+    try:
+        dealer.connect(grant.endpoint)
+        dropped = node.bulk.dropped_requests
+        for request in (b"\x93", msgpack.packb(["t1", grant.token, "zero"]),
+                        msgpack.packb(["t1", grant.token, 10_000])):  # malformed: no answer
+            dealer.send(request)
+        dealer.send(msgpack.packb(["t1", b"x" * 16, 0]))  # a wrong token: GONE, no bytes
+        dealer.send(msgpack.packb(["t1", grant.token, 0]))  # right: the sealed chunk
+        assert dealer.poll(30_000)
+        gone = dealer.recv_multipart()
+        assert len(gone) == 1 and msgpack.unpackb(gone[0])[:2] == [0, bulk_serve.GONE]
+        assert dealer.poll(30_000)
+        head, sealed = dealer.recv_multipart()
+        assert msgpack.unpackb(head) == [0, bulk_serve.OK]
+        assert sealed != bytes(layout.plain_chunk(0)) and len(sealed) == CHUNK + 16
+        assert node.bulk.dropped_requests == dropped + 4
+        on_loop(node, node.bulk.withdraw, "t1")
+        dealer.send(msgpack.packb(["t1", grant.token, 1]))  # withdrawn: GONE
+        assert dealer.poll(30_000)
+        assert msgpack.unpackb(dealer.recv_multipart()[0])[:2] == [1, bulk_serve.GONE]
+    finally:
+        dealer.close(0)
+        ctx.term()
