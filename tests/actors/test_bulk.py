@@ -273,3 +273,23 @@ def test_the_bulk_server_gives_chunks_only_for_the_right_token(node_cluster):
     finally:
         dealer.close(0)
         ctx.term()
+
+
+@pytest.mark.parametrize("name, value", [("IRIS_BULK_STREAMS", "0"),
+                                         ("IRIS_BULK_STREAMS", "two"),
+                                         ("IRIS_BULK_PLAINTEXT", "yes"),
+                                         ("IRIS_BULK_MIN_CALL_BYTES", "-1")])
+def test_a_bad_bulk_setting_in_the_environment_is_refused_naming_it(monkeypatch, name, value):
+    from iris.base.errors import ConfigError
+
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ConfigError, match=name):
+        Node()
+
+
+def test_plaintext_bulk_is_logged_when_a_node_starts(monkeypatch, caplog):
+    monkeypatch.setenv("IRIS_BULK_PLAINTEXT", "1")
+    with caplog.at_level("WARNING", logger="iris.actors.bulk"):
+        node = Node()
+    assert node.bulk.config.plaintext
+    assert "NOT encrypted" in caplog.text
