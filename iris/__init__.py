@@ -14,6 +14,7 @@ from iris.actors import (
                          ActorFuture,
                          ActorGroup,
                          ActorRef,
+                         BulkConfig,
                          ClusterContext,
                          NodeConfig,
                          Security,
@@ -50,7 +51,7 @@ except _metadata.PackageNotFoundError:  # run from a source tree that was never 
 
 __all__ = [
     "ActorCallError", "ActorDiedError", "ActorFuture", "ActorGroup", "ActorNotFoundError",
-    "ActorRef", "BadArgumentsError", "ClusterContext", "DeadlineExceededError", "IrisError",
+    "ActorRef", "BadArgumentsError", "BulkConfig", "ClusterContext", "DeadlineExceededError", "IrisError",
     "InvalidRequestError", "JobFailedError", "MethodNotFoundError", "NodeConfig",
     "PeerUnavailableError", "PermissionDeniedError", "RemoteError", "Resources",
     "UnschedulableError",
