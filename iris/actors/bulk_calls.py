@@ -158,6 +158,10 @@ class BulkCalls:
         peek = messages.peek_call(frames[1].bytes) if len(frames) > 1 else None
         if peek is None or peek[0] not in (messages.CALL, messages.CAST):
             return False
+        if len(queue) >= self._node.config.max_waiting_calls:  # a flood: refused, unrun
+            self._refuse(rid, frames, "too many calls waiting behind one whose big frames "
+                         "are being fetched")
+            return True
         queue.append((frames, role))
         return True
 
