@@ -293,3 +293,24 @@ def test_plaintext_bulk_is_logged_when_a_node_starts(monkeypatch, caplog):
         node = Node()
     assert node.bulk.config.plaintext
     assert "NOT encrypted" in caplog.text
+
+
+def test_a_receive_buffer_is_reused_only_once_every_view_of_it_is_gone():
+    import gc
+
+    from iris.actors.bulk_buffers import Buffers
+
+    buffers = Buffers(keep_bytes=64 * MiB)
+    first = buffers.take(4 * MiB)
+    first[:5] = b"hello"
+    kept = np.frombuffer(first.toreadonly(), dtype=np.uint8)[:5]  # a user's view of it
+    del first
+    gc.collect()
+    second = buffers.take(4 * MiB)
+    assert buffers.reused == 0 and bytes(kept) == b"hello"  # still held: not handed out
+    del kept, second
+    gc.collect()
+    third = buffers.take(4 * MiB)
+    assert buffers.reused == 1 and third.nbytes == 4 * MiB
+    del third
+    buffers.close()
