@@ -32,7 +32,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -155,20 +155,32 @@ def _bytes_view(buf: Any) -> memoryview:
 class SealingOffer:
     """An offer over a sender's own buffers: chunk k sealed on the pool when asked for
     (once per receiver pulling it: once in all, down a chain), its tag checked. Sealed
-    chunks go into reused buffers (Buffers: warm pages), free again once sent."""
+    chunks go into reused buffers (Buffers: warm pages), free again once sent.
+
+    Sealing runs up to a window ahead of the requests (credits x streams chunks): a request
+    then finds its chunk sealed, instead of waiting for two more thread hand-offs (which a
+    loaded machine makes slow: the sealed calls ran at 43 % of plaintext without it)."""
 
     def __init__(self, tid: str, layout: Layout, key: ChunkKey, bulk: Bulk):
         self.tid, self.layout, self.key = tid, layout, key
         self._pool, self._buffers = bulk.pool, bulk.buffers
         self._tags = Tags(key)
         self._lock = threading.Lock()
+        self._depth = bulk.config.streams * bulk.config.credits
+        self._ahead: dict[int, Future] = {}  # sealed (or being sealed) before asked for
+        self._next = 0  # chunks below it were sealed or handed out once already
         self.on_sent: Callable[[int], None] | None = None
         self.error: BulkError | None = None  # set once a chunk must not be sent
 
     def chunk(self, k: int) -> Any:
         if self.key.overhead == 0:
             return self.layout.plain_chunk(k)
-        return self._pool.submit(self._seal, k)
+        fut = self._ahead.pop(k, None) or self._pool.submit(self._seal, k)
+        self._next = max(self._next, k + 1)
+        while self._next < min(k + 1 + self._depth, self.key.nchunks):
+            self._ahead[self._next] = self._pool.submit(self._seal, self._next)
+            self._next += 1
+        return fut
 
     def _seal(self, k: int) -> memoryview:
         sealed = self.key.seal_into(k, self.layout.plain_chunk(k),

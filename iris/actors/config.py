@@ -13,10 +13,10 @@ class BulkConfig:
     # second added nothing (2 cores); a 25-100 Gbit/s NIC needs several streams, each with
     # its own congestion window, to fill. Every stream of a link shares its credit.
     streams: int = 2
-    # Chunks asked for and not yet in place, per stream: 4 x 4 MiB keeps a 1 GB/s link busy
-    # through a ~15 ms pause of either side, and bounds the memory in flight per link
-    # (32 MiB with 2 streams).
-    credits: int = 4
+    # Chunks asked for and not yet in place, per stream: 8 x 4 MiB keeps a 1 GB/s link busy
+    # through a ~30 ms pause of either side (a loaded host's thread wake-ups take that
+    # long), and bounds the memory in flight per link (64 MiB with 2 streams).
+    credits: int = 8
     # Bytes per chunk of a call's big frames (the weights chain takes Publisher(chunk_bytes=)).
     # 4 MiB: a version of 256 MiB to 4 hosts cost 1.2 CPU-s in all against 1.6 with 1 MiB
     # chunks here (each chunk is a request, a reply, an open and two thread hand-offs),
