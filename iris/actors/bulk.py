@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import zmq
 
 from iris.actors.bulk_buffers import Buffers
-from iris.actors.bulk_seal import BulkError, ChunkKey, Tags, default_algorithm
+from iris.actors.bulk_seal import PLAIN, BulkError, ChunkKey, Tags, default_algorithm
 from iris.actors.bulk_serve import TOKEN_BYTES, Server
 from iris.actors.config import BulkConfig
 from iris.base.errors import ConfigError, PeerUnavailableError
@@ -270,7 +270,7 @@ class Bulk:
 
     def accept_key(self, grant: Grant, tid: str, total: int, chunk: int) -> ChunkKey:
         """The key of a transfer granted to this node; refuses plaintext unless allowed."""
-        if grant.algorithm == "plaintext" and not self.config.plaintext:
+        if grant.algorithm == PLAIN and not self.config.plaintext:
             raise BulkError(f"transfer {tid!r} is sent in plaintext and this node does not "
                             "allow it (IRIS_BULK_PLAINTEXT=1 / NodeConfig.bulk.plaintext)")
         return ChunkKey(grant.algorithm, grant.secret, tid, total, chunk)
