@@ -6,7 +6,7 @@ and runs, with A/B alternating in one run on the same hosts:
 
 - floors: 256 MiB (the sync size) in 1 MiB messages on a bare pyzmq DEALER -> ROUTER,
   plain TCP and CURVE: one link alone (host 0 -> 1), and every link of the chain at once
-  (host i -> i+1, as a chain's links run);
+  (host i -> i+1, as a chain's links run), taken in every round between the syncs;
 - sync: a trainer on host 0 (beside the registry) publishes to a rollout on each other host
   (iris.weights: the chain 0 -> 1 -> ... -> N-1 over the bulk path), sealed (AES-256-GCM)
   and plaintext (IRIS_BULK_PLAINTEXT=1), alternating; per version: the time until every
@@ -231,8 +231,7 @@ def run(cfg: dict) -> dict:
         joined = {"IRIS_ADDRESS": address}
         floors = [spawn(i, ["floor", net.ips[i]]) for i in range(n)]
         ends = [f.expect("READY").split() for f in floors]
-        out.update(_floors(floors, ends, size, cfg["reps"], step))
-        out.update(_syncs(spawn, joined, n, size, cfg, step))
+        out.update(_syncs(spawn, joined, n, size, cfg, step, Floors(floors, ends, size)))
         out.update(_calls(spawn, joined, cfg, step))
     return out
 
@@ -247,23 +246,42 @@ def answer(child) -> dict:
     return json.loads("{" + child.expect("{", timeout=600))
 
 
-def _floors(floors: list, ends: list, size: int, reps: int, step) -> dict:
-    out: dict = {}
-    for mode, col in (("plain", 0), ("curve", 1)):
-        step(f"floor: raw pyzmq {mode}, one link alone and the chain's links at once")
-        alone = [ask(floors[0], f"{ends[1][col]} {mode} {size}")["seconds"] for _ in range(reps)]
-        out[f"floor_{mode}_link_gbps"] = size / statistics.median(alone) / 1e9
-        together = []
-        for _ in range(reps):
-            for i in range(len(floors) - 1):
-                floors[i].send(f"{ends[i + 1][col]} {mode} {size}")
-            together.append(max(answer(f)["seconds"] for f in floors[:-1]))
-        out[f"floor_{mode}_chain_link_gbps"] = size / statistics.median(together) / 1e9
-        out[f"floor_{mode}_chain_s"] = statistics.median(together)
-    return out
+class Floors:
+    """Raw pyzmq 256 MiB DEALER -> ROUTER floors on the same hosts, plain TCP and CURVE."""
+
+    def __init__(self, floors: list, ends: list, size: int):
+        self.floors, self.ends, self.size = floors, ends, size
+        self.samples: dict = {"plain_link": [], "curve_link": [], "plain_chain": [],
+                              "curve_chain": []}
+
+    def link(self, mode: str) -> None:
+        """Host 0 -> 1 alone."""
+        col = 0 if mode == "plain" else 1
+        done = ask(self.floors[0], f"{self.ends[1][col]} {mode} {self.size}")
+        self.samples[f"{mode}_link"].append(done["seconds"])
+
+    def chain(self, mode: str) -> None:
+        """Every link i -> i+1 at once, as a chain's links run; the slowest one's time."""
+        col = 0 if mode == "plain" else 1
+        for i in range(len(self.floors) - 1):
+            self.floors[i].send(f"{self.ends[i + 1][col]} {mode} {self.size}")
+        self.samples[f"{mode}_chain"].append(max(answer(f)["seconds"]
+                                                 for f in self.floors[:-1]))
+
+    def figures(self) -> dict:
+        out = {}
+        for mode in ("plain", "curve"):
+            for kind in ("link", "chain"):
+                seconds = statistics.median(self.samples[f"{mode}_{kind}"])
+                name = "link" if kind == "link" else "chain_link"
+                out[f"floor_{mode}_{name}_gbps"] = self.size / seconds / 1e9
+            out[f"floor_{mode}_chain_s"] = statistics.median(self.samples[f"{mode}_chain"])
+        return out
 
 
-def _syncs(spawn, joined: dict, n: int, size: int, cfg: dict, step) -> dict:
+def _syncs(spawn, joined: dict, n: int, size: int, cfg: dict, step, floors: Floors) -> dict:
+    """Sealed and plaintext syncs, with the floors of the chain's links at once, taken in
+    turn in every round (the machine's load moves within a minute)."""
     sets = {}
     for mode, env in MODES.items():
         name = f"policy-{mode}"
@@ -277,6 +295,11 @@ def _syncs(spawn, joined: dict, n: int, size: int, cfg: dict, step) -> dict:
     out: dict = {}
     samples: dict = {m: [] for m in MODES}
     for rep in range(cfg["sync_reps"] + 1):  # the first of each mode: cold, and verified
+        if rep:
+            step(f"floors, round {rep}: one link alone, the chain's links at once")
+            for mode in ("plain", "curve"):
+                floors.link(mode)
+                floors.chain(mode)
         for mode, (trainer, rollouts, expected) in sets.items():
             step(f"sync {size // MiB} MiB 1 -> {n - 1}, {mode}, round {rep}")
             done = ask(trainer)
@@ -292,7 +315,7 @@ def _syncs(spawn, joined: dict, n: int, size: int, cfg: dict, step) -> dict:
             samples[mode].append((done, reports))
     for mode, runs in samples.items():
         out.update(_sync_figures(mode, runs, size))
-    return out
+    return out | floors.figures()
 
 
 def _sync_figures(mode: str, runs: list, size: int) -> dict:
