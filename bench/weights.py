@@ -1,6 +1,11 @@
 """Benchmark of weight sync (issue 16): Iris and Ray side by side on this machine, in one run.
 
     python -m bench.weights [--quick] [--only iris|ray] [--size-mib N] [--receivers R]
+    python -m bench.weights --hosts N [--quick] [--chunk-mib C] [--cap-gbit G]   (root)
+
+With --hosts, instead: N network-namespace hosts on a bridge, the weights chain and a big
+call between them, sealed and plaintext, against raw plain and CURVE floors of the same
+run (bench/_weights_hosts.py). Without it:
 
 Not a test: it asserts nothing about speed. Weights are a dict of named float32 arrays
 (16 tensors, like a small model's layers). Every receiver is its own process.

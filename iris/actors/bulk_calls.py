@@ -49,8 +49,7 @@ MAX_CHUNK_BYTES = 64 << 20
 def is_table(frame: Any) -> bool:
     """Is this buffer frame a bulk table (the last frame of a spilled call)?"""
     try:
-        return len(frame) > len(TABLE_MAGIC) and bytes(
-            memoryview(frame)[:len(TABLE_MAGIC)]) == TABLE_MAGIC
+        return 16 < len(frame) < 65536 and bytes(memoryview(frame)[:16]) == TABLE_MAGIC
     except TypeError:
         return False
 
