@@ -1,5 +1,9 @@
-"""A test host of our own: a network namespace joined to this one by a veth pair, and a cluster
-with a worker inside it (used by bench/faults.py and tests/faults/test_partitions.py).
+"""Test hosts of our own: network namespaces joined by veth pairs (used by bench/faults.py,
+bench/weights.py --hosts, tests/faults/test_partitions.py and tests/actors/test_bulk_hosts.py).
+
+- cluster(): one namespace joined to this one, and a cluster with a worker inside it.
+- hosts(n): n namespaces on one bridge, which lives in a namespace of its own (a switch):
+  nothing is added to this machine's own network namespace.
 
 The namespace and its 10.213.N.0/24 addresses exist only on this machine, made and removed
 here. A node refuses to bind a non-loopback address without CURVE keys, so the cluster has
@@ -50,6 +54,62 @@ def available() -> str | None:
 
 def _ip(*args: str) -> None:
     subprocess.run(["ip", *args], check=True, capture_output=True, timeout=30)
+
+
+@dataclass
+class Hosts:
+    """n hosts on one switch: host i is namespace `names[i]` with address `ips[i]` on its
+    interface `links[i]`."""
+
+    names: list[str]
+    ips: list[str]
+    links: list[str]
+
+    def prefix(self, i: int) -> list[str]:
+        """The command prefix that runs a program on host i."""
+        return ["ip", "netns", "exec", self.names[i]]
+
+    def cap(self, gbit: float) -> None:
+        """Cap every host's outgoing rate (tc tbf works here; netem does not)."""
+        for name, link in zip(self.names, self.links, strict=True):
+            subprocess.run(["ip", "netns", "exec", name, "tc", "qdisc", "replace", "dev", link,
+                            "root", "tbf", "rate", f"{gbit}gbit", "burst", "4mb",
+                            "latency", "50ms"], check=True, capture_output=True, timeout=30)
+
+
+@contextlib.contextmanager
+def hosts(n: int) -> Iterator[Hosts]:
+    """n namespaces 10.214.X.1..n on a bridge in a switch namespace; all removed after
+    (their processes killed first)."""
+    tag = secrets.token_hex(3)
+    switch = f"iris-sw-{tag}"
+    net = f"10.214.{secrets.randbelow(250) + 1}"
+    made = Hosts([f"iris-h{i}-{tag}" for i in range(n)], [f"{net}.{i + 1}" for i in range(n)],
+                 [f"eth{i}" for i in range(n)])
+    created = [switch]
+    try:
+        _ip("netns", "add", switch)
+        _ip("-n", switch, "link", "add", "br0", "type", "bridge")
+        _ip("-n", switch, "link", "set", "br0", "up")
+        for i, (name, ip, link) in enumerate(zip(made.names, made.ips, made.links,
+                                                 strict=True)):
+            _ip("netns", "add", name)
+            created.append(name)
+            _ip("-n", name, "link", "add", link, "type", "veth", "peer", "name", f"p{i}",
+                "netns", switch)
+            _ip("-n", switch, "link", "set", f"p{i}", "master", "br0")
+            _ip("-n", switch, "link", "set", f"p{i}", "up")
+            _ip("-n", name, "addr", "add", f"{ip}/24", "dev", link)
+            _ip("-n", name, "link", "set", link, "up")
+            _ip("-n", name, "link", "set", "lo", "up")
+        yield made
+    finally:
+        for name in reversed(created):
+            for pid in subprocess.run(["ip", "netns", "pids", name], capture_output=True,
+                                      text=True).stdout.split():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(pid), 9)
+            subprocess.run(["ip", "netns", "del", name], capture_output=True)
 
 
 @contextlib.contextmanager

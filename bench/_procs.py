@@ -25,14 +25,16 @@ class ChildError(RuntimeError):
 class Child:
     """One child process: `send()` a line, `expect()` the next line of its stdout."""
 
-    def __init__(self, args: list[str], env: dict[str, str] | None = None):
+    def __init__(self, args: list[str], env: dict[str, str] | None = None,
+                 prefix: list[str] | None = None):
+        """`prefix`: a command that runs the interpreter (e.g. `ip netns exec NS`)."""
         full_env = dict(os.environ)
         full_env["PYTHONPATH"] = os.pathsep.join(
             p for p in (str(_ROOT), full_env.get("PYTHONPATH", "")) if p)
         full_env.update(env or {})
         self.args = args
         self.proc = subprocess.Popen(
-            [sys.executable, *args], cwd=_ROOT, env=full_env, text=True,
+            [*(prefix or []), sys.executable, *args], cwd=_ROOT, env=full_env, text=True,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True)
         self._lines: queue.Queue[str | None] = queue.Queue()
         threading.Thread(target=self._pump, daemon=True).start()
@@ -101,8 +103,9 @@ class Children:
     def __init__(self) -> None:
         self._children: list[Child] = []
 
-    def spawn(self, args: list[str], env: dict[str, str] | None = None) -> Child:
-        child = Child(args, env)
+    def spawn(self, args: list[str], env: dict[str, str] | None = None,
+              prefix: list[str] | None = None) -> Child:
+        child = Child(args, env, prefix)
         self._children.append(child)
         return child
 

@@ -1,6 +1,11 @@
 """Benchmark of weight sync (issue 16): Iris and Ray side by side on this machine, in one run.
 
     python -m bench.weights [--quick] [--only iris|ray] [--size-mib N] [--receivers R]
+    python -m bench.weights --hosts N [--quick] [--chunk-mib C] [--cap-gbit G]   (root)
+
+With --hosts, instead: N network-namespace hosts on a bridge, the weights chain and a big
+call between them, sealed and plaintext, against raw plain and CURVE floors of the same
+run (bench/_weights_hosts.py). Without it:
 
 Not a test: it asserts nothing about speed. Weights are a dict of named float32 arrays
 (16 tensors, like a small model's layers). Every receiver is its own process.
@@ -374,10 +379,20 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--size-mib", type=int, help="weights sent in the sync step, MiB "
                         "(default 1024; 256 with --quick)")
     parser.add_argument("--receivers", type=int, default=4, help="rollout processes (4)")
+    parser.add_argument("--hosts", type=int, metavar="N", help="instead: N network-namespace "
+                        "hosts on a bridge (root): the chain 1 -> N-1 sealed and plaintext, a "
+                        "big call between two hosts, and raw plain/CURVE floors (see "
+                        "bench/_weights_hosts.py)")
+    parser.add_argument("--chunk-mib", type=int, help="with --hosts: chunk size, MiB "
+                        "(default: the Publisher's, 4)")
+    parser.add_argument("--cap-gbit", type=float, help="with --hosts: cap each host's "
+                        "outgoing rate (tc tbf), Gbit/s")
     parser.add_argument("--serve", metavar="NAME", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve:
         return serve_main(args.serve)
+    if args.hosts is not None:
+        return hosts_main(args)
     size_mib = args.size_mib or (256 if args.quick else 1024)
     if size_mib < TENSORS or args.receivers < 1:
         parser.error(f"--size-mib must be >= {TENSORS} and --receivers >= 1")
@@ -397,6 +412,28 @@ def main(argv: list[str] | None = None) -> None:
                    receivers=cfg["receivers"], wall_s=time.perf_counter() - started)
     print(json.dumps({k: round(v, 3) if isinstance(v, float) else
                       [round(x, 1) for x in v] if isinstance(v, list) else v
+                      for k, v in figures.items()}))
+
+
+def hosts_main(args: argparse.Namespace) -> None:
+    from bench import _weights_hosts
+
+    if args.hosts < 2:
+        raise SystemExit("--hosts must be >= 2 (a trainer and at least one rollout)")
+    size = (args.size_mib or 256) * MiB
+    from iris.actors import relay
+
+    chunk = args.chunk_mib * MiB if args.chunk_mib else relay.CHUNK_BYTES
+    cfg = {"hosts": args.hosts, "size": size, "chunk": chunk,
+           "call_size": (256 if args.quick else 1024) * MiB, "reps": 3 if args.quick else 5,
+           "sync_reps": 3 if args.quick else 7, "cap_gbit": args.cap_gbit}
+    exit_cleanly_on_signals()
+    started = time.perf_counter()
+    figures = _weights_hosts.run(cfg)
+    _weights_hosts.print_table(figures, cfg)
+    figures.update(quick=args.quick, sync_bytes=size, wall_s=time.perf_counter() - started)
+    print(json.dumps({k: round(v, 3) if isinstance(v, float) else
+                      [round(x, 3) for x in v] if isinstance(v, list) else v
                       for k, v in figures.items()}))
 
 

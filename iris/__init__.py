@@ -15,6 +15,7 @@ from iris.actors import (
     ActorFuture,
     ActorGroup,
     ActorRef,
+    BulkConfig,
     ClusterContext,
     NodeConfig,
     Security,
@@ -71,7 +72,7 @@ except _metadata.PackageNotFoundError:  # run from a source tree that was never 
 
 __all__ = [
     "ActorCallError", "ActorDiedError", "ActorFuture", "ActorGroup", "ActorNotFoundError",
-    "ActorRef", "BadArgumentsError", "ClusterContext", "DeadlineExceededError", "IrisError",
+    "ActorRef", "BadArgumentsError", "BulkConfig", "ClusterContext", "DeadlineExceededError", "IrisError",
     "InvalidRequestError", "JobFailedError", "MethodNotFoundError", "NodeConfig",
     "PeerUnavailableError", "PermissionDeniedError", "RemoteError", "Resources",
     "UnschedulableError", "WorkerLostError",

@@ -2,7 +2,46 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class BulkConfig:
+    """The bulk path (bulk.py): big payloads to other hosts, sealed per chunk, off CURVE."""
+
+    # TCP connections per link. One stream on this machine's veths moved 1.0-1.1 GB/s and a
+    # second added nothing (2 cores); a 25-100 Gbit/s NIC needs several streams, each with
+    # its own congestion window, to fill. Every stream of a link shares its credit.
+    streams: int = 2
+    # Chunks asked for and not yet in place, per stream: 8 x 4 MiB keeps a 1 GB/s link busy
+    # through a ~30 ms pause of either side (a loaded host's thread wake-ups take that
+    # long), and bounds the memory in flight per link (64 MiB with 2 streams).
+    credits: int = 8
+    # Bytes per chunk of a call's big frames (the weights chain takes Publisher(chunk_bytes=)).
+    # 4 MiB: a version of 256 MiB to 4 hosts cost 1.2 CPU-s in all against 1.6 with 1 MiB
+    # chunks here (each chunk is a request, a reply, an open and two thread hand-offs),
+    # and the pipeline still fills in one chunk (~4 ms at 1 GB/s) per hop.
+    chunk_bytes: int = 4 << 20
+    # A call's buffer frame of at least this many bytes, to a node on another host, travels
+    # on the bulk path instead of the CURVE connection (which moved 0.15-0.27 GB/s per link
+    # here). 4 MiB: below it the extra round trip of a pull costs more than CURVE's box.
+    # 0 turns it off.
+    min_call_bytes: int = 4 << 20
+    # Threads sealing and opening chunks (cryptography releases the GIL): AES-256-GCM did
+    # 6-10 GB/s per core here, so 2 keep up with any link this host has.
+    crypto_threads: int = 2
+    # libzmq I/O threads of the bulk context: the kernel copies of several streams run in
+    # parallel with two.
+    io_threads: int = 2
+    # Bytes of released receive buffers kept for reuse (bulk_buffers.py): their pages stay
+    # faulted in, which saves 0.21 CPU-s per 256 MiB received here. 2 GiB holds the spare
+    # of a 1 GiB weight set while the rollout holds the current one.
+    pool_bytes: int = 2 << 30
+    # Send chunks unencrypted (plaintext: no key, no tag). Only for a network the operator
+    # trusts, or one already encrypted below (IPsec, WireGuard): off by default, logged at
+    # start, and a receiver accepts a plaintext transfer only if it allows it too. Also
+    # $IRIS_BULK_PLAINTEXT=1.
+    plaintext: bool = False
 
 
 @dataclass(frozen=True)
@@ -57,3 +96,5 @@ class NodeConfig:
     # and its caller hears "come back later" instead of timing out behind the queue. Far
     # above what a healthy actor ever holds (10,000 hosts' reports are one each).
     max_waiting_calls: int = 100_000
+    # The bulk path for big payloads to other hosts (weights chains, big call frames).
+    bulk: BulkConfig = field(default_factory=BulkConfig)

@@ -25,6 +25,8 @@ import uvloop
 import zmq
 
 from iris.actors import ports, shm, shm_scope
+from iris.actors.bulk import Bulk
+from iris.actors.bulk_calls import BulkCalls
 from iris.actors.config import NodeConfig
 from iris.actors.future import ActorFuture
 from iris.actors.hosting import HostedActor, spec_of
@@ -93,6 +95,8 @@ class Node(NodeLoop):
         self._shm_replies = False  # set once bound: only a loopback node's callers are local
         self._pool = shm.Pool(self.config.shm_pool_bytes)
         self._foreign: set[str] = set()  # same-host peers in another PID namespace
+        self.bulk = Bulk(self, self.config.bulk)  # big payloads to other hosts (bulk.py)
+        self._bulk_calls = BulkCalls(self.bulk)  # a call's big frames on it (bulk_calls.py)
 
     # ------------------------------------------------------------ lifecycle
 
@@ -181,6 +185,7 @@ class Node(NodeLoop):
                 peer.fail_all("this node is stopping", counted=False)
                 peer.close()
             self._peers.clear()
+            self.bulk.close()
             self._pool.close()
             if self._router is not None:
                 self.loop.remove_reader(self._router.getsockopt(zmq.FD))
@@ -274,6 +279,14 @@ class Node(NodeLoop):
                 if not oneway:
                     fut = self._unless_foreign(call_id, fut, plain, timeout_s)
                     fut.add_done_callback(lambda _: self._pool.answered(segment))
+        elif len(frames) > 1 and self._bulk_calls.wants(address, frames):
+            try:
+                frames = self._bulk_calls.spill(frames, fut, oneway, self.config.shm_hold_s)
+            except Exception as exc:  # no bulk endpoint (the node is stopping)
+                fut.set_exception(PeerUnavailableError(
+                    f"cannot call {actor}.{method}: {exc}", actor=actor, method=method,
+                    address=address))
+                return fut
         if self._stopped:
             fut.set_exception(PeerUnavailableError(
                 f"cannot call {actor}.{method}: this node is stopped",
@@ -351,6 +364,8 @@ class Node(NodeLoop):
         if len(frames) > 1 and self._shm_replies and type(rid) is bytes \
                 and shm_scope.shares_with_caller(rid):
             frames = self._spill_reply(frames)
+        elif len(frames) > 1 and type(rid) is bytes and self._bulk_calls.wants_reply(frames):
+            frames = self._bulk_calls.spill_reply(frames, self.config.shm_hold_s)
         self._post(self.send_reply, rid, frames, True)
 
     # ------------------------------------------------------------ shared memory

@@ -12,7 +12,7 @@ import logging
 
 import zmq
 
-from iris.actors import shm, shm_scope
+from iris.actors import bulk_calls, shm, shm_scope
 from iris.actors.future import ActorFuture
 from iris.actors.hosting import INTERNAL
 from iris.actors.peers import LocalPeer, LocalReturn, Peer
@@ -130,6 +130,9 @@ class NodeLoop:
         if len(frames) > 1 and self._shm_replies and not spilled and type(rid) is bytes \
                 and shm_scope.shares_with_caller(rid):
             frames = self._spill_reply(frames)
+        elif len(frames) > 1 and not spilled and type(rid) is bytes \
+                and self._bulk_calls.wants_reply(frames):
+            frames = self._bulk_calls.spill_reply(frames, self.config.shm_hold_s)
         if type(rid) is LocalReturn:  # an in-process call: straight back to its future
             rid.peer.heard(self.now())
             self._on_reply(rid.peer, [zmq.Frame(f) for f in frames], self.now())
@@ -177,8 +180,12 @@ class NodeLoop:
             return
         rid = frames[0].bytes
         buffers = frames[2:]
+        if self._bulk_calls.holding and self._bulk_calls.hold(rid, frames, role):
+            return  # behind a call of the same caller whose frames are being fetched
         try:
             if buffers:
+                if bulk_calls.is_table(buffers[-1]):  # big frames on the bulk path: fetch
+                    return self._bulk_calls.receive(frames, role)
                 buffers = shm.resolve(buffers)
             msg = messages.decode(frames[1].bytes, buffers)
         except ProtocolError as exc:
@@ -232,6 +239,8 @@ class NodeLoop:
         buffers = frames[1:]
         try:
             if buffers:
+                if bulk_calls.is_table(buffers[-1]):  # big frames on the bulk path: fetch
+                    return self._bulk_calls.receive_reply(peer, frames)
                 buffers = shm.resolve(buffers)
             msg = messages.decode(frames[0].bytes, buffers)
         except ProtocolError as exc:

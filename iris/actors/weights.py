@@ -10,12 +10,13 @@ Not a parameter server: one publisher per name, versions only go up, nothing is 
 
 - publish() pushes to every live subscriber. To subscribers on this host the weights are
   copied once into shared memory that all of them map (group.receive.broadcast). Those on
-  other hosts (or all of them, with IRIS_SHM_MIN_BYTES=0) get them down a chain (relay.py):
-  the trainer streams chunks of `chunk_bytes` from its own arrays to the first subscriber
-  only, and each subscriber forwards chunk k to the next while it receives chunk k+1, with
-  at most relay.CREDITS chunks unacknowledged per link. A subscriber that dies fails its
-  own delivery only (last_failures): the one above it re-attaches the one below, which
-  resumes from the chunks it already holds.
+  other hosts (or all of them, with IRIS_SHM_MIN_BYTES=0) get them down a chain (relay.py)
+  on the bulk path (bulk.py): the version is sealed once, in chunks of `chunk_bytes`, with
+  a key of its own handed to each subscriber over CURVE; the first subscriber pulls the
+  chunks from the trainer and each next one from the one before, which passes them on as
+  they arrived while it opens its own copy, with at most credits x streams chunks asked
+  for per link (BulkConfig). A subscriber that dies fails its own delivery only
+  (last_failures): the one above it attaches the one below, which pulls what it lacks.
 - get(max_stale=K) returns at once when the held version is at most K behind the newest
   published; otherwise it waits for the push already under way, with no polling: one
   pending call to the publisher (`settled`) answers when that push is over. If the
@@ -92,12 +93,11 @@ class _SubscriberActor:
         """Hold `weights` (same host: views of the publisher's shared memory)."""
         self._box.put(version, weights, via)
 
-    async def attach(self, meta: dict, chain: list, via: str) -> int:
-        """A chained push starts (or resumes, from a new sender above): chunks held."""
-        return self._transfers.attach(meta, chain, via)
-
-    async def chunk(self, tid: str, k: int, pieces: list) -> None:
-        self._transfers.chunk(tid, k, pieces)
+    async def attach(self, meta: dict, chain: list, via: str, grant: list) -> int:
+        """A chained push starts (or resumes, from a new sender above): pull it with
+        `grant` (its sender's bulk endpoint and the version's key; relay.py); answers
+        how many chunks are held."""
+        return self._transfers.attach(meta, chain, via, grant)
 
     async def finish(self, tid: str) -> dict:
         """Once held and passed on: {address: why} of the chain below not reached."""
@@ -138,10 +138,13 @@ class Publisher:
         """`size_hint`: the weights' size in bytes, if known: shared memory for them is made
         and faulted in now, on a thread of its own, so the first publish() to this host is
         a memcpy, not page faults (1 GiB: ~1.5 s of faults on this VM). `chunk_bytes`: the
-        unit of the chained push to other hosts (relay.py)."""
+        unit of the chained push to other hosts (relay.py; 1 byte to 64 MiB)."""
         for label, value, low in (("size_hint", size_hint, 0), ("chunk_bytes", chunk_bytes, 1)):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"{label} must be an int >= {low}, got {value!r}")
+        if chunk_bytes > relay.MAX_CHUNK_BYTES:
+            raise ValueError(f"chunk_bytes must be at most {relay.MAX_CHUNK_BYTES}, got "
+                             f"{chunk_bytes}")
         self.name = name
         self._chunk = chunk_bytes
         self._ctx = _context()
@@ -184,8 +187,8 @@ class Publisher:
         futs: list = list(sent)
         chain = None
         if far:
-            source = relay.Source(f"{node.id}{self._ref.name}@{version}", weights, self._chunk,
-                                  {"version": version})
+            source = relay.Source(node, f"{node.id}{self._ref.name}@{version}", weights,
+                                  self._chunk, {"version": version})
             chain = asyncio.run_coroutine_threadsafe(relay.relay(node, source, far), node.loop)
             futs.append(chain)
         self._settle_when_done(version, futs)

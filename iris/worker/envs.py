@@ -3,8 +3,8 @@
 Not the process runner: this only builds and finds environments.
 
 A job's environment holds exactly its `pip=[...]` requirements plus the task runtime's own
-(cloudpickle, msgpack, pyzmq, uvloop, pinned to the worker's versions so pickles written by
-the worker load in the task). No `--system-site-packages`: a job never sees the worker's or
+(cloudpickle, msgpack, pyzmq, uvloop, cryptography, pinned to the worker's versions so
+pickles written by the worker load in the task). No `--system-site-packages`: a job never sees the worker's or
 another job's packages. The `iris` package itself reaches the venv through a `.pth` file
 naming a directory that holds only an `iris` symlink, so the task can `import iris` and
 nothing else of the worker's tree leaks in.
@@ -36,7 +36,9 @@ from iris.base.errors import InvalidRequestError, IrisError
 _READY = ".iris-ready"
 # iris/worker/envs.py -> iris/ (found by path: importing `iris` would pull in the client)
 _IRIS_PACKAGE = Path(__file__).resolve().parents[1]
-_RUNTIME_PACKAGES = ("cloudpickle", "msgpack", "pyzmq", "uvloop")
+# cryptography: a task that receives weights or big call frames from another host opens
+# them (iris/actors/bulk_seal.py), so every task runtime has it (loaded only when used).
+_RUNTIME_PACKAGES = ("cloudpickle", "msgpack", "pyzmq", "uvloop", "cryptography")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*")
 Progress = Callable[[str], None]
 

@@ -211,14 +211,14 @@ class Probe:
     def checksum(self):
         return [sub.version, float(sub._box.weights["w"].astype(np.float64).sum())]
     def die_at_chunk(self, k):
-        # SIGKILL this process when chunk k of a chained push arrives (mid-transfer)
-        hosted = ctx.node._actors[sub._rollouts].instance
-        chunk = hosted.chunk
-        async def chunk_or_die(tid, i, pieces):
+        # SIGKILL this process when chunk k of a chained push is in place (mid-transfer)
+        import iris.actors.relay
+        opened = iris.actors.relay.Incoming.opened
+        def opened_or_die(incoming, i):
             if i == k:
                 os.kill(os.getpid(), 9)
-            return await chunk(tid, i, pieces)
-        hosted.chunk = chunk_or_die
+            return opened(incoming, i)
+        iris.actors.relay.Incoming.opened = opened_or_die
     def segments(self):
         with open("/proc/self/maps") as maps:
             return sorted({line.split()[4] for line in maps if "memfd:iris-shm" in line})
@@ -346,7 +346,7 @@ REMOTE_TRAINER = """
 import os, threading
 import numpy as np
 import iris
-import iris.actors.relay
+import iris.actors.bulk
 
 ctx = iris.connect()
 pub = iris.weights.Publisher("policy", chunk_bytes=int(os.environ["CHUNK_BYTES"]))
@@ -358,13 +358,13 @@ class Control:
         return sorted(pub.last_failures)
 
     def publish_and_die_at_chunk(self, version, k):
-        # Publish, and SIGKILL this process as it sends chunk k (mid-chain).
-        pieces = iris.actors.relay.Source.pieces
-        def pieces_or_die(source, i):
+        # Publish, and SIGKILL this process as it seals chunk k (mid-chain).
+        plain_chunk = iris.actors.bulk.Layout.plain_chunk
+        def plain_chunk_or_die(layout, i):
             if i == k:
                 os.kill(os.getpid(), 9)
-            return pieces(source, i)
-        iris.actors.relay.Source.pieces = pieces_or_die
+            return plain_chunk(layout, i)
+        iris.actors.bulk.Layout.plain_chunk = plain_chunk_or_die
         pub.publish(weights(version))
 
 def weights(version):  # 4 MiB, every element different: a misplaced chunk shows in the sum
