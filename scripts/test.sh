@@ -23,4 +23,4 @@ bash scripts/setup.sh test
 .venv/bin/ruff check iris tests bench
 .venv/bin/lint-imports
 # Two workers: the machine has 2 cores. --timeout keeps a hung socket from eating CI's hour.
-exec .venv/bin/python -m pytest -n 2 -q --timeout 300 "$@"
+exec .venv/bin/python -m pytest -n 2 --dist loadgroup -q --timeout 300 "$@"

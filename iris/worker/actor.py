@@ -58,13 +58,16 @@ class Worker:
 
     def __init__(self, worker_id: str, controller_address: str, controller_key: str,
                  attributes: dict[str, str], root: Path, node: Node,
-                 advertised: Resources, grace_s: float = 10.0, token: bytes | None = None):
+                 advertised: Resources, grace_s: float = 10.0, token: bytes | None = None,
+                 task_env: tuple[tuple[str, str], ...] = (), gpu_devices: tuple[str, ...] = ()):
         self.worker_id = worker_id
         self._node = node
         self._controller = (controller_address, controller_key)
         self._key = worker_key(worker_id)
         self._attributes = attributes
-        self._runner = AttemptRunner(RunnerConfig(root=root, grace_s=grace_s), advertised,
+        config = RunnerConfig(root=root, grace_s=grace_s, gpu_devices=gpu_devices)
+        config = dataclasses.replace(config, base_env=config.base_env + task_env)
+        self._runner = AttemptRunner(config, advertised,
                                      cgroups=cgroups.detect(), fetch_bundle=self._fetch_bundle)
         # Fencing (lease.py): the lease is renewed by every acknowledged report, and a
         # watchdog process that outlives this one stops the attempts when it lapses.

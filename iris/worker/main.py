@@ -17,6 +17,7 @@ from iris.base.errors import ConfigError, InvalidRequestError
 from iris.base.ids import new_id
 from iris.base.resources import Resources, tpu_shape
 from iris.worker import preemption_notice as notices
+from iris.worker import slurm_notice
 from iris.worker.actor import Worker
 
 
@@ -68,6 +69,20 @@ def advertised_resources(attributes: dict[str, str]) -> Resources:
         raise ConfigError(f"worker attributes do not describe a host: {exc}") from exc
 
 
+def visible_gpus(advertised: Resources) -> tuple[str, ...]:
+    """The GPUs this worker was given, when its launcher chose them (Slurm's GRES, a
+    container runtime): CUDA_VISIBLE_DEVICES at start. Its tasks get subsets of these, by
+    their names, never the whole machine's 0..N-1. () = not set: 0..N-1 of the host."""
+    given = os.environ.get("CUDA_VISIBLE_DEVICES", "").strip()
+    if not advertised.gpu or not given:
+        return ()
+    names = tuple(d.strip() for d in given.split(",") if d.strip())
+    if len(names) < advertised.count:
+        raise ConfigError(f"this worker advertises {advertised.count} {advertised.gpu} GPUs "
+                          f"but CUDA_VISIBLE_DEVICES names {len(names)} ({given})")
+    return names
+
+
 def parse_attrs(pairs: list[str]) -> dict[str, str]:
     attrs = {}
     for pair in pairs:
@@ -106,6 +121,12 @@ def run_worker(controller: str, *, region: str = "local", attrs: dict[str, str] 
                   **(attrs or {})}
     _derive_chips(attributes)
     advertised = advertised_resources(attributes)
+    gpu_devices = visible_gpus(advertised)
+    # Under Slurm, its SIGTERM is the notice (slurm_notice.py), and it reaches the tasks too.
+    slurm = preemption_notice == "slurm" or (preemption_notice == "auto"
+                                             and slurm_notice.in_slurm_job())
+    task_env = ((slurm_notice.ENV_NOTICE_WAIT, str(slurm_notice.NOTICE_WAIT_S)),) if slurm \
+        else ()
     token = token or tokens.from_env()  # read before any task could inherit it
     security = Security.load(keys_dir) if keys_dir else None
     node = Node(NodeConfig(bind=bind), security=security).start()
@@ -118,9 +139,11 @@ def run_worker(controller: str, *, region: str = "local", attrs: dict[str, str] 
         # host's traffic (issue 21); `iris worker list` is where workers are listed.
         node.host(worker_key(worker_id), Worker, (worker_id, controller, CONTROLLER_KEY,
                                                    attributes, root, node, advertised, grace_s,
-                                                   token))
-        watcher = notices.start_watching(preemption_notice, notices.NoticeResponder(
-            node, controller, CONTROLLER_KEY, worker_id, root, token))
+                                                   token, task_env, gpu_devices))
+        responder = notices.NoticeResponder(node, controller, CONTROLLER_KEY, worker_id, root,
+                                            token)
+        watcher = slurm_notice.SlurmNotice(responder, stop).install() if slurm else \
+            notices.start_watching(preemption_notice, responder)
         print(f"worker {worker_id} serving at {node.address}", flush=True)
         if ready is not None:
             ready.set()

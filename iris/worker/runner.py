@@ -56,6 +56,9 @@ class RunnerConfig:
     use_zygote: bool = True  # callables fork from a per-env zygote (~4 ms vs ~100+ ms)
     base_env: tuple[tuple[str, str], ...] = _DEFAULT_ENV  # every task's starting environment
     env_config: EnvConfig | None = None  # None: EnvConfig(root / "envs")
+    # The names of this host's GPUs as its tasks must see them (index i -> name), when its
+    # launcher gave the worker only some (Slurm's GRES: "4,5,6,7"); () = 0..N-1.
+    gpu_devices: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -152,7 +155,9 @@ class AttemptRunner:
         task_env = env.activate({**dict(self.config.base_env), **req.env})
         if req.resources.gpu:
             # The GPUs this host gave the attempt (capacity.py), never another task's.
-            task_env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, devices))
+            names = self.config.gpu_devices
+            task_env["CUDA_VISIBLE_DEVICES"] = ",".join(
+                names[d] if d < len(names) else str(d) for d in devices)
         if req.payload is not None:
             task_env["IRIS_RESULT_PATH"] = str(attempt_dir / "result.pkl")
         spec = AttemptSpec(task_id=req.task_id, attempt=req.attempt, attempt_dir=attempt_dir,
