@@ -60,6 +60,9 @@ class SlurmSite:
     # (`hostname -I`), which suits one flat cluster network.
     worker_host: str | None = None
     partitions: dict[str, str] = field(default_factory=dict)  # zone -> partition if named apart
+    # Variables of the controller's environment the allocations get (sbatch --export=...),
+    # e.g. SSL_CERT_FILE for uv behind a site's TLS proxy; the rest stays out (NONE).
+    export_env: tuple[str, ...] = ()
     # Slurm's commands answer in milliseconds; 30 s rides out a slurmctld restart or a busy
     # controller (its RPC queue) without hanging the autoscaler's list lane for long.
     command_timeout_s: float = 30.0
@@ -126,6 +129,13 @@ def slurm_site(sec: Section) -> SlurmSite:
     drain = sec.get("drain_before_end_s", float, SlurmSite.drain_before_end_s)
     if drain < 0:
         raise ConfigError(f"{sec.key('drain_before_end_s')}: must be >= 0, got {drain}")
+    export = sec.get("export_env", list, [])
+    for i, var in enumerate(export):
+        if not isinstance(var, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", var):
+            raise ConfigError(f"{sec.key('export_env')}[{i}]: {var!r} is not a variable name")
+        if var.startswith(("IRIS_CLUSTER_TOKEN", "SLURM_")):
+            raise ConfigError(f"{sec.key('export_env')}[{i}]: {var} may not be exported (the "
+                              "job's environment is readable by anyone who can see the job)")
     user = sec.get("user", str, None)
     if user is not None and not _SLURM_WORD.match(user):
         raise ConfigError(f"{sec.key('user')}: {user!r} is not a user name")
@@ -133,7 +143,8 @@ def slurm_site(sec: Section) -> SlurmSite:
                      user=user, work_dir=sec.get("work_dir", str, SlurmSite.work_dir),
                      iris_command=sec.get("iris_command", str, None),
                      worker_host=sec.get("worker_host", str, None),
-                     partitions=dict(partitions), command_timeout_s=timeout,
+                     partitions=dict(partitions), export_env=tuple(export),
+                     command_timeout_s=timeout,
                      drain_before_end_s=drain)
 
 

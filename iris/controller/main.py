@@ -114,9 +114,15 @@ def _provider_factory(kind: str, cluster: ClusterConfig, region: str,
             from iris.base.clock import SYSTEM_CLOCK
             from iris.controller.providers.simulated import SimulatedProvider
             return SimulatedProvider(SYSTEM_CLOCK)
-        from iris.controller.providers.gcp_tpu import GcpTpuProvider
         # The controller made its token at start: its workers on other hosts need it.
         token = tokens.read(state_dir / tokens.CLUSTER_TOKEN_FILE).hex()
+        if kind == "slurm":
+            from iris.controller.providers.slurm import SlurmProvider
+            return SlurmProvider.from_config(cluster, region, cluster_token=token)
+        if kind == "kubernetes":
+            from iris.controller.providers.kubernetes import KubernetesProvider
+            return KubernetesProvider.from_config(cluster, region, cluster_token=token)
+        from iris.controller.providers.gcp_tpu import GcpTpuProvider
         return GcpTpuProvider.from_config(cluster, region, cluster_token=token)
     return make
 

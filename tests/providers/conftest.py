@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -95,6 +96,11 @@ def _local() -> Iterator[ProviderHarness]:
 
 
 _SLURM_RUNS = itertools.count(1)
+# What this machine's uv and pip need to reach PyPI through its TLS proxy: the allocations
+# get them as a site's would (slurm.export_env), the rest of the test's environment not.
+_CERT_VARS = ("SSL_CERT_FILE", "SSL_CERT_DIR", "PIP_CERT", "REQUESTS_CA_BUNDLE",
+              "PIP_FIND_LINKS", "PIP_INDEX_URL", "UV_INDEX_URL", "UV_CACHE_DIR", "HTTPS_PROXY",
+              "https_proxy", "HTTP_PROXY", "http_proxy", "NO_PROXY", "no_proxy")
 
 
 def slurm_contract_config(name: str = "test") -> ClusterConfig:
@@ -123,7 +129,6 @@ def _slurm(request) -> Iterator[ProviderHarness]:
 
     import iris
     from iris.actors import tokens
-    from iris.controller.providers.slurm import SlurmProvider
 
     slurm = request.getfixturevalue("slurm")
     with tempfile.TemporaryDirectory(prefix="iris-slurm-provider-") as root, \
@@ -150,7 +155,8 @@ def slurm_provider(slurm, config: ClusterConfig, address: str, work_dir: Path, t
     from iris.controller.providers.slurm import SlurmProvider
 
     site = dataclasses.replace(config.regions[region].slurm, conf=str(slurm.conf),
-                               work_dir=str(work_dir), worker_host="127.0.0.1")
+                               work_dir=str(work_dir), worker_host="127.0.0.1",
+                               export_env=tuple(v for v in _CERT_VARS if v in os.environ))
     config = dataclasses.replace(config, regions={
         **config.regions, region: dataclasses.replace(config.regions[region], slurm=site)})
     controller = dataclasses.replace(config.controller, address=address)

@@ -222,7 +222,8 @@ class SlurmProvider:
                         controller_address=self._s.controller_address,
                         iris_command=tuple(self._iris), slice_dir=str(self._root / slice_id),
                         token_file=str(self._token_file), worker_host=self._s.site.worker_host,
-                        bin_dir=self._s.site.bin_dir, kill_wait_s=kill_wait_s,
+                        bin_dir=self._s.site.bin_dir, export_env=self._s.site.export_env,
+                        kill_wait_s=kill_wait_s,
                         grace_time_s=grace_time_s)
 
     def _forget_dirs(self, job_id: str) -> None:

@@ -9,7 +9,8 @@ CUDA_VISIBLE_DEVICES, which the worker hands out to its tasks).
 The cluster token never appears on a command line, in the job's environment or in the
 script (all three are readable through squeue/scontrol/ps): the worker reads it from a
 0600 file on the shared filesystem (`--token-file`). The script goes to sbatch on stdin.
-`--export=NONE` keeps the controller's own environment out of the job; `--no-requeue` makes
+`--export=NONE` (or only the site's `export_env` names) keeps the controller's own
+environment out of the job; `--no-requeue` makes
 a preemption end the allocation instead of restarting it under the same id, so Iris
 requeues the work itself and a slice never comes back from the dead.
 """
@@ -40,6 +41,7 @@ class SliceJob:
     token_file: str
     worker_host: str | None  # None: each node's first address (`hostname -I`)
     bin_dir: str | None = None
+    export_env: tuple[str, ...] = ()  # variables of sbatch's environment the job gets
     # The site's KillWait and the partition's GraceTime, for the worker's notice deadline
     # (worker/slurm_notice.py); None: unknown (the worker assumes Slurm's defaults).
     kill_wait_s: float | None = None
@@ -64,7 +66,7 @@ def sbatch_args(job: SliceJob, group: ScaleGroupConfig) -> list[str]:
     opts = group.slurm or SlurmGroup()
     args = [f"--job-name={job.slice_id}", f"--partition={job.partition}",
             f"--nodes={group.hosts_per_slice}", "--ntasks-per-node=1", "--no-requeue",
-            "--export=NONE", f"--comment={comment(job.cluster, group.name, job.zone)}",
+            f"--export={','.join(job.export_env) or 'NONE'}", f"--comment={comment(job.cluster, group.name, job.zone)}",
             f"--output={job.slice_dir}/slurm-%j.out", f"--chdir={job.slice_dir}"]
     for flag, value in (("account", opts.account), ("qos", opts.qos),
                         ("constraint", opts.constraint), ("cpus-per-task", opts.cpus_per_node),
