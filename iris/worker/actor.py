@@ -152,6 +152,12 @@ class Worker:
                 _log.warning("worker %s: goodbye not delivered: %s", self.worker_id, exc)
         (self._root / lease.LEASE_NAME).unlink(missing_ok=True)  # the watchdog may go
 
+    def machine_ending(self, reason: str) -> None:
+        """Any thread, a signal handler too: this machine is being taken and its scheduler
+        signals the tasks directly (Slurm). Attempts that exit unasked from now on are
+        reported preempted, not failed (attempts.Ending). Not a remote method."""
+        self._inbox.post(self._on_event, attempts.Ending(reason))
+
     # ------------------------------------------------------------ the kernel and its effects
 
     def _on_event(self, event: attempts.Event) -> None:

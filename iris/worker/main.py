@@ -137,12 +137,13 @@ def run_worker(controller: str, *, region: str = "local", attrs: dict[str, str] 
         # Hosted, not registered: the controller calls a worker at the address it registered
         # with, so a registry name (and its renewal every second) would only double each
         # host's traffic (issue 21); `iris worker list` is where workers are listed.
-        node.host(worker_key(worker_id), Worker, (worker_id, controller, CONTROLLER_KEY,
-                                                   attributes, root, node, advertised, grace_s,
-                                                   token, task_env, gpu_devices))
+        hosted = node.host(worker_key(worker_id), Worker, (
+            worker_id, controller, CONTROLLER_KEY, attributes, root, node, advertised,
+            grace_s, token, task_env, gpu_devices))
         responder = notices.NoticeResponder(node, controller, CONTROLLER_KEY, worker_id, root,
                                             token)
-        watcher = slurm_notice.SlurmNotice(responder, stop).install() if slurm else \
+        watcher = slurm_notice.SlurmNotice(
+            responder, stop, on_signal=hosted.instance.machine_ending).install() if slurm else \
             notices.start_watching(preemption_notice, responder)
         print(f"worker {worker_id} serving at {node.address}", flush=True)
         if ready is not None:

@@ -84,8 +84,13 @@ class SlurmNotice:
     """On the first SIGTERM: the notice (off the signal handler), then `stop`."""
 
     def __init__(self, responder: Callable[[Notice], None], stop: threading.Event, *,
-                 clock: Clock = SYSTEM_CLOCK, query: Callable[[str], bool | None] = preempted):
+                 on_signal: Callable[[str], None] | None = None, clock: Clock = SYSTEM_CLOCK,
+                 query: Callable[[str], bool | None] = preempted):
+        """`on_signal(reason)` runs in the signal handler itself, before anything else: the
+        worker marks its attempts' coming exits as its machine's end (Worker.machine_ending),
+        as Slurm's SIGTERM reaches the tasks at the same moment."""
         self._responder, self._stop, self._clock, self._query = responder, stop, clock, query
+        self._on_signal = on_signal
         self._job_id = os.environ.get(ENV_JOB_ID, "")
         self._kill_wait = _seconds(ENV_KILL_WAIT, DEFAULT_KILL_WAIT_S)
         self._grace = _seconds(ENV_GRACE_TIME, DEFAULT_GRACE_TIME_S)
@@ -105,6 +110,8 @@ class SlurmNotice:
     def fire(self) -> None:
         """Called from the signal handler: do the work on a thread of its own."""
         if self._fired.acquire(blocking=False):
+            if self._on_signal is not None:
+                self._on_signal(f"Slurm sent SIGTERM to job {self._job_id or '?'}")
             threading.Thread(target=self._notify, name="slurm-notice", daemon=True).start()
 
     def _notify(self) -> None:
