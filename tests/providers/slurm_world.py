@@ -40,6 +40,12 @@ def slurm_config(groups: dict, zones: list[str], name: str, extra_regions=None) 
     })
 
 
+def unique_name() -> str:
+    """A cluster name no earlier test used: its jobs (kept by squeue for MinJobAge) are not
+    this cluster's slices."""
+    return f"s{os.getpid() % 1000}-{int(time.monotonic() * 1000) % 1000000}"
+
+
 class SlurmWorld:
     """The controller (current while the `with` runs), its provider and the daemons."""
 
@@ -74,11 +80,11 @@ class SlurmWorld:
 
 @contextlib.contextmanager
 def iris_on_slurm(slurm, tmp_path: Path, groups: dict, zones: list[str],
-                  autoscaler: AutoscalerConfig = FAST, name: str | None = None,
+                  autoscaler: AutoscalerConfig = FAST, config: ClusterConfig | None = None,
                   more: tuple[RegionScaling, ...] = ()) -> Iterator[SlurmWorld]:
-    """A controller whose region `campus` autoscales `groups` on Slurm (see module doc)."""
-    name = name or f"s{os.getpid() % 1000}-{int(time.monotonic() * 1000) % 100000}"
-    config = slurm_config(groups, zones, name)
+    """A controller whose region `campus` autoscales `groups` on Slurm (see module doc);
+    `config` (from `slurm_config`) when other regions join it, with their scaling `more`."""
+    config = config or slurm_config(groups, zones, unique_name())
     state = tmp_path / "controller"
     holder: list = []
 
@@ -102,4 +108,5 @@ def iris_on_slurm(slurm, tmp_path: Path, groups: dict, zones: list[str],
         slurm.cancel_all()
 
 
-__all__ = ["FAST", "REGION", "SMALL", "SlurmWorld", "iris_on_slurm", "slurm_config"]
+__all__ = ["FAST", "REGION", "SMALL", "SlurmWorld", "iris_on_slurm", "slurm_config",
+           "unique_name"]
