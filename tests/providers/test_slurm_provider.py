@@ -149,7 +149,7 @@ def test_batch_script_runs_one_worker_per_node_and_never_holds_the_token():
     ({"mem_per_node": "lots"}, "mem_per_node"),
     ({"qos": "a b"}, "qos"),
     ({"sbatch_args": ["reservation=x"]}, "sbatch_args"),
-    ({"partitoin": "x"}, "did you mean"),
+    ({"constraints": "x"}, "did you mean 'constraint'"),
 ])
 def test_slurm_group_config_mistakes_are_named(slurm, message):
     with pytest.raises(ConfigError, match=message):
