@@ -164,7 +164,45 @@ def slurm_provider(slurm, config: ClusterConfig, address: str, work_dir: Path, t
                                      region, cluster_token=token)
 
 
-_HARNESSES = {"simulated": _simulated, "gcp_tpu": _gcp_tpu, "local": _local, "slurm": _slurm}
+def k8s_contract_config(name: str = "test") -> ClusterConfig:
+    """The contract's groups as Kubernetes groups: TPU node pools on GKE, gang-admitted
+    through Kueue LocalQueues."""
+    return parse_config({
+        "name": name, "controller": {"address": "tcp://10.1.2.3:7100"},
+        "storage": {"log_bucket": "iris-test-logs"},
+        "regions": {REGION: {"zones": [ZONE_A, ZONE_B],
+                             "kubernetes": {"namespace": "iris", "image": "iris:0.1.0",
+                                            "iris_package": ""},
+                             "scale_groups": {
+            "v5e-16": {"provider": "kubernetes", "accelerator_type": "tpu",
+                       "accelerator_variant": "v5litepod-16", "max_slices": 8,
+                       "kubernetes": {"local_queue": "tpu", "cpu": "8", "memory": "32Gi"}},
+            "v4-8": {"provider": "kubernetes", "accelerator_type": "tpu",
+                     "accelerator_variant": "v4-8", "zones": [ZONE_B], "max_slices": 8,
+                     "kubernetes": {"local_queue": "tpu"}},
+            "cpu": {"provider": "kubernetes", "accelerator_type": "cpu", "hosts_per_slice": 2},
+        }}},
+    })
+
+
+@contextlib.contextmanager
+def _kubernetes() -> Iterator[ProviderHarness]:
+    from iris.controller.providers.kubernetes import KubernetesProvider, make_api_client
+    from tests.providers.fake_k8s_server import FakeKubernetes
+
+    with FakeKubernetes() as server:
+        server.set_quota("tpu", 64)
+        config = k8s_contract_config()
+        site = config.regions[REGION].kubernetes
+        provider = KubernetesProvider.from_config(config, REGION, cluster_token="ab" * 32,
+                                                  api_client=make_api_client(site, server.url))
+        yield ProviderHarness("kubernetes", provider, config, server.preempt,
+                              server.stock_out, server.run_pods)
+        provider.close()
+
+
+_HARNESSES = {"simulated": _simulated, "gcp_tpu": _gcp_tpu, "local": _local, "slurm": _slurm,
+              "kubernetes": _kubernetes}
 
 
 @pytest.fixture(params=sorted(_HARNESSES))
