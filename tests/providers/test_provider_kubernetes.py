@@ -234,3 +234,56 @@ def test_slice_manager_shows_kueue_waiting_and_grows_within_quota(k8s):
     finally:
         mgr.close()
         provider.close()
+
+
+def _verb(method: str, path: str) -> tuple[str, str, str]:
+    """(API group, resource, RBAC verb) of one request the provider made."""
+    parts = path.strip("/").split("/")
+    group = "" if parts[0] == "api" else parts[1]
+    rest = parts[2:] if parts[0] == "api" else parts[3:]
+    if rest[0] == "namespaces":
+        rest = rest[2:]
+    named = len(rest) > 1
+    verb = {"POST": "create", "PUT": "update", "DELETE": "delete",
+            "GET": "get" if named else "list"}[method]
+    return group, rest[0], verb
+
+
+def test_rbac_role_in_deploy_grants_exactly_the_calls_the_provider_makes(k8s):
+    import yaml
+
+    from tests.providers.test_deploy_files import DEPLOY
+
+    k8s.set_quota("tpu", 64)
+    config = k8s_contract_config()
+    for _ in range(2):  # the second provider finds the token Secret there: it updates it
+        provider = _provider(k8s, config)
+        try:
+            provider.create_slice(config.scale_group("v4-8"), ZONE_B, f"r-{len(k8s.jobs)}")
+            provider.list_slices()
+            provider.slice_status("r-0")
+            provider.delete_slice("r-0")
+        finally:
+            provider.close()
+    used = {_verb(m, p) for m, p in k8s.requests}
+    docs = list(yaml.safe_load_all((DEPLOY / "kubernetes" / "rbac.yaml").read_text()))
+    granted = {(g, r, v) for d in docs if d["kind"] in ("Role", "ClusterRole")
+               for rule in d["rules"] for g in rule["apiGroups"] for r in rule["resources"]
+               for v in rule["verbs"]}
+    assert used == granted
+
+
+def test_controller_manifest_carries_a_config_that_loads():
+    import yaml
+
+    from tests.providers.test_deploy_files import DEPLOY
+
+    docs = list(yaml.safe_load_all((DEPLOY / "kubernetes" / "controller.yaml").read_text()))
+    config_map = next(d for d in docs if d["kind"] == "ConfigMap")
+    config = parse_config(yaml.safe_load(config_map["data"]["cluster.yaml"]))
+    (region,) = config.regions.values()
+    assert region.kubernetes is not None
+    groups = {g.name: g for g in config.scale_groups()}
+    assert groups["h100x2"].kubernetes.local_queue == "iris-gpus"
+    statefulset = next(d for d in docs if d["kind"] == "StatefulSet")
+    assert statefulset["spec"]["template"]["spec"]["serviceAccountName"] == "iris-controller"

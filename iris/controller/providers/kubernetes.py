@@ -8,9 +8,10 @@ A list costs one call per kind whatever the number of slices: Jobs and pods of t
 cluster (by label), Kueue Workloads when a group uses a queue, and Nodes (for cordons;
 skipped if the role may not read them).
 
-What it needs (deploy/kubernetes/rbac.yaml): in its namespace, `batch/jobs`: create, get,
-list, delete; `pods`: get, list; `secrets`: create, get, update (the workers' token);
-`kueue.x-k8s.io/workloads`: get, list. Optionally, cluster-wide, `nodes`: list.
+What it needs (deploy/kubernetes/rbac.yaml, checked by a test against the calls it makes):
+in its namespace, `batch/jobs`: create, get, list, delete; `pods`: list; `secrets`: create,
+update (the workers' token); `kueue.x-k8s.io/workloads`: list. Optionally, cluster-wide,
+`nodes`: list.
 
 Errors: 403 "exceeded quota" and 429 become CapacityError naming the zone; 409
 ConflictError; the rest ProviderError, each raised `from` the client's exception.
