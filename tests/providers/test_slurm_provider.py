@@ -80,7 +80,7 @@ NODES = {"n1": SlurmNode("n1", "10.0.0.1", "mixed", "none"),
     (_job("PENDING", "QOSMaxNodePerUserLimit"), SliceState.CREATING, "QOSMaxNodePerUserLimit"),
     (_job("PENDING", "PartitionNodeLimit"), SliceState.FAILED, "PartitionNodeLimit"),
     (_job("RUNNING", nodes=["n1"]), SliceState.READY, "running on n1"),
-    (_job("COMPLETING", nodes=["n1"]), SliceState.DELETING, "completing"),
+    (_job("COMPLETING", nodes=["n1"]), SliceState.PREEMPTED, "ended by Slurm"),
     (_job("PREEMPTED", nodes=["n1"]), SliceState.PREEMPTED, "preempted by Slurm"),
     (_job("CANCELLED", nodes=["n1"]), SliceState.PREEMPTED, "cancelled by Slurm"),
     (_job("TIMEOUT", nodes=["n1"]), SliceState.PREEMPTED, "timeout"),
@@ -118,7 +118,7 @@ def _slice_job(**extra) -> SliceJob:
     return SliceJob(cluster="c", region="campus", zone="gpu", partition="gpu-part",
                     slice_id="campus-ab-h100-1", controller_address="tcp://10.0.0.9:7100",
                     iris_command=("/shared/venv/bin/python", "-m", "iris"),
-                    slice_dir="/shared/iris/c/campus-ab-h100-1",
+                    slice_dir="/shared/iris/c/campus-ab-h100-1", env_cache="/shared/iris/c/envs",
                     token_file="/shared/iris/c/cluster.token", worker_host=None, **extra)
 
 

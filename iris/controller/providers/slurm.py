@@ -14,8 +14,8 @@ Job -> slice (pure: `slice_from_job`):
   the refusal reaches the autoscaler as a failed create naming the partition and reason.
 - RUNNING -> READY (hosts `<slice>-<node>`); with a node drained (or draining) by Slurm, or
   less than `drain_before_end_s` of its time limit left, `draining` says why.
-- COMPLETING -> DELETING; PREEMPTED / CANCELLED / TIMEOUT / DEADLINE / SUSPENDED ->
-  PREEMPTED (the site took the nodes back); FAILED / NODE_FAIL / BOOT_FAIL / OUT_OF_MEMORY
+- PREEMPTED / CANCELLED / TIMEOUT / DEADLINE / SUSPENDED, and COMPLETING (a job ending
+  that this provider did not cancel) -> PREEMPTED (the site took the nodes back); FAILED / NODE_FAIL / BOOT_FAIL / OUT_OF_MEMORY
   / COMPLETED -> FAILED.
 Slurm shows ended jobs for MinJobAge (300 s by default); a job this provider cancelled is
 hidden from then on, so a deleted slice is NOT_FOUND at once (the contract).
@@ -93,6 +93,7 @@ class SlurmProvider:
         self._lock = threading.Lock()
         self._hidden: set[str] = set()  # job ids this provider cancelled
         self._nodes: dict[str, SlurmNode] = {}
+        self._known: dict[str, str] = {}  # slice id -> its job id, as last listed
         self._kill_wait: float | None | object = _UNASKED
         self._grace: dict[str, float | None] = {}
         self._write_token()
@@ -132,6 +133,7 @@ class SlurmProvider:
             job_id = self.commands.sbatch(sbatch_args(job, group), batch_script(job, group))
         except ProviderError as exc:
             raise type(exc)(f"zone {zone} (partition {partition}): {exc}") from exc
+        self._known[slice_id] = job_id
         jobs = self._query(["-j", job_id])
         info = self._to_slice(jobs[0]) if jobs else SliceInfo(
             slice_id, group.name, zone, SliceState.CREATING, detail=f"job {job_id} submitted")
@@ -142,9 +144,14 @@ class SlurmProvider:
         return info
 
     def delete_slice(self, slice_id: str) -> None:
-        jobs = self._live_jobs(self._query(["-n", slice_id]))
-        if jobs:
-            self._cancel(*(j.job_id for j in jobs))
+        """scancel of the job the last list named (one call: deletes are O(changes)), or
+        found by name first."""
+        known = self._known.get(slice_id)
+        ids = [known] if known else [j.job_id for j in self._live_jobs(
+            self._query(["-n", slice_id]))]
+        if ids:
+            self._cancel(*ids)
+        self._known.pop(slice_id, None)
 
     def list_slices(self, group: str | None = None) -> list[SliceInfo]:
         jobs = self._query([])
@@ -155,7 +162,9 @@ class SlurmProvider:
             self._hidden -= gone
         for job_id in gone:
             self._forget_dirs(job_id)
-        out = [self._to_slice(j) for j in self._live_jobs(jobs)]
+        live = self._live_jobs(jobs)
+        self._known = {j.name: j.job_id for j in live}
+        out = [self._to_slice(j) for j in live]
         return [s for s in out if group is None or s.group == group]
 
     def slice_status(self, slice_id: str) -> SliceInfo:
@@ -221,6 +230,7 @@ class SlurmProvider:
                         partition=partition, slice_id=slice_id,
                         controller_address=self._s.controller_address,
                         iris_command=tuple(self._iris), slice_dir=str(self._root / slice_id),
+                        env_cache=str(self._root / "envs"),
                         token_file=str(self._token_file), worker_host=self._s.site.worker_host,
                         bin_dir=self._s.site.bin_dir, export_env=self._s.site.export_env,
                         kill_wait_s=kill_wait_s,
@@ -264,8 +274,8 @@ def slice_from_job(job: SlurmJob, zone: str, nodes: dict[str, SlurmNode],
             draining = f"{job.time_left_s:.0f} s left of its Slurm time limit"
         if job.time_left_s is not None:
             detail += f", {job.time_left_s:.0f} s left"
-    elif job.state == "COMPLETING":
-        state, detail = SliceState.DELETING, f"{where}: completing"
+    elif job.state == "COMPLETING":  # ending, and not at Iris's asking (those are hidden)
+        state, detail = SliceState.PREEMPTED, f"{where}: completing (ended by Slurm)"
     elif job.state in _TAKEN_BACK:
         state, detail = SliceState.PREEMPTED, f"{where}: {job.state.lower()} by Slurm"
     else:

@@ -38,6 +38,7 @@ class SliceJob:
     controller_address: str
     iris_command: tuple[str, ...]  # e.g. ("/shared/venv/bin/python", "-m", "iris")
     slice_dir: str  # on the shared filesystem: worker dirs, sbatch's output
+    env_cache: str  # per node under it: the task environments every slice there reuses
     token_file: str
     worker_host: str | None  # None: each node's first address (`hostname -I`)
     bin_dir: str | None = None
@@ -115,7 +116,7 @@ def _step(job: SliceJob, group: ScaleGroupConfig) -> str:
              "--controller", shlex.quote(job.controller_address),
              "--region", shlex.quote(job.region),
              "--worker-id", f"{shlex.quote(job.slice_id)}-\"$SLURMD_NODENAME\"",
-             "--work-dir", f"{shlex.quote(job.slice_dir)}/\"$SLURMD_NODENAME\"",
+             "--work-dir", "\"$WORK\"",
              "--token-file", shlex.quote(job.token_file),
              "--bind", "\"tcp://$HOST:0\"", "--preemption-notice", "slurm"]
     for key, value in attrs.items():
@@ -132,6 +133,11 @@ def _step(job: SliceJob, group: ScaleGroupConfig) -> str:
         "  MEM_MB=$((SLURM_MEM_PER_CPU * SLURM_CPUS_ON_NODE)); fi",
         "MEMORY=''",
         "if [ -n \"$MEM_MB\" ]; then MEMORY=\"--attr memory=$((MEM_MB * 1048576))\"; fi",
+        # Task environments (uv venvs, seconds to build) outlive the slice: every worker on
+        # this node shares one cache, which its file locks make safe (worker/envs.py).
+        f"ENVS={shlex.quote(job.env_cache)}/\"$SLURMD_NODENAME\"",
+        f"WORK={shlex.quote(job.slice_dir)}/\"$SLURMD_NODENAME\"",
+        "mkdir -p \"$ENVS\" \"$WORK\" && ln -sfn \"$ENVS\" \"$WORK/envs\"",
         "exec " + " ".join(words),
     ]) + "\n"
 
