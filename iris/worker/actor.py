@@ -49,6 +49,9 @@ HEARTBEAT_S = 1.0
 # at most as many attempts as its cpus admit, and 128 covers that with stops to spare.
 # Threads are made only when needed and reused after (before: a new thread per operation).
 _EXECUTOR_THREADS = 128
+# Reports wait for a machine-end notice this long at most (Slurm: one squeue, then one call
+# to the controller, normally well under a second): past it the exits go out anyway.
+_NOTICE_HOLD_S = 5.0
 
 
 @actor
@@ -85,6 +88,7 @@ class Worker:
         if token is not None:
             node.grant(token, tokens.MEMBER)
         self._root = root
+        self._ending_since: float | None = None  # set by machine_ending (any thread)
         self._me = (os.getpid(), proc_start_ticks(os.getpid()) or 0)
         self._inbox = Inbox(self._wake)
         self._executor = ThreadPoolExecutor(_EXECUTOR_THREADS, f"iris-worker-{worker_id}")
@@ -116,7 +120,7 @@ class Worker:
         """Run what the executor sent, and report at once what ended (cast by the worker to
         itself when an attempt ends: the capacity it frees is wanted now)."""
         self._inbox.drain()
-        if self._registered and self._book.updates:
+        if self._registered and self._book.updates and not self._holding_reports():
             self._last_report = self._node.clock.monotonic()
             self._report()
 
@@ -138,7 +142,8 @@ class Worker:
                 self._last_report = now
                 self._register()
             return
-        if self._book.updates or now - self._last_report >= self._interval:
+        if (self._book.updates or now - self._last_report >= self._interval) and \
+                not self._holding_reports():
             self._last_report = now
             self._report()
 
@@ -155,8 +160,19 @@ class Worker:
     def machine_ending(self, reason: str) -> None:
         """Any thread, a signal handler too: this machine is being taken and its scheduler
         signals the tasks directly (Slurm). Attempts that exit unasked from now on are
-        reported preempted, not failed (attempts.Ending). Not a remote method."""
+        reported preempted, not failed (attempts.Ending); and reports wait (at most
+        _NOTICE_HOLD_S) until `notice_sent`, so the controller hears the notice, and drains
+        this worker, before an exit that would otherwise be placed back here. Not remote."""
+        self._ending_since = SYSTEM_CLOCK.monotonic()
         self._inbox.post(self._on_event, attempts.Ending(reason))
+
+    def notice_sent(self) -> None:
+        """Any thread: the notice reached the controller (or failed to): report again."""
+        self._ending_since = None
+
+    def _holding_reports(self) -> bool:
+        since = self._ending_since
+        return since is not None and SYSTEM_CLOCK.monotonic() - since < _NOTICE_HOLD_S
 
     # ------------------------------------------------------------ the kernel and its effects
 

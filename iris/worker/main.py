@@ -142,8 +142,10 @@ def run_worker(controller: str, *, region: str = "local", attrs: dict[str, str] 
             grace_s, token, task_env, gpu_devices))
         responder = notices.NoticeResponder(node, controller, CONTROLLER_KEY, worker_id, root,
                                             token)
+        worker = hosted.instance
         watcher = slurm_notice.SlurmNotice(
-            responder, stop, on_signal=hosted.instance.machine_ending).install() if slurm else \
+            responder, stop, on_signal=worker.machine_ending,
+            on_sent=worker.notice_sent).install() if slurm else \
             notices.start_watching(preemption_notice, responder)
         print(f"worker {worker_id} serving at {node.address}", flush=True)
         if ready is not None:

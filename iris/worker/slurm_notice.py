@@ -37,8 +37,9 @@ ENV_GRACE_TIME = "IRIS_SLURM_GRACE_TIME_S"
 # Slurm's defaults: KillWait 30 s; GraceTime 0 (no grace on preemption).
 DEFAULT_KILL_WAIT_S, DEFAULT_GRACE_TIME_S = 30.0, 0.0
 # The one squeue at SIGTERM answers in milliseconds; a slurmctld that does not answer in
-# 3 s must not eat the grace: the notice then says "ended", with KillWait only.
-_QUERY_TIMEOUT_S = 3.0
+# 2 s must not eat the grace (nor hold the worker's reports): the notice then says "ended",
+# with KillWait only.
+_QUERY_TIMEOUT_S = 2.0
 # In the tasks' environment: how long their SIGTERM handler waits for the notice file the
 # worker is writing (it writes within milliseconds of the same signal).
 ENV_NOTICE_WAIT = "IRIS_NOTICE_WAIT_S"
@@ -84,13 +85,15 @@ class SlurmNotice:
     """On the first SIGTERM: the notice (off the signal handler), then `stop`."""
 
     def __init__(self, responder: Callable[[Notice], None], stop: threading.Event, *,
-                 on_signal: Callable[[str], None] | None = None, clock: Clock = SYSTEM_CLOCK,
+                 on_signal: Callable[[str], None] | None = None,
+                 on_sent: Callable[[], None] | None = None, clock: Clock = SYSTEM_CLOCK,
                  query: Callable[[str], bool | None] = preempted):
         """`on_signal(reason)` runs in the signal handler itself, before anything else: the
         worker marks its attempts' coming exits as its machine's end (Worker.machine_ending),
-        as Slurm's SIGTERM reaches the tasks at the same moment."""
+        as Slurm's SIGTERM reaches the tasks at the same moment. `on_sent()` once the notice
+        went to the controller (or failed to): Worker.notice_sent."""
         self._responder, self._stop, self._clock, self._query = responder, stop, clock, query
-        self._on_signal = on_signal
+        self._on_signal, self._on_sent = on_signal, on_sent
         self._job_id = os.environ.get(ENV_JOB_ID, "")
         self._kill_wait = _seconds(ENV_KILL_WAIT, DEFAULT_KILL_WAIT_S)
         self._grace = _seconds(ENV_GRACE_TIME, DEFAULT_GRACE_TIME_S)
@@ -122,6 +125,8 @@ class SlurmNotice:
             _log.warning("preemption notice: %s", self.notice.reason)
             self._responder(self.notice)
         finally:
+            if self._on_sent is not None:
+                self._on_sent()
             self._stop.set()
 
     def stop(self) -> None:
