@@ -187,3 +187,35 @@ def test_provider_writes_the_token_0600_and_lists_with_one_squeue_and_one_sinfo(
     for s in listed:
         provider.delete_slice(s.slice_id)
     assert provider.list_slices() == []
+
+
+def _worker_pids(slice_id: str) -> list[int]:
+    pids = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                with open(f"/proc/{entry.name}/cmdline", "rb") as f:
+                    argv = f.read().split(b"\0")
+            except OSError:
+                continue
+            if b"worker" in argv and f"{slice_id}-n".encode() in b" ".join(argv):
+                pids.append(int(entry.name))
+    return pids
+
+
+def test_the_token_is_in_no_command_line_environment_or_script_slurm_keeps(slurm, tmp_path,
+                                                                           wait_until):
+    token = "5e" * 32
+    config = slurm_contract_config("secret")
+    provider = slurm_provider(slurm, config, "tcp://127.0.0.1:9", tmp_path, token)
+    info = provider.create_slice(config.scale_group("v4-8"), "us-central2-b", "secret-1")
+    job_id = info.detail.split()[1]
+    pids = wait_until(lambda: _worker_pids("secret-1"), 60, "the worker process running")
+    shown = slurm.run("scontrol", "show", "job", "--details", job_id)
+    script = slurm.run("scontrol", "write", "batch_script", job_id, "-")
+    assert "--token-file" in script and token not in shown + script
+    for pid in pids:
+        for what in ("cmdline", "environ"):
+            with open(f"/proc/{pid}/{what}", "rb") as f:
+                assert token.encode() not in f.read(), what
+    provider.delete_slice("secret-1")
