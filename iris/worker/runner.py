@@ -99,7 +99,10 @@ class AttemptRunner:
         self.config = config
         self.attempts_root = config.root / "attempts"
         self.attempts_root.mkdir(parents=True, exist_ok=True)
-        self.envs = EnvironmentCache(config.env_config or EnvConfig(root=config.root / "envs"))
+        self.envs = EnvironmentCache(config.env_config or EnvConfig(
+            # Resolved: a venv's scripts and its .pth hold absolute paths, and `envs` may be a
+            # link to a cache that outlives this work dir (Slurm slices share one per node).
+            root=(config.root / "envs").resolve()))
         self.bundles = BundleCache(config.root / "bundles")
         self._cgroups = cgroups
         self._clock = clock

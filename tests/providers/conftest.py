@@ -137,7 +137,7 @@ def _slurm(request) -> Iterator[ProviderHarness]:
         # and must not count as this cluster's slices, as another cluster's would not.
         config = slurm_contract_config(f"t{next(_SLURM_RUNS)}")
         token = tokens.read(Path(root) / "c" / "controller" / tokens.CLUSTER_TOKEN_FILE).hex()
-        provider = slurm_provider(slurm, config, cluster.address, Path(root) / "shared", token)
+        provider = slurm_provider(slurm, config, cluster.address, slurm.shared, token)
         part = {ZONE_A: "za", ZONE_B: "zb"}
         yield ProviderHarness(
             "slurm", provider, config,

@@ -56,6 +56,9 @@ class SlurmCluster:
     def __init__(self, env: dict[str, str] | None = None) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="iris-slurm-"))
         self.conf = self.dir / "slurm.conf"
+        # The "shared filesystem" of the site: every test's cluster keeps its slices' dirs
+        # here (one subdirectory per cluster name), and task environments are built once.
+        self.shared = self.dir / "shared"
         self.env = {**(os.environ if env is None else env), "SLURM_CONF": str(self.conf)}
         self._procs: list[subprocess.Popen] = []
         self._munged: subprocess.Popen | None = None

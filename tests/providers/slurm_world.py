@@ -90,7 +90,7 @@ def iris_on_slurm(slurm, tmp_path: Path, groups: dict, zones: list[str],
 
     def provider(address: str):
         token = tokens.read(state / "controller" / tokens.CLUSTER_TOKEN_FILE).hex()
-        holder.append(slurm_provider(slurm, config, address, tmp_path / "shared", token,
+        holder.append(slurm_provider(slurm, config, address, slurm.shared, token,
                                      region=REGION))
         return holder[0]
 

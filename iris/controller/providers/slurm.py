@@ -230,7 +230,7 @@ class SlurmProvider:
                         partition=partition, slice_id=slice_id,
                         controller_address=self._s.controller_address,
                         iris_command=tuple(self._iris), slice_dir=str(self._root / slice_id),
-                        env_cache=str(self._root / "envs"),
+                        env_cache=str(self._root.parent / "envs"),
                         token_file=str(self._token_file), worker_host=self._s.site.worker_host,
                         bin_dir=self._s.site.bin_dir, export_env=self._s.site.export_env,
                         kill_wait_s=kill_wait_s,

@@ -38,7 +38,9 @@ class SliceJob:
     controller_address: str
     iris_command: tuple[str, ...]  # e.g. ("/shared/venv/bin/python", "-m", "iris")
     slice_dir: str  # on the shared filesystem: worker dirs, sbatch's output
-    env_cache: str  # per node under it: the task environments every slice there reuses
+    # Per node under it: the task environments every slice there reuses (content-keyed
+    # and built under file locks, so several clusters of one user may share it too).
+    env_cache: str
     token_file: str
     worker_host: str | None  # None: each node's first address (`hostname -I`)
     bin_dir: str | None = None
