@@ -4,9 +4,10 @@
    only capacity is a Slurm scale group (min_slices 0), one job per run; each run waits for
    the previous allocation to be cancelled, so every run pays for sbatch, Slurm's
    scheduling, the step launch, `iris worker` starting and registering, and the task's
-   start. Alternated in the same run with a bare `srun -N1 PYTHON -c 'print(time.time())'`:
-   Slurm's own submit -> process running delay, the floor. p50 / p90 of each, and Iris's
-   overhead beyond Slurm (p50 difference).
+   start. Alternated in the same run with two floors, Slurm's own submit -> process running
+   delay: a bare `srun -N1 PYTHON -c 'print(time.time())'`, and the same step inside a bare
+   `sbatch` job (what Iris submits: a batch job whose step runs the process; Slurm launches
+   batch jobs more slowly than srun's). p50 / p90 of each, and Iris beyond each (p50s).
 2. Provider calls per autoscaler tick at N allocations (default 1,000, pending in a DOWN
    partition so none runs): the SliceManager's ticks over the real SlurmProvider, counted by
    command, with nothing changing and then with k allocations cancelled from outside. Beside
@@ -65,12 +66,30 @@ def _srun_once(slurm: SlurmCluster) -> float:
     return float(out.strip().splitlines()[-1]) - start
 
 
-def _iris_once(world, slurm: SlurmCluster) -> float:
+def _sbatch_once(slurm: SlurmCluster, out: Path) -> float:
+    out.unlink(missing_ok=True)
+    start = time.time()
+    slurm.run("sbatch", "-N1", "-p", "main", "--export=NONE", "-o", str(out),
+              stdin=f"#!/bin/bash\nsrun --export=ALL {sys.executable} -c "
+                    "'import time; print(time.time())'\n")
     gate = threading.Event()
-    for _ in range(1200):  # the previous allocation cancelled: this run must make its own
-        if not slurm.active_jobs():
-            break
+    for _ in range(1200):
+        if out.exists() and out.read_text().strip():
+            return float(out.read_text().split()[0]) - start
         gate.wait(0.05)
+    raise TimeoutError("the bare sbatch job never ran")
+
+
+def _idle(slurm: SlurmCluster) -> None:
+    gate = threading.Event()
+    for _ in range(1200):  # the previous allocation gone: each run makes its own
+        if not slurm.active_jobs():
+            return
+        gate.wait(0.05)
+
+
+def _iris_once(world, slurm: SlurmCluster) -> float:
+    _idle(slurm)
     submitted = time.time()
     job = iris.submit(first_act, resources=iris.Resources(cpu=1))
     started = job.result(timeout=180)
@@ -81,17 +100,22 @@ def latency(slurm: SlurmCluster, runs: int, tmp: Path) -> dict:
     groups = {"node": {"provider": "slurm", "accelerator_type": "cpu", "hosts_per_slice": 1,
                        "max_slices": 1, "zones": ["main"],
                        "slurm": {"cpus_per_node": 1, "mem_per_node": "500M"}}}
-    iris_s, srun_s = [], []
+    samples: dict[str, list[float]] = {"iris": [], "srun": [], "sbatch": []}
     with iris_on_slurm(slurm, tmp, groups, ["main"], autoscaler=LATENCY) as world:
         _iris_once(world, slurm)  # warm: uv's cache, the interpreter's pages
         for i in range(runs):
-            step(f"run {i + 1}/{runs}: bare srun, then Iris")
-            srun_s.append(_srun_once(slurm))
-            iris_s.append(_iris_once(world, slurm))
-    out = {"runs": runs, "iris_p50_s": statistics.median(iris_s),
-           "iris_p90_s": _pctl(iris_s, 0.9), "srun_p50_s": statistics.median(srun_s),
-           "srun_p90_s": _pctl(srun_s, 0.9)}
-    out["iris_beyond_slurm_p50_s"] = out["iris_p50_s"] - out["srun_p50_s"]
+            step(f"run {i + 1}/{runs}: bare srun, bare sbatch, then Iris")
+            _idle(slurm)
+            samples["srun"].append(_srun_once(slurm))
+            _idle(slurm)
+            samples["sbatch"].append(_sbatch_once(slurm, tmp / "sbatch.out"))
+            samples["iris"].append(_iris_once(world, slurm))
+    out: dict = {"runs": runs}
+    for name, values in samples.items():
+        out[f"{name}_p50_s"] = statistics.median(values)
+        out[f"{name}_p90_s"] = _pctl(values, 0.9)
+    out["iris_beyond_srun_p50_s"] = out["iris_p50_s"] - out["srun_p50_s"]
+    out["iris_beyond_sbatch_p50_s"] = out["iris_p50_s"] - out["sbatch_p50_s"]
     return out
 
 
@@ -169,7 +193,10 @@ def main() -> None:
     print(f"submit -> first task running, new allocation ({runs} runs):")
     print(f"  Iris on Slurm  p50 {fmt(figures['iris_p50_s'])} s  p90 {fmt(figures['iris_p90_s'])} s")
     print(f"  bare srun      p50 {fmt(figures['srun_p50_s'])} s  p90 {fmt(figures['srun_p90_s'])} s")
-    print(f"  Iris beyond Slurm's own delay, p50: {fmt(figures['iris_beyond_slurm_p50_s'])} s")
+    print(f"  bare sbatch    p50 {fmt(figures['sbatch_p50_s'])} s  p90 "
+          f"{fmt(figures['sbatch_p90_s'])} s  (a batch job whose step runs the process)")
+    print(f"  Iris beyond Slurm's own delay, p50: {fmt(figures['iris_beyond_srun_p50_s'])} s "
+          f"beyond srun, {fmt(figures['iris_beyond_sbatch_p50_s'])} s beyond sbatch")
     print(f"provider calls per list at {c['allocations']} allocations: "
           f"{c['quiet_calls_per_list']} ({fmt(c['list_ms'])} ms a tick)")
     print(f"  after {c['cancelled']} cancelled from outside, the next 10 lists: "

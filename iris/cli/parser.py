@@ -275,6 +275,9 @@ def _worker(verbs) -> None:
                         "controller's STATE_DIR/cluster.token; found without this on the "
                         "controller's own host)")
     worker.add_argument("--json", action="store_true", help=_JSON_HELP + " (with list)")
+    worker.add_argument("--warm", action="store_true",
+                        help="start the default task environment's zygote at once, so the "
+                        "first task does not wait for an interpreter (autoscaled hosts)")
     worker.add_argument("--exit-with-parent", action="store_true",
                         help="stop when the process that started this worker exits")
     worker.add_argument("--preemption-notice", choices=["auto", "gce", "slurm", "off"],

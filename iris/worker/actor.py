@@ -62,7 +62,8 @@ class Worker:
     def __init__(self, worker_id: str, controller_address: str, controller_key: str,
                  attributes: dict[str, str], root: Path, node: Node,
                  advertised: Resources, grace_s: float = 10.0, token: bytes | None = None,
-                 task_env: tuple[tuple[str, str], ...] = (), gpu_devices: tuple[str, ...] = ()):
+                 task_env: tuple[tuple[str, str], ...] = (), gpu_devices: tuple[str, ...] = (),
+                 warm: bool = False):
         self.worker_id = worker_id
         self._node = node
         self._controller = (controller_address, controller_key)
@@ -89,6 +90,7 @@ class Worker:
             node.grant(token, tokens.MEMBER)
         self._root = root
         self._ending_since: float | None = None  # set by machine_ending (any thread)
+        self._warm = warm
         self._me = (os.getpid(), proc_start_ticks(os.getpid()) or 0)
         self._inbox = Inbox(self._wake)
         self._executor = ThreadPoolExecutor(_EXECUTOR_THREADS, f"iris-worker-{worker_id}")
@@ -132,6 +134,8 @@ class Worker:
 
     def on_start(self) -> None:
         self._runner.recover(adopt=False)  # a previous life's attempts: killed, not run twice
+        if self._warm:  # off this turn: registration must not wait for it
+            self._executor.submit(self._runner.warm)
 
     def on_tick(self) -> None:
         self._inbox.drain()

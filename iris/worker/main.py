@@ -109,7 +109,7 @@ def run_worker(controller: str, *, region: str = "local", attrs: dict[str, str] 
                bind: str = "tcp://127.0.0.1:0", keys_dir: str | None = None,
                grace_s: float = 10.0, ready: threading.Event | None = None,
                stop: threading.Event | None = None, token: bytes | None = None,
-               preemption_notice: str = "auto") -> None:
+               preemption_notice: str = "auto", warm: bool = False) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: "
                         "%(message)s")
     root = root or Path(os.environ.get("IRIS_WORKER_DIR", "/tmp/iris-worker"))
@@ -139,7 +139,7 @@ def run_worker(controller: str, *, region: str = "local", attrs: dict[str, str] 
         # host's traffic (issue 21); `iris worker list` is where workers are listed.
         hosted = node.host(worker_key(worker_id), Worker, (
             worker_id, controller, CONTROLLER_KEY, attributes, root, node, advertised,
-            grace_s, token, task_env, gpu_devices))
+            grace_s, token, task_env, gpu_devices, warm))
         responder = notices.NoticeResponder(node, controller, CONTROLLER_KEY, worker_id, root,
                                             token)
         worker = hosted.instance

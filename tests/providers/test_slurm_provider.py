@@ -179,6 +179,7 @@ def test_provider_writes_the_token_0600_and_lists_with_one_squeue_and_one_sinfo(
     group = config.scale_group("v5e-16")
     for i in range(6):
         provider.create_slice(group, ZONE_A, f"calls-{i}")
+    provider.list_slices()  # the first asks the partitions' GraceTime once
     provider.commands.calls.clear()
     listed = provider.list_slices()
     assert len(listed) == 6 and {s.state for s in listed} == {SliceState.CREATING}

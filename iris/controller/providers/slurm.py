@@ -121,21 +121,24 @@ class SlurmProvider:
             raise InvalidRequestError(f"zone: {zone} is not a partition of region "
                                       f"{self._s.region} ({', '.join(self._s.zones)})", "zone")
         partition = self._partitions[zone]
-        # An ended job of that name (Slurm shows it for MinJobAge) does not hold the id.
-        existing = [j for j in self._live_jobs(self._query(["-n", slice_id]))
-                    if j.state in _CREATING or j.state in ("RUNNING", "COMPLETING")]
-        if existing:
-            raise ConflictError(f"slice {slice_id} already exists as Slurm job "
-                                f"{existing[0].job_id} in partition {existing[0].partition}")
         job = self._slice_job(zone, partition, slice_id, *self._timers(partition))
         Path(job.slice_dir).mkdir(parents=True, exist_ok=True)
         try:
             job_id = self.commands.sbatch(sbatch_args(job, group), batch_script(job, group))
         except ProviderError as exc:
             raise type(exc)(f"zone {zone} (partition {partition}): {exc}") from exc
+        # One squeue after the submit: another live job of that name means the id was in
+        # use (cancel ours, keep it), and Slurm's verdict on ours (will it ever run?).
+        named = self._query(["-n", slice_id])
+        other = [j for j in named if j.job_id != job_id and j.job_id not in self._hidden
+                 and _alive(j)]
+        if other:
+            self._cancel(job_id)
+            raise ConflictError(f"slice {slice_id} already exists as Slurm job "
+                                f"{other[0].job_id} in partition {other[0].partition}")
         self._known[slice_id] = job_id
-        jobs = self._query(["-j", job_id])
-        info = self._to_slice(jobs[0]) if jobs else SliceInfo(
+        mine = [j for j in named if j.job_id == job_id]
+        info = self._to_slice(mine[0]) if mine else SliceInfo(
             slice_id, group.name, zone, SliceState.CREATING, detail=f"job {job_id} submitted")
         if info.state is SliceState.FAILED:  # Slurm accepted it but will never run it
             self._cancel(job_id)
@@ -154,6 +157,8 @@ class SlurmProvider:
         self._known.pop(slice_id, None)
 
     def list_slices(self, group: str | None = None) -> list[SliceInfo]:
+        for partition in set(self._partitions.values()):  # asked once, before any create
+            self._timers(partition)
         jobs = self._query([])
         self._refresh_nodes()
         seen = {j.job_id for j in jobs}
@@ -186,14 +191,20 @@ class SlurmProvider:
         return [j for j in jobs if parse_comment(j.comment).get("cluster") == self._s.cluster]
 
     def _live_jobs(self, jobs: list[SlurmJob]) -> list[SlurmJob]:
-        """Per slice id the newest job of that name (an older one is a past slice), unless
-        this provider cancelled it."""
+        """Per slice id, its job: the newest of that name this provider did not cancel,
+        unless that one has ended and a newer one was cancelled here (a past slice of the
+        same id, deleted since: NOT_FOUND, as the contract wants)."""
         with self._lock:
             hidden = set(self._hidden)
         newest: dict[str, SlurmJob] = {}
+        cancelled_after: dict[str, bool] = {}
         for job in sorted(jobs, key=lambda j: int(j.job_id) if j.job_id.isdigit() else 0):
-            newest[job.name] = job
-        return [j for j in newest.values() if j.job_id not in hidden]
+            if job.job_id in hidden:
+                cancelled_after[job.name] = True
+            else:
+                newest[job.name], cancelled_after[job.name] = job, False
+        return [j for name, j in newest.items()
+                if not (cancelled_after[name] and not _alive(j))]
 
     def _refresh_nodes(self) -> None:
         nodes = self.commands.sinfo(sorted(set(self._partitions.values())))
@@ -251,6 +262,10 @@ class SlurmProvider:
             f.write(self._s.cluster_token)
         os.chmod(tmp, 0o600)  # an older file's mode is kept by O_CREAT on an existing path
         os.replace(tmp, self._token_file)
+
+
+def _alive(job: SlurmJob) -> bool:
+    return job.state in _CREATING or job.state in ("RUNNING", "COMPLETING")
 
 
 def slice_from_job(job: SlurmJob, zone: str, nodes: dict[str, SlurmNode],

@@ -120,7 +120,7 @@ def _step(job: SliceJob, group: ScaleGroupConfig) -> str:
              "--worker-id", f"{shlex.quote(job.slice_id)}-\"$SLURMD_NODENAME\"",
              "--work-dir", "\"$WORK\"",
              "--token-file", shlex.quote(job.token_file),
-             "--bind", "\"tcp://$HOST:0\"", "--preemption-notice", "slurm"]
+             "--bind", "\"tcp://$HOST:0\"", "--preemption-notice", "slurm", "--warm"]
     for key, value in attrs.items():
         words += ["--attr", shlex.quote(f"{key}={value}")]
     words += ["--attr", "\"cpu=$SLURM_CPUS_ON_NODE\"", "--attr", "\"slurm_node=$SLURMD_NODENAME\"",
