@@ -79,7 +79,8 @@ def test_one_cluster_runs_jobs_on_slurm_and_local_by_accelerator_and_preference(
             ("campus", "h100"): "slurm", ("campus", "cpu-slurm"): "slurm",
             ("here", "cpu-local"): "local"}
         assert rows[("campus", "cpu-slurm")]["ready"] == 1
-        assert any(d["action"] == "create_failed" and "no capacity" in d["reason"]
-                   for d in world.decisions("here"))  # why it did not grow there
+        wait_until(lambda: any(d["action"] == "create_failed" and "no capacity" in d["reason"]
+                               for d in world.decisions("here")), 60,
+                   "why it did not grow there, in the decision log")
         gate.touch()
         assert held.result(timeout=120) == "0"

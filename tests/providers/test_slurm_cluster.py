@@ -35,8 +35,10 @@ def test_slurm_autoscales_zero_to_four_nodes_and_back_to_zero_when_idle(slurm, t
         assert sorted(job.result(timeout=120)) == ["0", "1", "2", "3"]
         wait_until(lambda: not slurm.active_jobs(), 120, "every allocation cancelled when idle")
         wait_until(lambda: slurm.idle_nodes() == set(NODES), 60, "every node idle again")
-        actions = [d["action"] for d in world.decisions()]
-        assert actions.count("create") == 4 and actions.count("delete") == 4
+        # The capacity report (the dashboard's) lags by a stats poll: wait for it to say so.
+        actions = wait_until(lambda: (a := [d["action"] for d in world.decisions()]).count(
+            "delete") == 4 and a, 60, "four deletes in the decision log")
+        assert actions.count("create") == 4
 
 
 def _report(path, name: str) -> str:
