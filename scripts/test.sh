@@ -19,6 +19,15 @@ if [ ! -x /usr/bin/chromium ]; then
         echo "warning: chromium missing and not root; dashboard browser tests will skip" >&2
     fi
 fi
+# Slurm's daemons and munge for the Slurm provider's tests, which run a real four-node Slurm
+# cluster on this machine (tests/providers/slurm_cluster.py; about 20 s to install).
+if ! command -v slurmctld >/dev/null 2>&1 || ! command -v munged >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ]; then
+        apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q slurm-wlm munge
+    else
+        echo "warning: slurm-wlm/munge missing and not root; the Slurm tests will skip" >&2
+    fi
+fi
 bash scripts/setup.sh test
 .venv/bin/ruff check iris tests bench examples
 .venv/bin/lint-imports

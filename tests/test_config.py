@@ -63,7 +63,7 @@ def _edit(path: str, value, delete: bool = False) -> dict:
     (f"{GROUP}.max_slices", "lots", f"{GROUP}.max_slices: expected int, got str"),
     (f"{GROUP}.preemptible", "yes", f"{GROUP}.preemptible: expected bool"),
     (f"{GROUP}.priority", True, f"{GROUP}.priority: expected int, got True"),
-    (f"{GROUP}.provider", "aws", f"{GROUP}.provider: must be one of gcp, local, simulated"),
+    (f"{GROUP}.provider", "aws", f"{GROUP}.provider: must be one of gcp, slurm, kubernetes, local, simulated"),
     (f"{GROUP}.preemptible", False, f"{GROUP}.spot: spot capacity is preemptible"),
     ("regions.us-west4.zones", [], "regions.us-west4.zones: list at least one zone"),
     ("regions.us-west4.zones", ["Bad_Zone"], "regions.us-west4.zones[0]: 'Bad_Zone' is not"),

@@ -245,9 +245,10 @@ def cluster_status(args: argparse.Namespace) -> int:
     print(f"cluster {summary['address']}: {summary['workers']} workers, "
           f"{summary['active_jobs']} active jobs; by state: {by_state}")
     for g in summary["scale_groups"]:
-        print(f"  {g['region']}/{g['group']} ({g['accelerator']}): {g['ready']} ready, "
-              f"{g['booting']} booting, {g['preempted']} preempted (min {g['min']}, "
-              f"max {g['max']}){'; held back: ' + g['held'] if g['held'] else ''}")
+        print(f"  {g['region']}/{g['group']} [{g['provider']}] ({g['accelerator']}): "
+              f"{g['ready']} ready, {g['booting']} booting, {g['preempted']} preempted "
+              f"(min {g['min']}, max {g['max']}){'; held back: ' + g['held'] if g['held'] else ''}"
+              f"{'; waiting: ' + g['waiting'] if g['waiting'] else ''}")
     return 0
 
 
@@ -257,7 +258,11 @@ def _scale_groups(snapshot: dict) -> list[dict]:
     for region in snapshot.get("capacity") or []:
         for g in region.get("groups", []):
             states = [s.get("state") for s in g.get("slices", [])]
+            # The provider's words for a slice still coming (Slurm: "pending (Priority)").
+            waiting = next((s.get("detail", "") for s in g.get("slices", [])
+                            if s.get("state") == "CREATING" and s.get("detail")), "")
             rows.append({"region": region.get("region"), "group": g.get("group"),
+                         "provider": g.get("provider", ""), "waiting": waiting,
                          "accelerator": g.get("accelerator"), "min": g.get("min"),
                          "max": g.get("max"), "ready": states.count("READY"),
                          "booting": states.count("CREATING"),

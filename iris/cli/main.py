@@ -166,7 +166,7 @@ def _worker(args: argparse.Namespace) -> int:
     run_worker(controller, region=args.region, attrs=parse_attrs(args.attr),
                root=args.work_dir, worker_id=args.worker_id, bind=args.bind,
                keys_dir=args.keys, stop=stop, token=token,
-               preemption_notice=args.preemption_notice)
+               preemption_notice=args.preemption_notice, warm=args.warm)
     return 0
 
 

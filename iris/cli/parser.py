@@ -302,12 +302,17 @@ def _worker(verbs) -> None:
                         "controller's STATE_DIR/cluster.token; found without this on the "
                         "controller's own host)")
     worker.add_argument("--json", action="store_true", help=_JSON_HELP + " (with list)")
+    worker.add_argument("--warm", action="store_true",
+                        help="start the default task environment's zygote at once, so the "
+                        "first task does not wait for an interpreter (autoscaled hosts)")
     worker.add_argument("--exit-with-parent", action="store_true",
                         help="stop when the process that started this worker exits")
-    worker.add_argument("--preemption-notice", choices=["auto", "gce", "off"], default="auto",
-                        help="watch the GCE metadata server (or $GCE_METADATA_HOST) for the "
-                        "cloud's preemption notice; auto: only on a GCE machine, e.g. "
-                        "--preemption-notice off")
+    worker.add_argument("--preemption-notice", choices=["auto", "gce", "slurm", "off"],
+                        default="auto",
+                        help="where the machine's end is announced: gce watches the metadata "
+                        "server (or $GCE_METADATA_HOST); slurm reads the job step's SIGTERM "
+                        "as the notice; auto: slurm inside a Slurm job, gce on a GCE "
+                        "machine, e.g. --preemption-notice off")
 
 
 def _user(verbs) -> None:

@@ -9,12 +9,14 @@ and unknown keys are errors, so a typo never silently falls back to a default.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from iris.base.errors import ConfigError, InvalidRequestError
 from iris.base.resources import KNOWN_GPUS, tpu_shape
+from iris.controller import config_providers as _providers
+from iris.controller.config_providers import KubernetesGroup, KubernetesSite, SlurmGroup, SlurmSite
 from iris.controller.config_reader import NAME as _NAME
 from iris.controller.config_reader import REQUIRED as _REQUIRED
 from iris.controller.config_reader import Section as _Section
@@ -23,7 +25,7 @@ from iris.controller.config_reader import bad_name as _bad_name
 _ADDRESS = re.compile(r"^(tcp://[^\s:/]+:\d{1,5}|ipc://\S+)$")
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]$")
 ACCELERATOR_TYPES = ("tpu", "gpu", "cpu")
-PROVIDER_KINDS = ("gcp", "local", "simulated")
+PROVIDER_KINDS = ("gcp", "slurm", "kubernetes", "local", "simulated")
 # Providers whose slices live and die with the controller's process (worker processes it
 # started, a simulated fleet): only the controller can list or stop them. Every other
 # kind's slices outlive it, and the CLI reaches them through the provider itself.
@@ -55,7 +57,9 @@ class ScaleGroupConfig:
     spot: bool = False  # spot capacity (no 24 h limit) instead of legacy preemptible
     priority: int = 0  # higher is scaled up first when several groups fit a request
     runtime_version: str | None = None  # TPU VM image; per-family default when None
-    provider: str = "gcp"  # which Provider creates the slices: gcp, local or simulated
+    provider: str = "gcp"  # which Provider creates the slices (PROVIDER_KINDS)
+    slurm: SlurmGroup | None = None  # how a slice is asked of Slurm (provider slurm)
+    kubernetes: KubernetesGroup | None = None  # its pods (provider kubernetes)
 
 
 @dataclass(frozen=True)
@@ -65,6 +69,8 @@ class RegionConfig:
     name: str
     zones: tuple[str, ...]
     scale_groups: dict[str, ScaleGroupConfig] = field(default_factory=dict)
+    slurm: SlurmSite | None = None  # set when its groups use provider slurm
+    kubernetes: KubernetesSite | None = None  # set when its groups use provider kubernetes
 
 
 @dataclass(frozen=True)
@@ -140,7 +146,8 @@ class ClusterConfig:
 
 _GROUP_KEYS = ("accelerator_type", "accelerator_variant", "hosts_per_slice",
                "accelerators_per_host", "zones", "min_slices", "max_slices", "buffer_slices",
-               "preemptible", "spot", "priority", "runtime_version", "provider")
+               "preemptible", "spot", "priority", "runtime_version", "provider", "slurm",
+               "kubernetes")
 
 
 def _accelerator(sec: _Section) -> tuple[str, str | None, int, int]:
@@ -202,16 +209,23 @@ def _scale_group(data: Any, path: str, name: str, region: RegionConfig) -> Scale
     runtime = sec.get("runtime_version", str, None)
     if runtime is None and kind == "tpu":
         runtime = _DEFAULT_RUNTIME[tpu_shape(variant).family]
+    extra = {}
+    if provider == "slurm":
+        extra["slurm"] = _providers.slurm_group(_Section(sec.get(
+            "slurm", dict, {}), sec.key("slurm"), _providers.SLURM_GROUP_KEYS))
+    elif provider == "kubernetes":
+        extra["kubernetes"] = _providers.kubernetes_group(_Section(sec.get(
+            "kubernetes", dict, {}), sec.key("kubernetes"), _providers.KUBERNETES_GROUP_KEYS))
     return ScaleGroupConfig(
         name=name, region=region.name, accelerator_type=kind, accelerator_variant=variant,
         hosts_per_slice=hosts, accelerators_per_host=per_host, zones=zones, min_slices=lo,
         max_slices=hi, buffer_slices=buf, preemptible=preemptible, spot=spot,
         priority=sec.get("priority", int, 0), runtime_version=runtime, provider=provider,
-    )
+        **extra)
 
 
 def _region(data: Any, path: str, name: str, seen_groups: dict[str, str]) -> RegionConfig:
-    sec = _Section(data, path, ("zones", "scale_groups"))
+    sec = _Section(data, path, ("zones", "scale_groups", "slurm", "kubernetes"))
     zones = sec.zones("zones")
     if not zones:
         raise ConfigError(f"{sec.key('zones')}: list at least one zone")
@@ -231,6 +245,15 @@ def _region(data: Any, path: str, name: str, seen_groups: dict[str, str]) -> Reg
     if len(kinds) > 1:  # one region actor runs one provider for all its groups
         raise ConfigError(f"{sec.key('scale_groups')}: one region's groups must use one "
                           f"provider, got {', '.join(kinds)}")
+    _providers.provider_sections(kinds[0] if kinds else "", sec, {
+        groups.key(g): d for g, d in groups.data.items()})
+    if kinds == ["slurm"]:
+        region = replace(region, slurm=_providers.slurm_site(_Section(
+            sec.get("slurm", dict, {}), sec.key("slurm"), _providers.SLURM_SITE_KEYS)))
+    elif kinds == ["kubernetes"]:
+        region = replace(region, kubernetes=_providers.kubernetes_site(_Section(
+            sec.get("kubernetes", dict, {}), sec.key("kubernetes"),
+            _providers.KUBERNETES_SITE_KEYS)))
     return region
 
 

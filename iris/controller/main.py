@@ -114,17 +114,13 @@ def scaling_from_config(cluster: ClusterConfig, state_dir: Path) -> tuple[Region
 def _provider_factory(kind: str, cluster: ClusterConfig, region: str,
                       state_dir: Path) -> Callable[[str], Any]:
     def make(address: str) -> Any:
-        if kind == "local":
-            from iris.controller.providers.local import LocalProvider
-            return LocalProvider(address, state_dir / "hosts" / region, region)
-        if kind == "simulated":
-            from iris.base.clock import SYSTEM_CLOCK
-            from iris.controller.providers.simulated import SimulatedProvider
-            return SimulatedProvider(SYSTEM_CLOCK)
-        from iris.controller.providers.gcp_tpu import GcpTpuProvider
+        from iris.controller.providers.factory import make_provider
+
         # The controller made its token at start: its workers on other hosts need it.
-        token = tokens.read(state_dir / tokens.CLUSTER_TOKEN_FILE).hex()
-        return GcpTpuProvider.from_config(cluster, region, cluster_token=token)
+        token = "" if kind in ("local", "simulated") else tokens.read(
+            state_dir / tokens.CLUSTER_TOKEN_FILE).hex()
+        return make_provider(cluster, region, controller_address=address, cluster_token=token,
+                             local_root=state_dir / "hosts")
     return make
 
 

@@ -54,6 +54,9 @@ HEARTBEAT_S = 1.0
 # at most as many attempts as its cpus admit, and 128 covers that with stops to spare.
 # Threads are made only when needed and reused after (before: a new thread per operation).
 _EXECUTOR_THREADS = 128
+# Reports wait for a machine-end notice this long at most (Slurm: one squeue, then one call
+# to the controller, normally well under a second): past it the exits go out anyway.
+_NOTICE_HOLD_S = 5.0
 
 
 @actor
@@ -64,7 +67,8 @@ class Worker:
     def __init__(self, worker_id: str, controller_address: str, controller_key: str,
                  attributes: dict[str, str], root: Path, node: Node,
                  advertised: Resources, grace_s: float = 10.0, token: bytes | None = None,
-                 on_drain: Callable[[str], None] | None = None):
+                 task_env: tuple[tuple[str, str], ...] = (), gpu_devices: tuple[str, ...] = (),
+                 warm: bool = False, on_drain: Callable[[str], None] | None = None):
         self.worker_id = worker_id
         self._on_drain = on_drain  # asks this worker's process to stop (main.py)
         # While leaving (main.py's goodbye): (done, when to stop attempts here, when to give
@@ -75,7 +79,9 @@ class Worker:
         self._controller = (controller_address, controller_key)
         self._key = worker_key(worker_id)
         self._attributes = attributes
-        self._runner = AttemptRunner(RunnerConfig(root=root, grace_s=grace_s), advertised,
+        config = RunnerConfig(root=root, grace_s=grace_s, gpu_devices=gpu_devices)
+        config = dataclasses.replace(config, base_env=config.base_env + task_env)
+        self._runner = AttemptRunner(config, advertised,
                                      cgroups=cgroups.detect(), fetch_bundle=self._fetch_bundle)
         # Fencing (lease.py): the lease is renewed by every acknowledged report, and a
         # watchdog process that outlives this one stops the attempts when it lapses.
@@ -93,6 +99,8 @@ class Worker:
         if token is not None:
             node.grant(token, tokens.MEMBER)
         self._root = root
+        self._ending_since: float | None = None  # set by machine_ending (any thread)
+        self._warm = warm
         self._me = (os.getpid(), proc_start_ticks(os.getpid()) or 0)
         self._inbox = Inbox(self._wake)
         self._executor = ThreadPoolExecutor(_EXECUTOR_THREADS, f"iris-worker-{worker_id}")
@@ -147,7 +155,7 @@ class Worker:
         """Run what the executor sent, and report at once what ended (cast by the worker to
         itself when an attempt ends: the capacity it frees is wanted now)."""
         self._inbox.drain()
-        if self._registered and self._book.updates:
+        if self._registered and self._book.updates and not self._holding_reports():
             self._last_report = self._node.clock.monotonic()
             self._report()
 
@@ -162,6 +170,8 @@ class Worker:
         self._sampler.start()
         self._node.host(worker_inspect_key(self.worker_id), WorkerInspector,
                         (self._process_of, self._root / "inspect"))
+        if self._warm:  # off this turn: registration must not wait for it
+            self._executor.submit(self._runner.warm)
 
     def _process_of(self, attempt_id: str) -> AttemptProcess | None:
         """The running process of an attempt this worker holds (for its inspector)."""
@@ -181,7 +191,8 @@ class Worker:
                 self._last_report = now
                 self._register()
             return
-        if self._book.updates or now - self._last_report >= self._interval:
+        if (self._book.updates or now - self._last_report >= self._interval) and \
+                not self._holding_reports():
             self._last_report = now
             self._report()
 
@@ -211,6 +222,23 @@ class Worker:
                 _log.warning("worker %s: goodbye not delivered: %s", self.worker_id, exc)
         self._registered, self._left, self._leaving = False, True, None
         done.set()
+
+    def machine_ending(self, reason: str) -> None:
+        """Any thread, a signal handler too: this machine is being taken and its scheduler
+        signals the tasks directly (Slurm). Attempts that exit unasked from now on are
+        reported preempted, not failed (attempts.Ending); and reports wait (at most
+        _NOTICE_HOLD_S) until `notice_sent`, so the controller hears the notice, and drains
+        this worker, before an exit that would otherwise be placed back here. Not remote."""
+        self._ending_since = SYSTEM_CLOCK.monotonic()
+        self._inbox.post(self._on_event, attempts.Ending(reason))
+
+    def notice_sent(self) -> None:
+        """Any thread: the notice reached the controller (or failed to): report again."""
+        self._ending_since = None
+
+    def _holding_reports(self) -> bool:
+        since = self._ending_since
+        return since is not None and SYSTEM_CLOCK.monotonic() - since < _NOTICE_HOLD_S
 
     # ------------------------------------------------------------ the kernel and its effects
 

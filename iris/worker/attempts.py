@@ -21,7 +21,9 @@ An attempt held by this worker goes
     RUNNING    Stop                      RUNNING   BeginStop
     STARTING   StartFailed               gone      "exited" with why, Flush
     any        Exited                    gone      "exited", or "preempted" when the lease
-                                                   had lapsed (the watchdog fenced it), Flush
+                                                   had lapsed (the watchdog fenced it) or the
+                                                   machine is ending, Flush
+    (book)     Ending                    -         from now on an unasked exit is "preempted"
 
 A re-sent Start (reconcile) of an attempt held is a no-op; events about an attempt no longer
 held (a "running" that lost the race with its own exit) are dropped. Updates wait in
@@ -74,6 +76,9 @@ class Book:
     updates: OrderedDict[UpdateKey, tuple[int, control.AttemptUpdate]] = field(
         default_factory=OrderedDict)
     next_seq: int = 0
+    # Why the machine is going away, once its scheduler said so (Slurm's SIGTERM reaches
+    # the tasks as well as the worker): their exits are then the machine's end, not theirs.
+    ending: str = ""
 
     def lease_held(self, now: float) -> bool:
         return self.lease_until is None or now < self.lease_until
@@ -132,7 +137,13 @@ class Tick:
     pass
 
 
-Event = Start | Stop | LeaseRenewed | PhaseReached | StartFailed | Exited | Acked | Tick
+@dataclass(frozen=True)
+class Ending:
+    reason: str  # "Slurm SIGTERM to job 123"
+
+
+Event = (Start | Stop | LeaseRenewed | PhaseReached | StartFailed | Exited | Acked | Tick
+         | Ending)
 
 # ------------------------------------------------------------ effects
 
@@ -229,6 +240,9 @@ def _exited(book: Book, event: Exited, now: float) -> list[Effect]:
         _queue(book, event.attempt_id, "preempted", usage=event.usage, error=(
             f"stopped by fencing: no acknowledged report for {FENCE_AFTER_S:.0f} s "
             "(this worker was cut off from the controller)"))
+    elif book.ending:  # killed with its machine: spends the preemption budget, not failures
+        _queue(book, event.attempt_id, "preempted",
+               error=f"its machine is going away: {book.ending}")
     else:
         code = outcome.exit_code if outcome.exit_code is not None else _SIGKILL_EXIT_CODE
         error = failure_line(outcome)
@@ -237,6 +251,11 @@ def _exited(book: Book, event: Exited, now: float) -> list[Effect]:
         _queue(book, event.attempt_id, "exited", exit_code=code or 1, error=error,
                result=event.result, usage=event.usage)
     return [Flush()]
+
+
+def _ending(book: Book, event: Ending, now: float) -> list[Effect]:
+    book.ending = book.ending or event.reason
+    return []
 
 
 def _acked(book: Book, event: Acked, now: float) -> list[Effect]:
@@ -269,5 +288,5 @@ def _queue(book: Book, attempt_id: str, status: str, **fields: object) -> None:
 
 _HANDLERS: dict[type, Callable[[Book, object, float], list[Effect]]] = {
     Start: _start, Stop: _stop, LeaseRenewed: _lease_renewed, PhaseReached: _phase,
-    StartFailed: _start_failed, Exited: _exited, Acked: _acked, Tick: _tick,
+    StartFailed: _start_failed, Exited: _exited, Acked: _acked, Tick: _tick, Ending: _ending,
 }

@@ -35,6 +35,7 @@ from iris.base.errors import ConfigError, InvalidRequestError
 from iris.base.ids import new_id
 from iris.base.resources import Resources, tpu_shape
 from iris.worker import preemption_notice as notices
+from iris.worker import slurm_notice
 from iris.worker.actor import Worker
 
 _log = logging.getLogger(__name__)
@@ -111,6 +112,20 @@ def advertised_resources(attributes: dict[str, str]) -> Resources:
         raise ConfigError(f"worker attributes do not describe a host: {exc}") from exc
 
 
+def visible_gpus(advertised: Resources) -> tuple[str, ...]:
+    """The GPUs this worker was given, when its launcher chose them (Slurm's GRES, a
+    container runtime): CUDA_VISIBLE_DEVICES at start. Its tasks get subsets of these, by
+    their names, never the whole machine's 0..N-1. () = not set: 0..N-1 of the host."""
+    given = os.environ.get("CUDA_VISIBLE_DEVICES", "").strip()
+    if not advertised.gpu or not given:
+        return ()
+    names = tuple(d.strip() for d in given.split(",") if d.strip())
+    if len(names) < advertised.count:
+        raise ConfigError(f"this worker advertises {advertised.count} {advertised.gpu} GPUs "
+                          f"but CUDA_VISIBLE_DEVICES names {len(names)} ({given})")
+    return names
+
+
 def parse_attrs(pairs: list[str]) -> dict[str, str]:
     attrs = {}
     for pair in pairs:
@@ -147,7 +162,7 @@ def run_worker(controller: str, *, region: str = "local", attrs: dict[str, str] 
                bind: str = "tcp://127.0.0.1:0", keys_dir: str | None = None,
                grace_s: float = 10.0, ready: threading.Event | None = None,
                stop: threading.Event | None = None, token: bytes | None = None,
-               preemption_notice: str = "auto") -> None:
+               preemption_notice: str = "auto", warm: bool = False) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: "
                         "%(message)s")
     root = root or Path(os.environ.get("IRIS_WORKER_DIR", "/tmp/iris-worker"))
@@ -155,6 +170,12 @@ def run_worker(controller: str, *, region: str = "local", attrs: dict[str, str] 
     worker_id = _worker_id(root, worker_id)
     attributes = _host_attributes(region, attrs or {})
     advertised = advertised_resources(attributes)
+    gpu_devices = visible_gpus(advertised)
+    # Under Slurm, its SIGTERM is the notice (slurm_notice.py), and it reaches the tasks too.
+    slurm = preemption_notice == "slurm" or (preemption_notice == "auto"
+                                             and slurm_notice.in_slurm_job())
+    task_env = ((slurm_notice.ENV_NOTICE_WAIT, str(slurm_notice.NOTICE_WAIT_S)),) if slurm \
+        else ()
     token = token or tokens.from_env()  # read before any task could inherit it
     security = Security.load(keys_dir) if keys_dir else None
     node = Node(NodeConfig(bind=bind), security=security).start()
@@ -167,10 +188,15 @@ def run_worker(controller: str, *, region: str = "local", attrs: dict[str, str] 
         # host's traffic (issue 21); `iris worker list` is where workers are listed.
         hosted = node.host(worker_key(worker_id), Worker, (
             worker_id, controller, CONTROLLER_KEY, attributes, root, node, advertised,
-            grace_s, token), {"on_drain": lambda why: request_stop(stop, why)})
+            grace_s, token, task_env, gpu_devices, warm),
+            {"on_drain": lambda why: request_stop(stop, why)})
         responder = notices.NoticeResponder(node, controller, CONTROLLER_KEY, worker_id, root,
                                             token)
-        watcher = notices.start_watching(preemption_notice, responder)
+        worker = hosted.instance
+        watcher = slurm_notice.SlurmNotice(
+            responder, stop, on_signal=worker.machine_ending,
+            on_sent=worker.notice_sent).install() if slurm else \
+            notices.start_watching(preemption_notice, responder)
         print(f"worker {worker_id} serving at {node.address}", flush=True)
         if ready is not None:
             ready.set()

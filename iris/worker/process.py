@@ -53,6 +53,10 @@ class AttemptStartError(IrisError):
         self.exit_code = exit_code
 
 
+# Written into the attempt directory just before the worker's own SIGTERM.
+STOP_MARKER = "stop_requested"
+
+
 @dataclass(frozen=True)
 class AttemptSpec:
     """What to run an attempt in. `env` is the complete environment (nothing inherited)."""
@@ -283,6 +287,10 @@ class AttemptProcess:
             raise ValueError(f"grace_s must be >= 0, got {grace_s}")
         if not self._done.is_set():
             self._stop_requested = True
+            try:  # tells the task's SIGTERM handler no notice is coming (task_runtime)
+                (self.spec.attempt_dir / STOP_MARKER).touch()
+            except OSError:
+                pass
             self._signal_group(signal.SIGTERM)
             if not self._done.wait(grace_s):
                 self._kill_everything()

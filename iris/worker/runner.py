@@ -65,6 +65,9 @@ class RunnerConfig:
     use_zygote: bool = True  # callables fork from a per-env zygote (~4 ms vs ~100+ ms)
     base_env: tuple[tuple[str, str], ...] = field(default_factory=default_base_env)
     env_config: EnvConfig | None = None  # None: EnvConfig(root / "envs")
+    # The names of this host's GPUs as its tasks must see them (index i -> name), when its
+    # launcher gave the worker only some (Slurm's GRES: "4,5,6,7"); () = 0..N-1.
+    gpu_devices: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -105,7 +108,10 @@ class AttemptRunner:
         self.config = config
         self.attempts_root = config.root / "attempts"
         self.attempts_root.mkdir(parents=True, exist_ok=True)
-        self.envs = EnvironmentCache(config.env_config or EnvConfig(root=config.root / "envs"))
+        self.envs = EnvironmentCache(config.env_config or EnvConfig(
+            # Resolved: a venv's scripts and its .pth hold absolute paths, and `envs` may be a
+            # link to a cache that outlives this work dir (Slurm slices share one per node).
+            root=(config.root / "envs").resolve()))
         self.bundles = BundleCache(config.root / "bundles")
         self._cgroups = cgroups
         self._clock = clock
@@ -161,7 +167,9 @@ class AttemptRunner:
         task_env = env.activate({**dict(self.config.base_env), **req.env})
         if req.resources.gpu:
             # The GPUs this host gave the attempt (capacity.py), never another task's.
-            task_env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, devices))
+            names = self.config.gpu_devices
+            task_env["CUDA_VISIBLE_DEVICES"] = ",".join(
+                names[d] if d < len(names) else str(d) for d in devices)
         if req.payload is not None:
             task_env["IRIS_RESULT_PATH"] = str(attempt_dir / "result.pkl")
         spec = AttemptSpec(task_id=req.task_id, attempt=req.attempt, attempt_dir=attempt_dir,
@@ -250,6 +258,17 @@ class AttemptRunner:
     def free(self) -> dict[str, float]:
         with self._lock:
             return self._ledger.free()
+
+    def warm(self) -> None:
+        """Build (or find) the default environment and start its zygote now, so the first
+        callable task forks at once instead of paying an interpreter's start (a new Slurm
+        slice's first task: ~1 s on a loaded host). Blocks: run it off the actor's turn."""
+        if not self.config.use_zygote:
+            return
+        try:
+            self._zygotes.get(str(self.envs.get([]).python))
+        except (IrisError, OSError) as exc:  # the first task builds it, and says why
+            _log.warning("warming the default environment failed: %s", exc)
 
     def recover(self, adopt: bool | Callable[[AttemptRecord], bool] = False,
                 on_output_for: Callable[[AttemptRecord], OnOutput | None] | None = None,

@@ -104,8 +104,22 @@ def _notice() -> object | None:
     from iris.base.clock import SYSTEM_CLOCK
     from iris.worker.preemption_notice import read_notice
 
-    notice = read_notice(os.environ.get("IRIS_ATTEMPT_DIR", "")) \
-        if os.environ.get("IRIS_ATTEMPT_DIR") else None
+    attempt_dir = os.environ.get("IRIS_ATTEMPT_DIR", "")
+    notice = read_notice(attempt_dir) if attempt_dir else None
+    # Under Slurm the same SIGTERM reaches the worker and this task at once; the worker
+    # writes the notice within milliseconds (slurm_notice.py): wait that long for it.
+    try:
+        wait_s = float(os.environ.get("IRIS_NOTICE_WAIT_S", "0"))
+    except ValueError:
+        wait_s = 0.0
+    gate = threading.Event()
+    for _ in range(int(wait_s / 0.05) if attempt_dir and notice is None else 0):
+        if os.path.exists(os.path.join(attempt_dir, "stop_requested")):
+            break  # the worker's own stop, not Slurm's: no notice is coming
+        gate.wait(0.05)
+        notice = read_notice(attempt_dir)
+        if notice is not None:
+            break
     if notice is not None:
         print(f"[iris] preemption notice: {notice.reason}; "
               f"{notice.time_left(SYSTEM_CLOCK.wall()):.1f} s left; running on_preempt "

@@ -261,6 +261,25 @@ def test_decide_preempted_slice_deleted_and_replaced_while_demand_remains():
     assert len(creates(out)) == 1  # the demand persisted: replaced in the same decision
 
 
+def test_decide_draining_slice_retired_once_and_replaced_while_demand_remains():
+    f = make()
+    f.step({"v5e": 1}, dt=10)
+    f.step({"v5e": 1}, dt=10)
+    f.boot_all()
+    [sid] = f.alive()
+    f.busy = {sid}
+    s = f.slices[sid]
+    f.slices[sid] = SliceInfo(sid, s.group, s.zone, SliceState.READY, s.hosts,
+                              draining="Slurm node n2 is drained: fan")
+    out = f.step({"v5e": 1}, dt=1)
+    assert [(d.slice_id, d.cause) for d in deletes(out)] == [(sid, "drain")]
+    assert "retired: Slurm node n2" in deletes(out)[0].reason and deletes(out)[0].hosts
+    assert len(creates(out)) == 1  # the work it leaves unmet grows a replacement now
+    f.slices[sid] = SliceInfo(sid, s.group, s.zone, SliceState.READY, s.hosts,
+                              draining="Slurm node n2 is drained: fan")  # still listed
+    assert deletes(f.step({"v5e": 1}, dt=1)) == []  # decided once
+
+
 def test_decide_preempted_slice_not_replaced_without_demand():
     f = make()
     f.step({"v5e": 1}, dt=10)

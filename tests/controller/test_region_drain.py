@@ -93,3 +93,26 @@ def test_region_keeps_a_draining_slice_that_work_reached_first(region):
     r.sync([{"slice_id": info.slice_id, "hosts": hosts}], busy=hosts, unmet={})
     assert heard.get(timeout=30) == ("undrain", hosts)
     assert r._manager.settle(30) and len(provider.list_slices()) == 1
+
+
+def test_region_retires_a_draining_slice_after_its_work_ends_never_before(region):
+    r, clock, provider, heard = region
+    r.sync([], [], {"cpu": 1})
+    _step(r, clock)
+    [info] = provider.list_slices()
+    hosts = [h.host_id for h in info.hosts]
+    r.sync([{"slice_id": info.slice_id, "hosts": hosts}], busy=hosts, unmet={})
+    _step(r, clock, 5.0)
+    provider.drain(info.slice_id, "Slurm node n3 is drained: bad dimm")
+    for _ in range(3):
+        _step(r, clock, 5.0)
+    assert heard.get(timeout=30) == ("drain", hosts)  # no new work there from now on
+    for _ in range(4):  # long past the idle drain's timeout: a retirement waits for its work
+        r.sync([{"slice_id": info.slice_id, "hosts": hosts}], busy=hosts, unmet={})
+        _step(r, clock, 20.0)
+    assert heard.empty() and len(provider.list_slices()) == 1
+    retired = [d for d in r.stats()["capacity"]["decisions"] if d["action"] == "delete"]
+    assert "retired: Slurm node n3 is drained" in retired[-1]["reason"]
+    r.sync([{"slice_id": info.slice_id, "hosts": hosts}], [], {}, drained=hosts)
+    assert heard.get(timeout=30) == ("gone", hosts)
+    assert r._manager.settle(30) and provider.list_slices() == []

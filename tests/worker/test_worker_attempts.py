@@ -200,3 +200,13 @@ def test_events_about_attempts_never_held_change_nothing(event):
     before = (dict(book.held), list(book.updates), book.next_seq)
     assert handle(book, event) == []
     assert (dict(book.held), list(book.updates), book.next_seq) == before
+
+
+def test_exits_after_the_machine_is_ending_are_preemptions_not_failures():
+    book = running(running(leased(), "a1"), "a2")
+    handle(book, attempts.Ending("Slurm sent SIGTERM to job 7"))
+    handle(book, Exited("a1", classify_exit(143)))  # killed with its machine
+    handle(book, Exited("a2", classify_exit(0)))  # finished in time: still a success
+    assert updates(book)[-2:] == [
+        ("a1", "preempted", None, "its machine is going away: Slurm sent SIGTERM to job 7"),
+        ("a2", "exited", 0, "")]

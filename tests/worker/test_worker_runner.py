@@ -194,3 +194,19 @@ def test_runner_closed_while_a_start_is_preparing_never_launches_it(make_runner,
     starting.join(WAIT_S)
     assert refused and "the worker is stopping" in str(refused[0])
     assert runner.running() == {}
+
+
+def test_envs_linked_to_a_shared_cache_are_kept_by_their_real_path(tmp_path):
+    """A Slurm slice's work dir links `envs` to the node's cache, which outlives the slice:
+    venvs (absolute paths in their scripts and .pth) must name the cache, not the link, or
+    they break once the first slice's dir is removed (found by bench.slurm's 18th run)."""
+    shared = tmp_path / "cache"
+    shared.mkdir()
+    work = tmp_path / "slice-1" / "n1"
+    work.mkdir(parents=True)
+    (work / "envs").symlink_to(shared)
+    runner = AttemptRunner(RunnerConfig(root=work), Resources(cpu=1, memory=1 << 30))
+    try:
+        assert runner.envs.config.root == shared.resolve()
+    finally:
+        runner.close()

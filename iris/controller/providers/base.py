@@ -17,6 +17,9 @@ Contract every implementation keeps (tests/providers/test_provider_contract.py c
 - `delete_slice` of an unknown id is a no-op, so the autoscaler can retry after a crash.
 - `slice_status` of an unknown id reports NOT_FOUND rather than raising.
 - A preempted slice stays listed as PREEMPTED until deleted (it still counts against quota).
+- A READY slice may carry `draining` (why no new work should go there): its running work
+  finishes, then the autoscaler deletes it. Providers whose sites retire machines
+  gracefully (Slurm drains, Kubernetes cordons) report it; the others never set it.
 """
 
 from __future__ import annotations
@@ -60,6 +63,10 @@ class SliceInfo:
     state: SliceState
     hosts: tuple[HostInfo, ...] = ()
     detail: str = ""  # the provider's own words about the state, for operators
+    # Non-empty: the provider wants no new work placed on this slice, and why (a Slurm node
+    # drained by an admin, an allocation near its time limit, a cordoned Kubernetes node).
+    # The autoscaler drains the slice (its running work finishes) and then deletes it.
+    draining: str = ""
 
     @classmethod
     def not_found(cls, slice_id: str) -> SliceInfo:

@@ -36,6 +36,7 @@ class _Slice:
     hosts: tuple[HostInfo, ...]
     ready_at: float  # monotonic seconds
     preempt_at: float  # monotonic seconds; inf = never
+    draining: str = ""  # the site retires it (a Slurm node drained): why
 
     def state(self, now: float) -> SliceState:
         if now >= self.preempt_at:
@@ -44,7 +45,8 @@ class _Slice:
 
     def info(self, now: float) -> SliceInfo:
         return SliceInfo(slice_id=self.slice_id, group=self.group, zone=self.zone,
-                         state=self.state(now), hosts=self.hosts, detail="simulated")
+                         state=self.state(now), hosts=self.hosts, detail="simulated",
+                         draining=self.draining)
 
 
 class SimulatedProvider:
@@ -120,6 +122,14 @@ class SimulatedProvider:
                 raise NotFoundError(f"no simulated slice {slice_id}")
             when = self._clock.monotonic() if at is None else at
             record.preempt_at = min(record.preempt_at, when)
+
+    def drain(self, slice_id: str, why: str) -> None:
+        """The site retires the slice gracefully (SliceInfo.draining): no new work there."""
+        with self._lock:
+            record = self._slices.get(slice_id)
+            if record is None:
+                raise NotFoundError(f"no simulated slice {slice_id}")
+            record.draining = why
 
     def set_capacity(self, zone: str, hosts: int | None) -> None:
         """Limit `zone` to `hosts` hosts (0 = stock-out; None = unlimited). Existing slices stay."""

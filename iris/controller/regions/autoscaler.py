@@ -16,6 +16,9 @@ Create / Delete decisions. Rules:
 - Unmet demand that persists `scale_up_delay_s` creates slices, into the group's zones in
   config order, skipping zones in backoff. Groups offering the same host shape are
   alternatives for the same demand: the one of highest `priority` is grown first.
+- A READY slice the provider says is draining (a Slurm node drained, an allocation near its
+  time limit) is retired: Delete with cause "drain", which the region carries out once the
+  slice's hosts run nothing; demand it leaves unmet grows a replacement meanwhile.
 - Never more than `max_slices` alive (CREATING counted), never a voluntary delete below
   `min_slices`, `buffer_slices` idle slices kept warm; idle slices older than
   `scale_down_delay_s` idle are deleted, oldest idle first, and never a busy one.
@@ -57,6 +60,8 @@ class _Tracked:
     lost_since: float | None = None
     idle_since: float | None = None
     usage: SliceUsage = field(default_factory=lambda: SliceUsage(0, 0))
+    detail: str = ""  # the provider's words (Slurm's pending reason, ...)
+    draining: str = ""  # the provider wants no new work here: why
 
 
 @dataclass
@@ -157,6 +162,7 @@ class Autoscaler(AutoscalerReports):
                 t = self._slices[info.slice_id] = _Tracked(info.group, info.zone, now,
                                                            adopted=True)
             t.listed, t.state, t.zone = True, info.state, info.zone
+            t.detail, t.draining = info.detail, info.draining
             t.hosts = tuple(h.host_id for h in info.hosts) or t.hosts
             t.usage = usage.get(info.slice_id, SliceUsage(0, 0))
             if info.state is SliceState.READY:
@@ -199,6 +205,9 @@ class Autoscaler(AutoscalerReports):
                 out.append(self._delete(now, sid, t, "boot_timeout", self._boot_text(t, age)))
             elif t.lost_since is not None and now - t.lost_since >= cfg.host_lost_grace_s:
                 out.append(self._delete(now, sid, t, "lost_host", self._lost_text(t)))
+            elif t.draining and t.state is SliceState.READY:
+                # Its running work finishes first: the region drains, then deletes it.
+                out.append(self._delete(now, sid, t, "drain", f"retired: {t.draining}"))
         return out
 
     # ---- growing and shrinking -------------------------------------------------------

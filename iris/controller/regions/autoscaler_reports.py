@@ -73,11 +73,12 @@ class AutoscalerReports:
             slices = [{"slice_id": s, "zone": t.zone, "state": t.state.value,
                        "deleting": t.deleting, "hosts": self._host_count(t),
                        "registered": t.usage.registered, "busy": t.usage.busy,
-                       "age_s": now - t.born}
+                       "age_s": now - t.born, "detail": t.detail, "draining": t.draining}
                       for s, t in sorted(self._slices.items()) if t.group == g.name]
             backoff = {z: {"until_s": b.until - now, "reason": b.reason}
                        for (name, z), b in self._backoff.items() if name == g.name and b.until > now}
-            groups.append({"group": g.name, "accelerator": accelerator_keys(g)[0],
+            groups.append({"group": g.name, "provider": g.provider,
+                           "accelerator": accelerator_keys(g)[0],
                            "min": g.min_slices, "max": g.max_slices, "buffer": g.buffer_slices,
                            "priority": g.priority, "slices": slices, "backoff": backoff,
                            "cooldown_s": max(0.0, self._cooldown.get(g.name, now) - now),

@@ -242,10 +242,14 @@ class Region:
             if not isinstance(d, Delete):
                 continue
             if d.slice_id in self._manager.draining():
-                self._drain_started[d.slice_id] = now
+                if d.cause == "idle":  # a retirement waits as long as its work runs
+                    self._drain_started[d.slice_id] = now
                 drain.update(dict.fromkeys(d.hosts, d.slice_id))
             else:
                 gone.update({h: f"slice {d.slice_id} deleted: {d.reason}" for h in d.hosts})
+        for d in self._manager.take_vanished():
+            self._drain_started.pop(d.slice_id, None)
+            gone.update({h: f"slice {d.slice_id} ended while draining" for h in d.hosts})
         if drain:
             self._tell("drain_hosts", drain)
         for sid, started in list(self._drain_started.items()):
@@ -264,7 +268,7 @@ class Region:
                 self._drain_started.pop(sid, None)
                 self._manager.delete_drained(sid)
                 self._went({h: f"slice {sid} deleted: {d.reason}" for h in d.hosts}, now)
-            elif any(h in busy for h in d.hosts):
+            elif d.cause == "idle" and any(h in busy for h in d.hosts):
                 self._keep(sid, "work reached it before the drain")
 
     def _keep(self, slice_id: str, why: str) -> None:

@@ -68,7 +68,8 @@ class SliceManager:
         self._view: dict[str, SliceInfo] = {}
         self._creating: dict[str, tuple[str, str]] = {}  # slice id -> (group, zone)
         self._deleting: set[str] = set()
-        self._draining: dict[str, Delete] = {}  # idle deletes held for a drain
+        self._draining: dict[str, Delete] = {}  # idle / retire deletes held for a drain
+        self._vanished: list[Delete] = []  # held ones whose slice left the provider's view
         self._gen = 0  # counts completed creates and deletes
         # slice id -> (gen, info or None if deleted, when it completed)
         self._overlay: dict[str, tuple[int, SliceInfo | None, float]] = {}
@@ -86,8 +87,9 @@ class SliceManager:
              drain_idle: bool = False) -> list[Create | Delete]:
         """Fold in finished provider calls, decide, start the calls decided on; the
         decisions issued this tick (none until the first list of slices arrived).
-        `drain_idle`: idle deletes are not started but held, until the caller confirms
-        nothing will be placed on the slice (`delete_drained`) or keeps it (`keep`)."""
+        `drain_idle`: idle deletes (and retirements, cause "drain") are not started but
+        held, until the caller confirms nothing will be placed on the slice
+        (`delete_drained`) or keeps it (`keep`)."""
         if self._closed:
             raise RuntimeError("SliceManager.tick: the manager is closed")
         now = self._clock.monotonic()
@@ -95,13 +97,15 @@ class SliceManager:
         self._maybe_list(now)
         if not self._listed_once:
             return []
+        for sid in [s for s in self._draining if s not in self._view]:
+            self._vanished.append(self._draining.pop(sid))  # ended on its own meanwhile
         decisions = self._kernel.decide(now, self.slices(), usage, unmet)
         for d in decisions:
             if isinstance(d, Create):
                 self._creating[d.slice_id] = (d.group, d.zone)
                 self._run("create", d.slice_id, self._provider.create_slice,
                           self._groups[d.group], d.zone, d.slice_id)
-            elif drain_idle and d.cause == "idle":
+            elif drain_idle and d.cause in ("idle", "drain"):
                 self._draining[d.slice_id] = d
             else:
                 self._delete(d.slice_id)
@@ -110,6 +114,12 @@ class SliceManager:
     def draining(self) -> dict[str, Delete]:
         """Idle deletes held until their slice is drained (slice id -> decision)."""
         return dict(self._draining)
+
+    def take_vanished(self) -> list[Delete]:
+        """Held deletes whose slice the provider no longer lists (its hosts went with it),
+        each returned once."""
+        out, self._vanished = self._vanished, []
+        return out
 
     def delete_drained(self, slice_id: str) -> None:
         """Nothing will be placed on the slice any more: delete it now."""

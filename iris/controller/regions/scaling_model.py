@@ -74,7 +74,7 @@ class Delete:
     slice_id: str
     group: str
     reason: str  # for people: "idle 300 s", "preempted", "lost host h3", "boot timeout"
-    cause: str = ""  # for code: idle | preempted | failed | lost_host | boot_timeout
+    cause: str = ""  # for code: idle | preempted | failed | lost_host | boot_timeout | drain
     hosts: tuple[str, ...] = ()  # host ids of the slice: their attempts must be requeued
 
 

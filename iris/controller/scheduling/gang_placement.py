@@ -161,6 +161,11 @@ def _preempt_for_slices(fleet: Fleet, pre: Preemptor, ask: GangAsk, slices: list
 
 def _hosts_alike(fleet: Fleet, ask: GangAsk, max_regions: int) -> GangRequest | PendingReason:
     pool = fleet.pools.get(ask.pool, [])
+    if not pool:  # no host of the kind at all: growth can help (an empty GPU pool must
+        # scale up, as a single GPU task's does), a constraint cannot be the reason
+        accel = ask.shape.accelerator or "cpu"
+        return PendingReason(ReasonCode.NO_CAPACITY, f"no {accel} worker in any region",
+                             {"accelerator": accel, "hosts": ask.shape.hosts})
     matching, bad = fleet.matching(ask.shape.constraints, within=set(pool))
     if not matching:
         what = bad.describe() if bad else f"accelerator {ask.shape.accelerator or 'none'}"
