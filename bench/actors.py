@@ -54,12 +54,16 @@ _QUICK = dict(seconds=1.2, big_reps=3, new_reps=3)
 _CALL_TIMEOUT_S = 120.0
 
 
+PARTS = ("sync", "async", "big", "nn", "new")
+
+
 @dataclass(frozen=True)
 class Settings:
     n: int              # client processes = actor processes for n:n
     seconds: float      # steady-state measuring time per figure, s
     big_reps: int       # 64 MiB round trips measured (after one warm-up)
     new_reps: int       # new actors started and called once
+    parts: frozenset[str] = frozenset(PARTS)  # which figures to measure (--parts)
 
 
 # ---------------------------------------------------------------- measuring loops
@@ -163,19 +167,24 @@ def one_to_one(system: str, cfg: Settings, pids: list[int], async_pids: list[int
                call: Callable[[object], object], echo_round: Callable[[], object],
                aecho_round: Callable[[], object]) -> dict:
     """The 1:1 figures of one system; `pids` are the actor processes whose CPU counts too."""
-    step(f"{system} sync")
-    lat = measure_latency(lambda: call(SMALL), cfg.seconds, pids)
-    step(f"{system} async")
-    rate = measure_rate(echo_round, WINDOW, cfg.seconds, pids)
-    async_rate = measure_rate(aecho_round, WINDOW, cfg.seconds, async_pids)
-    step(f"{system} 64 MiB")
-    big = measure_big(call, cfg.big_reps)
-    return {"sync_median_us": lat["median_us"], "sync_p99_us": lat["p99_us"],
-            "sync_calls_s": lat["calls_s"], "sync_cpu_us": lat["cpu_us"],
-            "async_calls_s": rate["calls_s"], "async_cpu_us": rate["cpu_us"],
-            "async_method_calls_s": async_rate["calls_s"],
-            "async_method_cpu_us": async_rate["cpu_us"],
-            "big_gbps": big["gbps"], "big_rtt_ms": big["rtt_ms"]}
+    out: dict = {}
+    if "sync" in cfg.parts:
+        step(f"{system} sync")
+        lat = measure_latency(lambda: call(SMALL), cfg.seconds, pids)
+        out.update(sync_median_us=lat["median_us"], sync_p99_us=lat["p99_us"],
+                   sync_calls_s=lat["calls_s"], sync_cpu_us=lat["cpu_us"])
+    if "async" in cfg.parts:
+        step(f"{system} async")
+        rate = measure_rate(echo_round, WINDOW, cfg.seconds, pids)
+        async_rate = measure_rate(aecho_round, WINDOW, cfg.seconds, async_pids)
+        out.update(async_calls_s=rate["calls_s"], async_cpu_us=rate["cpu_us"],
+                   async_method_calls_s=async_rate["calls_s"],
+                   async_method_cpu_us=async_rate["cpu_us"])
+    if "big" in cfg.parts:
+        step(f"{system} 64 MiB")
+        big = measure_big(call, cfg.big_reps)
+        out.update(big_gbps=big["gbps"], big_rtt_ms=big["rtt_ms"])
+    return out
 
 
 # ---------------------------------------------------------------- Iris
@@ -246,10 +255,12 @@ def bench_iris(cfg: Settings, children: Children) -> dict:
             aecho_round=lambda: [f.result(_CALL_TIMEOUT_S)
                                  for f in [aecho(SMALL) for _ in range(WINDOW)]])
         actor.kill()
-        step("iris n:n")
-        out["nn_calls_s"] = _iris_nn(cfg, children, serve, env)
-        step("iris new actor")
-        out["new_actor_ms"] = _iris_new_actor(cfg, serve)
+        if "nn" in cfg.parts:
+            step("iris n:n")
+            out["nn_calls_s"] = _iris_nn(cfg, children, serve, env)
+        if "new" in cfg.parts:
+            step("iris new actor")
+            out["new_actor_ms"] = _iris_new_actor(cfg, serve)
     return out
 
 
@@ -315,9 +326,13 @@ def bench_zmq(cfg: Settings, children: Children) -> dict:
             return dealer.recv(copy=False).buffer
 
         step("raw pyzmq")
-        lat = measure_latency(lambda: call(SMALL), min(cfg.seconds, 2.0), [child.proc.pid])
-        big = measure_big(call, cfg.big_reps)
-        return {"zmq_sync_median_us": lat["median_us"], "zmq_big_gbps": big["gbps"]}
+        out = {}
+        if "sync" in cfg.parts:
+            lat = measure_latency(lambda: call(SMALL), min(cfg.seconds, 2.0), [child.proc.pid])
+            out["zmq_sync_median_us"] = lat["median_us"]
+        if "big" in cfg.parts:
+            out["zmq_big_gbps"] = measure_big(call, cfg.big_reps)["gbps"]
+        return out
     finally:
         dealer.close(linger=0)
         ctx.term()
@@ -378,13 +393,17 @@ def _ray_figures(ray, cfg: Settings) -> dict:
         aecho_round=lambda: ray.get([aecho.remote(SMALL) for _ in range(WINDOW)]))
     ray.kill(a)
     ray.kill(b)
-    step("ray n:n")
-    actors = [Echo.remote() for _ in range(cfg.n)]
-    clients = [Client.remote(actors) for _ in range(cfg.n)]
-    ray.get([c.run.remote(0.3) for c in clients])
-    out["nn_calls_s"] = combine_clients(ray.get([c.run.remote(cfg.seconds) for c in clients]))
-    for actor in [*actors, *clients]:
-        ray.kill(actor)
+    if "nn" in cfg.parts:
+        step("ray n:n")
+        actors = [Echo.remote() for _ in range(cfg.n)]
+        clients = [Client.remote(actors) for _ in range(cfg.n)]
+        ray.get([c.run.remote(0.3) for c in clients])
+        out["nn_calls_s"] = combine_clients(ray.get([c.run.remote(cfg.seconds)
+                                                     for c in clients]))
+        for actor in [*actors, *clients]:
+            ray.kill(actor)
+    if "new" not in cfg.parts:
+        return out
     step("ray new actor")
     times = []
     for _ in range(cfg.new_reps):
@@ -427,7 +446,22 @@ def print_table(figures: dict, cfg: Settings) -> None:
             ratio = f"{(mine / theirs if higher else theirs / mine):.2f}x"
         print(f"{label:36} {unit:>8} {fmt(mine):>12} {fmt(theirs):>12} {ratio:>7}")
     print(f"floor, raw pyzmq DEALER/ROUTER echo (no decoding, no copies): sync median "
-          f"{fmt(figures['zmq_sync_median_us'])} us, 64 MiB {fmt(figures['zmq_big_gbps'])} GB/s")
+          f"{fmt(figures.get('zmq_sync_median_us'))} us, 64 MiB "
+          f"{fmt(figures.get('zmq_big_gbps'))} GB/s")
+    for key, label in (("sync_vs_zmq", "Iris sync median / raw pyzmq's (goal <= 2)"),
+                       ("big_vs_zmq", "Iris 64 MiB GB/s / raw pyzmq's (goal >= 0.8)"),
+                       ("async_vs_ray", "Iris async calls/s / Ray's (goal >= 9)")):
+        if key in figures:
+            print(f"{label}: {figures[key]:.2f}")
+
+
+def goal_ratios(figures: dict) -> dict:
+    """The issue-32 goals as ratios to this run's floor and peer (when both were measured)."""
+    pairs = {"sync_vs_zmq": ("sync_median_us", "zmq_sync_median_us"),
+             "big_vs_zmq": ("big_gbps", "zmq_big_gbps"),
+             "async_vs_ray": ("async_calls_s", "ray_async_calls_s")}
+    return {name: figures[a] / figures[b] for name, (a, b) in pairs.items()
+            if figures.get(a) and figures.get(b)}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -435,6 +469,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="a run of under a minute")
     parser.add_argument("--only", choices=("iris", "ray"), help="measure one system only")
     parser.add_argument("--n", type=int, default=2, help="n:n clients and actors (default 2)")
+    parser.add_argument("--parts", default=",".join(PARTS),
+                        help=f"figures to measure, a comma list of {', '.join(PARTS)} (all)")
+    parser.add_argument("--seconds", type=float,
+                        help="steady-state time per figure, s (default 5; 1.2 with --quick)")
     parser.add_argument("--serve", metavar="NAME", help=argparse.SUPPRESS)
     parser.add_argument("--client", metavar="NAMES", help=argparse.SUPPRESS)
     parser.add_argument("--zmq-echo", action="store_true", help=argparse.SUPPRESS)
@@ -447,7 +485,15 @@ def main(argv: list[str] | None = None) -> None:
         return zmq_echo_main()
     if args.n < 1:
         parser.error(f"--n must be at least 1, got {args.n}")
-    cfg = Settings(n=args.n, **(_QUICK if args.quick else _FULL))
+    parts = frozenset(p.strip() for p in args.parts.split(",") if p.strip())
+    if not parts or not parts <= set(PARTS):
+        parser.error(f"--parts {args.parts!r}: expected a comma list of {', '.join(PARTS)}")
+    if args.seconds is not None and args.seconds <= 0:
+        parser.error(f"--seconds must be > 0, got {args.seconds}")
+    base = dict(_QUICK if args.quick else _FULL)
+    if args.seconds is not None:
+        base["seconds"] = args.seconds
+    cfg = Settings(n=args.n, parts=parts, **base)
     exit_cleanly_on_signals()
     started = time.perf_counter()
     figures: dict = {}
@@ -457,6 +503,7 @@ def main(argv: list[str] | None = None) -> None:
             figures.update(bench_iris(cfg, children))
     if args.only != "iris" and peer_installed():
         figures.update(bench_ray(cfg))
+    figures.update(goal_ratios(figures))
     print_table(figures, cfg)
     figures.update(n=cfg.n, quick=args.quick, small_arg_bytes=len(SMALL), big_bytes=BIG_BYTES,
                    window=WINDOW, wall_s=time.perf_counter() - started)

@@ -46,15 +46,21 @@ def _recv_frames(sock: zmq.Socket) -> list:
 # Frames below this are copied into the ZeroMQ message: cheaper than the zero-copy hand-off
 # (a Frame object and a release callback) up to about pyzmq's own copy_threshold of 64 KiB.
 _COPY_BELOW = 64 * 1024
+# pyzmq's Socket.send is a Python wrapper (for DRAFT sockets' routing_id and group keywords)
+# around its backend's, called with keywords: the backend's own, called positionally, costs
+# 0.35 us a 2-frame message against 0.93 us (bench/call_costs.py measures it).
+_zsend = zmq.backend.Socket.send
 
 
-def _send_frames(sock: zmq.Socket, frames: list) -> None:
-    """Send one message; small bytes (header, routing id) are copied, big frames are not."""
+def _send_frames(sock: zmq.Socket, frames: list, first: bytes | None = None) -> None:
+    """Send one message, `first` (a routing id) before `frames` if given; small bytes are
+    copied, big frames are not."""
+    if first is not None:
+        _zsend(sock, first, _NOBLOCK | _SNDMORE, True)  # may raise: nothing sent then
     last = len(frames) - 1
     for i, frame in enumerate(frames):
-        sock.send(frame, _NOBLOCK | _SNDMORE if i < last else _NOBLOCK,
-                  copy=type(frame) is bytes and len(frame) < _COPY_BELOW)
-
+        _zsend(sock, frame, _NOBLOCK | _SNDMORE if i < last else _NOBLOCK,
+               type(frame) is bytes and len(frame) < _COPY_BELOW)
 
 
 class NodeLoop:
@@ -112,7 +118,9 @@ class NodeLoop:
             local.track(call_id, fut, now)
             self._deadlines.push(now + timeout_s, call_id, local)
         self.stats.calls_sent += 1
-        self._on_request([LocalReturn(local), *(zmq.Frame(f) for f in frames)], INTERNAL)
+        # The frames as encoded, not copied: buffers reach the codec as the caller's own
+        # objects, which it reads through read-only views (codec._view).
+        self._on_request(LocalReturn(local), frames[0], frames[1:], INTERNAL)
         if oneway:
             fut.set_result(None)
 
@@ -132,10 +140,10 @@ class NodeLoop:
             frames = self._spill_reply(frames)
         if type(rid) is LocalReturn:  # an in-process call: straight back to its future
             rid.peer.heard(self.now())
-            self._on_reply(rid.peer, [zmq.Frame(f) for f in frames], self.now())
+            self._on_reply(rid.peer, frames[0], frames[1:], self.now())
             return
         try:
-            _send_frames(self._router, [rid, *frames])
+            _send_frames(self._router, frames, rid)
         except (zmq.Again, zmq.ZMQError):  # caller vanished or is flooding: it will time out
             self.stats.replies_dropped += 1
         self._router_dirty = True
@@ -165,26 +173,27 @@ class NodeLoop:
                 frames = _recv_frames(router)
             except zmq.Again:
                 return
+            if len(frames) < 2:
+                self.stats.malformed += 1
+                continue
             try:
-                self._on_request(frames)
+                self._on_request(frames[0].bytes, frames[1].bytes, frames[2:])
             except Exception:  # never let one message kill the loop
                 self.stats.malformed += 1
                 _log.exception("node %s: failed handling a request", self.id)
 
-    def _on_request(self, frames: list, role: str | None = None) -> None:
-        if len(frames) < 2:
-            self.stats.malformed += 1
-            return
-        rid = frames[0].bytes
-        buffers = frames[2:]
+    def _on_request(self, rid: bytes | LocalReturn, header: bytes, buffers: list,
+                    role: str | None = None) -> None:
+        """One CALL, CAST or PING: `rid` is who sent it (a ROUTER routing id, or LocalReturn
+        for an in-process call, whose `role` is INTERNAL)."""
         try:
             if buffers:
                 buffers = shm.resolve(buffers)
-            msg = messages.decode(frames[1].bytes, buffers)
+            msg = messages.decode(header, buffers)
         except ProtocolError as exc:
             self.stats.malformed += 1
             _log.debug("node %s dropped a malformed message: %s", self.id, exc)
-            peek = messages.peek_call(frames[1].bytes) if buffers else None
+            peek = messages.peek_call(header) if buffers else None
             if peek is not None and peek[0] == messages.CALL:  # say why, not time out
                 self.send_reply(rid, messages.encode_error(peek[1], messages.E_PROTOCOL,
                                                            str(exc)))
@@ -223,20 +232,19 @@ class NodeLoop:
                 now = self.now()
                 peer.heard(now)
             try:
-                self._on_reply(peer, frames, now)
+                self._on_reply(peer, frames[0].bytes, frames[1:], now)
             except Exception:
                 self.stats.malformed += 1
                 _log.exception("node %s: failed handling a reply from %s", self.id, peer.address)
 
-    def _on_reply(self, peer: Peer, frames: list, now: float) -> None:
-        buffers = frames[1:]
+    def _on_reply(self, peer: Peer, header: bytes, buffers: list, now: float) -> None:
         try:
             if buffers:
                 buffers = shm.resolve(buffers)
-            msg = messages.decode(frames[0].bytes, buffers)
+            msg = messages.decode(header, buffers)
         except ProtocolError as exc:
             self.stats.malformed += 1
-            peek = messages.peek_call(frames[0].bytes) if buffers else None
+            peek = messages.peek_call(header) if buffers else None
             fut = peer.pending.pop(peek[1], None) if peek else None
             if fut is not None:  # its buffers are gone (shared memory of a dead sender)
                 fut.set_exception(ProtocolError(f"reply of {fut.actor}.{fut.method} from "

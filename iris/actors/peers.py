@@ -183,7 +183,3 @@ class LocalReturn:
 
     def __init__(self, peer: LocalPeer):
         self.peer = peer
-
-    @property
-    def bytes(self) -> LocalReturn:  # read where a ROUTER frame's routing id would be
-        return self

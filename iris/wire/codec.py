@@ -201,7 +201,9 @@ def _numpy() -> Any:
 
 
 def _view(frame: Any) -> memoryview:
-    return frame.buffer if hasattr(frame, "buffer") else memoryview(frame)
+    """A ZeroMQ Frame's memory, or a read-only view of any other buffer (a shared-memory
+    view, or an in-process caller's own bytearray or array, which the callee must not write)."""
+    return frame.buffer if hasattr(frame, "buffer") else memoryview(frame).toreadonly()
 
 
 def _no_frames(code: int, data: bytes) -> Any:
