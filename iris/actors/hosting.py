@@ -17,9 +17,10 @@ import threading
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from queue import Empty, SimpleQueue
+from queue import Empty
 from typing import TYPE_CHECKING, Any
 
+from iris.actors import wakers
 from iris.actors.batching import Batch
 from iris.actors.current import context, current_context
 from iris.base.errors import OverloadedError, ProtocolError
@@ -107,7 +108,7 @@ class HostedActor:
         self.spec = spec
         self.instance: Any = None
         self._cluster = cluster
-        self._queue: SimpleQueue = SimpleQueue()
+        self._queue = wakers.Mailbox()
         self._started = threading.Event()
         self._start_error: BaseException | None = None
         self._stopping = False
@@ -176,9 +177,9 @@ class HostedActor:
             # the drain does not end, and a batch waiting for it went past its callers'
             # deadlines (a livelock at 2,000 hosts). It grows while the actor is busy.
             if batch.add(self, rid, call, deadline):
-                self._queue.put(batch)
+                self._queue.put(batch, self.node.defer_wakes)
         elif not is_async:
-            self._queue.put((rid, call, deadline))
+            self._queue.put((rid, call, deadline), self.node.defer_wakes)
         elif self._async_running < self._max_async:
             self._start_async(rid, call, deadline)
         else:
@@ -351,8 +352,8 @@ class HostedActor:
             result = method(*args, **kwargs)
         except BaseException as exc:
             return self._reply_exception(rid, call, exc, at_call_site=True, via_post=True)
-        if not call.oneway:
-            node.post_reply(rid, self._encode_result(call, result))
+        if not call.oneway:  # idle: nothing queued, so this thread sleeps next
+            node.post_reply(rid, self._encode_result(call, result), idle=self._queue.empty())
 
     def _cancel_async(self) -> None:
         def cancel_all() -> None:

@@ -23,7 +23,7 @@ from typing import Any
 import uvloop
 import zmq
 
-from iris.actors import shm, shm_scope
+from iris.actors import shm, shm_scope, wakers
 from iris.actors.config import NodeConfig
 from iris.actors.future import ActorFuture
 from iris.actors.hosting import HostedActor, spec_of
@@ -81,6 +81,8 @@ class Node(NodeLoop):
         self._deadlines = DeadlineQueue()
         self._outbox: collections.deque = collections.deque()
         self._wake_pending = False
+        self._waker = wakers.Waker()  # wakes the loop without the GIL (post_reply, idle=True)
+        self._wakes_due: list = []  # Wakers to wake when this pass of the loop ends
         self._dirty_peers: set[Peer] = set()
         self._router_dirty = False
         self._drain_scheduled = False
@@ -148,6 +150,7 @@ class Node(NodeLoop):
             return
         self._shm_replies = bool(self._shm_min) and shm_scope.same_host(self.address)
         self.loop.add_reader(self._router.getsockopt(zmq.FD), self._drain_router)
+        self.loop.add_reader(self._waker.fileno(), self._on_waker)
         self.loop.call_later(self.config.sweep_interval_s, self._sweep)
         self._ready.set()
         try:
@@ -178,10 +181,12 @@ class Node(NodeLoop):
                 peer.close()
             self._peers.clear()
             self._pool.close()
+            self.loop.remove_reader(self._waker.fileno())  # its fd closes with the node
             if self._router is not None:
                 self.loop.remove_reader(self._router.getsockopt(zmq.FD))
                 self._router.close(linger=0)
         finally:
+            self._wake_due_now()  # threads waiting on the calls failed above: the loop ends
             self.loop.stop()
             done.set()
 
@@ -254,7 +259,7 @@ class Node(NodeLoop):
         call a control-plane role at the receiver."""
         timeout_s = self.config.default_timeout_s if timeout_s is None else timeout_s
         call_id = next(self._call_ids)
-        fut = outer = ActorFuture(actor, method, address, self._loop_thread_id)
+        fut = outer = self._future(actor, method, address)
         try:
             frames = messages.encode_call(call_id, actor, method, int(timeout_s * 1000),
                                           args, kwargs or {}, oneway, auth)
@@ -293,7 +298,7 @@ class Node(NodeLoop):
             if not self._shares_with(address):
                 futs.append(self.call(address, key, method, args, kwargs, timeout_s=timeout_s))
                 continue
-            outer = ActorFuture(key, method, address, self._loop_thread_id)
+            outer = self._future(key, method, address)
             futs.append(outer)
             call_id = next(self._call_ids)
             try:
@@ -325,10 +330,25 @@ class Node(NodeLoop):
                                   timeout_s, False)
         return futs
 
-    def _post(self, fn: Callable, *args: Any) -> None:
+    def _future(self, actor: str, method: str, address: str) -> ActorFuture:
+        return ActorFuture(actor, method, address, self._loop_thread_id, self.defer_wakes)
+
+    def defer_wakes(self, due: list) -> None:
+        """(Loop thread) Wake these Wakers when this pass of the loop ends: a thread woken in
+        the middle of a drain takes the GIL and holds the rest of the drain up."""
+        self._wakes_due.extend(due)
+        self._schedule_drain()
+
+    def _post(self, fn: Callable, *args: Any, idle: bool = False) -> None:
+        """Run fn(*args) on the loop. `idle`: the posting thread sleeps right after, so wake
+        the loop without the GIL (wakers.py says why); otherwise wake it holding the GIL, and
+        the poster goes on adding to the same batch (a caller sending many calls)."""
         self._outbox.append((fn, args))
         if not self._wake_pending:
             self._wake_pending = True
+            if idle:
+                self._waker.wake()
+                return
             try:
                 self.loop.call_soon_threadsafe(self._flush_outbox)
             except RuntimeError:  # loop closed: the node stopped under a racing caller
@@ -341,13 +361,13 @@ class Node(NodeLoop):
         else:
             self._post(fn, *args)
 
-    def post_reply(self, rid: bytes, frames: list) -> None:
+    def post_reply(self, rid: bytes, frames: list, idle: bool = False) -> None:
         """Send a reply from another thread (a big one is copied to shared memory here, off
-        the loop)."""
+        the loop). `idle`: that thread has nothing else queued (see _post)."""
         if len(frames) > 1 and self._shm_replies and type(rid) is bytes \
                 and shm_scope.shares_with_caller(rid):
             frames = self._spill_reply(frames)
-        self._post(self.send_reply, rid, frames, True)
+        self._post(self.send_reply, rid, frames, True, idle=idle)
 
     # ------------------------------------------------------------ shared memory
 
@@ -363,7 +383,7 @@ class Node(NodeLoop):
         unless the callee refused the segment as from another PID namespace; then the call
         (not run: refused while decoding) goes again through the socket, and so will every
         later one to that address."""
-        first = ActorFuture(outer.actor, outer.method, outer.address, self._loop_thread_id)
+        first = self._future(outer.actor, outer.method, outer.address)
 
         def done(_: ActorFuture) -> None:
             error = first.exception()

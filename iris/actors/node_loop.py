@@ -33,6 +33,41 @@ _SNDMORE = int(zmq.SNDMORE)
 _STALL_S = 1.0
 
 
+_zget = zmq.backend.Socket.get
+_EVENTS = zmq.EVENTS
+_POLLIN = int(zmq.POLLIN)
+
+
+def _waiting(sock: zmq.Socket) -> bool:
+    """Is a message waiting on `sock`? (ZMQ_EVENTS; False once the socket is closed.)"""
+    try:
+        return bool(_zget(sock, _EVENTS) & _POLLIN)
+    except zmq.ZMQError:
+        return False
+
+
+def _messages(sock: zmq.Socket, ask_first: bool):
+    """Every message waiting on `sock`, as frames. "Anything waiting?" costs 6-7 us asked
+    with ZMQ_EVENTS and 11-25 us asked by a recv that fails (pyzmq builds and raises an
+    Again each time; bench/call_costs.py), so it is asked that way before the first recv
+    when nothing may be there (`ask_first`: a check after our own sends), and after the
+    first message (one a wake-up is the 1:1 call's case). A burst is then read until Again.
+    """
+    if ask_first and not _waiting(sock):
+        return
+    first = True
+    while True:
+        try:
+            frames = _recv_frames(sock)
+        except zmq.Again:
+            return
+        yield frames
+        if first:
+            first = False
+            if not _waiting(sock):
+                return
+
+
 def _recv_frames(sock: zmq.Socket) -> list:
     """One whole message as zmq Frames; raises zmq.Again when none is waiting."""
     frame = sock.recv(_NOBLOCK, copy=False)
@@ -65,6 +100,10 @@ def _send_frames(sock: zmq.Socket, frames: list, first: bytes | None = None) -> 
 
 class NodeLoop:
     """Node's loop-thread methods (see the module docstring)."""
+
+    def _on_waker(self) -> None:
+        self._waker.clear()
+        self._flush_outbox()
 
     def _flush_outbox(self) -> None:
         self._wake_pending = False
@@ -155,24 +194,30 @@ class NodeLoop:
             self.loop.call_soon(self._drain_dirty)
 
     def _drain_dirty(self) -> None:
+        """The end of a pass: drain what we sent on, then wake the threads handed work."""
         self._drain_scheduled = False
         if self._router_dirty:
             self._router_dirty = False
-            self._drain_router()
+            self._drain_router(ask_first=True)
         if self._dirty_peers:
             dirty, self._dirty_peers = self._dirty_peers, set()
             for peer in dirty:
-                self.drain_peer(peer)
+                self.drain_peer(peer, ask_first=True)
+        if self._wakes_due:
+            self._wake_due_now()
 
-    def _drain_router(self) -> None:
+    def _wake_due_now(self) -> None:
+        due, self._wakes_due = self._wakes_due, []
+        for waker in due:
+            waker.wake()
+
+    def _drain_router(self, ask_first: bool = False) -> None:
+        """Handle every request waiting on the ROUTER (its FD fired, or `ask_first`: we sent
+        on it, see the module docstring)."""
         router = self._router
         if router is None or router.closed:
             return
-        while True:
-            try:
-                frames = _recv_frames(router)
-            except zmq.Again:
-                return
+        for frames in _messages(router, ask_first):
             if len(frames) < 2:
                 self.stats.malformed += 1
                 continue
@@ -218,16 +263,13 @@ class NodeLoop:
         else:
             self.stats.malformed += 1  # replies belong on DEALERs, not here
 
-    def drain_peer(self, peer: Peer) -> None:
+    def drain_peer(self, peer: Peer, ask_first: bool = False) -> None:
+        """Handle every reply waiting on the peer's DEALER (as _drain_router)."""
         dealer = peer.dealer
         if dealer.closed:
             return
         now = None
-        while True:
-            try:
-                frames = _recv_frames(dealer)
-            except zmq.Again:
-                return
+        for frames in _messages(dealer, ask_first):
             if now is None:
                 now = self.now()
                 peer.heard(now)
@@ -298,7 +340,7 @@ class NodeLoop:
         self._note_stall(now)
         for address, peer in list(self._peers.items()):
             if not peer.check_liveness(now, cfg.heartbeat_interval_s, cfg.peer_dead_after_s):
-                self.drain_peer(peer)  # an answer read late is not silence
+                self.drain_peer(peer, ask_first=True)  # an answer read late is not silence
                 if peer.check_liveness(now, cfg.heartbeat_interval_s, cfg.peer_dead_after_s):
                     continue
                 peer.fail_all(f"no reply or heartbeat for {cfg.peer_dead_after_s} s "
