@@ -25,6 +25,7 @@ import cloudpickle
 import msgpack
 
 from iris.base.errors import ProtocolError
+from iris.wire import copies
 
 FORMAT_MSGPACK = 0
 FORMAT_PICKLE = 1
@@ -169,9 +170,9 @@ def _ext_hook_for(frames: list) -> Any:
             raise ProtocolError(f"buffer marker {code}/{index} does not match {len(frames)} frames")
         view = _view(frames[index])
         if code == _EXT_BYTES:
-            return bytes(view)
+            return copies.to_bytes(view)
         if code == _EXT_BYTEARRAY:
-            return bytearray(view)
+            return copies.to_bytearray(view)
         return view
 
     return hook
