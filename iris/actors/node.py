@@ -86,6 +86,7 @@ class Node(NodeLoop):
         self._dirty_peers: set[Peer] = set()
         self._router_dirty = False
         self._drain_scheduled = False
+        self._in_pass = False  # a loop callback runs; it ends with _end_pass (node_loop.py)
         self._call_ids = itertools.count(1)
         self._stopped = False
         self._grants: dict[bytes, str] = {}  # auth token -> the role its calls hold here
@@ -149,7 +150,7 @@ class Node(NodeLoop):
             self._ready.set()
             return
         self._shm_replies = bool(self._shm_min) and shm_scope.same_host(self.address)
-        self.loop.add_reader(self._router.getsockopt(zmq.FD), self._drain_router)
+        self.loop.add_reader(self._router.getsockopt(zmq.FD), self._on_router_readable)
         self.loop.add_reader(self._waker.fileno(), self._on_waker)
         self.loop.call_later(self.config.sweep_interval_s, self._sweep)
         self._ready.set()

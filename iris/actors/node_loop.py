@@ -101,20 +101,41 @@ def _send_frames(sock: zmq.Socket, frames: list, first: bytes | None = None) -> 
 class NodeLoop:
     """Node's loop-thread methods (see the module docstring)."""
 
+    # A pass is one callback of the loop (posted work, a socket readable, the sweep). What it
+    # leaves to do is done when it ends (_end_pass), not in a callback of its own: each extra
+    # callback is another turn of the loop (an epoll_wait) before a woken thread can run.
+
     def _on_waker(self) -> None:
         self._waker.clear()
         self._flush_outbox()
 
     def _flush_outbox(self) -> None:
-        self._wake_pending = False
-        outbox = self._outbox
-        while outbox:
-            fn, args = outbox.popleft()
-            try:
-                fn(*args)
-            except Exception:
-                _log.exception("node %s: posted work %s failed", self.id, fn)
-        self._drain_dirty()
+        self._in_pass = True
+        try:
+            self._wake_pending = False
+            outbox = self._outbox
+            while outbox:
+                fn, args = outbox.popleft()
+                try:
+                    fn(*args)
+                except Exception:
+                    _log.exception("node %s: posted work %s failed", self.id, fn)
+        finally:
+            self._end_pass()
+
+    def _on_router_readable(self) -> None:
+        self._in_pass = True
+        try:
+            self._drain_router()
+        finally:
+            self._end_pass()
+
+    def on_peer_readable(self, peer: Peer) -> None:
+        self._in_pass = True
+        try:
+            self.drain_peer(peer)
+        finally:
+            self._end_pass()
 
     def _send_call(self, address: str, call_id: int, fut: ActorFuture, frames: list,
                    timeout_s: float, oneway: bool) -> None:
@@ -189,22 +210,34 @@ class NodeLoop:
         self._schedule_drain()
 
     def _schedule_drain(self) -> None:
-        if not self._drain_scheduled:
+        """Make sure _end_pass runs: at the end of this pass, or as a pass of its own when
+        the caller is not in one (an async method's task, a timer)."""
+        if not self._in_pass and not self._drain_scheduled:
             self._drain_scheduled = True
             self.loop.call_soon(self._drain_dirty)
 
     def _drain_dirty(self) -> None:
-        """The end of a pass: drain what we sent on, then wake the threads handed work."""
         self._drain_scheduled = False
-        if self._router_dirty:
-            self._router_dirty = False
-            self._drain_router(ask_first=True)
-        if self._dirty_peers:
-            dirty, self._dirty_peers = self._dirty_peers, set()
-            for peer in dirty:
-                self.drain_peer(peer, ask_first=True)
-        if self._wakes_due:
-            self._wake_due_now()
+        self._in_pass = True
+        self._end_pass()
+
+    def _end_pass(self) -> None:
+        """Drain the sockets this pass sent on (their FD is edge-triggered: a send can take
+        the notice of a message that arrived), then wake the threads it handed work."""
+        try:
+            if self._router_dirty:
+                self._router_dirty = False
+                self._drain_router(ask_first=True)
+            if self._dirty_peers:
+                dirty, self._dirty_peers = self._dirty_peers, set()
+                for peer in dirty:
+                    self.drain_peer(peer, ask_first=True)
+        finally:
+            self._in_pass = False
+            if self._router_dirty or self._dirty_peers:  # sent while draining: once more
+                self._schedule_drain()
+            if self._wakes_due:
+                self._wake_due_now()
 
     def _wake_due_now(self) -> None:
         due, self._wakes_due = self._wakes_due, []
