@@ -284,7 +284,8 @@ class Node(NodeLoop):
         if threading.get_ident() == self._loop_thread_id:
             self._send_call(address, call_id, fut, frames, timeout_s, oneway)
         else:
-            self._post(self._send_call, address, call_id, fut, frames, timeout_s, oneway)
+            self._post(self._send_call, address, call_id, fut, frames, timeout_s, oneway,
+                       idle=not oneway and wakers.this_thread().follows(outer))
         return outer
 
     def call_many(self, targets: list[tuple[str, str]], method: str, args: tuple = (),

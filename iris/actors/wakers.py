@@ -29,12 +29,22 @@ class Waker:
     """An eventfd one thread sleeps on and any thread wakes. A wake that finds nobody
     waiting is kept (the next wait returns at once), so waiters re-check their condition."""
 
-    __slots__ = ("_fd", "_poll", "__weakref__")
+    __slots__ = ("_fd", "_poll", "_last_call", "__weakref__")
 
     def __init__(self) -> None:
         self._fd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
         self._poll = select.poll()
         self._poll.register(self._fd, select.POLLIN)
+        self._last_call: Any = None  # the future of this thread's last call (follows())
+
+    def follows(self, call: Any) -> bool:
+        """Record `call` (a future) as this thread's latest; True if the one before it is
+        done: a thread that waits for each answer (a 1:1 caller), which will sleep on this
+        call next and is best woken without the GIL (Node._post, idle). With a call still
+        in flight it is sending a batch, which the loop takes whole when woken the other
+        way."""
+        last, self._last_call = self._last_call, call
+        return last is None or last.done()
 
     def fileno(self) -> int:
         return self._fd
