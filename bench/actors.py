@@ -22,6 +22,8 @@ then Ray, started with `ray.init(num_cpus=N)`. Both sides run the same loops:
 - CPU per call: user + system CPU of the caller's process and the actor's process over the
   measured calls, divided by the calls. This machine is shared, so calls/s moves with the
   neighbours' load; CPU per call barely does.
+- in-process (`--parts local`, Iris only): the sync and async loops to an actor hosted in
+  the caller's own process, whose calls go through its mailbox instead of a socket.
 - floor: a bare pyzmq DEALER/ROUTER echo in a child process, measured with the same loops,
   so a reader can tell a slow machine from a slow runtime.
 
@@ -54,7 +56,7 @@ _QUICK = dict(seconds=1.2, big_reps=3, new_reps=3)
 _CALL_TIMEOUT_S = 120.0
 
 
-PARTS = ("sync", "async", "big", "nn", "new")
+PARTS = ("sync", "async", "big", "nn", "new", "local")
 
 
 @dataclass(frozen=True)
@@ -255,6 +257,8 @@ def bench_iris(cfg: Settings, children: Children) -> dict:
             aecho_round=lambda: [f.result(_CALL_TIMEOUT_S)
                                  for f in [aecho(SMALL) for _ in range(WINDOW)]])
         actor.kill()
+        if "local" in cfg.parts:
+            out.update(_iris_local(cfg))
         if "nn" in cfg.parts:
             step("iris n:n")
             out["nn_calls_s"] = _iris_nn(cfg, children, serve, env)
@@ -262,6 +266,23 @@ def bench_iris(cfg: Settings, children: Children) -> dict:
             step("iris new actor")
             out["new_actor_ms"] = _iris_new_actor(cfg, serve)
     return out
+
+
+def _iris_local(cfg: Settings) -> dict:
+    """The sync and async loops to an actor hosted in this very process (calls go through
+    its mailbox, not a socket); figures prefixed `local_`."""
+    import iris
+
+    _iris_echo_class().serve("local-echo")
+    echo = iris.resolve("local-echo", timeout=60).echo
+    step("iris in-process sync")
+    lat = measure_latency(lambda: echo(SMALL).result(_CALL_TIMEOUT_S), cfg.seconds, [])
+    step("iris in-process async")
+    rate = measure_rate(lambda: [f.result(_CALL_TIMEOUT_S)
+                                 for f in [echo(SMALL) for _ in range(WINDOW)]],
+                        WINDOW, cfg.seconds, [])
+    return {"local_sync_median_us": lat["median_us"], "local_sync_cpu_us": lat["cpu_us"],
+            "local_async_calls_s": rate["calls_s"], "local_async_cpu_us": rate["cpu_us"]}
 
 
 def _iris_nn(cfg: Settings, children: Children, serve, env: dict) -> float:
@@ -430,6 +451,8 @@ _ROWS = [
     ("async_method_calls_s", "1:1 async, async def method", "calls/s", True),
     ("async_method_cpu_us", "  CPU per call (both sides)", "us", False),
     ("nn_calls_s", "n:n async (N clients x N actors)", "calls/s", True),
+    ("local_sync_median_us", "in-process sync call, median", "us", False),
+    ("local_async_calls_s", "in-process async, 1,000 in flight", "calls/s", True),
     ("big_gbps", "64 MiB echo (2x64 MiB / rtt)", "GB/s", True),
     ("big_rtt_ms", "64 MiB echo round trip", "ms", False),
     ("new_actor_ms", "new actor until first reply", "ms", False),

@@ -114,6 +114,9 @@ class Mailbox:
         Node.defer_wakes) when the loop's pass ends."""
         self._items.append(item)
         if self._sleeping:  # read after the append: see get()
+            # Claim the wake: later puts before the taker runs must not each wake it again
+            # (a loop dispatching a burst did one write per call, each a GIL hand-off).
+            self._sleeping = False
             if defer is None:
                 self._waker.wake()
             else:
