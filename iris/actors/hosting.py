@@ -337,12 +337,16 @@ class HostedActor:
         if started > deadline:
             return self._reply_late(rid, call, via_post=True)
         try:
-            self._handle_sync(rid, call)
+            frames = self._handle_sync(rid, call)
         finally:
             self.handled_sync.observe(self.node.now() - started)
+        if frames is not None:  # idle: nothing queued, so this thread sleeps next
+            self.node.post_reply(rid, frames, idle=self._queue.empty())
 
-    def _handle_sync(self, rid: bytes, call: messages.Call) -> None:
-        node = self.node
+    def _handle_sync(self, rid: bytes, call: messages.Call) -> list | None:
+        """The reply's frames, or None when there is none to send or it went already (an
+        error). Sent by the caller after its bookkeeping: the reply is the last thing this
+        thread does before it sleeps, so the loop it wakes finds the GIL free."""
         try:
             args, kwargs = messages.call_arguments(call)
         except ProtocolError as exc:
@@ -352,8 +356,7 @@ class HostedActor:
             result = method(*args, **kwargs)
         except BaseException as exc:
             return self._reply_exception(rid, call, exc, at_call_site=True, via_post=True)
-        if not call.oneway:  # idle: nothing queued, so this thread sleeps next
-            node.post_reply(rid, self._encode_result(call, result), idle=self._queue.empty())
+        return None if call.oneway else self._encode_result(call, result)
 
     def _cancel_async(self) -> None:
         def cancel_all() -> None:

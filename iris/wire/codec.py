@@ -71,7 +71,8 @@ def _deep_lift(value: Any, buffers: list) -> Any:
 def lift_call_buffers(args: tuple, kwargs: dict, buffers: list) -> list:
     """[args, kwargs] with their top-level big buffers lifted into `buffers`."""
     for arg in args:
-        if type(arg) in _BIG_TYPES:
+        kind = type(arg)
+        if kind in _BIG_TYPES and (kind is not bytes or len(arg) >= OOB_MIN_BYTES):
             break
     else:
         if not kwargs:  # the common small call: no comprehension, no per-item checks
