@@ -59,6 +59,8 @@ class Node(NodeLoop):
         self.config = config or NodeConfig()
         self.security = security
         self.clock = clock
+        # The clock's own function (no method around it): read a few times on every call.
+        self.now: Callable[[], float] = clock.monotonic
         self.id = new_id("node-")
         self.address = ""
         self.stats = NodeStats()
@@ -201,9 +203,6 @@ class Node(NodeLoop):
         if kind == zmq.DEALER and self.security:
             self.security.configure_client(sock)
         return sock
-
-    def now(self) -> float:
-        return self.clock.monotonic()
 
     def in_loop_thread(self) -> bool:
         return threading.get_ident() == self._loop_thread_id

@@ -191,7 +191,8 @@ class NodeLoop:
             return False
         finally:
             self._dirty_peers.add(peer)
-            self._schedule_drain()
+            if not self._in_pass:
+                self._schedule_drain()
         return True
 
     def send_reply(self, rid: bytes, frames: list, spilled: bool = False) -> None:
@@ -207,7 +208,8 @@ class NodeLoop:
         except (zmq.Again, zmq.ZMQError):  # caller vanished or is flooding: it will time out
             self.stats.replies_dropped += 1
         self._router_dirty = True
-        self._schedule_drain()
+        if not self._in_pass:
+            self._schedule_drain()
 
     def _schedule_drain(self) -> None:
         """Make sure _end_pass runs: at the end of this pass, or as a pass of its own when

@@ -81,8 +81,7 @@ def lift_call_buffers(args: tuple, kwargs: dict, buffers: list) -> list:
             {k: _lift(v, buffers) for k, v in kwargs.items()} if kwargs else kwargs]
 
 
-def lift_value_buffers(value: Any, buffers: list) -> Any:
-    return _lift(value, buffers)
+lift_value_buffers = _lift  # a reply's value: a top-level big buffer becomes a frame
 
 
 def _ndarray_marker(array: Any, buffers: list) -> msgpack.ExtType:
