@@ -19,7 +19,9 @@ Runs alternate A, B, A, B ... (`--rounds` pairs), so a neighbour's load on this 
 machine falls on both sides alike. Per figure (every number in a run's last-line JSON that
 is not the same in every run) it prints the medians, B/A, each side's range and the p of a
 rank test (bench/_abstats.py); "differs" means p < 0.05, that is, the difference is larger
-than the run-to-run spread. With --json the last line is one JSON object of all of it.
+than the run-to-run spread. With --json the last line is one JSON object of all of it. A run
+that fails is reported and left out (exit status 1); with no good run on a side, it stops
+with the failure (exit status 2).
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ class Revision:
     root: Path            # the directory its files were written to
     python: str = sys.executable
     runs: dict[str, list[dict]] = field(default_factory=dict)  # bench -> figures per run
+    failed: dict[str, list[str]] = field(default_factory=dict)  # bench -> why, per failed run
 
 
 # ---------------------------------------------------------------- revisions
@@ -240,20 +243,29 @@ def _end_group(proc: subprocess.Popen) -> None:
 
 def run_rounds(revs: list[Revision], modules: list[str], args: list[str], rounds: int,
                timeout_s: float) -> None:
+    """A run that fails (a benchmark's own error on a loaded machine, a timeout) is counted
+    and reported, and the rounds go on; a benchmark with no good run on a side ends it."""
     for r in range(rounds):
         for module in modules:
             for rev in revs:  # A then B, every round
                 started = time.monotonic()
-                figures = run_once(rev, module, args, timeout_s)
-                rev.runs.setdefault(module, []).append(figures)
-                _step(f"round {r + 1}/{rounds}: {rev.label} bench.{module} "
-                      f"{time.monotonic() - started:.1f} s")
+                try:
+                    rev.runs.setdefault(module, []).append(run_once(rev, module, args, timeout_s))
+                    outcome = f"{time.monotonic() - started:.1f} s"
+                except AbError as exc:
+                    rev.failed.setdefault(module, []).append(str(exc))
+                    outcome = f"FAILED: {str(exc).splitlines()[-1][:120]}"
+                _step(f"round {r + 1}/{rounds}: {rev.label} bench.{module} {outcome}")
+    for module in modules:
+        for rev in revs:
+            if not rev.runs.get(module):
+                raise AbError(rev.failed[module][0])
 
 
 def results(a: Revision, b: Revision, module: str) -> dict:
     """Per figure found in every run of both: compare(); figures equal in all runs (settings
     echoed back, like `n` or `quick`) are left out."""
-    runs = a.runs[module] + b.runs[module]
+    runs = a.runs[module] + b.runs[module]  # the runs that succeeded
     keys = sorted(set.intersection(*(set(r) for r in runs)))
     out = {}
     for key in keys:
@@ -281,7 +293,12 @@ def print_table(a: Revision, b: Revision, table: dict, rounds: int) -> None:
     head = (f"{'figure':30} {'median A':>11} {'median B':>11} {'B/A':>6} "
             f"{'range A':>19} {'range B':>19} {'p':>6}  verdict")
     for module, figures in table.items():
-        print(f"\nbench.{module}\n{head}")
+        print(f"\nbench.{module}")
+        for rev in (a, b):
+            if rev.failed.get(module):
+                print(f"{rev.label}: {len(rev.failed[module])} run(s) failed, left out; the "
+                      f"first: {rev.failed[module][0].splitlines()[-1][:200]}")
+        print(head)
         for key, f in figures.items():
             ratio = f"{f['ratio']:.3f}" if f["ratio"] is not None else "-"
             verdict = "differs" if f["differs"] else "within spread"
@@ -339,8 +356,8 @@ def run(args: argparse.Namespace) -> dict:
     a, b = revs
     table = {m: results(a, b, m) for m in modules}
     print_table(a, b, table, args.rounds)
-    return {"a": {"rev": a.spec, "commit": a.commit, "python": a.python},
-            "b": {"rev": b.spec, "commit": b.commit, "python": b.python},
+    return {"a": {"rev": a.spec, "commit": a.commit, "python": a.python, "failed": a.failed},
+            "b": {"rev": b.spec, "commit": b.commit, "python": b.python, "failed": b.failed},
             "rounds": args.rounds, "alpha": ALPHA, "args": args.args,
             "bench_from": args.bench_from, "benches": table}
 
@@ -354,6 +371,8 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(2)
     if args.json:
         print(json.dumps(out))
+    if out["a"]["failed"] or out["b"]["failed"]:
+        sys.exit(1)  # figures printed, but some runs are missing from them
 
 
 if __name__ == "__main__":

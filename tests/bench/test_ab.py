@@ -129,3 +129,18 @@ def test_rank_test_p_exact_and_with_ties():
     many = rank_test_p(list(range(20)), list(range(100, 120)))  # sampled, not enumerated
     assert many < 0.001
     assert compare([10.0, 12.0], [20.0, 22.0])["ratio"] == pytest.approx(21 / 11)
+
+
+def test_ab_leaves_out_a_failed_run_and_says_so(tiny_repo, tmp_path):
+    repo = Path(tiny_repo["repo"])
+    # Fails on its third run (A of round 2) only, as a benchmark can on a loaded machine.
+    (repo / "bench" / "flaky.py").write_text(_TINY_BENCH.replace(
+        'assert "--quick" in sys.argv', 'assert k != 2, "flaky failure"'))
+    out = _ab(tiny_repo["repo"], tiny_repo["slow"], tiny_repo["fast"], "flaky", "--rounds", "4",
+              "--json", counter=tmp_path / "k")
+    assert out.returncode == 1, out.stderr
+    report = json.loads(out.stdout.strip().splitlines()[-1])
+    speed = report["benches"]["flaky"]["speed"]
+    assert speed["a"] == [103, 105, 102] and speed["b"] == [201, 201, 209, 206]
+    assert len(report["a"]["failed"]["flaky"]) == 1 and not report["b"]["failed"]
+    assert "1 run(s) failed" in out.stdout and "flaky failure" in out.stdout
