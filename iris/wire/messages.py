@@ -173,12 +173,14 @@ def decode(header: bytes, buffers: list) -> list:
 
 
 def _plain_call_or_reply(msg: list) -> bool:
-    """The checks below, unrolled for the two kinds of nearly every message: a CALL without
-    an auth token and a REPLY (every other header takes the general path)."""
+    """The checks below, unrolled for the two kinds of nearly every message: a CALL (with or
+    without an auth token: a worker's report has one) and a REPLY; every other header takes
+    the general path."""
     n, kind = len(msg), msg[1] if len(msg) > 1 else None
     if type(kind) is not int or msg[0] != VERSION or type(msg[0]) is bool:
         return False
-    if kind == CALL and n == 8:
+    if kind == CALL and (n == 8 or n == 9 and type(msg[8]) is bytes
+                         and 0 < len(msg[8]) <= MAX_AUTH):
         return (type(msg[2]) is int and type(msg[3]) is str and type(msg[4]) is str
                 and type(msg[5]) is int and type(msg[6]) is int
                 and (msg[6] == codec.FORMAT_MSGPACK or msg[6] == codec.FORMAT_PICKLE))
