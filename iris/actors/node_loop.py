@@ -9,6 +9,7 @@ is called from another thread.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import zmq
 
@@ -46,13 +47,14 @@ def _waiting(sock: zmq.Socket) -> bool:
         return False
 
 
-def _messages(sock: zmq.Socket, ask_first: bool):
-    """Every message waiting on `sock`, as frames. "Anything waiting?" costs 6-7 us asked
-    with ZMQ_EVENTS and 11-25 us asked by a recv that fails (pyzmq builds and raises an
-    Again each time; bench/call_costs.py), so it is asked that way before the first recv
-    when nothing may be there (`ask_first`: a check after our own sends), and after the
-    first message (one a wake-up is the 1:1 call's case). A burst is then read until Again.
-    """
+def _messages(sock: zmq.Socket, ask_first: bool, after_first: Callable[[], None]):
+    """Every message waiting on `sock`, as frames. "Anything waiting?" costs less asked
+    with ZMQ_EVENTS than by a recv that fails (pyzmq builds and raises an Again each time;
+    bench/call_costs.py), so it is asked that way before the first recv when nothing may be
+    there (`ask_first`: a check after our own sends), and after the first message (one a
+    wake-up is the 1:1 call's case), once `after_first()` has run (it wakes the thread the
+    message was for, which gets going while we look for more). A burst is then read until
+    Again."""
     if ask_first and not _waiting(sock):
         return
     first = True
@@ -64,6 +66,7 @@ def _messages(sock: zmq.Socket, ask_first: bool):
         yield frames
         if first:
             first = False
+            after_first()
             if not _waiting(sock):
                 return
 
@@ -241,6 +244,12 @@ class NodeLoop:
             if self._wakes_due:
                 self._wake_due_now()
 
+    def _wake_early(self) -> None:
+        """Wake now the threads this pass handed work so far (the first message of a drain:
+        the 1:1 call's one), instead of after the rest of the pass."""
+        if self._wakes_due:
+            self._wake_due_now()
+
     def _wake_due_now(self) -> None:
         due, self._wakes_due = self._wakes_due, []
         for waker in due:
@@ -252,7 +261,7 @@ class NodeLoop:
         router = self._router
         if router is None or router.closed:
             return
-        for frames in _messages(router, ask_first):
+        for frames in _messages(router, ask_first, self._wake_early):
             if len(frames) < 2:
                 self.stats.malformed += 1
                 continue
@@ -304,7 +313,7 @@ class NodeLoop:
         if dealer.closed:
             return
         now = None
-        for frames in _messages(dealer, ask_first):
+        for frames in _messages(dealer, ask_first, self._wake_early):
             if now is None:
                 now = self.now()
                 peer.heard(now)
