@@ -3,7 +3,7 @@
     python -m bench.call_costs [--quick]
 
 Not the end-to-end benchmark (bench/actors.py): this times the steps of one call in
-isolation, each as the best of several repeats of many runs (the least disturbed by a
+isolation, each as the best of many short repeats (the least disturbed by a
 loaded machine), so a reader can see where the end-to-end figure goes and a change to one
 step can be judged by itself. Steps, in path order (docs/architecture.md, "What a call
 costs", lists them with the end-to-end figures):
@@ -18,7 +18,7 @@ costs", lists them with the end-to-end figures):
 - hand-offs between two Python threads, a round trip: threading.Lock (wakes the other while
   holding the GIL) against wakers.Waker (an eventfd written with the GIL released);
 - 64 MiB: bytes(view) into fresh memory against copies.to_bytes (huge pages); a warm
-  shared-memory segment refilled; a fresh mapping read page by page against populated.
+  shared-memory segment refilled; a receiver's map of a segment, copied out, unmapped.
 
 The last line is one JSON object of every figure (us; *_ms in ms).
 """
@@ -26,6 +26,7 @@ The last line is one JSON object of every figure (us; *_ms in ms).
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import mmap
 import os
@@ -33,6 +34,17 @@ import sys
 import threading
 import time
 import timeit
+
+import zmq
+
+import iris
+from iris.actors import shm, wakers
+from iris.actors.future import ActorFuture
+from iris.actors.hosting import HostedActor, requires, spec_of
+from iris.actors.node import Node
+from iris.actors.peers import DeadlineQueue, LocalPeer
+from iris.base.histogram import Histogram
+from iris.wire import copies, messages
 
 SMALL = b"0123456789abcdef"
 BIG = 64 * 2**20
@@ -56,9 +68,6 @@ def best_ms(fn, repeat: int) -> float:
 
 
 def codec_steps(n: int, r: int) -> dict:
-    from iris.actors.future import ActorFuture
-    from iris.wire import messages
-
     header = messages.encode_call(7, "/echo", "echo", 300_000, (SMALL,), {})[0]
     msg = messages.decode(header, [])
     call = messages.call_from(msg, [])
@@ -77,10 +86,6 @@ def codec_steps(n: int, r: int) -> dict:
 
 
 def bookkeeping_steps(n: int, r: int) -> dict:
-    from iris.actors.node import Node
-    from iris.actors.peers import DeadlineQueue, LocalPeer
-    from iris.base.histogram import Histogram
-
     node = Node()  # never started: its peers and stats are plain objects
     peer = LocalPeer(node)
     queue = DeadlineQueue()
@@ -100,11 +105,6 @@ def bookkeeping_steps(n: int, r: int) -> dict:
 def dispatch_steps(n: int, r: int) -> dict:
     """HostedActor.dispatch of a call to a sync method (the instance is never started: the
     calls only land in its mailbox, which is emptied between repeats)."""
-    import iris
-    from iris.actors.hosting import HostedActor, requires, spec_of
-    from iris.actors.node import Node
-    from iris.wire import messages
-
     @iris.actor
     class Echo:
         def echo(self, x):
@@ -142,8 +142,6 @@ def dispatch_steps(n: int, r: int) -> dict:
 
 
 def zmq_steps(n: int, r: int) -> dict:
-    import zmq
-
     ctx = zmq.Context()
     dealer, router = ctx.socket(zmq.DEALER), ctx.socket(zmq.ROUTER)
     for sock in (dealer, router):
@@ -179,8 +177,6 @@ def zmq_steps(n: int, r: int) -> dict:
 def handoff_steps(rounds: int, r: int) -> dict:
     """A round trip between two threads: the main thread wakes the other, which wakes it
     back (each side does a little Python, as a loop or an actor would)."""
-    from iris.actors import wakers
-
     def lock_round_trips() -> float:
         go, back = threading.Lock(), threading.Lock()
         go.acquire()
@@ -226,9 +222,6 @@ def _time_round_trips(other, one, rounds: int) -> float:
 
 
 def big_steps(r: int) -> dict:
-    from iris.actors import shm
-    from iris.wire import copies
-
     payload = os.urandom(1024) * (BIG // 1024)
     view = memoryview(payload)
     segment = shm.Segment(BIG)
@@ -237,24 +230,17 @@ def big_steps(r: int) -> dict:
         out = {"copy_bytes_fresh_ms": best_ms(lambda: bytes(view), r),
                "copy_bytes_huge_ms": best_ms(lambda: copies.to_bytes(view), r),
                "shm_refill_warm_ms": best_ms(lambda: segment.fill([payload], [BIG]), r)}
-        for populate in (False, True):
-            key = "shm_read_populated_ms" if populate else "shm_read_faulting_ms"
-            out[key] = best_ms(lambda p=populate: _read_mapping(segment.fd, p), r)
+        out["shm_map_read_unmap_ms"] = best_ms(lambda: _read_mapping(segment.fd), r)
         return out
     finally:
         segment.close()
 
 
-def _read_mapping(fd: int, populate: bool) -> None:
-    """Map the segment as a receiver does, copy it out, unmap."""
-    from iris.actors import shm
-    from iris.wire import copies
-
+def _read_mapping(fd: int) -> None:
+    """Map the segment as a receiver does, copy its payload out, unmap."""
     size = os.fstat(fd).st_size
-    address = shm._mmap(fd, size, mmap.PROT_READ, shm._MAP_POPULATE if populate else 0)
+    address = shm._mmap(fd, size, mmap.PROT_READ)
     try:
-        import ctypes
-
         view = memoryview((ctypes.c_char * size).from_address(address)).cast("B")
         copies.to_bytes(view[shm._DATA_OFFSET:])
         view.release()
@@ -269,7 +255,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repeats (< 1 min)")
     args = parser.parse_args(argv)
-    n, r = (2_000, 5) if args.quick else (20_000, 9)
+    # Many short repeats: on a loaded machine the best of them is an undisturbed stretch.
+    n, r = (2_000, 5) if args.quick else (2_000, 30)
     figures: dict = {}
     for name, step in (("codec", lambda: codec_steps(n, r)),
                        ("bookkeeping", lambda: bookkeeping_steps(n, r)),

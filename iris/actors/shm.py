@@ -351,14 +351,8 @@ _libc.munmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t)
 _MAP_FAILED = ctypes.c_void_p(-1).value
 
 
-# The receiver's mapping of a payload is made whole at once (MAP_POPULATE): reading a fresh
-# mapping of 64 MiB page by page took 16,384 minor faults, 60-100 ms here; populated, the map
-# took 10-20 ms and the copy out 24-32 ms (bench/call_costs.py).
-_MAP_POPULATE = getattr(mmap, "MAP_POPULATE", 0x8000)
-
-
-def _mmap(fd: int, size: int, prot: int, flags: int = 0) -> int:
-    address = _libc.mmap(None, size, prot, mmap.MAP_SHARED | flags, fd, 0)
+def _mmap(fd: int, size: int, prot: int) -> int:
+    address = _libc.mmap(None, size, prot, mmap.MAP_SHARED, fd, 0)
     if address in (None, _MAP_FAILED):
         raise ProtocolError("cannot map a shared-memory payload: "
                             f"{os.strerror(ctypes.get_errno())}")
@@ -378,7 +372,7 @@ def _map_views(fd: int, size: int, generation: int, slot: int) -> memoryview:
         _libc.munmap(header, _PAGE)
         raise ProtocolError("shared-memory payload was reused before it was read: it "
                             "arrived after its sender gave up on it")
-    data = _mmap(fd, size, mmap.PROT_READ, _MAP_POPULATE)
+    data = _mmap(fd, size, mmap.PROT_READ)
     at = _SLOTS_AT + 8 * slot
     head[at + 4:at + 8] = os.getpid().to_bytes(4, "little")
     head[at] = bytes([_MAPPED])
