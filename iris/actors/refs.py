@@ -62,11 +62,7 @@ class ActorRef:
         if self._address is None:
             return ctx.resolve_then(self, lambda: self._send(ctx, method, args, kwargs,
                                                              timeout_s, oneway))
-        # _send, inline: this is every call's path
-        fut = ctx.node.call(self._address, self._key, method, args, kwargs,
-                            timeout_s=timeout_s, oneway=oneway)
-        fut.on_error = self._forget_if_gone
-        return fut
+        return self._send(ctx, method, args, kwargs, timeout_s, oneway)
 
     def _send(self, ctx: ClusterContext, method: str, args: tuple, kwargs: dict,
               timeout_s: float | None, oneway: bool) -> ActorFuture:
