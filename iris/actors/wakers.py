@@ -29,10 +29,15 @@ class Waker:
     """An eventfd one thread sleeps on and any thread wakes. A wake that finds nobody
     waiting is kept (the next wait returns at once), so waiters re-check their condition."""
 
-    __slots__ = ("_fd", "_poll", "_last_call", "__weakref__")
+    __slots__ = ("_fd", "_write_fd", "_poll", "_last_call", "__weakref__")
 
     def __init__(self) -> None:
-        self._fd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
+        if hasattr(os, "eventfd"):
+            self._fd = self._write_fd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
+        else:  # not Linux: a pipe does the same, one byte a wake
+            self._fd, self._write_fd = os.pipe()
+            os.set_blocking(self._fd, False)
+            os.set_blocking(self._write_fd, False)
         self._poll = select.poll()
         self._poll.register(self._fd, select.POLLIN)
         self._last_call: Any = None  # the future of this thread's last call (follows())
@@ -50,7 +55,10 @@ class Waker:
         return self._fd
 
     def wake(self) -> None:
-        os.write(self._fd, _ONE)  # the GIL is released during the write
+        try:
+            os.write(self._write_fd, _ONE)  # the GIL is released during the write
+        except BlockingIOError:  # a full pipe (not eventfd) is awake enough
+            pass
 
     def wait(self, timeout_s: float | None) -> bool:
         """Sleep until woken (True) or `timeout_s` passes (False); None waits forever."""
@@ -62,14 +70,16 @@ class Waker:
 
     def clear(self) -> None:
         try:
-            os.read(self._fd, 8)
+            os.read(self._fd, 1 << 16)  # an eventfd reads its 8-byte count; a pipe, every byte
         except BlockingIOError:
             pass
 
     def close(self) -> None:
         if self._fd >= 0:
             os.close(self._fd)
-            self._fd = -1
+            if self._write_fd != self._fd:
+                os.close(self._write_fd)
+            self._fd = self._write_fd = -1
 
     def __del__(self) -> None:
         self.close()

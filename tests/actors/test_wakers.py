@@ -4,6 +4,7 @@ left over from an earlier wait never ends a later one early."""
 
 from __future__ import annotations
 
+import os
 import threading
 from queue import Empty
 
@@ -88,3 +89,16 @@ def test_future_timed_out_wait_leaves_no_waiter_behind():
     fut.set_exception(ValueError("boom"))
     with pytest.raises(ValueError, match="boom"):
         fut.result(timeout=1)
+
+
+def test_waker_without_eventfd_uses_a_pipe(monkeypatch):
+    monkeypatch.delattr(os, "eventfd")  # as on a system that is not Linux
+    waker = wakers.Waker()
+    assert not waker.wait(0.01)
+    waker.wake()
+    waker.wake()
+    assert waker.wait(1.0) and not waker.wait(0.01)  # both wakes read at once
+    box = wakers.Mailbox()
+    threading.Timer(0.02, box.put, ("x",)).start()
+    assert box.get() == "x"
+    waker.close()
