@@ -83,7 +83,7 @@ def test_ab_reports_the_difference_between_revisions_that_differ(tiny_repo, tmp_
 
 def test_ab_finds_no_difference_between_revisions_with_the_same_code(tiny_repo, tmp_path):
     out = _ab(tiny_repo["repo"], tiny_repo["slow"], tiny_repo["slow_again"], "bench.tiny",
-              "--rounds", "5", "--json", counter=tmp_path / "k")
+              "--rounds", "5", "--bench-from", "each", "--json", counter=tmp_path / "k")
     assert out.returncode == 0, out.stderr
     speed = json.loads(out.stdout.strip().splitlines()[-1])["benches"]["tiny"]["speed"]
     assert speed["a"] == [103, 104, 105, 102, 105]
