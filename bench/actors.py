@@ -22,6 +22,8 @@ then Ray, started with `ray.init(num_cpus=N)`. Both sides run the same loops:
 - CPU per call: user + system CPU of the caller's process and the actor's process over the
   measured calls, divided by the calls. This machine is shared, so calls/s moves with the
   neighbours' load; CPU per call barely does.
+- in-process (`--parts local`, Iris only): the sync and async loops to an actor hosted in
+  the caller's own process, whose calls go through its mailbox instead of a socket.
 - floor: a bare pyzmq DEALER/ROUTER echo in a child process, measured with the same loops,
   so a reader can tell a slow machine from a slow runtime.
 
@@ -42,16 +44,26 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from bench._call_loops import (
+    BIG_BYTES,
+    SMALL,
+    WINDOW,
+    combine_clients,
+    measure_big,
+    measure_latency,
+    measure_rate,
+    pipelined_rounds,
+)
 from bench._procs import Children, exit_cleanly_on_signals, exit_with_parent
 from bench._report import fmt, peer_installed, step
 
-SMALL = b"0123456789abcdef"
-BIG_BYTES = 64 * 2**20
-WINDOW = 1000
 # How long each figure's steady state is measured (s); quick keeps the whole run < 1 min.
 _FULL = dict(seconds=5.0, big_reps=10, new_reps=8)
 _QUICK = dict(seconds=1.2, big_reps=3, new_reps=3)
 _CALL_TIMEOUT_S = 120.0
+
+
+PARTS = ("sync", "async", "big", "nn", "new", "local")
 
 
 @dataclass(frozen=True)
@@ -60,122 +72,31 @@ class Settings:
     seconds: float      # steady-state measuring time per figure, s
     big_reps: int       # 64 MiB round trips measured (after one warm-up)
     new_reps: int       # new actors started and called once
-
-
-# ---------------------------------------------------------------- measuring loops
-
-
-class CpuMeter:
-    """CPU seconds (user + system) used by this process and by `pids` since construction.
-
-    Under load a process gets only part of a core, so calls/s drifts with the neighbours;
-    CPU time per call does not, which makes it the steadier figure to compare.
-    """
-
-    def __init__(self, pids: list[int]):
-        self._pids = pids
-        self._start = self._total()
-
-    def _total(self) -> float:
-        mine = os.times()
-        total = mine.user + mine.system
-        for pid in self._pids:
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-        return total
-
-    def us_per(self, calls: int) -> float:
-        return (self._total() - self._start) / calls * 1e6
-
-
-def measure_latency(call: Callable[[], object], seconds: float, pids: list[int]) -> dict:
-    """Median and p99 of one blocking call, in microseconds, after a short warm-up."""
-    for _ in range(200):
-        call()
-    samples: list[float] = []
-    clock = time.perf_counter
-    cpu = CpuMeter(pids)
-    end = clock() + seconds
-    while True:
-        t0 = clock()
-        call()
-        t1 = clock()
-        samples.append(t1 - t0)
-        if t1 >= end:
-            break
-    samples.sort()
-    return {"median_us": statistics.median(samples) * 1e6,
-            "p99_us": samples[int(0.99 * (len(samples) - 1))] * 1e6,
-            "calls_s": len(samples) / sum(samples), "cpu_us": cpu.us_per(len(samples))}
-
-
-def measure_rate(one_round: Callable[[], object], per_round: int, seconds: float,
-                 pids: list[int]) -> dict:
-    """Calls/s of back-to-back rounds of `per_round` calls, after two warm-up rounds."""
-    one_round()
-    one_round()
-    rounds = 0
-    cpu = CpuMeter(pids)
-    start = time.perf_counter()
-    while True:
-        one_round()
-        rounds += 1
-        elapsed = time.perf_counter() - start
-        if elapsed >= seconds:
-            return {"calls_s": rounds * per_round / elapsed,
-                    "cpu_us": cpu.us_per(rounds * per_round)}
-
-
-def measure_big(call: Callable[[bytes], bytes], reps: int) -> dict:
-    payload = os.urandom(1024) * (BIG_BYTES // 1024)
-    if len(call(payload)) != BIG_BYTES:
-        raise RuntimeError("the 64 MiB echo came back with the wrong length")
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        call(payload)
-        times.append(time.perf_counter() - t0)
-    rtt = statistics.median(times)
-    return {"gbps": 2 * BIG_BYTES / rtt / 1e9, "rtt_ms": rtt * 1e3}
-
-
-def pipelined_rounds(send: Callable[[int], object], wait: Callable[[list], object],
-                     seconds: float) -> dict:
-    """One n:n client's loop: rounds of WINDOW calls (send(i) for i in range) until `seconds`."""
-    calls = 0
-    start = time.perf_counter()
-    while True:
-        wait([send(i) for i in range(WINDOW)])
-        calls += WINDOW
-        end = time.perf_counter()
-        if end - start >= seconds:
-            return {"calls": calls, "start": start, "end": end}
-
-
-def combine_clients(reports: list[dict]) -> float:
-    """All clients' calls over the span from the first start to the last end (calls/s)."""
-    span = max(r["end"] for r in reports) - min(r["start"] for r in reports)
-    return sum(r["calls"] for r in reports) / span
+    parts: frozenset[str] = frozenset(PARTS)  # which figures to measure (--parts)
 
 
 def one_to_one(system: str, cfg: Settings, pids: list[int], async_pids: list[int], *,
                call: Callable[[object], object], echo_round: Callable[[], object],
                aecho_round: Callable[[], object]) -> dict:
     """The 1:1 figures of one system; `pids` are the actor processes whose CPU counts too."""
-    step(f"{system} sync")
-    lat = measure_latency(lambda: call(SMALL), cfg.seconds, pids)
-    step(f"{system} async")
-    rate = measure_rate(echo_round, WINDOW, cfg.seconds, pids)
-    async_rate = measure_rate(aecho_round, WINDOW, cfg.seconds, async_pids)
-    step(f"{system} 64 MiB")
-    big = measure_big(call, cfg.big_reps)
-    return {"sync_median_us": lat["median_us"], "sync_p99_us": lat["p99_us"],
-            "sync_calls_s": lat["calls_s"], "sync_cpu_us": lat["cpu_us"],
-            "async_calls_s": rate["calls_s"], "async_cpu_us": rate["cpu_us"],
-            "async_method_calls_s": async_rate["calls_s"],
-            "async_method_cpu_us": async_rate["cpu_us"],
-            "big_gbps": big["gbps"], "big_rtt_ms": big["rtt_ms"]}
+    out: dict = {}
+    if "sync" in cfg.parts:
+        step(f"{system} sync")
+        lat = measure_latency(lambda: call(SMALL), cfg.seconds, pids)
+        out.update(sync_median_us=lat["median_us"], sync_p99_us=lat["p99_us"],
+                   sync_calls_s=lat["calls_s"], sync_cpu_us=lat["cpu_us"])
+    if "async" in cfg.parts:
+        step(f"{system} async")
+        rate = measure_rate(echo_round, WINDOW, cfg.seconds, pids)
+        async_rate = measure_rate(aecho_round, WINDOW, cfg.seconds, async_pids)
+        out.update(async_calls_s=rate["calls_s"], async_cpu_us=rate["cpu_us"],
+                   async_method_calls_s=async_rate["calls_s"],
+                   async_method_cpu_us=async_rate["cpu_us"])
+    if "big" in cfg.parts:
+        step(f"{system} 64 MiB")
+        big = measure_big(call, cfg.big_reps)
+        out.update(big_gbps=big["gbps"], big_rtt_ms=big["rtt_ms"])
+    return out
 
 
 # ---------------------------------------------------------------- Iris
@@ -246,11 +167,32 @@ def bench_iris(cfg: Settings, children: Children) -> dict:
             aecho_round=lambda: [f.result(_CALL_TIMEOUT_S)
                                  for f in [aecho(SMALL) for _ in range(WINDOW)]])
         actor.kill()
-        step("iris n:n")
-        out["nn_calls_s"] = _iris_nn(cfg, children, serve, env)
-        step("iris new actor")
-        out["new_actor_ms"] = _iris_new_actor(cfg, serve)
+        if "local" in cfg.parts:
+            out.update(_iris_local(cfg))
+        if "nn" in cfg.parts:
+            step("iris n:n")
+            out["nn_calls_s"] = _iris_nn(cfg, children, serve, env)
+        if "new" in cfg.parts:
+            step("iris new actor")
+            out["new_actor_ms"] = _iris_new_actor(cfg, serve)
     return out
+
+
+def _iris_local(cfg: Settings) -> dict:
+    """The sync and async loops to an actor hosted in this very process (calls go through
+    its mailbox, not a socket); figures prefixed `local_`."""
+    import iris
+
+    _iris_echo_class().serve("local-echo")
+    echo = iris.resolve("local-echo", timeout=60).echo
+    step("iris in-process sync")
+    lat = measure_latency(lambda: echo(SMALL).result(_CALL_TIMEOUT_S), cfg.seconds, [])
+    step("iris in-process async")
+    rate = measure_rate(lambda: [f.result(_CALL_TIMEOUT_S)
+                                 for f in [echo(SMALL) for _ in range(WINDOW)]],
+                        WINDOW, cfg.seconds, [])
+    return {"local_sync_median_us": lat["median_us"], "local_sync_cpu_us": lat["cpu_us"],
+            "local_async_calls_s": rate["calls_s"], "local_async_cpu_us": rate["cpu_us"]}
 
 
 def _iris_nn(cfg: Settings, children: Children, serve, env: dict) -> float:
@@ -315,9 +257,13 @@ def bench_zmq(cfg: Settings, children: Children) -> dict:
             return dealer.recv(copy=False).buffer
 
         step("raw pyzmq")
-        lat = measure_latency(lambda: call(SMALL), min(cfg.seconds, 2.0), [child.proc.pid])
-        big = measure_big(call, cfg.big_reps)
-        return {"zmq_sync_median_us": lat["median_us"], "zmq_big_gbps": big["gbps"]}
+        out = {}
+        if "sync" in cfg.parts:
+            lat = measure_latency(lambda: call(SMALL), min(cfg.seconds, 2.0), [child.proc.pid])
+            out["zmq_sync_median_us"] = lat["median_us"]
+        if "big" in cfg.parts:
+            out["zmq_big_gbps"] = measure_big(call, cfg.big_reps)["gbps"]
+        return out
     finally:
         dealer.close(linger=0)
         ctx.term()
@@ -378,13 +324,17 @@ def _ray_figures(ray, cfg: Settings) -> dict:
         aecho_round=lambda: ray.get([aecho.remote(SMALL) for _ in range(WINDOW)]))
     ray.kill(a)
     ray.kill(b)
-    step("ray n:n")
-    actors = [Echo.remote() for _ in range(cfg.n)]
-    clients = [Client.remote(actors) for _ in range(cfg.n)]
-    ray.get([c.run.remote(0.3) for c in clients])
-    out["nn_calls_s"] = combine_clients(ray.get([c.run.remote(cfg.seconds) for c in clients]))
-    for actor in [*actors, *clients]:
-        ray.kill(actor)
+    if "nn" in cfg.parts:
+        step("ray n:n")
+        actors = [Echo.remote() for _ in range(cfg.n)]
+        clients = [Client.remote(actors) for _ in range(cfg.n)]
+        ray.get([c.run.remote(0.3) for c in clients])
+        out["nn_calls_s"] = combine_clients(ray.get([c.run.remote(cfg.seconds)
+                                                     for c in clients]))
+        for actor in [*actors, *clients]:
+            ray.kill(actor)
+    if "new" not in cfg.parts:
+        return out
     step("ray new actor")
     times = []
     for _ in range(cfg.new_reps):
@@ -411,6 +361,8 @@ _ROWS = [
     ("async_method_calls_s", "1:1 async, async def method", "calls/s", True),
     ("async_method_cpu_us", "  CPU per call (both sides)", "us", False),
     ("nn_calls_s", "n:n async (N clients x N actors)", "calls/s", True),
+    ("local_sync_median_us", "in-process sync call, median", "us", False),
+    ("local_async_calls_s", "in-process async, 1,000 in flight", "calls/s", True),
     ("big_gbps", "64 MiB echo (2x64 MiB / rtt)", "GB/s", True),
     ("big_rtt_ms", "64 MiB echo round trip", "ms", False),
     ("new_actor_ms", "new actor until first reply", "ms", False),
@@ -427,7 +379,22 @@ def print_table(figures: dict, cfg: Settings) -> None:
             ratio = f"{(mine / theirs if higher else theirs / mine):.2f}x"
         print(f"{label:36} {unit:>8} {fmt(mine):>12} {fmt(theirs):>12} {ratio:>7}")
     print(f"floor, raw pyzmq DEALER/ROUTER echo (no decoding, no copies): sync median "
-          f"{fmt(figures['zmq_sync_median_us'])} us, 64 MiB {fmt(figures['zmq_big_gbps'])} GB/s")
+          f"{fmt(figures.get('zmq_sync_median_us'))} us, 64 MiB "
+          f"{fmt(figures.get('zmq_big_gbps'))} GB/s")
+    for key, label in (("sync_vs_zmq", "Iris sync median / raw pyzmq's (goal <= 2)"),
+                       ("big_vs_zmq", "Iris 64 MiB GB/s / raw pyzmq's (goal >= 0.8)"),
+                       ("async_vs_ray", "Iris async calls/s / Ray's (goal >= 9)")):
+        if key in figures:
+            print(f"{label}: {figures[key]:.2f}")
+
+
+def goal_ratios(figures: dict) -> dict:
+    """The issue-32 goals as ratios to this run's floor and peer (when both were measured)."""
+    pairs = {"sync_vs_zmq": ("sync_median_us", "zmq_sync_median_us"),
+             "big_vs_zmq": ("big_gbps", "zmq_big_gbps"),
+             "async_vs_ray": ("async_calls_s", "ray_async_calls_s")}
+    return {name: figures[a] / figures[b] for name, (a, b) in pairs.items()
+            if figures.get(a) and figures.get(b)}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -435,6 +402,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="a run of under a minute")
     parser.add_argument("--only", choices=("iris", "ray"), help="measure one system only")
     parser.add_argument("--n", type=int, default=2, help="n:n clients and actors (default 2)")
+    parser.add_argument("--parts", default=",".join(PARTS),
+                        help=f"figures to measure, a comma list of {', '.join(PARTS)} (all)")
+    parser.add_argument("--seconds", type=float,
+                        help="steady-state time per figure, s (default 5; 1.2 with --quick)")
     parser.add_argument("--serve", metavar="NAME", help=argparse.SUPPRESS)
     parser.add_argument("--client", metavar="NAMES", help=argparse.SUPPRESS)
     parser.add_argument("--zmq-echo", action="store_true", help=argparse.SUPPRESS)
@@ -447,7 +418,15 @@ def main(argv: list[str] | None = None) -> None:
         return zmq_echo_main()
     if args.n < 1:
         parser.error(f"--n must be at least 1, got {args.n}")
-    cfg = Settings(n=args.n, **(_QUICK if args.quick else _FULL))
+    parts = frozenset(p.strip() for p in args.parts.split(",") if p.strip())
+    if not parts or not parts <= set(PARTS):
+        parser.error(f"--parts {args.parts!r}: expected a comma list of {', '.join(PARTS)}")
+    if args.seconds is not None and args.seconds <= 0:
+        parser.error(f"--seconds must be > 0, got {args.seconds}")
+    base = dict(_QUICK if args.quick else _FULL)
+    if args.seconds is not None:
+        base["seconds"] = args.seconds
+    cfg = Settings(n=args.n, parts=parts, **base)
     exit_cleanly_on_signals()
     started = time.perf_counter()
     figures: dict = {}
@@ -457,6 +436,7 @@ def main(argv: list[str] | None = None) -> None:
             figures.update(bench_iris(cfg, children))
     if args.only != "iris" and peer_installed():
         figures.update(bench_ray(cfg))
+    figures.update(goal_ratios(figures))
     print_table(figures, cfg)
     figures.update(n=cfg.n, quick=args.quick, small_arg_bytes=len(SMALL), big_bytes=BIG_BYTES,
                    window=WINDOW, wall_s=time.perf_counter() - started)

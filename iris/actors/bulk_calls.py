@@ -148,53 +148,52 @@ class BulkCalls:
     def holding(self) -> bool:
         return bool(self._held)
 
-    def hold(self, rid: Any, frames: list, role: str | None) -> bool:
+    def hold(self, rid: Any, header: bytes, buffers: list, role: str | None) -> bool:
         """Queue a call behind a call of the same caller still being fetched (a PING is
         answered at once: the caller must hear that this node is alive meanwhile)."""
         queue = self._held.get(rid)
         if queue is None or rid == self._releasing:
             return False
-        peek = messages.peek_call(frames[1].bytes) if len(frames) > 1 else None
+        peek = messages.peek_call(header)
         if peek is None or peek[0] not in (messages.CALL, messages.CAST):
             return False
         if len(queue) >= self._node.config.max_waiting_calls:  # a flood: refused, unrun
-            self._refuse(rid, frames, "too many calls waiting behind one whose big frames "
+            self._refuse(rid, header, "too many calls waiting behind one whose big frames "
                          "are being fetched")
             return True
-        queue.append((frames, role))
+        queue.append((header, buffers, role))
         return True
 
-    def receive(self, frames: list, role: str | None) -> None:
+    def receive(self, rid: Any, header: bytes, buffers: list, role: str | None) -> None:
         """A request whose last buffer frame is a bulk table: fetch, then deliver it."""
-        rid = frames[0].bytes
         self._held.setdefault(rid, collections.deque())
         try:
-            self._fetch_call(rid, frames, role)
+            self._fetch_call(rid, header, buffers, role)
         except Exception as exc:  # never leave the caller's later calls held
             why = exc if isinstance(exc, BulkError) else f"{type(exc).__name__}: {exc}"
-            self._refuse(rid, frames, f"its big frames cannot be fetched: {why}")
+            self._refuse(rid, header, f"its big frames cannot be fetched: {why}")
             self._release(rid)
 
-    def _fetch_call(self, rid: Any, frames: list, role: str | None) -> None:
-        msg = _call_fields(frames[1].bytes)
+    def _fetch_call(self, rid: Any, header: bytes, table: list, role: str | None) -> None:
+        msg = _call_fields(header)
         node = self._node
         deadline = node.now() + (msg[5] / 1000 if msg[1] == messages.CALL
                                  else node.config.shm_hold_s)
         what = f"{msg[3]}.{msg[4]}"
 
         def done(buffers: list | None, why: str) -> None:
-            whole = [frames[0], frames[1], *buffers] if buffers is not None else frames
-            self.delivered(rid, whole, role, why and f"{what}: its big frames could not be "
-                           f"fetched from the caller: {why}")
+            self.delivered(rid, header, buffers if buffers is not None else table, role,
+                           why and f"{what}: its big frames could not be fetched from the "
+                           f"caller: {why}")
 
         _log.debug("node %s: fetching the big frames of %s", node.id, what)
-        _Fetching(self._bulk, frames[2:], deadline, done)
+        _Fetching(self._bulk, table, deadline, done)
 
-    def receive_reply(self, peer: Any, frames: list) -> None:
+    def receive_reply(self, peer: Any, header: bytes, table: list) -> None:
         """A reply whose last buffer frame is a bulk table: fetch it while its call stays
         pending (its deadline and the peer's liveness still apply), then complete it."""
         node = self._node
-        peek = messages.peek_call(frames[0].bytes)
+        peek = messages.peek_call(header)
         fut = peer.pending.get(peek[1]) if peek is not None else None
         if fut is None:
             node.stats.late_replies += 1
@@ -206,7 +205,7 @@ class BulkCalls:
                 return
             if buffers is not None:
                 self.received += 1
-                node._on_reply(peer, [frames[0], *buffers], node.now())
+                node._on_reply(peer, header, buffers, node.now())
                 return
             node.stats.malformed += 1
             peer.pending.pop(call_id).set_exception(ProtocolError(
@@ -214,43 +213,44 @@ class BulkCalls:
                 f"could not be fetched: {why}"))
 
         try:
-            _Fetching(self._bulk, frames[1:], node.now() + node.config.shm_hold_s, done)
+            _Fetching(self._bulk, table, node.now() + node.config.shm_hold_s, done)
         except BulkError as exc:
             done(None, str(exc))
 
-    def delivered(self, rid: Any, frames: list, role: str | None, why: str = "") -> None:
-        """A fetch ended: run the call (`frames` with its buffers in place) or, with `why`,
+    def delivered(self, rid: Any, header: bytes, buffers: list, role: str | None,
+                  why: str = "") -> None:
+        """A fetch ended: run the call (`buffers` in place of its table) or, with `why`,
         answer why not; then what waited behind it."""
         if why:
-            self._refuse(rid, frames, why)
+            self._refuse(rid, header, why)
         else:
             self.received += 1
-            self._deliver(rid, frames, role)
+            self._deliver(rid, header, buffers, role)
         self._release(rid)
 
     def _release(self, rid: Any) -> None:
         queue = self._held.get(rid)
         while queue:
-            frames, role = queue.popleft()
-            if len(frames) > 2 and is_table(frames[-1]):
+            header, buffers, role = queue.popleft()
+            if buffers and is_table(buffers[-1]):
                 try:
-                    self._fetch_call(rid, frames, role)
+                    self._fetch_call(rid, header, buffers, role)
                     return  # still holding the rest behind it
                 except Exception as exc:
-                    self._refuse(rid, frames, f"its big frames cannot be fetched: {exc}")
+                    self._refuse(rid, header, f"its big frames cannot be fetched: {exc}")
                     continue
-            self._deliver(rid, frames, role)
+            self._deliver(rid, header, buffers, role)
         self._held.pop(rid, None)
 
-    def _deliver(self, rid: Any, frames: list, role: str | None) -> None:
+    def _deliver(self, rid: Any, header: bytes, buffers: list, role: str | None) -> None:
         self._releasing = rid
         try:
-            self._node._on_request(frames, role)
+            self._node._on_request(rid, header, buffers, role)
         finally:
             self._releasing = None
 
-    def _refuse(self, rid: Any, frames: list, why: str) -> None:
-        peek = messages.peek_call(frames[1].bytes)
+    def _refuse(self, rid: Any, header: bytes, why: str) -> None:
+        peek = messages.peek_call(header)
         self._node.stats.malformed += 1
         if peek is None or peek[0] != messages.CALL:
             _log.warning("node %s dropped a cast: %s", self._node.id, why)

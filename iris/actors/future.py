@@ -1,9 +1,10 @@
 """ActorFuture: the result of an actor call, waitable from any thread and awaitable from any loop.
 
 Not the call machinery (node.py) — only the hand-off of one outcome. Completed once, by the
-node's loop thread (or by the caller when a call fails before it is sent). Blocking waits use
-a bare lock per waiter: the cheapest wake-up CPython offers, which matters on the 1:1 sync
-call path.
+node's loop thread (or by the caller when a call fails before it is sent). A blocking wait
+sleeps on its thread's eventfd (wakers.Waker), which the completing thread writes with the
+GIL released: a bare lock would wake the waiter while the loop still holds the GIL, and on a
+shared core that costs the 1:1 sync call two more context switches.
 """
 
 from __future__ import annotations
@@ -14,15 +15,19 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from iris.actors import wakers
+from iris.base.clock import SYSTEM_CLOCK
+
 _log = logging.getLogger(__name__)
 _PENDING, _RESULT, _ERROR = 0, 1, 2
 
 
 class ActorFuture:
     __slots__ = ("_lock", "_state", "_value", "_waiters", "_callbacks", "actor", "method",
-                 "address", "_loop_thread", "on_error", "sent_at")
+                 "address", "_loop_thread", "_defer_wake", "on_error", "sent_at")
 
-    def __init__(self, actor: str, method: str, address: str, loop_thread: int = 0):
+    def __init__(self, actor: str, method: str, address: str, loop_thread: int = 0,
+                 defer_wake: Callable[[list], Any] | None = None):
         self._lock = threading.Lock()
         self._state = _PENDING
         self._value: Any = None
@@ -32,6 +37,9 @@ class ActorFuture:
         self.method = method
         self.address = address
         self._loop_thread = loop_thread
+        # Completed on the loop thread, the waiters' wake-ups are handed to this (the node's
+        # defer_wakes): sent when the loop's pass ends, not in the middle of its drain.
+        self._defer_wake = defer_wake
         # Called with the exception when the call fails; cheaper than a done-callback on
         # every call for what only failures need (a ref forgetting a dead address).
         self.on_error: Callable[[BaseException], Any] | None = None
@@ -95,20 +103,28 @@ class ActorFuture:
                 f"blocking on {self.actor}.{self.method} from the node's event loop would "
                 "deadlock it: use `await` in async code"
             )
-        gate = threading.Lock()
-        gate.acquire()
+        waker = wakers.this_thread()
         with self._lock:
             if self._state != _PENDING:
                 return
             if self._waiters is None:
-                self._waiters = [gate]
+                self._waiters = [waker]
             else:
-                self._waiters.append(gate)
-        if not gate.acquire(timeout=-1 if timeout is None else max(timeout, 0)):
-            raise TimeoutError(
-                f"{self.actor}.{self.method} at {self.address} gave no result within "
-                f"{timeout} s (the call is still pending)"
-            )
+                self._waiters.append(waker)
+        # A wake meant for an earlier future (its wait timed out first) may be pending: the
+        # state decides, and a timed wait woken early sleeps again for what is left.
+        deadline = None if timeout is None else SYSTEM_CLOCK.monotonic() + max(timeout, 0)
+        while self._state == _PENDING:
+            left = None if deadline is None else deadline - SYSTEM_CLOCK.monotonic()
+            if left is not None and left <= 0 or not waker.wait(left):
+                with self._lock:
+                    if self._state != _PENDING:
+                        return
+                    self._waiters.remove(waker)
+                raise TimeoutError(
+                    f"{self.actor}.{self.method} at {self.address} gave no result within "
+                    f"{timeout} s (the call is still pending)"
+                )
 
     # ------------------------------------------------------------ producer side
 
@@ -129,8 +145,11 @@ class ActorFuture:
         if state == _ERROR and self.on_error is not None:
             self.on_error(value)
         if waiters:
-            for gate in waiters:
-                gate.release()
+            if self._defer_wake is not None and threading.get_ident() == self._loop_thread:
+                self._defer_wake(waiters)
+            else:
+                for waker in waiters:
+                    waker.wake()
         if callbacks:
             for fn in callbacks:
                 try:

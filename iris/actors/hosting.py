@@ -17,9 +17,10 @@ import threading
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from queue import Empty, SimpleQueue
+from queue import Empty
 from typing import TYPE_CHECKING, Any
 
+from iris.actors import wakers
 from iris.actors.batching import Batch
 from iris.actors.current import context, current_context
 from iris.base.errors import OverloadedError, ProtocolError
@@ -107,7 +108,7 @@ class HostedActor:
         self.spec = spec
         self.instance: Any = None
         self._cluster = cluster
-        self._queue: SimpleQueue = SimpleQueue()
+        self._queue = wakers.Mailbox()
         self._started = threading.Event()
         self._start_error: BaseException | None = None
         self._stopping = False
@@ -176,9 +177,9 @@ class HostedActor:
             # the drain does not end, and a batch waiting for it went past its callers'
             # deadlines (a livelock at 2,000 hosts). It grows while the actor is busy.
             if batch.add(self, rid, call, deadline):
-                self._queue.put(batch)
+                self._queue.put(batch, self.node.defer_wakes)
         elif not is_async:
-            self._queue.put((rid, call, deadline))
+            self._queue.put((rid, call, deadline), self.node.defer_wakes)
         elif self._async_running < self._max_async:
             self._start_async(rid, call, deadline)
         else:
@@ -336,12 +337,16 @@ class HostedActor:
         if started > deadline:
             return self._reply_late(rid, call, via_post=True)
         try:
-            self._handle_sync(rid, call)
+            frames = self._handle_sync(rid, call)
         finally:
             self.handled_sync.observe(self.node.now() - started)
+        if frames is not None:  # idle: nothing queued, so this thread sleeps next
+            self.node.post_reply(rid, frames, idle=self._queue.empty())
 
-    def _handle_sync(self, rid: bytes, call: messages.Call) -> None:
-        node = self.node
+    def _handle_sync(self, rid: bytes, call: messages.Call) -> list | None:
+        """The reply's frames, or None when there is none to send or it went already (an
+        error). Sent by the caller after its bookkeeping: the reply is the last thing this
+        thread does before it sleeps, so the loop it wakes finds the GIL free."""
         try:
             args, kwargs = messages.call_arguments(call)
         except ProtocolError as exc:
@@ -351,8 +356,7 @@ class HostedActor:
             result = method(*args, **kwargs)
         except BaseException as exc:
             return self._reply_exception(rid, call, exc, at_call_site=True, via_post=True)
-        if not call.oneway:
-            node.post_reply(rid, self._encode_result(call, result))
+        return None if call.oneway else self._encode_result(call, result)
 
     def _cancel_async(self) -> None:
         def cancel_all() -> None:

@@ -24,7 +24,7 @@ from typing import Any
 import uvloop
 import zmq
 
-from iris.actors import ports, shm, shm_scope
+from iris.actors import ports, shm, shm_scope, wakers
 from iris.actors.bulk import Bulk
 from iris.actors.bulk_calls import BulkCalls
 from iris.actors.config import NodeConfig
@@ -62,6 +62,8 @@ class Node(NodeLoop):
         self.config = config or NodeConfig()
         self.security = security
         self.clock = clock
+        # The clock's own function (no method around it): read a few times on every call.
+        self.now: Callable[[], float] = clock.monotonic
         self.id = new_id("node-")
         self.address = ""
         self.stats = NodeStats()
@@ -84,9 +86,12 @@ class Node(NodeLoop):
         self._deadlines = DeadlineQueue()
         self._outbox: collections.deque = collections.deque()
         self._wake_pending = False
+        self._waker = wakers.Waker()  # wakes the loop without the GIL (post_reply, idle=True)
+        self._wakes_due: list = []  # Wakers to wake when this pass of the loop ends
         self._dirty_peers: set[Peer] = set()
         self._router_dirty = False
         self._drain_scheduled = False
+        self._in_pass = False  # a loop callback runs; it ends with _end_pass (node_loop.py)
         self._call_ids = itertools.count(1)
         self._stopped = False
         self._grants: dict[bytes, str] = {}  # auth token -> the role its calls hold here
@@ -155,7 +160,8 @@ class Node(NodeLoop):
             self._ready.set()
             return
         self._shm_replies = bool(self._shm_min) and shm_scope.same_host(self.address)
-        self.loop.add_reader(self._router.getsockopt(zmq.FD), self._drain_router)
+        self.loop.add_reader(self._router.getsockopt(zmq.FD), self._on_router_readable)
+        self.loop.add_reader(self._waker.fileno(), self._on_waker)
         self.loop.call_later(self.config.sweep_interval_s, self._sweep)
         self._ready.set()
         try:
@@ -187,10 +193,12 @@ class Node(NodeLoop):
             self._peers.clear()
             self.bulk.close()
             self._pool.close()
+            self.loop.remove_reader(self._waker.fileno())  # its fd closes with the node
             if self._router is not None:
                 self.loop.remove_reader(self._router.getsockopt(zmq.FD))
                 self._router.close(linger=0)
         finally:
+            self._wake_due_now()  # threads waiting on the calls failed above: the loop ends
             self.loop.stop()
             done.set()
 
@@ -204,9 +212,6 @@ class Node(NodeLoop):
         if kind == zmq.DEALER and self.security:
             self.security.configure_client(sock)
         return sock
-
-    def now(self) -> float:
-        return self.clock.monotonic()
 
     def in_loop_thread(self) -> bool:
         return threading.get_ident() == self._loop_thread_id
@@ -263,7 +268,7 @@ class Node(NodeLoop):
         call a control-plane role at the receiver."""
         timeout_s = self.config.default_timeout_s if timeout_s is None else timeout_s
         call_id = next(self._call_ids)
-        fut = outer = ActorFuture(actor, method, address, self._loop_thread_id)
+        fut = outer = self._future(actor, method, address)
         try:
             frames = messages.encode_call(call_id, actor, method, int(timeout_s * 1000),
                                           args, kwargs or {}, oneway, auth)
@@ -295,7 +300,8 @@ class Node(NodeLoop):
         if threading.get_ident() == self._loop_thread_id:
             self._send_call(address, call_id, fut, frames, timeout_s, oneway)
         else:
-            self._post(self._send_call, address, call_id, fut, frames, timeout_s, oneway)
+            self._post(self._send_call, address, call_id, fut, frames, timeout_s, oneway,
+                       idle=not oneway and wakers.this_thread().follows(outer))
         return outer
 
     def call_many(self, targets: list[tuple[str, str]], method: str, args: tuple = (),
@@ -310,7 +316,7 @@ class Node(NodeLoop):
             if not self._shares_with(address):
                 futs.append(self.call(address, key, method, args, kwargs, timeout_s=timeout_s))
                 continue
-            outer = ActorFuture(key, method, address, self._loop_thread_id)
+            outer = self._future(key, method, address)
             futs.append(outer)
             call_id = next(self._call_ids)
             try:
@@ -342,10 +348,25 @@ class Node(NodeLoop):
                                   timeout_s, False)
         return futs
 
-    def _post(self, fn: Callable, *args: Any) -> None:
+    def _future(self, actor: str, method: str, address: str) -> ActorFuture:
+        return ActorFuture(actor, method, address, self._loop_thread_id, self.defer_wakes)
+
+    def defer_wakes(self, due: list) -> None:
+        """(Loop thread) Wake these Wakers when this pass of the loop ends: a thread woken in
+        the middle of a drain takes the GIL and holds the rest of the drain up."""
+        self._wakes_due.extend(due)
+        self._schedule_drain()
+
+    def _post(self, fn: Callable, *args: Any, idle: bool = False) -> None:
+        """Run fn(*args) on the loop. `idle`: the posting thread sleeps right after, so wake
+        the loop without the GIL (wakers.py says why); otherwise wake it holding the GIL, and
+        the poster goes on adding to the same batch (a caller sending many calls)."""
         self._outbox.append((fn, args))
         if not self._wake_pending:
             self._wake_pending = True
+            if idle:
+                self._waker.wake()
+                return
             try:
                 self.loop.call_soon_threadsafe(self._flush_outbox)
             except RuntimeError:  # loop closed: the node stopped under a racing caller
@@ -358,15 +379,15 @@ class Node(NodeLoop):
         else:
             self._post(fn, *args)
 
-    def post_reply(self, rid: bytes, frames: list) -> None:
+    def post_reply(self, rid: bytes, frames: list, idle: bool = False) -> None:
         """Send a reply from another thread (a big one is copied to shared memory here, off
-        the loop)."""
+        the loop). `idle`: that thread has nothing else queued (see _post)."""
         if len(frames) > 1 and self._shm_replies and type(rid) is bytes \
                 and shm_scope.shares_with_caller(rid):
             frames = self._spill_reply(frames)
         elif len(frames) > 1 and type(rid) is bytes and self._bulk_calls.wants_reply(frames):
             frames = self._bulk_calls.spill_reply(frames, self.config.shm_hold_s)
-        self._post(self.send_reply, rid, frames, True)
+        self._post(self.send_reply, rid, frames, True, idle=idle)
 
     # ------------------------------------------------------------ shared memory
 
@@ -382,7 +403,7 @@ class Node(NodeLoop):
         unless the callee refused the segment as from another PID namespace; then the call
         (not run: refused while decoding) goes again through the socket, and so will every
         later one to that address."""
-        first = ActorFuture(outer.actor, outer.method, outer.address, self._loop_thread_id)
+        first = self._future(outer.actor, outer.method, outer.address)
 
         def done(_: ActorFuture) -> None:
             error = first.exception()

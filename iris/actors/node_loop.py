@@ -9,6 +9,7 @@ is called from another thread.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import zmq
 
@@ -33,6 +34,43 @@ _SNDMORE = int(zmq.SNDMORE)
 _STALL_S = 1.0
 
 
+_zget = zmq.backend.Socket.get
+_EVENTS = zmq.EVENTS
+_POLLIN = int(zmq.POLLIN)
+
+
+def _waiting(sock: zmq.Socket) -> bool:
+    """Is a message waiting on `sock`? (ZMQ_EVENTS; False once the socket is closed.)"""
+    try:
+        return bool(_zget(sock, _EVENTS) & _POLLIN)
+    except zmq.ZMQError:
+        return False
+
+
+def _messages(sock: zmq.Socket, ask_first: bool, after_first: Callable[[], None]):
+    """Every message waiting on `sock`, as frames. "Anything waiting?" costs less asked
+    with ZMQ_EVENTS than by a recv that fails (pyzmq builds and raises an Again each time;
+    bench/call_costs.py), so it is asked that way before the first recv when nothing may be
+    there (`ask_first`: a check after our own sends), and after the first message (one a
+    wake-up is the 1:1 call's case), once `after_first()` has run (it wakes the thread the
+    message was for, which gets going while we look for more). A burst is then read until
+    Again."""
+    if ask_first and not _waiting(sock):
+        return
+    first = True
+    while True:
+        try:
+            frames = _recv_frames(sock)
+        except zmq.Again:
+            return
+        yield frames
+        if first:
+            first = False
+            after_first()
+            if not _waiting(sock):
+                return
+
+
 def _recv_frames(sock: zmq.Socket) -> list:
     """One whole message as zmq Frames; raises zmq.Again when none is waiting."""
     frame = sock.recv(_NOBLOCK, copy=False)
@@ -46,30 +84,61 @@ def _recv_frames(sock: zmq.Socket) -> list:
 # Frames below this are copied into the ZeroMQ message: cheaper than the zero-copy hand-off
 # (a Frame object and a release callback) up to about pyzmq's own copy_threshold of 64 KiB.
 _COPY_BELOW = 64 * 1024
+# pyzmq's Socket.send is a Python wrapper (for DRAFT sockets' routing_id and group keywords)
+# around its backend's, called with keywords: the backend's own, called positionally, costs
+# 0.25 us a frame against 0.42 us (bench/call_costs.py).
+_zsend = zmq.backend.Socket.send
 
 
-def _send_frames(sock: zmq.Socket, frames: list) -> None:
-    """Send one message; small bytes (header, routing id) are copied, big frames are not."""
+def _send_frames(sock: zmq.Socket, frames: list, first: bytes | None = None) -> None:
+    """Send one message, `first` (a routing id) before `frames` if given; small bytes are
+    copied, big frames are not."""
+    if first is not None:
+        _zsend(sock, first, _NOBLOCK | _SNDMORE, True)  # may raise: nothing sent then
     last = len(frames) - 1
     for i, frame in enumerate(frames):
-        sock.send(frame, _NOBLOCK | _SNDMORE if i < last else _NOBLOCK,
-                  copy=type(frame) is bytes and len(frame) < _COPY_BELOW)
-
+        _zsend(sock, frame, _NOBLOCK | _SNDMORE if i < last else _NOBLOCK,
+               type(frame) is bytes and len(frame) < _COPY_BELOW)
 
 
 class NodeLoop:
     """Node's loop-thread methods (see the module docstring)."""
 
+    # A pass is one callback of the loop (posted work, a socket readable, the sweep). What it
+    # leaves to do is done when it ends (_end_pass), not in a callback of its own: each extra
+    # callback is another turn of the loop (an epoll_wait) before a woken thread can run.
+
+    def _on_waker(self) -> None:
+        self._waker.clear()
+        self._flush_outbox()
+
     def _flush_outbox(self) -> None:
-        self._wake_pending = False
-        outbox = self._outbox
-        while outbox:
-            fn, args = outbox.popleft()
-            try:
-                fn(*args)
-            except Exception:
-                _log.exception("node %s: posted work %s failed", self.id, fn)
-        self._drain_dirty()
+        self._in_pass = True
+        try:
+            self._wake_pending = False
+            outbox = self._outbox
+            while outbox:
+                fn, args = outbox.popleft()
+                try:
+                    fn(*args)
+                except Exception:
+                    _log.exception("node %s: posted work %s failed", self.id, fn)
+        finally:
+            self._end_pass()
+
+    def _on_router_readable(self) -> None:
+        self._in_pass = True
+        try:
+            self._drain_router()
+        finally:
+            self._end_pass()
+
+    def on_peer_readable(self, peer: Peer) -> None:
+        self._in_pass = True
+        try:
+            self.drain_peer(peer)
+        finally:
+            self._end_pass()
 
     def _send_call(self, address: str, call_id: int, fut: ActorFuture, frames: list,
                    timeout_s: float, oneway: bool) -> None:
@@ -112,7 +181,9 @@ class NodeLoop:
             local.track(call_id, fut, now)
             self._deadlines.push(now + timeout_s, call_id, local)
         self.stats.calls_sent += 1
-        self._on_request([LocalReturn(local), *(zmq.Frame(f) for f in frames)], INTERNAL)
+        # The frames as encoded, not copied: buffers reach the codec as the caller's own
+        # objects, which it reads through read-only views (codec._view).
+        self._on_request(LocalReturn(local), frames[0], frames[1:], INTERNAL)
         if oneway:
             fut.set_result(None)
 
@@ -123,7 +194,8 @@ class NodeLoop:
             return False
         finally:
             self._dirty_peers.add(peer)
-            self._schedule_drain()
+            if not self._in_pass:
+                self._schedule_drain()
         return True
 
     def send_reply(self, rid: bytes, frames: list, spilled: bool = False) -> None:
@@ -135,63 +207,89 @@ class NodeLoop:
             frames = self._bulk_calls.spill_reply(frames, self.config.shm_hold_s)
         if type(rid) is LocalReturn:  # an in-process call: straight back to its future
             rid.peer.heard(self.now())
-            self._on_reply(rid.peer, [zmq.Frame(f) for f in frames], self.now())
+            self._on_reply(rid.peer, frames[0], frames[1:], self.now())
             return
         try:
-            _send_frames(self._router, [rid, *frames])
+            _send_frames(self._router, frames, rid)
         except (zmq.Again, zmq.ZMQError):  # caller vanished or is flooding: it will time out
             self.stats.replies_dropped += 1
         self._router_dirty = True
-        self._schedule_drain()
+        if not self._in_pass:
+            self._schedule_drain()
 
     def _schedule_drain(self) -> None:
-        if not self._drain_scheduled:
+        """Make sure _end_pass runs: at the end of this pass, or as a pass of its own when
+        the caller is not in one (an async method's task, a timer)."""
+        if not self._in_pass and not self._drain_scheduled:
             self._drain_scheduled = True
             self.loop.call_soon(self._drain_dirty)
 
     def _drain_dirty(self) -> None:
         self._drain_scheduled = False
-        if self._router_dirty:
-            self._router_dirty = False
-            self._drain_router()
-        if self._dirty_peers:
-            dirty, self._dirty_peers = self._dirty_peers, set()
-            for peer in dirty:
-                self.drain_peer(peer)
+        self._in_pass = True
+        self._end_pass()
 
-    def _drain_router(self) -> None:
+    def _end_pass(self) -> None:
+        """Drain the sockets this pass sent on (their FD is edge-triggered: a send can take
+        the notice of a message that arrived), then wake the threads it handed work."""
+        try:
+            if self._router_dirty:
+                self._router_dirty = False
+                self._drain_router(ask_first=True)
+            if self._dirty_peers:
+                dirty, self._dirty_peers = self._dirty_peers, set()
+                for peer in dirty:
+                    self.drain_peer(peer, ask_first=True)
+        finally:
+            self._in_pass = False
+            if self._router_dirty or self._dirty_peers:  # sent while draining: once more
+                self._schedule_drain()
+            if self._wakes_due:
+                self._wake_due_now()
+
+    def _wake_early(self) -> None:
+        """Wake now the threads this pass handed work so far (the first message of a drain:
+        the 1:1 call's one), instead of after the rest of the pass."""
+        if self._wakes_due:
+            self._wake_due_now()
+
+    def _wake_due_now(self) -> None:
+        due, self._wakes_due = self._wakes_due, []
+        for waker in due:
+            waker.wake()
+
+    def _drain_router(self, ask_first: bool = False) -> None:
+        """Handle every request waiting on the ROUTER (its FD fired, or `ask_first`: we sent
+        on it, see the module docstring)."""
         router = self._router
         if router is None or router.closed:
             return
-        while True:
+        for frames in _messages(router, ask_first, self._wake_early):
+            if len(frames) < 2:
+                self.stats.malformed += 1
+                continue
             try:
-                frames = _recv_frames(router)
-            except zmq.Again:
-                return
-            try:
-                self._on_request(frames)
+                self._on_request(frames[0].bytes, frames[1].bytes, frames[2:])
             except Exception:  # never let one message kill the loop
                 self.stats.malformed += 1
                 _log.exception("node %s: failed handling a request", self.id)
 
-    def _on_request(self, frames: list, role: str | None = None) -> None:
-        if len(frames) < 2:
-            self.stats.malformed += 1
-            return
-        rid = frames[0].bytes
-        buffers = frames[2:]
-        if self._bulk_calls.holding and self._bulk_calls.hold(rid, frames, role):
+    def _on_request(self, rid: bytes | LocalReturn, header: bytes, buffers: list,
+                    role: str | None = None) -> None:
+        """One CALL, CAST or PING: `rid` is who sent it (a ROUTER routing id, or LocalReturn
+        for an in-process call, whose `role` is INTERNAL)."""
+        if self._bulk_calls.holding and self._bulk_calls.hold(rid, header, buffers, role):
             return  # behind a call of the same caller whose frames are being fetched
         try:
             if buffers:
                 if bulk_calls.is_table(buffers[-1]):  # big frames on the bulk path: fetch
-                    return self._bulk_calls.receive(frames, role)
+                    return self._bulk_calls.receive(rid, header, buffers, role)
                 buffers = shm.resolve(buffers)
-            msg = messages.decode(frames[1].bytes, buffers)
+            msg = messages.decode(header, buffers)
         except ProtocolError as exc:
             self.stats.malformed += 1
             _log.debug("node %s dropped a malformed message: %s", self.id, exc)
-            peek = messages.peek_call(frames[1].bytes) if buffers else None
+            peek = messages.peek_call(header) if buffers else None
             if peek is not None and peek[0] == messages.CALL:  # say why, not time out
                 self.send_reply(rid, messages.encode_error(peek[1], messages.E_PROTOCOL,
                                                            str(exc)))
@@ -216,36 +314,32 @@ class NodeLoop:
         else:
             self.stats.malformed += 1  # replies belong on DEALERs, not here
 
-    def drain_peer(self, peer: Peer) -> None:
+    def drain_peer(self, peer: Peer, ask_first: bool = False) -> None:
+        """Handle every reply waiting on the peer's DEALER (as _drain_router)."""
         dealer = peer.dealer
         if dealer.closed:
             return
         now = None
-        while True:
-            try:
-                frames = _recv_frames(dealer)
-            except zmq.Again:
-                return
+        for frames in _messages(dealer, ask_first, self._wake_early):
             if now is None:
                 now = self.now()
                 peer.heard(now)
             try:
-                self._on_reply(peer, frames, now)
+                self._on_reply(peer, frames[0].bytes, frames[1:], now)
             except Exception:
                 self.stats.malformed += 1
                 _log.exception("node %s: failed handling a reply from %s", self.id, peer.address)
 
-    def _on_reply(self, peer: Peer, frames: list, now: float) -> None:
-        buffers = frames[1:]
+    def _on_reply(self, peer: Peer, header: bytes, buffers: list, now: float) -> None:
         try:
             if buffers:
                 if bulk_calls.is_table(buffers[-1]):  # big frames on the bulk path: fetch
-                    return self._bulk_calls.receive_reply(peer, frames)
+                    return self._bulk_calls.receive_reply(peer, header, buffers)
                 buffers = shm.resolve(buffers)
-            msg = messages.decode(frames[0].bytes, buffers)
+            msg = messages.decode(header, buffers)
         except ProtocolError as exc:
             self.stats.malformed += 1
-            peek = messages.peek_call(frames[0].bytes) if buffers else None
+            peek = messages.peek_call(header) if buffers else None
             fut = peer.pending.pop(peek[1], None) if peek else None
             if fut is not None:  # its buffers are gone (shared memory of a dead sender)
                 fut.set_exception(ProtocolError(f"reply of {fut.actor}.{fut.method} from "
@@ -299,7 +393,7 @@ class NodeLoop:
         self._note_stall(now)
         for address, peer in list(self._peers.items()):
             if not peer.check_liveness(now, cfg.heartbeat_interval_s, cfg.peer_dead_after_s):
-                self.drain_peer(peer)  # an answer read late is not silence
+                self.drain_peer(peer, ask_first=True)  # an answer read late is not silence
                 if peer.check_liveness(now, cfg.heartbeat_interval_s, cfg.peer_dead_after_s):
                     continue
                 peer.fail_all(f"no reply or heartbeat for {cfg.peer_dead_after_s} s "

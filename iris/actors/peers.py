@@ -51,7 +51,7 @@ class Peer:
         self.dealer.connect(address)
         self.monitor = self.dealer.get_monitor_socket(_MONITORED)
         loop = node.loop
-        loop.add_reader(self.dealer.getsockopt(zmq.FD), node.drain_peer, self)
+        loop.add_reader(self.dealer.getsockopt(zmq.FD), node.on_peer_readable, self)
         loop.add_reader(self.monitor.getsockopt(zmq.FD), self._on_monitor)
         # ZMQ_FD is edge-triggered and is only re-armed by reading the socket's events:
         # without one read now, the first DISCONNECTED would never wake the loop.
@@ -183,7 +183,3 @@ class LocalReturn:
 
     def __init__(self, peer: LocalPeer):
         self.peer = peer
-
-    @property
-    def bytes(self) -> LocalReturn:  # read where a ROUTER frame's routing id would be
-        return self

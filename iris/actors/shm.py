@@ -242,9 +242,13 @@ class Pool:
         return Segment(size)
 
     def sent(self, segment: Segment, slots: int, answers: int, deadline: float) -> None:
-        """`segment` went to `slots` receivers; `answers` calls will report back on it."""
+        """`segment` went to `slots` receivers; `answers` calls will report back on it. The
+        buffers it was filled from are the sender's again: keeping them until the segment
+        is swept kept a received payload alive in an actor that echoed it (the caller's
+        segment then could not be reused for the next call)."""
         with self._lock:
             segment.slots, segment.answers, segment.deadline = slots, answers, deadline
+            segment.sources = []
             self._busy.add(segment)
 
     def answered(self, segment: Segment) -> None:

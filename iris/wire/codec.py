@@ -25,6 +25,7 @@ import cloudpickle
 import msgpack
 
 from iris.base.errors import ProtocolError
+from iris.wire import copies
 
 FORMAT_MSGPACK = 0
 FORMAT_PICKLE = 1
@@ -70,7 +71,8 @@ def _deep_lift(value: Any, buffers: list) -> Any:
 def lift_call_buffers(args: tuple, kwargs: dict, buffers: list) -> list:
     """[args, kwargs] with their top-level big buffers lifted into `buffers`."""
     for arg in args:
-        if type(arg) in _BIG_TYPES:
+        kind = type(arg)
+        if kind in _BIG_TYPES and (kind is not bytes or len(arg) >= OOB_MIN_BYTES):
             break
     else:
         if not kwargs:  # the common small call: no comprehension, no per-item checks
@@ -79,8 +81,7 @@ def lift_call_buffers(args: tuple, kwargs: dict, buffers: list) -> list:
             {k: _lift(v, buffers) for k, v in kwargs.items()} if kwargs else kwargs]
 
 
-def lift_value_buffers(value: Any, buffers: list) -> Any:
-    return _lift(value, buffers)
+lift_value_buffers = _lift  # a reply's value: a top-level big buffer becomes a frame
 
 
 def _ndarray_marker(array: Any, buffers: list) -> msgpack.ExtType:
@@ -169,9 +170,9 @@ def _ext_hook_for(frames: list) -> Any:
             raise ProtocolError(f"buffer marker {code}/{index} does not match {len(frames)} frames")
         view = _view(frames[index])
         if code == _EXT_BYTES:
-            return bytes(view)
+            return copies.to_bytes(view)
         if code == _EXT_BYTEARRAY:
-            return bytearray(view)
+            return copies.to_bytearray(view)
         return view
 
     return hook
@@ -201,7 +202,9 @@ def _numpy() -> Any:
 
 
 def _view(frame: Any) -> memoryview:
-    return frame.buffer if hasattr(frame, "buffer") else memoryview(frame)
+    """A ZeroMQ Frame's memory, or a read-only view of any other buffer (a shared-memory
+    view, or an in-process caller's own bytearray or array, which the callee must not write)."""
+    return frame.buffer if hasattr(frame, "buffer") else memoryview(frame).toreadonly()
 
 
 def _no_frames(code: int, data: bytes) -> Any:

@@ -144,6 +144,8 @@ def decode(header: bytes, buffers: list) -> list:
         raise
     except Exception as exc:  # msgpack raises several unrelated types on garbage
         raise ProtocolError(f"undecodable header: {type(exc).__name__}: {exc}") from exc
+    if type(msg) is list and _plain_call_or_reply(msg):
+        return msg
     if type(msg) is not list or len(msg) < 3:
         raise ProtocolError(f"header must be a list of >= 3 items, got {type(msg).__name__}")
     if msg[0] != VERSION:
@@ -168,6 +170,24 @@ def decode(header: bytes, buffers: list) -> list:
     if kind == REPLY and msg[3] not in (codec.FORMAT_MSGPACK, codec.FORMAT_PICKLE):
         raise ProtocolError(f"unknown payload format {msg[3]!r}")
     return msg
+
+
+def _plain_call_or_reply(msg: list) -> bool:
+    """The checks below, unrolled for the two kinds of nearly every message: a CALL (with or
+    without an auth token: a worker's report has one) and a REPLY; every other header takes
+    the general path."""
+    n, kind = len(msg), msg[1] if len(msg) > 1 else None
+    if type(kind) is not int or msg[0] != VERSION or type(msg[0]) is bool:
+        return False
+    if kind == CALL and (n == 8 or n == 9 and type(msg[8]) is bytes
+                         and 0 < len(msg[8]) <= MAX_AUTH):
+        return (type(msg[2]) is int and type(msg[3]) is str and type(msg[4]) is str
+                and type(msg[5]) is int and type(msg[6]) is int
+                and (msg[6] == codec.FORMAT_MSGPACK or msg[6] == codec.FORMAT_PICKLE))
+    if kind == REPLY and n == 5:
+        return (type(msg[2]) is int and type(msg[3]) is int
+                and (msg[3] == codec.FORMAT_MSGPACK or msg[3] == codec.FORMAT_PICKLE))
+    return False
 
 
 def peek_call(header: bytes) -> tuple[int, int] | None:
@@ -220,6 +240,6 @@ def call_arguments(call: Call) -> tuple[tuple, dict]:
             or type(value[0]) not in (list, tuple) or type(value[1]) is not dict):
         raise ProtocolError("call payload must be [args, kwargs]")
     kwargs = value[1]
-    if any(type(k) is not str for k in kwargs):
+    if kwargs and any(type(k) is not str for k in kwargs):
         raise ProtocolError("keyword argument names must be strings")
     return tuple(value[0]), kwargs
