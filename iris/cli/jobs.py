@@ -220,6 +220,24 @@ def worker_drain(args: argparse.Namespace) -> int:
     return 0
 
 
+def worker_revoke(args: argparse.Namespace) -> int:
+    """Revoke a worker's credential (admin token): its next call is refused, its id may not
+    join again, its tasks are requeued elsewhere; no other worker is touched."""
+    from iris.client.budgets import admin_token
+
+    if not args.target:
+        raise InvalidRequestError("iris worker revoke: name the worker, e.g. iris worker "
+                                  "revoke w-3f2a1c (iris worker list names them)")
+    ctx = iris.current()
+    token = admin_token(args.admin_token_file, "revoking a worker")
+    told = call_controller(ctx.node, ctx.address, "revoke_worker", (args.target,), auth=token)
+    if args.json:
+        print(json.dumps(told))
+    print(f"worker {told['worker_id']} revoked; {len(told['attempts'])} attempts requeued",
+          file=sys.stderr)
+    return 0
+
+
 def _wait_gone(ctx: Any, worker_id: str, timeout_s: float) -> bool:
     gate, deadline = threading.Event(), SYSTEM_CLOCK.monotonic() + timeout_s
     while SYSTEM_CLOCK.monotonic() < deadline:

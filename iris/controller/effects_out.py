@@ -48,7 +48,8 @@ class EffectsOut:
             elif isinstance(effect, Command):
                 method = "start_attempt" if effect.kind == "start" else "stop_attempt"
                 fut = self._node.call(effect.address, worker_key(effect.worker_id), method,
-                                      (effect.body,), timeout_s=30.0, auth=self._token)
+                                      (effect.body,), timeout_s=30.0,
+                                      auth=self._command_token(effect.worker_id))
                 fut.add_done_callback(_log_failure)
             elif isinstance(effect, JobsFinished):
                 self._node.call_in_loop(self._wake, list(effect.job_ids))

@@ -19,7 +19,8 @@ from iris.wire.bundles import pack
 from iris.worker.actor import Worker
 
 WAIT_S = 120.0  # generous: six agents share two cores, and the first start builds a venv
-TOKEN = b"t" * 32
+TOKEN = b"t" * 32  # the cluster token: it buys the worker its own credential (join)
+CREDENTIAL, COMMANDS = b"c" * 32, b"k" * 32  # the worker's own, and the controller's for it
 
 
 @actor
@@ -33,9 +34,14 @@ class FakeController:
         self.bundles: dict[str, bytes] = {}
         self.gate = threading.Event()
         self.gate.set()
+        self.registered = threading.Event()
+
+    def join(self, worker_id):
+        return {"worker_id": worker_id, "credential": CREDENTIAL, "command_token": COMMANDS}
 
     def register_worker(self, worker_id, address, attributes, running, updates=()):
         self._record(updates)
+        self.registered.set()
         return []
 
     def report(self, worker_id, updates, stats=None, running=None, usage=()) -> dict:
@@ -91,7 +97,9 @@ def worker(tmp_path, envs_dir):
 
         def call(method: str, *args):
             return controller_node.call(worker_node.address, worker_key("w-test"), method,
-                                        args, auth=TOKEN, timeout_s=30).result()
+                                        args, auth=COMMANDS, timeout_s=30).result()
+
+        assert fake.registered.wait(WAIT_S)  # joined: the command token is granted
 
         yield fake, call, root
     finally:
