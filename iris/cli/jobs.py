@@ -20,6 +20,7 @@ from iris.client.jobs import TERMINAL, JobHandle, _controller, _user
 from iris.client.retry import call_controller
 from iris.logstore.model import format_line, iso_time
 from iris.logstore.reader import LogFilter
+from iris.wire.fencing import LATE_RULE, worker_is_late
 
 
 def iso(ts: float | None) -> str:
@@ -191,8 +192,11 @@ def worker_list(args: argparse.Namespace) -> int:
     rows = _controller(iris.current(), "list_workers")
     for row in rows:
         row["running"] = len(row["attempts"])
-    print_rows(rows, ["worker_id", "region", "address", "cpu", "running",
+        row["health"] = "late" if worker_is_late(row) else "healthy"
+    print_rows(rows, ["worker_id", "region", "address", "cpu", "running", "health",
                       "last_heard_s_ago"], args.json)
+    if rows and not args.json:
+        print(LATE_RULE, file=sys.stderr)  # what the health column means
     return 0
 
 

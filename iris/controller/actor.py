@@ -34,6 +34,7 @@ from iris.controller.inspect import locate, summary
 from iris.controller.jobs.model import TERMINAL_JOB
 from iris.controller.live_figures import series
 from iris.controller.preemption_notices import apply_notice
+from iris.controller.reclaim import RegionReclaim, drop_absent
 from iris.controller.regions.region import STOP_ALL_SLICES_S
 from iris.controller.service import ControllerConfig, ControllerService
 from iris.controller.service_workers import check_report
@@ -53,7 +54,8 @@ _SNAPSHOT_WORKERS = 2500
 FIGURE_WINDOWS_H = (1.0, 6.0, 24.0)
 # Finished jobs are pruned from the database about once an hour.
 _PRUNE_EVERY_S = 3600.0
-# Credentials of workers no longer registered (lost) are looked for this often.
+# Credentials, figures and regions of workers no longer registered (lost) are looked for
+# this often (reclaim.py).
 _SWEEP_CREDENTIALS_S = 1.0
 
 
@@ -78,6 +80,8 @@ class Controller(EffectsOut):
         node.grant(self._token, tokens.CONTROLLER)
         self._creds = Credentials(secret, config.state_dir, node.grant, node.revoke)
         self._creds_swept = node.clock.monotonic()
+        # Regions no host names any more are stopped: after twice the silence that loses one.
+        self._reclaim = RegionReclaim(2 * config.worker_dead_after_s)
         self._waiters: dict[str, list[asyncio.Future]] = {}  # touched on the loop thread only
         self._last_prune = node.clock.monotonic()
         self._snapshot: dict = {}  # replaced whole, never mutated; read by `snapshot()`
@@ -352,6 +356,19 @@ class Controller(EffectsOut):
                                               "its worker was revoked by an operator"))
         return {"worker_id": worker_id, "attempts": attempts}
 
+    def _reclaim_regions(self, now: float) -> None:
+        """Stop and forget the Region actors no host has named for a while (their threads
+        end): reclaim.py."""
+        hosts = {r: inv.hosts for r, inv in self._svc.gangs.inventory.regions.items()}
+        for region in self._reclaim.due(self._regions, hosts, self._scaling, now):
+            _log.info("region %s: no host for %.0f s; its actor is stopped", region,
+                      self._reclaim.idle_s)
+            self._regions.discard(region)
+            self._gangs.remove_region(region)
+            self._svc.forget_region(region)
+            self._region_stats.pop(region, None)
+            self._node.unhost(region_key(region))
+
     def _command_token(self, worker_id: str) -> bytes:
         """What this controller presents on its commands to that worker (EffectsOut)."""
         return self._creds.command_token(worker_id)
@@ -472,6 +489,8 @@ class Controller(EffectsOut):
         if now - self._creds_swept >= _SWEEP_CREDENTIALS_S:  # lost workers' credentials end
             self._creds_swept = now
             self._creds.sweep(self._svc.workers.workers, now)
+            drop_absent(self._svc.worker_stats, self._svc.workers.workers)
+            self._reclaim_regions(now)
         if now - self._last_prune > _PRUNE_EVERY_S:
             self._last_prune = now
             self._svc.prune()

@@ -96,7 +96,7 @@ class EffectsOut:
             fut.add_done_callback(lambda f, r=region: self._got_region_stats(r, f))
 
     def _got_region_stats(self, region: str, fut: Any) -> None:  # on the loop thread
-        if fut.exception() is None:  # a missed poll is retried in half a second
+        if fut.exception() is None and region in self._regions:  # (not one reclaimed since)
             self._region_stats[region] = fut.result()
 
     def _wake(self, job_ids: list[str]) -> None:

@@ -226,6 +226,7 @@ class Worker:
         self._registered, self._left, self._leaving = False, True, None
         done.set()
 
+    @requires()  # called directly by this worker's own process (main.py), never remotely
     def machine_ending(self, reason: str) -> None:
         """Any thread, a signal handler too: this machine is being taken and its scheduler
         signals the tasks directly (Slurm). Attempts that exit unasked from now on are
@@ -235,6 +236,7 @@ class Worker:
         self._ending_since = SYSTEM_CLOCK.monotonic()
         self._inbox.post(self._on_event, attempts.Ending(reason))
 
+    @requires()  # called directly by this worker's own process (main.py), never remotely
     def notice_sent(self) -> None:
         """Any thread: the notice reached the controller (or failed to): report again."""
         self._ending_since = None
