@@ -33,6 +33,7 @@ WORKER = "worker"  # one worker, speaking as itself (its credential names it)
 CONTROLLER = "controller"  # the controller: commands to workers, Region changes
 CLUSTER_TOKEN_FILE, ADMIN_TOKEN_FILE = "cluster.token", "admin.token"
 CONTROLLER_SECRET_FILE = "controller.secret"
+REVOKED_WORKERS_FILE = "revoked_workers"  # ids an operator revoked, one a line
 ENV_TOKEN = "IRIS_CLUSTER_TOKEN"
 
 

@@ -258,8 +258,9 @@ class Controller(EffectsOut):
         schema.text(worker_id, "worker_id", max_len=256)
         info = self._svc.workers.workers.get(worker_id)
         now = self._node.clock.monotonic()
-        return self._creds.issue(worker_id, now,
-                                 None if info is None else now - info.last_heard)
+        if info is None:
+            return self._creds.issue(worker_id, now, None)
+        return self._creds.issue(worker_id, now, now - info.last_heard, info.address)
 
     @requires(tokens.WORKER)  # as itself: the id its credential names (credentials.py)
     def register_worker(self, worker_id: str, address: str, attributes: dict,

@@ -37,7 +37,7 @@ LIVE_S = 5.0
 # A credential never used to register lasts this long (a registration held back by
 # admission control comes back within ~20 s at 10,000 hosts).
 JOIN_GRACE_S = 60.0
-BANNED_FILE = "revoked_workers"
+BANNED_FILE = tokens.REVOKED_WORKERS_FILE
 
 Grant = Callable[[bytes, str, str], None]
 Revoke = Callable[[bytes], None]
@@ -70,9 +70,11 @@ class Credentials:
     def command_token(self, worker_id: str) -> bytes:
         return command_token(self._secret, worker_id)
 
-    def issue(self, worker_id: str, now: float, heard_s_ago: float | None) -> dict:
+    def issue(self, worker_id: str, now: float, heard_s_ago: float | None,
+              address: str = "") -> dict:
         """A new credential for `worker_id` (its old one revoked): refused for a banned id
-        and for one a live worker holds. `heard_s_ago`: the registered worker's silence."""
+        and for one a live worker holds. `heard_s_ago`, `address`: the registered worker's
+        silence and address, if one is registered."""
         if worker_id in self.banned:
             raise PermissionDeniedError(
                 f"worker {worker_id!r} was revoked by an operator (iris worker revoke): it "
@@ -80,10 +82,11 @@ class Credentials:
         held = self._held.get(worker_id)
         if held is not None and ((heard_s_ago is not None and heard_s_ago < LIVE_S)
                                  or now - held[1] < LIVE_S):
+            where = f" at {address}" if address else ""
             raise ConflictError(
-                f"worker id {worker_id!r} is held by a live worker; a second host cannot "
-                f"join under it (a restarted worker joins once the old one is silent for "
-                f"{LIVE_S:g} s)")
+                f"worker id {worker_id} is live{where}; a second worker cannot join under "
+                f"it (do two workers share one --work-dir? a restarted worker joins once "
+                f"the old one is silent for {LIVE_S:g} s)")
         self.revoke(worker_id)
         credential = secrets.token_bytes(32)
         self._held[worker_id] = (credential, now)

@@ -48,8 +48,8 @@ def test_revoking_one_leaves_the_others(table):
 def test_a_live_id_is_not_issued_again_but_a_silent_one_is(table):
     creds, grants, _ = table
     first = creds.issue("w-a", 0.0, None)
-    with pytest.raises(ConflictError, match="live worker"):
-        creds.issue("w-a", LIVE_S + 1.0, heard_s_ago=0.5)  # another host, same id
+    with pytest.raises(ConflictError, match="is live at tcp://h:1"):
+        creds.issue("w-a", LIVE_S + 1.0, heard_s_ago=0.5, address="tcp://h:1")  # another host
     assert first["credential"] in grants
     again = creds.issue("w-a", 100.0, heard_s_ago=LIVE_S + 1.0)  # a restarted worker
     assert first["credential"] not in grants and again["credential"] in grants
