@@ -48,7 +48,8 @@ class EffectsOut:
             elif isinstance(effect, Command):
                 method = "start_attempt" if effect.kind == "start" else "stop_attempt"
                 fut = self._node.call(effect.address, worker_key(effect.worker_id), method,
-                                      (effect.body,), timeout_s=30.0, auth=self._token)
+                                      (effect.body,), timeout_s=30.0,
+                                      auth=self._command_token(effect.worker_id))
                 fut.add_done_callback(_log_failure)
             elif isinstance(effect, JobsFinished):
                 self._node.call_in_loop(self._wake, list(effect.job_ids))
@@ -95,7 +96,7 @@ class EffectsOut:
             fut.add_done_callback(lambda f, r=region: self._got_region_stats(r, f))
 
     def _got_region_stats(self, region: str, fut: Any) -> None:  # on the loop thread
-        if fut.exception() is None:  # a missed poll is retried in half a second
+        if fut.exception() is None and region in self._regions:  # (not one reclaimed since)
             self._region_stats[region] = fut.result()
 
     def _wake(self, job_ids: list[str]) -> None:

@@ -102,8 +102,8 @@ class Placement:
     @turn
     def inventory_push_failed(self, region: str, seq: int, why: str) -> None:
         """A region refused (or never answered) push `seq`: it gets its whole inventory
-        next (unless a whole one went after that push)."""
-        if self.gangs.push_failed(region, seq):
+        next (unless a whole one went after that push). A reclaimed region's are moot."""
+        if region in self.gangs.inventory.regions and self.gangs.push_failed(region, seq):
             _log.warning("region %s: inventory push %d failed (%s); sending it whole",
                          region, seq, why)
             self._sync_regions()

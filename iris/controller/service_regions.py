@@ -33,6 +33,16 @@ class RegionRequests:
                          for h, why in rep.get("gone_hosts", {}).items()})
 
     @turn
+    def forget_region(self, region: str) -> None:
+        """A region reclaimed (reclaim.py: no host named it for a while): its pushes
+        and reports are forgotten, and it counts towards max_regions again only when a
+        host names it anew."""
+        self._regions_seen.discard(region)
+        self.gangs.inventory.regions.pop(region, None)
+        self._full_at.pop(region, None)
+        self.region_reports.pop(region, None)
+
+    @turn
     def drain_hosts(self, hosts: Any) -> None:
         """A region wants to delete these hosts' idle slice (host -> slice): place nothing
         more on them; the next sync tells it which run nothing (then it deletes)."""

@@ -97,7 +97,7 @@ class JobRequests:
         now = now_mono(self)
         rows = []
         for info in self.workers.workers.values():
-            row = info.as_dict(now)
+            row = info.as_dict(now, self.workers.stalled)
             row["attempts"] = sorted(self.state.by_worker.get(info.worker_id, ()))
             rows.append(row)
         return sorted(rows, key=lambda r: r["worker_id"])

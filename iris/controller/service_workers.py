@@ -94,7 +94,7 @@ class WorkerRequests:
         answers: list = []
         events, changed, check = [], [], []
         for msg in msgs:
-            if not self.workers.heard(msg.worker_id, now):
+            if not self.workers.heard(msg.worker_id, now, interval):
                 answers.append({"acked": [], "reregister": True, "interval_s": interval})
                 continue
             if msg.stats is not None:
