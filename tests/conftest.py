@@ -10,6 +10,12 @@ import threading
 from collections.abc import Iterator
 
 import pytest
+from census import (  # noqa: F401 - the --census plugin (tests/census.py)
+    pytest_addoption,
+    pytest_configure,
+    pytest_runtest_makereport,
+    pytest_runtest_protocol,
+)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
