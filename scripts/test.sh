@@ -6,13 +6,17 @@
 #               pass on a loaded machine (tests/README.md, "Busy machine").
 #   --repeat N  run the suite N times in a row and count failed runs, to hunt flakes; e.g.
 #               `bash scripts/test.sh --repeat 3 tests/cluster` for one directory.
+#   --soak      run the soak tier instead (`-m soak`: scenarios that wait out long product
+#               intervals, long randomised searches); CI runs it after the main suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 busy=0
+soak=0
 repeat=1
 while [ $# -gt 0 ]; do
     case "$1" in
         --busy) busy=1; shift ;;
+        --soak) soak=1; shift ;;
         --repeat) repeat="${2:?--repeat needs a count}"; shift 2 ;;
         --repeat=*) repeat="${1#--repeat=}"; shift ;;
         *) break ;;
@@ -52,6 +56,7 @@ bash scripts/setup.sh test
 # --dist loadgroup: the tests marked xdist_group("ray") share one worker, so one Ray head
 # starts per run (tests/backends), not one per worker.
 pytest_cmd=(.venv/bin/python -m pytest -n 2 --dist loadgroup -q --timeout 300)
+[ "$soak" = 1 ] && pytest_cmd+=(-m soak)
 if [ "$busy" = 1 ]; then
     # The busy-machine check (issue 33): one core kept busy by another process for the
     # whole run, as on a developer's laptop that is also building something.

@@ -74,6 +74,32 @@ def child_process() -> Iterator:
             stream.close()
 
 
+def stop_in_order(*groups, grace_s: float = 30.0) -> None:
+    """Stop groups of Popen processes (each started with start_new_session) one group after
+    another: SIGTERM to each process group, up to `grace_s` to exit, then SIGKILL.
+
+    Workers go first, while the controller they report to still runs: a worker so stopped
+    leaves at once, and its watchdog with it. A SIGKILLed worker instead leaves its watchdog
+    telling a controller that is gone for 10 s (iris/worker/watchdog.py), which the leak
+    check then waits out."""
+    for group in groups:
+        for proc in group:
+            if proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, 15)
+                except (ProcessLookupError, PermissionError):
+                    pass
+        for proc in group:
+            try:
+                proc.wait(grace_s)
+            except subprocess.TimeoutExpired:
+                try:
+                    os.killpg(proc.pid, 9)
+                except (ProcessLookupError, PermissionError):
+                    pass
+                proc.wait(30)
+
+
 @pytest.fixture
 def cluster():
     import iris
