@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -18,6 +19,22 @@ from census import (  # noqa: F401 - the --census plugin (tests/census.py)
 )
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Seconds per test module from a census run (tests/README.md says how to refresh it).
+DURATIONS = os.path.join(ROOT, "tests", "durations.json")
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items) -> None:
+    """The longest modules first: xdist hands out tests in this order (after its groups, the
+    biggest first), so a long test does not start last and leave the other worker idle.
+    A module moves whole (a stable sort): its module-scoped fixtures still start once per
+    worker. A module missing from the file keeps its place after the known ones."""
+    try:
+        with open(DURATIONS) as f:
+            seconds = json.load(f)
+    except (OSError, ValueError):
+        return
+    items.sort(key=lambda item: -seconds.get(item.nodeid.split("::")[0], 0.0))
 
 
 class Child:
