@@ -84,16 +84,19 @@ def pytest_runtest_protocol(item, nextitem):
         return
     row = {"test": item.nodeid, "wall": round(time.monotonic() - wall, 3),
            "cpu": round(_cpu_s() - cpu, 3), "worker": os.environ.get("PYTEST_XDIST_WORKER", ""),
-           "phases": getattr(item, "_census_phases", {}), **_counts}
+           "phases": getattr(item, "_census_phases", {}),
+           "failed": getattr(item, "_census_failed", ""), **_counts}
     with open(path, "a") as f:
         f.write(json.dumps(row) + "\n")
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
-    yield
+    outcome = yield
     if item.config.getoption("--census"):
         item.__dict__.setdefault("_census_phases", {})[call.when] = round(call.duration, 3)
+        if outcome.get_result().failed:
+            item.__dict__["_census_failed"] = call.when
 
 
 def _report(path: str, top: int = 30) -> str:
@@ -111,7 +114,8 @@ def _report(path: str, top: int = 30) -> str:
            f"{totals['proc_worker']} `iris worker` processes, {totals['proc_python']} other "
            f"Python processes, {totals['proc_slurm']} Slurm commands/daemons, "
            f"{totals['proc_ray']} Ray processes, {totals['proc_other']} other, "
-           f"{totals['forks']} forks", "",
+           f"{totals['forks']} forks",
+           *(f"FAILED in {r['failed']}: {r['test']}" for r in rows if r.get("failed")), "",
            "| test | wall s | CPU s | setup s | teardown s | started |",
            "|---|---:|---:|---:|---:|---|"]
     for r in sorted(rows, key=lambda r: -r["wall"])[:top]:
