@@ -55,7 +55,10 @@ bash scripts/setup.sh test
 # Two workers: the machine has 2 cores. --timeout keeps a hung socket from eating CI's hour.
 # --dist loadgroup: the tests marked xdist_group("ray") share one worker, so one Ray head
 # starts per run (tests/backends), not one per worker.
-pytest_cmd=(.venv/bin/python -m pytest -n 2 --dist loadgroup -q --timeout 300)
+# IRIS_TEST_WORKERS=3 tries a third worker (two thirds of test time is waiting; see
+# tests/README.md): measure before making it the default.
+pytest_cmd=(.venv/bin/python -m pytest -n "${IRIS_TEST_WORKERS:-2}" --dist loadgroup -q
+            --timeout 300)
 [ "$soak" = 1 ] && pytest_cmd+=(-m soak)
 if [ "$busy" = 1 ]; then
     # The busy-machine check (issue 33): one core kept busy by another process for the
