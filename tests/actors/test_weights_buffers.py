@@ -139,6 +139,54 @@ def test_buffers_filled_but_not_published_are_never_sent(cluster, child_process,
     assert probe.digests(0).result(60)[0] == 2 and probe.held().result(60) == [2, [3.0]]
 
 
+def test_a_rollout_that_joins_late_fetches_the_version_in_the_buffers(cluster, child_process):
+    pub = iris.weights.Publisher("policy")
+    for version in (1, 2):
+        buffers = pub.buffers(LAYOUT if version == 1 else None)
+        fill(buffers, version)
+        pub.publish(buffers)
+    copied = iris.current().node._pool.copied_bytes
+    (probe,) = start_rollouts(child_process, cluster, 1)
+    assert probe.digests(0).result(60)[0] == 2 and probe.held().result(60) == [2, [2.0]]
+    assert iris.current().node._pool.copied_bytes == copied  # the fetch's reply: no copy
+
+
+CHAIN_TRAINER = """
+import threading
+import iris
+
+ctx = iris.connect()
+pub = iris.weights.Publisher("policy")
+
+@iris.actor
+class Control:
+    def publish(self, value):
+        buffers = pub.buffers({"w": ((1 << 20,), "float32"), "i": ((5000,), "int32")})
+        for array in buffers.values():
+            array.fill(value)
+        return [pub.publish(buffers), pub.last_failures]
+
+Control.serve("control")
+print("READY", flush=True)
+threading.Event().wait()
+"""
+
+
+def test_buffers_go_down_the_chain_to_rollouts_without_shared_memory(cluster, child_process,
+                                                                    wait_until):
+    off = {"IRIS_ADDRESS": cluster.address, "IRIS_SHM_MIN_BYTES": "0"}
+    child_process(CHAIN_TRAINER, off).wait_ready()
+    control = iris.resolve("control", timeout=60)
+    probes = []
+    for i in range(2):
+        child_process(ROLLOUT, {**off, "PROBE": f"probe{i}"}).wait_ready()
+        probes.append(iris.resolve(f"probe{i}", timeout=60))
+    wait_for_subscribers(2, wait_until)
+    for version in (1, 2, 3):
+        assert control.publish(version).result(120) == [version, {}]
+        assert [p.held().result(60) for p in probes] == [[version, [float(version)]]] * 2
+
+
 TRAINER = """
 import os, threading
 import iris
