@@ -22,6 +22,7 @@ Lifetime, with no name anywhere (nothing is ever created under /dev/shm):
 
 from __future__ import annotations
 
+import ctypes
 import mmap
 import os
 import pickle
@@ -30,7 +31,7 @@ from typing import Any
 
 import msgpack
 
-from iris.actors.shm_map import _NOT_MAPPED, _PAGE, _RELEASED, _SLOTS_AT, _map_views
+from iris.actors.shm_map import _NOT_MAPPED, _PAGE, _RELEASED, _SLOTS_AT, _libc, _map_views
 from iris.actors.shm_scope import BOOT_ID, FOREIGN, PID_NS, can_share
 from iris.base.errors import ProtocolError
 
@@ -138,12 +139,13 @@ _MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)
 
 
 def _populate(mapping: mmap.mmap) -> bool:
-    """Fault every page of `mapping` in now; False where the kernel cannot (pre-5.14)."""
-    try:
-        mapping.madvise(_MADV_POPULATE_WRITE)
-    except OSError:
-        return False
-    return True
+    """Fault every page of `mapping` in now; False where the kernel cannot (pre-5.14).
+    Through libc, not mmap.madvise, which holds the GIL: 1 GiB takes 1.5-3 s here, long
+    enough for this process's peers to count it dead (its loop could not answer)."""
+    probe = ctypes.c_char.from_buffer(mapping)
+    address = ctypes.addressof(probe)
+    del probe  # an export of the mmap: it could not be closed while held
+    return _libc.madvise(address, len(mapping), _MADV_POPULATE_WRITE) == 0
 
 
 def _alive(pid: int) -> bool:
