@@ -7,9 +7,9 @@ version flip, no copy), "socket" (every process with shared memory off: the chun
 what rollouts on other hosts get).
 
 In "flip" the timed sync is publish() alone: the fill replaces the trainer's own write of
-its weights (a device -> host copy it makes anyway), so it is timed apart (`fill_s`: every
-byte written once, ndarray.fill, no source array) and `copy_sync_s` is fill + publish, the
-nearest to Ray's ray.put, which copies the user's arrays once (a memcpy also reads them).
+its weights (a device -> host copy it makes anyway), so it is timed apart (`fill_s`: each
+tensor np.copyto'd from one host array of a tensor's size, a memcpy as ray.put's) and
+`copy_sync_s` is fill + publish: the same copies as Ray's ray.put of host arrays.
 Peak RSS is the trainer's VmHWM over the sync step; what the step itself holds at its peak
 (`rss_trainer_step_mib`) is that less its VmRSS before the Publisher and the weights were
 made (what earlier steps of the run left is not in it).
@@ -82,16 +82,21 @@ def iris_sync(cfg: dict, children: Children, env: dict, policy: str, mode: str) 
 
 
 def _flip(pub, cfg: dict) -> tuple[float, float, float]:
-    """(first publish s, median publish s, median fill s): each version written into
-    pub.buffers() in place (the trainer holds no array of its own), then published."""
+    """(first publish s, median publish s, median fill s): each version copied into
+    pub.buffers() in place from one source of a tensor's size (the trainer holds no copy
+    of the whole weights), then published."""
+    import numpy as np
+
     per = cfg["size"] // TENSORS // 4
     layout = {f"layer{i}.w": ((per,), "float32") for i in range(TENSORS)}
+    source = np.ones(per, dtype=np.float32)
     times, fills = [], []
     for i in range(cfg["sync_reps"] + 1):
         buffers = pub.buffers(layout if i == 0 else None)
+        source[0] = i
         t0 = time.perf_counter()
-        for k, array in enumerate(buffers.values()):
-            array.fill(i + k)
+        for array in buffers.values():
+            np.copyto(array, source)
         fills.append(time.perf_counter() - t0)
         t0 = time.perf_counter()
         pub.publish(buffers)

@@ -312,7 +312,7 @@ def print_table(f: dict, cfg: dict) -> None:
             ("sync_gbps_per_receiver", f"  {size} / that time", "GB/s", True),
             ("flip_sync_first_s", f"{size} buffers() flip, first", "s", False),
             ("flip_sync_s", f"{size} buffers() flip, steady", "s", False),
-            ("flip_copy_sync_s", "  + writing every byte once", "s", False),
+            ("flip_copy_sync_s", "  + copying the weights in (memcpy)", "s", False),
             ("chain_sync_first_s", f"{size} socket chain, first", "s", False),
             ("chain_sync_s", f"{size} socket chain, steady", "s", False),
             ("chain_sync_gbps_per_receiver", f"  {size} / that time", "GB/s", True),
