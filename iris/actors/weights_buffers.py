@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from iris.actors.shm_map import _PAGE
 from iris.actors.shm_owned import OwnedSegment, layout_size
 
 # Quiet segments of another size kept for a layout that changes back (beyond: closed).
@@ -53,6 +54,10 @@ def parse_layout(layout: Any) -> dict:
     return out
 
 
+def _fits(segment: OwnedSegment, size: int) -> bool:
+    return size <= segment.capacity <= 2 * size + _PAGE
+
+
 class Buffers:
     """The OwnedSegments of one Publisher and which one is being filled."""
 
@@ -72,10 +77,14 @@ class Buffers:
             if layout is None:
                 raise ValueError("buffers(): give a layout the first time ({name: array} or "
                                  "{name: (shape, dtype)})")
+            size, segment = layout_size(layout), None
             if self._filling is not None:  # not published: hand the same one out again
-                self._segments.append(self._filling[0])
-                self._filling = None
-            segment = self._take(layout_size(layout), settled)
+                segment, self._filling = self._filling[0], None
+                if not _fits(segment, size):
+                    segment.version = 0  # never sent: free for any later version
+                    self._segments.append(segment)
+                    segment = None
+            segment = segment or self._take(size, settled)
             segment.rewrite(version)
             arrays = segment.arrays(layout)
             self._filling = (segment, arrays)
@@ -99,8 +108,8 @@ class Buffers:
 
     def _take(self, size: int, settled: int) -> OwnedSegment:
         now = self._now()
-        fits = [s for s in self._segments if size <= s.capacity <= 2 * size + 4096
-                and s.version <= settled and s.quiet(now)]
+        fits = [s for s in self._segments
+                if _fits(s, size) and s.version <= settled and s.quiet(now)]
         if fits:
             best = min(fits, key=lambda s: s.capacity)
             self._segments.remove(best)

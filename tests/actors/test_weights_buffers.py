@@ -134,6 +134,7 @@ def test_buffers_filled_but_not_published_are_never_sent(cluster, child_process,
         raise RuntimeError("the trainer fails mid-fill")
     assert probe.held().result(60) == [1, [1.0]]
     buffers = pub.buffers()  # the same memory again, filled anew
+    assert np.shares_memory(buffers["layer0.w"], half["layer0.w"])
     fill(buffers, 3)
     assert pub.publish(buffers) == 2
     assert probe.digests(0).result(60)[0] == 2 and probe.held().result(60) == [2, [3.0]]
