@@ -19,8 +19,6 @@ import os
 import threading
 from typing import Any
 
-import numpy as np
-
 from iris.actors import shm
 from iris.actors.shm_map import _MAPPED, _PAGE, _RELEASED
 
@@ -41,6 +39,7 @@ class OwnedSegment(shm.Segment):
     def arrays(self, layout: dict) -> dict:
         """{name: writable array} laid out one after another after the header page;
         `layout` is {name: (shape, dtype)}, already checked to fit (fits())."""
+        np = numpy_module()
         out, offset = {}, shm._DATA_OFFSET
         for name, (shape, dtype) in layout.items():
             count = int(np.prod(shape, dtype=np.int64))
@@ -101,7 +100,17 @@ class OwnedSegment(shm.Segment):
         self.fd = -1
 
 
+def numpy_module() -> Any:
+    """numpy, imported on first use: `import iris` must not load it, because its threads
+    stop the worker's zygote from forking (it refuses to preload a thread;
+    tests/test_imports.py)."""
+    import numpy
+
+    return numpy
+
+
 def layout_size(layout: dict) -> int:
+    np = numpy_module()
     return sum(_aligned(int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize)
                for shape, dtype in layout.values())
 
@@ -112,6 +121,7 @@ def _aligned(size: int) -> int:
 
 def _address(buf: Any) -> int | None:
     """Where a contiguous buffer's bytes start in this process, or None."""
+    np = numpy_module()
     try:
         view = memoryview(buf)
         if not view.c_contiguous:

@@ -19,10 +19,8 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-import numpy as np
-
 from iris.actors.shm_map import _PAGE
-from iris.actors.shm_owned import OwnedSegment, layout_size
+from iris.actors.shm_owned import OwnedSegment, layout_size, numpy_module
 
 # Quiet segments of another size kept for a layout that changes back (beyond: closed).
 _KEEP_IDLE = 2
@@ -30,6 +28,7 @@ _KEEP_IDLE = 2
 
 def parse_layout(layout: Any) -> dict:
     """{name: (shape tuple, numpy dtype)} from {name: array} or {name: (shape, dtype)}."""
+    np = numpy_module()
     if not isinstance(layout, dict) or not layout:
         raise ValueError(f"layout must be a non-empty dict of name -> array or (shape, "
                          f"dtype), got {type(layout).__name__}")
