@@ -35,8 +35,8 @@ from iris.controller.live_figures import series
 from iris.controller.preemption_notices import apply_notice
 from iris.controller.regions.region import STOP_ALL_SLICES_S
 from iris.controller.service import ControllerConfig, ControllerService
-from iris.controller.service_workers import check_report
 from iris.controller.usage import FLUSH_EVERY_S
+from iris.controller.worker_requests import check_report
 from iris.wire import schema
 
 _log = logging.getLogger(__name__)
