@@ -55,7 +55,7 @@ _PRUNE_EVERY_S = 3600.0
 
 
 @actor
-class Controller(EffectsOut):
+class Controller:
     # 50 ms: timeouts, lost workers and scheduling of freed capacity are noticed promptly;
     # each tick that finds nothing to do costs a few microseconds.
     tick_interval_s = 0.05
@@ -81,16 +81,16 @@ class Controller(EffectsOut):
         # regions' replies come back as messages in its mailbox). Three tries (about 3.5 s
         # of backoff) before a refused gang goes back to the scheduler, which then shows
         # the regions' reasons and asks again with a fresher view.
-        self._regions: set[str] = set()
-        self._region_stats: dict[str, dict] = {}  # written on the loop by call callbacks
         self._gang_outcomes: deque = deque()  # Placed / Unplaceable not yet applied
         self._pass_posted = False  # a scheduling pass waits at the end of the mailbox
         self._gangs = GangRunner(node, self._post, node.clock,
                                  config=CoordinatorConfig(max_attempts=3),
                                  on_outcome=self._gang_outcomes.append)
         self._scaling = {r.region: r for r in config.autoscale}
+        self._out = EffectsOut(node, self._token, self._gangs, self._scaling, self._post,
+                               self._wake, self._svc.inventory_push_failed)
         for region in sorted(self._scaling):  # they may grow before any worker exists
-            self._ensure_region(region)
+            self._out.ensure_region(region)
         self._checkpoints = None
         if config.checkpoints is not None:  # google-cloud-storage is imported only then
             from iris.controller.checkpoint.desk import CheckpointDesk
@@ -348,7 +348,7 @@ class Controller(EffectsOut):
 
     def regions(self) -> dict[str, str]:
         """Region name -> address of the node serving its Region actor."""
-        return {r: self._node.address for r in sorted(self._regions)}
+        return {r: self._node.address for r in sorted(self._out.regions)}
 
     # ------------------------------------------------------------ gangs, on this turn
 
@@ -359,6 +359,24 @@ class Controller(EffectsOut):
     def _turn(self, fn: Any, args: tuple) -> None:
         fn(*args)
         self._after(None)
+
+    def _after(self, answer: Any) -> Any:
+        """Act on what the service decided (one effect list: region inventories and gang
+        rounds, commands to workers, finished jobs); apply the gang outcomes those rounds
+        produced, which decide more, until none are left; then answer."""
+        while True:
+            self._out.send(self._svc.take_effects())
+            if not self._gang_outcomes:
+                return answer
+            outcomes = list(self._gang_outcomes)
+            self._gang_outcomes.clear()
+            self._settle_gangs(outcomes)
+
+    def _wake(self, job_ids: list[str]) -> None:  # on the loop thread
+        for job_id in job_ids:
+            for waiter in self._waiters.get(job_id, []):
+                if not waiter.done():
+                    waiter.set_result(None)
 
     def _settle_gangs(self, outcomes: list) -> None:
         """Apply one turn's coordinator outcomes together: assign placed gangs, show why
@@ -408,9 +426,9 @@ class Controller(EffectsOut):
         every = _SNAPSHOT_EVERY_S * max(1.0, len(self._svc.workers.workers) / _SNAPSHOT_WORKERS)
         if now - self._snapshot_at >= every:
             self._snapshot_at = now
-            self._svc.set_region_reports(dict(self._region_stats))
+            self._svc.set_region_reports(dict(self._out.region_stats))
             self._snapshot = {**self._svc.snapshot(),
-                              "gang_reservations": sum_stats(self._region_stats.values()),
+                              "gang_reservations": sum_stats(self._out.region_stats.values()),
                               "reports": {"batches": self.report_batches,
                                           "reports": self.reports_batched,
                                           "interval_s": self._svc.report_interval()}}
@@ -418,7 +436,7 @@ class Controller(EffectsOut):
                 self._figures_at = self._svc.figures.last_sample
                 self._figure_series = {h: series(self._svc.figures, self._snapshot["at"], h)
                                        for h in FIGURE_WINDOWS_H}
-            self._ask_region_stats()
+            self._out.ask_region_stats()
         if now - self._svc.usage.flushed_at >= FLUSH_EVERY_S:  # usage series to disk
             self._svc.usage.flushed_at = now
             try:

@@ -6,7 +6,7 @@ preemptible VM 30 s between the notice and the power-off; without the notice the
 learns of the loss only after DEFAULT_DEAD_AFTER_S of silence, plus the boot of whatever
 replaces it. With it, the worker's attempts are requeued at once and the worker is held out
 of placement; each task's new attempt starts once its old one, told to stop with the time
-left as grace, has run its `iris.on_preempt` callbacks and exited (service_placement.py:
+left as grace, has run its `iris.on_preempt` callbacks and exited (placement_pass.py:
 at most one attempt of a task at a time).
 """
 

@@ -36,7 +36,7 @@ from iris.controller.jobs import events as ev
 from iris.controller.jobs.spec import JobSpec
 from iris.controller.jobs.state import KernelConfig
 from iris.controller.jobs.store import JobStore
-from iris.controller.launch import RESTORE_ATTEMPT_STRIDE, start_body
+from iris.controller.launch import RESTORE_ATTEMPT_STRIDE, launch
 from iris.controller.placement_pass import PlacementPass
 from iris.controller.region_pushes import SYNC_EVERY_S, RegionPushes
 from iris.controller.service_types import Command, ControllerConfig, JobsFinished
@@ -46,6 +46,7 @@ from iris.controller.usage import UsageBook
 from iris.controller.worker_desk import REGISTRATIONS_PER_S, WorkerDesk
 from iris.controller.workers import WorkerInfo, WorkerTable
 from iris.logstore.config import LogStoreConfig
+from iris.wire import control
 
 _log = logging.getLogger(__name__)
 __all__ = ["REGISTRATIONS_PER_S", "SYNC_EVERY_S", "Command", "ControllerConfig",
@@ -124,7 +125,7 @@ class ControllerService:
         self._commit([e for e in effects if isinstance(e, ev.Persist)], log)
         self.figures_feed.observe(effects, self.state, now)
         for effect in effects:
-            self._act(effect)
+            self._to_commands(effect)
         return effects
 
     def replan(self) -> None:
@@ -170,7 +171,8 @@ class ControllerService:
             if event_log.changed_state(out):
                 log.append((now, *event_log.encode(event)))
 
-    def _act(self, effect: Any) -> None:
+    def _to_commands(self, effect: Any) -> None:
+        """A kernel effect as what the shell will send: commands to workers, finished jobs."""
         if isinstance(effect, ev.StartAttempt):
             self.queue_start(effect)
         elif isinstance(effect, ev.StopAttempt):
@@ -197,14 +199,14 @@ class ControllerService:
                    reason: str, hold: Resources | None = None) -> None:
         self.stop_book.stop_sent(worker.worker_id, attempt_id, grace_s, hold, now_mono(self))
         self.pushes.touch((worker.worker_id,))
-        self.commands.append(Command("stop", worker.worker_id, worker.address, {
-            "attempt_id": attempt_id, "grace_s": grace_s, "reason": reason}))
+        self.commands.append(Command(worker.worker_id, worker.address, control.StopRequest(
+            attempt_id=attempt_id, grace_s=grace_s, reason=reason)))
 
     def queue_start(self, start: ev.StartAttempt) -> None:
         worker = self.desk.workers.workers.get(start.worker_id)
         if worker is None:
             return  # lost meanwhile: the WorkerLost event requeues the task
-        self.commands.append(Command("start", worker.worker_id, worker.address, start_body(
+        self.commands.append(Command(worker.worker_id, worker.address, launch(
             self.state, self.desk.workers.workers, start, self.address, self.log_store,
             self.attempt_base)))
 

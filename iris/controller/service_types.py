@@ -6,7 +6,7 @@ is service.py.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +14,7 @@ from iris.controller.regions.capacity import Offer
 from iris.controller.regions.region import RegionScaling
 from iris.controller.workers import DEFAULT_DEAD_AFTER_S
 from iris.logstore.config import LogStoreConfig
+from iris.wire import control
 
 __all__ = ["Command", "ControllerConfig", "JobsFinished"]
 
@@ -55,14 +56,31 @@ class ControllerConfig:
     checkpoints: Any = None
 
 
-@dataclass
+@dataclass(frozen=True)
 class Command:
-    """Something to tell a worker: kind "start" (launch dict) or "stop"."""
+    """Something to tell a worker, as its typed control-plane message: a `control.Launch`
+    (start_attempt) or a `control.StopRequest` (stop_attempt). The method is the type's."""
 
-    kind: str
     worker_id: str
     address: str
-    body: dict = field(default_factory=dict)
+    message: control.Launch | control.StopRequest
+
+    @property
+    def method(self) -> str:
+        return _METHODS[type(self.message)]
+
+    @property
+    def kind(self) -> str:
+        """"start" or "stop"."""
+        return self.method.split("_", 1)[0]
+
+    @property
+    def body(self) -> dict:
+        """The message as it goes on the wire (control.encode)."""
+        return control.encode(self.message)
+
+
+_METHODS = {control.Launch: "start_attempt", control.StopRequest: "stop_attempt"}
 
 
 @dataclass(frozen=True)

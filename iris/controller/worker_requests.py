@@ -67,7 +67,8 @@ def reports(svc: Any, msgs: list[control.WorkerReport]) -> list:
     events, changed, check = [], [], []
     for msg in msgs:
         if not svc.desk.workers.heard(msg.worker_id, now):
-            answers.append({"acked": [], "reregister": True, "interval_s": interval})
+            answers.append(control.encode(control.ReportAnswer(reregister=True,
+                                                               interval_s=interval)))
             continue
         if msg.stats is not None:
             svc.desk.note_stats(msg.worker_id, msg.stats)
@@ -77,8 +78,8 @@ def reports(svc: Any, msgs: list[control.WorkerReport]) -> list:
             events += [_update_event(svc, msg.worker_id, u) for u in msg.updates]
         if msg.running is not None:
             check.append(msg)
-        answers.append({"acked": [u.attempt_id for u in msg.updates],
-                        "reregister": False, "interval_s": interval})
+        answers.append(control.encode(control.ReportAnswer(
+            acked=tuple(u.attempt_id for u in msg.updates), interval_s=interval)))
     if events:
         try:
             svc.run_many([e for e in events if e is not None], schedule=True)
