@@ -100,15 +100,17 @@ class EffectsOut:
 
 
 def region_push(msg: SyncRegion | SyncDelta) -> tuple[str, tuple]:
-    """The call that sends a region its inventory: `sync` (control.RegionSync, by position)
-    or `sync_delta` (one control.RegionDelta)."""
+    """The call that sends a region its inventory: `sync` (control.RegionSync's fields by
+    position, as the tracker built them: a whole push is O(fleet), so no copy is made) or
+    `sync_delta` (a control.RegionDelta, built typed and encoded here)."""
     if isinstance(msg, SyncRegion):
         return "sync", (msg.slices, msg.busy, msg.unmet, list(msg.drained), msg.incarnation,
                         msg.seq)
-    return "sync_delta", ({
-        "incarnation": msg.incarnation, "seq": msg.seq, "slices": msg.slices,
-        "removed": msg.removed, "busy": msg.busy, "free": msg.free,
-        "unmet": msg.unmet, "drained": msg.drained, "undrained": msg.undrained},)
+    return "sync_delta", (control.encode(control.RegionDelta(
+        incarnation=msg.incarnation, seq=msg.seq,
+        slices=tuple(control.InventorySlice(**row) for row in msg.slices),
+        removed=tuple(msg.removed), busy=tuple(msg.busy), free=tuple(msg.free),
+        unmet=msg.unmet, drained=tuple(msg.drained), undrained=tuple(msg.undrained))),)
 
 
 def sum_stats(per_region: Any) -> dict:

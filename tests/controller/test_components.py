@@ -5,6 +5,7 @@ into another object's private fields, and the service inherits from nothing."""
 from __future__ import annotations
 
 import ast
+import importlib
 import inspect
 from pathlib import Path
 
@@ -139,3 +140,17 @@ def test_service_is_composed_not_inherited():
     for attr in _owned(cls):
         owners = [n for n, m in COMPONENTS.items() if attr in _owned(_class(m, n))]
         assert owners == [], f"{attr} is set by the service and by {owners}"
+
+
+@pytest.mark.parametrize("module, name", [
+    ("iris.controller.service", "ControllerService"),
+    ("iris.controller.actor", "Controller"),
+    ("iris.controller.effects_out", "EffectsOut"),
+    ("iris.controller.regions.autoscaler", "Autoscaler"),
+    ("iris.controller.scheduling.scheduler", "_Pass"),
+    ("iris.controller.scheduling.pass_gangs", "GangSteps"),
+])
+def test_no_class_is_split_by_a_mixin(module, name):
+    """Classes once split across files by mixins for size alone now inherit nothing: one
+    class with one job, or objects with an interface between them."""
+    assert _class(importlib.import_module(module), name).bases == []
