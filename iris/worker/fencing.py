@@ -108,5 +108,9 @@ class AttemptTable:
             raise ConflictError(f"task {task_id}: attempts {sorted(entry.running)} still run")
         self._tasks.pop(task_id, None)
 
+    def running_of(self, task_id: str) -> list[int]:
+        entry = self._tasks.get(task_id)
+        return sorted(entry.running) if entry else []
+
     def running(self) -> dict[str, list[int]]:
         return {t: sorted(e.running) for t, e in self._tasks.items() if e.running}

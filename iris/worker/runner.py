@@ -42,6 +42,9 @@ from iris.worker.zygote import Spawner, ZygoteError, ZygotePool, subprocess_call
 
 _log = logging.getLogger(__name__)
 _REQUEST_NAME = "request.json"
+# How long a new attempt waits for an older one of its task that is still starting (building
+# its environment, which uv can take minutes for) before it is refused.
+_OLDER_START_WAIT_S = 300.0
 _DEFAULT_ENV = (("PATH", "/usr/local/bin:/usr/bin:/bin"), ("LANG", "C.UTF-8"),
                 ("PYTHONUNBUFFERED", "1"))  # unbuffered: logs must reach GCS while it runs
 
@@ -118,6 +121,7 @@ class AttemptRunner:
         self._fetch_bundle = fetch_bundle
         self._zygotes = ZygotePool(dict(config.base_env))
         self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)  # an attempt registered or ended
         self._table = AttemptTable()
         self._ledger = CapacityLedger(advertised)
         self._procs: dict[tuple[str, int], AttemptProcess] = {}
@@ -129,11 +133,7 @@ class AttemptRunner:
         """Run `req`; refusals (stale, duplicate, no capacity, bad input) change nothing."""
         req.validate()
         key = (req.task_id, req.attempt)
-        with self._lock:
-            self._table.check_claimable(req.task_id, req.attempt)
-            older = [p for (t, _), p in self._procs.items() if t == req.task_id]
-        for proc in older:  # at most one attempt of a task at a time, even across a retry
-            proc.stop(self.config.grace_s)
+        self._end_older(req)
         with self._lock:
             self._table.check_claimable(req.task_id, req.attempt)
             self._ledger.admit(f"{req.task_id}#{req.attempt}", req.resources)
@@ -145,6 +145,26 @@ class AttemptRunner:
             self._release(key)
             raise
         return proc
+
+    def _end_older(self, req: AttemptRequest) -> None:
+        """Stop this task's older attempts and wait until they have ended: at most one attempt
+        of a task at a time, even across a retry or a reused job name. One may still be
+        starting (not yet in `_procs`: its stop waits until it runs, attempts.py); wait for
+        it to run or end, up to _OLDER_START_WAIT_S, then `launched` refuses as before."""
+        deadline = self._clock.monotonic() + _OLDER_START_WAIT_S
+        while True:
+            with self._lock:
+                self._table.check_claimable(req.task_id, req.attempt)
+                older = [p for (t, _), p in self._procs.items() if t == req.task_id]
+                starting = not older and bool(self._table.running_of(req.task_id))
+            for proc in older:
+                proc.stop(self.config.grace_s)
+            left = deadline - self._clock.monotonic()
+            if not older and (not starting or left <= 0):
+                return
+            if starting:
+                with self._changed:  # woken when an attempt registers or ends
+                    self._changed.wait(min(left, 1.0))
 
     def _launch(self, req: AttemptRequest, on_output: OnOutput | None, on_state: OnState,
                 on_exit: OnExit | None) -> AttemptProcess:
@@ -185,6 +205,7 @@ class AttemptRunner:
         with self._lock:
             self._procs[(req.task_id, req.attempt)] = proc
             closed_meanwhile = self._closed
+            self._changed.notify_all()
         if closed_meanwhile:  # close() took its list before this process was in it
             proc.stop(self.config.grace_s)
         on_state(AttemptState.RUNNING)
@@ -230,6 +251,7 @@ class AttemptRunner:
             self._procs.pop(key, None)
             self._ledger.release(f"{key[0]}#{key[1]}")
             self._table.ended(*key)
+            self._changed.notify_all()
 
     def stop(self, task_id: str, attempt: int, grace_s: float | None = None) -> Outcome:
         """Stop the current attempt of a task; a stale or unknown attempt is refused."""

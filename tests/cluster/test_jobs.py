@@ -138,6 +138,17 @@ def test_kill_cascades_to_sub_jobs(jobs_cluster, tmp_path):
     assert parent.wait(120)["state"] == "killed"
 
 
+def test_a_name_reused_three_times_runs_each_time(jobs_cluster):
+    # Three runs of one name on two workers: at least two land on the same worker, whose
+    # fence once refused the second ("attempt 0 was already claimed") and left it pending.
+    name = f"reused-{uuid.uuid4().hex[:6]}"
+    first = iris.submit(add, 1, 1, name=name)
+    first.kill()
+    assert first.wait(120)["state"] in ("killed", "succeeded")
+    for n in range(2):
+        assert iris.submit(add, n, 1, name=name).result(timeout=120) == n + 1
+
+
 @iris.actor
 class Greeter:
     def __init__(self, greeting: str):

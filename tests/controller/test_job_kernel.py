@@ -80,6 +80,25 @@ def test_submit_name_of_finished_job_replaces_it():
     assert not h.state.job_attempts.get(job)
 
 
+def test_reused_name_numbers_attempts_past_the_replaced_family():
+    # A worker fences attempts by number per task: a reused name that restarted at 0 was
+    # refused there ("attempt 0 was already claimed") and never ran.
+    h = Harness()
+    parent = spec("train", max_retries_failure=1)
+    job = h.submit(parent)
+    h.exit(h.run(job), 1)          # attempts 0 and 1 (one retry) of /alice/train[0]
+    first = h.run(job)
+    child = h.submit(spec("c", parent_spec=parent))
+    h.exit(h.run(child), 0)
+    h.send(ev.Kill(h.eid(), job))
+    h.exit(first, 143)
+    h.submit(spec("train"))
+    again = h.state.attempts[h.assign(job, 0)]
+    assert again.number == 2       # past attempts 0 and 1 of the killed job
+    child_again = h.submit(spec("c", parent_spec=parent))
+    assert h.state.attempts[h.assign(child_again, 0)].number >= 2
+
+
 def test_submit_under_finished_parent_refused_unchanged():
     h = Harness()
     parent = spec("p")

@@ -99,9 +99,11 @@ def _submit(tx: lc.Tx, ev: Submit) -> None:
             raise InvalidRequestError(f"parent: cannot submit under {spec.parent}: {why}",
                                       "parent")
     old = state.jobs.get(spec.name)
-    if old is not None:
-        _replace_finished(tx, old)
-    job = Job(spec=spec, submitted_at=tx.now, counts={TaskState.PENDING: spec.num_tasks})
+    base = _replace_finished(tx, old) if old is not None else 0
+    if spec.parent is not None:
+        base = max(base, state.jobs[spec.parent].first_attempt)
+    job = Job(spec=spec, submitted_at=tx.now, counts={TaskState.PENDING: spec.num_tasks},
+              first_attempt=base)
     state.add_job(job)
     tx.touch(job)
     for index in range(spec.num_tasks):
@@ -112,15 +114,21 @@ def _submit(tx: lc.Tx, ev: Submit) -> None:
     tx.effects.append(Accepted(spec.name, duplicate=False))
 
 
-def _replace_finished(tx: lc.Tx, old: Job) -> None:
-    """A name may be reused once its job (and so every sub-job) has ended."""
+def _replace_finished(tx: lc.Tx, old: Job) -> int:
+    """A name may be reused once its job (and so every sub-job) has ended. Returns the
+    attempt number the new job starts from: past every number the family used."""
     family = [old, *tx.state.descendants(old.job_id)]
     live = [j.job_id for j in family if j.state not in TERMINAL_JOB]
     if live:
         raise ConflictError(f"name: job {live[0]} is still {tx.state.jobs[live[0]].state.value}")
+    base = 0
     for job in family:
+        used = max((tx.state.tasks[(job.job_id, i)].attempts
+                    for i in range(job.spec.num_tasks)), default=0)
+        base = max(base, job.first_attempt + used)
         tx.state.delete_job(job.job_id)
         tx.deleted.append(job.job_id)
+    return base
 
 
 def _assign(tx: lc.Tx, ev: Assign) -> None:
@@ -145,7 +153,8 @@ def _assign(tx: lc.Tx, ev: Assign) -> None:
     for p in ev.placements:
         task = state.tasks[(p.job_id, p.task_index)]
         job = state.jobs[p.job_id]
-        attempt = Attempt(p.attempt_id, p.job_id, p.task_index, task.attempts, p.worker_id,
+        attempt = Attempt(p.attempt_id, p.job_id, p.task_index, job.first_attempt + task.attempts,
+                          p.worker_id,
                           assigned_at=tx.now, accelerator=p.accelerator)
         state.add_attempt(attempt)
         state.pending.pop(task.key, None)

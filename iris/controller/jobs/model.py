@@ -34,7 +34,7 @@ class Attempt:
     attempt_id: str
     job_id: str
     task_index: int
-    number: int                  # 0 for the first attempt of the task, then 1, 2, ...
+    number: int                  # its job's first_attempt for the task's first, then +1, +2...
     worker_id: str
     state: TaskState = TaskState.ASSIGNED
     assigned_at: float = 0.0
@@ -93,6 +93,10 @@ class Job:
     error: str = ""
     children: set[str] = field(default_factory=set)
     counts: dict[TaskState, int] = field(default_factory=dict)
+    first_attempt: int = 0
+    """The number of its tasks' first attempts: above every attempt number a replaced job of
+    the same name (or a sub-job of it) used, because a worker's fence refuses a number it has
+    seen for that task (a reused name once failed with "attempt 0 was already claimed")."""
     """How many of its tasks are in each state (kept by the kernel; derived, not stored)."""
 
     @property
@@ -103,12 +107,14 @@ class Job:
         """Everything but the spec and the children (stored apart / rebuilt from parents)."""
         return {"job_id": self.job_id, "submitted_at": self.submitted_at,
                 "state": self.state.value, "killed": self.killed,
-                "finished_at": self.finished_at, "error": self.error}
+                "finished_at": self.finished_at, "error": self.error,
+                "first_attempt": self.first_attempt}
 
     @classmethod
     def from_dict(cls, spec: JobSpec, data: dict[str, Any]) -> Job:
         return cls(spec=spec, submitted_at=data["submitted_at"], state=JobState(data["state"]),
-                   killed=data["killed"], finished_at=data["finished_at"], error=data["error"])
+                   killed=data["killed"], finished_at=data["finished_at"], error=data["error"],
+                   first_attempt=data.get("first_attempt", 0))
 
 
 def count_states(tasks: list[Task]) -> dict[TaskState, int]:
