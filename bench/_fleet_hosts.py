@@ -3,7 +3,8 @@
     python -m bench._fleet_hosts CONTROLLER_ADDRESS FIRST COUNT SECONDS
 
 Each host has its own DEALER to the controller (its own TCP connection, as a real worker) and
-sends what a real worker sends, with the cluster token: `register_worker`, then one `report`
+sends what a real worker sends: `join` with the cluster token, then, with the credential it
+gets back (its own), `register_worker` and one `report`
 every `interval_s` the controller's last answer asked for (1-3 s), and one at once when an
 attempt starts or ends (a worker holds no registry name, so it sends no renewals). The hosts
 of one process share one ROUTER for the controller's `start_attempt` calls, addressed by
@@ -40,7 +41,7 @@ ATTRS = {"cpu": "8", "memory": str(32 << 30), "region": "local"}
 
 class Host:
     __slots__ = ("worker_id", "sock", "registered", "next_beat", "updates", "sent", "running",
-                 "pending", "ends", "interval", "hold_until", "sent_at")
+                 "pending", "ends", "interval", "hold_until", "sent_at", "credential")
 
     def __init__(self, worker_id: str, sock: zmq.Socket, first_beat: float):
         self.worker_id, self.sock = worker_id, sock
@@ -55,6 +56,7 @@ class Host:
         self.interval = 1.0  # as the controller asks in each report's answer
         self.hold_until = 0.0  # told to come back later (admission control), as a worker is
         self.sent_at = 0.0  # when the call in flight (at most one, as a worker) was sent
+        self.credential: bytes | None = None  # its own, from `join` (controller/credentials)
 
 
 def main() -> None:
@@ -88,14 +90,18 @@ def main() -> None:
         cid = next(call_ids)
         host.pending = {cid: method}  # one at a time; a reply after CALL_S is dropped
         host.sent_at = time.monotonic()
+        auth = token if method == "join" else (host.credential or token)
         host.sock.send_multipart(messages.encode_call(cid, actor, method, int(CALL_S * 1000),
-                                                      args, {}, auth=token), copy=False)
+                                                      args, {}, auth=auth), copy=False)
 
     def beat(host: Host) -> None:
         if host.pending and time.monotonic() - host.sent_at < CALL_S:
             return  # a worker waits for its call's answer (or its timeout) before the next
         if not host.registered:
             if time.monotonic() < host.hold_until:
+                return
+            if host.credential is None and token is not None:
+                call(host, CONTROLLER_KEY, "join", (host.worker_id,))
                 return
             host.sent = list(host.updates)
             call(host, CONTROLLER_KEY, "register_worker",
@@ -150,12 +156,17 @@ def _on_reply(host: Host, stats: dict) -> bool:
         return False  # answered after the host gave up on it
     if msg[1] == messages.ERROR:
         stats["errors"] += 1
-        if method == "register_worker":
+        if msg[3] == messages.E_PERMISSION:  # credential revoked (or lost): join again
+            host.credential, host.registered = None, False
+        elif method in ("register_worker", "join"):
             host.registered = False
             exc = remote_errors.error_from(msg[3], msg[4], msg[5], actor="", method=method,
                                            address="")
             if isinstance(exc, OverloadedError):  # the worker's own back-off (worker/actor.py)
                 host.hold_until = time.monotonic() + exc.retry_after_s
+    elif method == "join":
+        host.credential = bytes(msg[4]["credential"])
+        return False  # registers at its next beat (a second later at most), as a worker
     elif method == "register_worker":
         host.registered = True
         host.updates = [u for u in host.updates if not any(u is v for v in host.sent)]

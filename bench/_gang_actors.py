@@ -41,7 +41,7 @@ region = sys.argv[1]
 ctx = iris.connect()
 specs = [SliceSpec(f"{region}-s{i}", "v5litepod-16", tuple(f"{region}-s{i}-h{j}" for j in range(4)))
          for i in range(200)]
-ctx.node.grant(bytes.fromhex(os.environ['REGION_TOKEN']), 'member')  # the placer's token
+ctx.node.grant(bytes.fromhex(os.environ['REGION_TOKEN']), 'controller')  # the placer's
 ctx.node.host(region_key(region), Region, (region, specs))
 print("READY", ctx.node.address, flush=True)
 sys.stdin.read()

@@ -64,9 +64,14 @@ def _register(client: Node, address: str, token: bytes, per_region: int) -> None
                      "accelerator_type": _ACCEL, "accelerator_count": "4", "cpu": "8",
                      "memory": str(64 * _GB)}
             todo += [(f"{sid}-h{h}", attrs) for h in range(4)]
+    # Each host joins with the cluster token, then speaks with its own credential.
+    joins = {w: client.call(address, CONTROLLER_KEY, "join", (w,), timeout_s=60.0, auth=token)
+             for w, _ in todo}
+    creds = {w: fut.result(60.0)["credential"] for w, fut in joins.items()}
     while todo:  # the controller admits 500 registrations a second; the rest retry
         futs = [(w, a, client.call(address, CONTROLLER_KEY, "register_worker",
-                                   (w, client.address, a, [], []), timeout_s=60.0, auth=token))
+                                   (w, client.address, a, [], []), timeout_s=60.0,
+                                   auth=creds[w]))
                 for w, a in todo]
         todo = [(w, a) for w, a, f in futs if f.exception(timeout=60.0) is not None]
         if todo:

@@ -32,6 +32,12 @@ seconds a client submits small command jobs one after another and waits for each
 - false_losses: reports the controller answered with "reregister" (it had dropped a live
   host) plus hosts missing from its list at the end.
 - pass_ms_p50: the controller's scheduling-pass duration (its own histogram).
+- late_max, late_1_5s_max, overdue_max, silent_max_s: from the controller's snapshot every
+  2 s over the heartbeat-only window and the job window, the most workers at once that were
+  late by the controller's rule (silent > 2 x the interval it asked of each + 1 s:
+  fencing.late_after_s, what /metrics, the dashboard and `iris worker list` say), by the
+  old rule (silent > 1.5 s, whatever the interval), overdue (silent > their interval + 1 s:
+  a report more than a second behind), and the longest silence seen.
 
 --quick runs N = 500 and 2,000 with a 15 s window. The last line is one JSON object.
 """
@@ -54,6 +60,7 @@ import iris
 from bench._report import fmt, step
 from iris.base.errors import IrisError
 from iris.client.jobs import _controller
+from iris.wire.fencing import worker_is_late
 
 ROOT = Path(__file__).resolve().parents[1]
 IDLE_S = 10.0  # the heartbeat-only window
@@ -136,6 +143,8 @@ def run(n: int, procs: int, window: float, controller_root: Path = ROOT) -> dict
                 time.sleep(3.0)  # each answer lists every host: ~0.1 s of the controller
             register_s = time.monotonic() - started
             time.sleep(5.0)  # every host has had an answer telling it its interval
+            late = _LateSampler(ctx)
+            late.start()
             reports0 = _reports(ctx)
             idle0, i0 = _cpu_s(ctl.pid), time.monotonic()
             time.sleep(IDLE_S)  # heartbeats only: what holding the fleet costs
@@ -165,6 +174,7 @@ def run(n: int, procs: int, window: float, controller_root: Path = ROOT) -> dict
             cpu = (_cpu_s(ctl.pid) - cpu0) / (time.monotonic() - t0) * 100
             rss1 = _rss_mb(ctl.pid)
             rss_series = sampler.stop()
+            lateness = late.stop()
             listed = len(_controller(ctx, "list_workers", timeout_s=120))
             passes = _controller(ctx, "snapshot").get("scheduling_passes", {})
         for h in hosts:
@@ -188,12 +198,43 @@ def run(n: int, procs: int, window: float, controller_root: Path = ROOT) -> dict
                 "jobs": len(latencies), "jobs_not_done": len(not_done),
                 "not_done": not_done[:5], "false_losses": reregister + max(0, n - listed),
                 "errors": sum(c.get("errors", 0) for c in counts),
-                "pass_ms_p50": _median_ms(passes)}
+                "pass_ms_p50": _median_ms(passes), **lateness}
     finally:
         for p in [*hosts, ctl]:
             if p.poll() is None:
                 p.kill()
             p.wait(30)
+
+
+class _LateSampler(threading.Thread):
+    """Every 2 s, from the controller's snapshot: how many workers are late by its rule, by
+    the old 1.5 s rule, and overdue; the longest silence (see the module docstring)."""
+
+    def __init__(self, ctx):
+        super().__init__(daemon=True)
+        self.ctx, self._done = ctx, threading.Event()
+        self.figures = {"late_max": 0, "late_1_5s_max": 0, "overdue_max": 0,
+                        "silent_max_s": 0.0, "late_samples": 0}
+
+    def run(self) -> None:
+        while not self._done.wait(2.0):
+            try:
+                rows = _controller(self.ctx, "snapshot", timeout_s=30).get("workers", [])
+            except IrisError:
+                continue
+            f, silences = self.figures, [r.get("last_heard_s_ago", 0.0) for r in rows]
+            f["late_samples"] += 1
+            f["late_max"] = max(f["late_max"], sum(map(worker_is_late, rows)))
+            f["late_1_5s_max"] = max(f["late_1_5s_max"], sum(s > 1.5 for s in silences))
+            f["overdue_max"] = max(f["overdue_max"], sum(
+                r.get("last_heard_s_ago", 0.0) > r.get("report_interval_s", 3.0) + 1.0
+                for r in rows))
+            f["silent_max_s"] = max([f["silent_max_s"], *silences])
+
+    def stop(self) -> dict:
+        self._done.set()
+        self.join()
+        return dict(self.figures)
 
 
 def _reports(ctx) -> dict:
@@ -227,7 +268,8 @@ def main() -> None:
     cols = ["hosts", "register_s", "controller_cpu_idle", "reports_per_s", "cpu_us_per_report",
             "reports_per_batch", "interval_s", "controller_cpu", "rss_mb_start", "rss_mb_end",
             "rss_mb_per_min_last5", "submit_done_ms_p50", "submit_done_ms_p90",
-            "submit_done_ms_max", "jobs", "jobs_not_done", "false_losses", "pass_ms_p50"]
+            "submit_done_ms_max", "jobs", "jobs_not_done", "false_losses", "pass_ms_p50",
+            "late_max", "late_1_5s_max", "overdue_max", "silent_max_s"]
     for n in sizes:
         step(f"{n:,} simulated hosts")
         try:

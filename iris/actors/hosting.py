@@ -25,7 +25,7 @@ from iris.actors.batching import Batch
 from iris.actors.current import context, current_context
 from iris.base.errors import OverloadedError, ProtocolError
 from iris.base.histogram import Histogram
-from iris.wire import messages
+from iris.wire import codec, messages
 
 if TYPE_CHECKING:
     from iris.actors.node import Node
@@ -202,7 +202,12 @@ class HostedActor:
             "unrun: retry later", retry_after_s=1.0), at_call_site=False)
 
     def _permitted(self, call: messages.Call) -> bool:
-        return call.role == INTERNAL or call.role in self.spec.roles[call.method]
+        """The caller holds a role the method names; a credential that names one peer (a
+        worker's) may only speak as that peer: the call's first argument must be its id."""
+        if call.role == INTERNAL:
+            return True
+        return call.role in self.spec.roles[call.method] and (
+            call.principal is None or named_in(call) == call.principal)
 
     def _start_async(self, rid: bytes, call: messages.Call, deadline: float) -> None:
         self._async_running += 1
@@ -428,7 +433,25 @@ class _Posted:
         self.fn, self.args = fn, args
 
 
+def named_in(call: messages.Call) -> Any:
+    """The id a call speaks for: its first argument (or `worker_id=`), read without
+    unpickling: a call with a credential that names its holder must be plain msgpack."""
+    if call.fmt != codec.FORMAT_MSGPACK:
+        return None
+    payload = call.payload
+    if type(payload) not in (list, tuple) or len(payload) != 2:
+        return None
+    args, kwargs = payload
+    if type(args) in (list, tuple) and args:
+        return args[0]
+    return kwargs.get("worker_id") if type(kwargs) is dict else None
+
+
 def _denied(hosted: HostedActor, call: messages.Call) -> str:
     allowed = sorted(hosted.spec.roles[call.method]) or ["this process itself"]
-    return (f"{hosted.key}.{call.method} at {hosted.node.address} is for "
-            f"{' or '.join(allowed)} only; this caller is a {call.role} (not permitted)")
+    where = f"{hosted.key}.{call.method} at {hosted.node.address}"
+    if call.role in allowed and call.principal is not None:
+        return (f"{where}: a {call.role} may speak only as itself; this caller is "
+                f"{call.principal!r} and the call names {named_in(call)!r:.80} (not permitted)")
+    return (f"{where} is for {' or '.join(allowed)} only; this caller is a {call.role} "
+            "(not permitted)")

@@ -94,7 +94,8 @@ class Node(NodeLoop):
         self._in_pass = False  # a loop callback runs; it ends with _end_pass (node_loop.py)
         self._call_ids = itertools.count(1)
         self._stopped = False
-        self._grants: dict[bytes, str] = {}  # auth token -> the role its calls hold here
+        # auth token -> (the role its calls hold here, whom it names: a worker's id or None)
+        self._grants: dict[bytes, tuple[str, str | None]] = {}
         self._local: LocalPeer | None = None  # made once the address is known
         self._shm_min = _shm_min_bytes(self.config) if shm_scope.AVAILABLE else 0
         self._shm_replies = False  # set once bound: only a loopback node's callers are local
@@ -257,9 +258,15 @@ class Node(NodeLoop):
 
     # ------------------------------------------------------------ calling (any thread)
 
-    def grant(self, token: bytes, role: str) -> None:
-        """Calls carrying `token` as their auth hold `role` here (docs/protocol.md, Roles)."""
-        self._grants[bytes(token)] = role
+    def grant(self, token: bytes, role: str, principal: str | None = None) -> None:
+        """Calls carrying `token` as their auth hold `role` here (docs/protocol.md, Roles);
+        `principal`: the one peer the token names (a worker's own credential names its id,
+        and a method for that role accepts only calls that name the same id)."""
+        self._grants[bytes(token)] = (role, principal)
+
+    def revoke(self, token: bytes) -> None:
+        """Calls carrying `token` hold no role here from now on (any thread)."""
+        self._grants.pop(bytes(token), None)
 
     def call(self, address: str, actor: str, method: str, args: tuple = (),
              kwargs: dict | None = None, *, timeout_s: float | None = None,

@@ -37,6 +37,7 @@ _STALL_S = 1.0
 _zget = zmq.backend.Socket.get
 _EVENTS = zmq.EVENTS
 _POLLIN = int(zmq.POLLIN)
+_CLIENT = ("client", None)  # the role of a call whose auth this node does not know
 
 
 def _waiting(sock: zmq.Socket) -> bool:
@@ -297,8 +298,10 @@ class NodeLoop:
         kind = msg[1]
         if kind == messages.CALL or kind == messages.CAST:
             call = messages.call_from(msg, buffers)
-            call.role = role or (self._grants.get(call.auth, "client") if call.auth
-                                 else "client")
+            if role is not None:
+                call.role = role
+            elif call.auth:
+                call.role, call.principal = self._grants.get(call.auth, _CLIENT)
             self.stats.calls_received += 1
             hosted = self._actors.get(call.actor)
             if hosted is None:

@@ -1,12 +1,17 @@
 """Cluster tokens: the secrets that give a peer a control-plane role. Not the check (hosting.py).
 
-A controller keeps two tokens in its state directory, made on first start and kept across
-restarts (workers must keep working through one):
-- `cluster.token`: held by the controller and its workers ("member" role). Workers present
-  it on their calls to the controller; the controller presents it on its calls to workers.
+A controller keeps three secrets in its state directory, made on first start and kept
+across restarts (workers must keep working through one):
+- `cluster.token`: what an operator hands a new host so that it may join ("member" role):
+  it buys a worker its own credential (`join`), nothing else.
 - `admin.token`: held by operators ("admin" role), for admin methods.
-Clients hold neither. Region actors live in the controller's process and are called in
-process ("internal"), which no token can claim. Tokens are 32 random bytes, written 0600.
+- `controller.secret`: the controller's alone ("controller" role at its own node, for a
+  Region served elsewhere); the key of the command tokens it gives each worker at join.
+Each worker then holds two secrets of its own (controller/credentials.py): its credential
+("worker" role, naming its id: it may speak only as itself) and the token the controller
+presents on the commands it sends that worker ("controller" role there). Clients hold
+none. Region actors live in the controller's process and are called in process
+("internal"), which no token can claim. Tokens are 32 random bytes, written 0600.
 
 A worker gets the cluster token from `--token-file`, from `IRIS_CLUSTER_TOKEN` (hex; removed
 from the environment once read, so no task inherits it), or, on the controller's own host,
@@ -24,7 +29,11 @@ from pathlib import Path
 from iris.base.errors import SecurityError
 
 MEMBER, ADMIN = "member", "admin"
+WORKER = "worker"  # one worker, speaking as itself (its credential names it)
+CONTROLLER = "controller"  # the controller: commands to workers, Region changes
 CLUSTER_TOKEN_FILE, ADMIN_TOKEN_FILE = "cluster.token", "admin.token"
+CONTROLLER_SECRET_FILE = "controller.secret"
+REVOKED_WORKERS_FILE = "revoked_workers"  # ids an operator revoked, one a line
 ENV_TOKEN = "IRIS_CLUSTER_TOKEN"
 
 

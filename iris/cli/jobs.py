@@ -20,6 +20,7 @@ from iris.client.jobs import TERMINAL, JobHandle, _controller, _user
 from iris.client.retry import call_controller
 from iris.logstore.model import format_line, iso_time
 from iris.logstore.reader import LogFilter
+from iris.wire.fencing import LATE_RULE, worker_is_late
 
 
 def iso(ts: float | None) -> str:
@@ -191,8 +192,11 @@ def worker_list(args: argparse.Namespace) -> int:
     rows = _controller(iris.current(), "list_workers")
     for row in rows:
         row["running"] = len(row["attempts"])
-    print_rows(rows, ["worker_id", "region", "address", "cpu", "running",
+        row["health"] = "late" if worker_is_late(row) else "healthy"
+    print_rows(rows, ["worker_id", "region", "address", "cpu", "running", "health",
                       "last_heard_s_ago"], args.json)
+    if rows and not args.json:
+        print(LATE_RULE, file=sys.stderr)  # what the health column means
     return 0
 
 
@@ -217,6 +221,24 @@ def worker_drain(args: argparse.Namespace) -> int:
                         "(its tasks may be slow to stop; see iris worker list)")
     if not args.no_wait:
         print(f"worker {args.target} left", file=sys.stderr)
+    return 0
+
+
+def worker_revoke(args: argparse.Namespace) -> int:
+    """Revoke a worker's credential (admin token): its next call is refused, its id may not
+    join again, its tasks are requeued elsewhere; no other worker is touched."""
+    from iris.client.budgets import admin_token
+
+    if not args.target:
+        raise InvalidRequestError("iris worker revoke: name the worker, e.g. iris worker "
+                                  "revoke w-3f2a1c (iris worker list names them)")
+    ctx = iris.current()
+    token = admin_token(args.admin_token_file, "revoking a worker")
+    told = call_controller(ctx.node, ctx.address, "revoke_worker", (args.target,), auth=token)
+    if args.json:
+        print(json.dumps(told))
+    print(f"worker {told['worker_id']} revoked; {len(told['attempts'])} attempts requeued",
+          file=sys.stderr)
     return 0
 
 

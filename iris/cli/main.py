@@ -145,11 +145,13 @@ def _serve_dashboard(args: argparse.Namespace, cluster, node) -> Callable[[], No
 
 
 def _worker(args: argparse.Namespace) -> int:
-    if args.action in ("list", "drain"):
+    if args.action in ("list", "drain", "revoke"):
         with iris.connect(args.address or args.controller):
-            return jobs.worker_list(args) if args.action == "list" else jobs.worker_drain(args)
+            return {"list": jobs.worker_list, "drain": jobs.worker_drain,
+                    "revoke": jobs.worker_revoke}[args.action](args)
     if args.target is not None:
-        raise InvalidRequestError(f"iris worker {args.target}: unknown action (list or drain)")
+        raise InvalidRequestError(f"iris worker {args.target}: unknown action (list, drain "
+                                  "or revoke)")
     from iris.worker.main import parse_attrs, run_worker
 
     controller = args.controller or args.address
@@ -198,6 +200,7 @@ _HANDLERS = {
     ("worker", None): _worker,
     ("worker", "list"): _worker,
     ("worker", "drain"): _worker,
+    ("worker", "revoke"): _worker,
     ("actor", "list"): _actor_list,
     ("completion", None): _completion,
     ("job", "run"): jobs.job_run,

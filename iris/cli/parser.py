@@ -257,21 +257,27 @@ def _actor(verbs) -> None:
 
 def _worker(verbs) -> None:
     worker = verbs.add_parser(
-        "worker", help="list workers, drain one, or (operators) run this host's worker",
+        "worker", help="list workers, drain or revoke one, or (operators) run this host's worker",
         description=_fill("`iris worker list` lists the workers; `iris worker drain ID` tells "
                           "one to leave as on SIGTERM (it hands its tasks back, says goodbye "
-                          "and stops; operators); `iris worker --controller ADDR` runs this "
+                          "and stops; operators); `iris worker revoke ID` revokes a worker's "
+                          "credential at once and bars its id from joining again (a host "
+                          "you no longer trust; operators); `iris worker --controller ADDR` runs this "
                           "host's worker in the foreground (operators)."), formatter_class=_RAW,
         epilog="examples:\n  iris worker list --json\n"
         "  iris worker drain w-3f2a1c --admin-token-file /var/lib/iris/admin.token\n"
+        "  iris worker revoke w-3f2a1c --admin-token-file /var/lib/iris/admin.token\n"
         "  iris worker --controller tcp://10.0.0.2:5555 --region us-central1 --attr zone=a")
-    worker.add_argument("action", nargs="?", choices=["list", "drain"],
+    worker.add_argument("action", nargs="?", choices=["list", "drain", "revoke"],
                         help="list: print the cluster's workers, e.g. iris worker list; "
-                        "drain ID: tell worker ID to leave, e.g. iris worker drain w-3f2a1c")
+                        "drain ID: tell worker ID to leave, e.g. iris worker drain w-3f2a1c; "
+                        "revoke ID: refuse worker ID from now on, e.g. iris worker revoke "
+                        "w-3f2a1c")
     worker.add_argument("target", nargs="?", metavar="ID",
-                        help="with drain: the worker, e.g. w-3f2a1c (see iris worker list)")
+                        help="with drain or revoke: the worker, e.g. w-3f2a1c (see iris "
+                        "worker list)")
     worker.add_argument("--admin-token-file", type=Path, metavar="FILE",
-                        help="with drain: the controller's admin token, e.g. "
+                        help="with drain or revoke: the controller's admin token, e.g. "
                         "/var/lib/iris/admin.token (default: $IRIS_ADMIN_TOKEN_FILE, or hex "
                         "in $IRIS_ADMIN_TOKEN)")
     worker.add_argument("--no-wait", action="store_true",

@@ -22,6 +22,7 @@ from iris.actors.batching import batched
 from iris.actors.hosting import requires
 from iris.actors.keys import CONTROLLER_KEY, region_key, worker_key
 from iris.base.errors import ConfigError, InvalidRequestError, IrisError, NotFoundError
+from iris.controller.credentials import Credentials, controller_token, load_secret
 from iris.controller.effects_out import EffectsOut, sum_stats
 from iris.controller.gangs.coordinator import (
     CoordinatorConfig,
@@ -33,6 +34,7 @@ from iris.controller.inspect import locate, summary
 from iris.controller.jobs.model import TERMINAL_JOB
 from iris.controller.live_figures import series
 from iris.controller.preemption_notices import apply_notice
+from iris.controller.reclaim import RegionReclaim
 from iris.controller.regions.region import STOP_ALL_SLICES_S
 from iris.controller.service import ControllerConfig, ControllerService
 from iris.controller.usage import FLUSH_EVERY_S
@@ -52,6 +54,9 @@ _SNAPSHOT_WORKERS = 2500
 FIGURE_WINDOWS_H = (1.0, 6.0, 24.0)
 # Finished jobs are pruned from the database about once an hour.
 _PRUNE_EVERY_S = 3600.0
+# Credentials, figures and regions of workers no longer registered (lost) are looked for
+# this often (reclaim.py).
+_SWEEP_CREDENTIALS_S = 1.0
 
 
 @actor
@@ -63,12 +68,20 @@ class Controller:
     def __init__(self, config: ControllerConfig, node: Node):
         self._node = node
         self._svc = ControllerService(config, node.address, node.clock)
-        # Roles (docs/protocol.md): workers and this controller hold the cluster token,
-        # operators the admin token; both live in the state directory across restarts.
-        self._token = tokens.load_or_create(config.state_dir / tokens.CLUSTER_TOKEN_FILE)
-        node.grant(self._token, tokens.MEMBER)
+        # Roles (docs/protocol.md): a host joins with the cluster token and then speaks
+        # with its own credential (credentials.py); operators hold the admin token; the
+        # controller's secret is its own. All live in the state directory across restarts.
+        node.grant(tokens.load_or_create(config.state_dir / tokens.CLUSTER_TOKEN_FILE),
+                   tokens.MEMBER)
         node.grant(tokens.load_or_create(config.state_dir / tokens.ADMIN_TOKEN_FILE),
                    tokens.ADMIN)
+        secret = load_secret(config.state_dir)
+        self._token = controller_token(secret)  # on its calls to its own Regions
+        node.grant(self._token, tokens.CONTROLLER)
+        self._creds = Credentials(secret, config.state_dir, node.grant, node.revoke)
+        self._creds_swept = node.clock.monotonic()
+        # Regions no host names any more are stopped: after twice the silence that loses one.
+        self._reclaim = RegionReclaim(2 * config.worker_dead_after_s)
         self._waiters: dict[str, list[asyncio.Future]] = {}  # touched on the loop thread only
         self._last_prune = node.clock.monotonic()
         self._snapshot: dict = {}  # replaced whole, never mutated; read by `snapshot()`
@@ -85,9 +98,9 @@ class Controller:
         self._pass_posted = False  # a scheduling pass waits at the end of the mailbox
         self._gangs = GangRunner(node, self._post, node.clock,
                                  config=CoordinatorConfig(max_attempts=3),
-                                 on_outcome=self._gang_outcomes.append)
+                                 on_outcome=self._gang_outcomes.append, auth=self._token)
         self._scaling = {r.region: r for r in config.autoscale}
-        self._out = EffectsOut(node, self._token, self._gangs, self._scaling, self._post,
+        self._out = EffectsOut(node, self._command_token, self._gangs, self._scaling, self._post,
                                self._wake, self._svc.inventory_push_failed)
         for region in sorted(self._scaling):  # they may grow before any worker exists
             self._out.ensure_region(region)
@@ -238,12 +251,24 @@ class Controller:
     # ------------------------------------------------------------ workers
 
     @requires(tokens.MEMBER)
+    def join(self, worker_id: str) -> dict:
+        """A new host, holding the cluster token, gets its own credential and the token
+        the controller will present on its commands (credentials.py). Refused for an id
+        an operator revoked, and for one a live worker holds."""
+        schema.text(worker_id, "worker_id", max_len=256)
+        info = self._svc.workers.workers.get(worker_id)
+        now = self._node.clock.monotonic()
+        if info is None:
+            return self._creds.issue(worker_id, now, None)
+        return self._creds.issue(worker_id, now, now - info.last_heard, info.address)
+
+    @requires(tokens.WORKER)  # as itself: the id its credential names (credentials.py)
     def register_worker(self, worker_id: str, address: str, attributes: dict,
                         running: list[str], updates: list[dict] = ()) -> list[dict]:
         return self._after(self._svc.register_worker(worker_id, address, attributes, running,
                                                      list(updates)))
 
-    @requires(tokens.MEMBER)
+    @requires(tokens.WORKER)
     # late=True: a report that waited past its 5 s deadline (a controller behind) is still
     # applied: refusing it made the worker send it again, into the same queue, and jobs
     # whose exit was in it stayed running (bench.fleet at 10,000 hosts under load).
@@ -264,18 +289,20 @@ class Controller:
         self.report_batches += 1
         return self._after(self._svc.reports(msgs))
 
-    @requires(tokens.MEMBER)
+    @requires(tokens.WORKER)
     def goodbye(self, worker_id: str, address: str) -> None:
-        """A worker stopped, its attempts with it: requeue them now."""
+        """A worker stopped, its attempts with it: requeue them now. Its credential ends."""
         self._after(self._svc.worker_gone(worker_id, address, "its worker stopped"))
+        self._creds.revoke(worker_id)
 
-    @requires(tokens.MEMBER)
+    @requires(tokens.WORKER)
     def worker_crashed(self, worker_id: str, address: str) -> None:
         """From a worker's watchdog: the worker process died and its attempts are stopped."""
         self._after(self._svc.worker_gone(worker_id, address, "its worker process died (the "
                                           "watchdog stopped its attempts)"))
+        self._creds.revoke(worker_id)
 
-    @requires(tokens.MEMBER)
+    @requires(tokens.WORKER)
     def preemption_notice(self, worker_id: str, address: str, reason: str,
                           time_left_s: float) -> dict:
         """The cloud will take this worker's machine: requeue its work now (see
@@ -308,9 +335,43 @@ class Controller:
                                 "(iris worker list names them)")
         self._node.call(info.address, worker_key(worker_id), "drain",
                         ("drained by an operator (iris worker drain)",), oneway=True,
-                        auth=self._token)
+                        auth=self._command_token(worker_id))
         return {"worker_id": worker_id, "address": info.address,
                 "attempts": sorted(self._svc.state.by_worker.get(worker_id, ()))}
+
+    @requires(tokens.ADMIN)
+    def revoke_worker(self, worker_id: str) -> dict:
+        """An operator's `iris worker revoke`: the worker's credential is revoked (its next
+        call is refused), its id may not join again, and its attempts are requeued now
+        (its lease lapses, so its watchdog stops them there). Other workers are untouched."""
+        schema.text(worker_id, "worker_id", max_len=256)
+        info = self._svc.workers.workers.get(worker_id)
+        held = worker_id in self._creds.banned or self._creds.revoke(worker_id)
+        if info is None and not held:
+            raise NotFoundError(f"worker_id: no worker {worker_id!r} is registered "
+                                "(iris worker list names them)")
+        self._creds.ban(worker_id)
+        attempts = sorted(self._svc.state.by_worker.get(worker_id, ()))
+        if info is not None:
+            self._after(self._svc.worker_gone(worker_id, info.address,
+                                              "its worker was revoked by an operator"))
+        return {"worker_id": worker_id, "attempts": attempts}
+
+    def _reclaim_regions(self, now: float) -> None:
+        """Stop and forget the Region actors no host has named for a while (their threads
+        end): reclaim.py."""
+        hosts = {r: inv.hosts for r, inv in self._svc.gangs.inventory.regions.items()}
+        for region in self._reclaim.due(self._out.regions, hosts, self._scaling, now):
+            _log.info("region %s: no host for %.0f s; its actor is stopped", region,
+                      self._reclaim.idle_s)
+            self._gangs.remove_region(region)
+            self._svc.forget_region(region)
+            self._out.forget_region(region)
+            self._node.unhost(region_key(region))
+
+    def _command_token(self, worker_id: str) -> bytes:
+        """What this controller presents on its commands to that worker (EffectsOut)."""
+        return self._creds.command_token(worker_id)
 
     # ------------------------------------------------------------ from the Region actors
 
@@ -443,6 +504,11 @@ class Controller:
                 self._svc.store.put_usage(self._svc.usage.flush(self._svc.state))
             except IrisError as exc:  # observation only: the job store halts elsewhere
                 _log.error("usage series not stored: %s", exc)
+        if now - self._creds_swept >= _SWEEP_CREDENTIALS_S:  # lost workers' credentials end
+            self._creds_swept = now
+            self._creds.sweep(self._svc.workers.workers, now)
+            self._svc.drop_absent_stats()
+            self._reclaim_regions(now)
         if now - self._last_prune > _PRUNE_EVERY_S:
             self._last_prune = now
             self._svc.prune()

@@ -5,7 +5,8 @@ Not decisions: region inventories go to the Region actors this node hosts (made 
 use), gang rounds to the coordinator (gangs/runner.py) in one batch per turn, start and stop
 commands to workers with the cluster token, finished jobs wake their waiters on the loop.
 An object the Controller actor owns: it holds the Region actors it made and their last
-stats, and reaches the actor only through what it was handed (node, token, gang runner,
+stats, and reaches the actor only through what it was handed (node, the command token
+per worker, gang runner,
 `post` onto the actor's turn, `wake` for waiters, `push_failed` for the service).
 """
 
@@ -29,12 +30,12 @@ _log = logging.getLogger(__name__)
 class EffectsOut:
     """Sends what the service decided (see the module docstring)."""
 
-    def __init__(self, node: Any, token: bytes, gangs: GangRunner,
+    def __init__(self, node: Any, command_token: Callable[[str], bytes], gangs: GangRunner,
                  scaling: Mapping[str, RegionScaling], post: Callable[..., None],
                  wake: Callable[[list[str]], None],
                  push_failed: Callable[[str, int, str], None]):
         self._node = node
-        self._token = token
+        self._command_token = command_token  # what it presents to each worker
         self._gangs = gangs
         self._scaling = scaling
         self._post = post
@@ -55,7 +56,8 @@ class EffectsOut:
             elif isinstance(effect, Command):
                 fut = self._node.call(effect.address, worker_key(effect.worker_id),
                                       effect.method, (control.encode(effect.message),),
-                                      timeout_s=30.0, auth=self._token)
+                                      timeout_s=30.0,
+                                      auth=self._command_token(effect.worker_id))
                 fut.add_done_callback(_log_failure)
             elif isinstance(effect, JobsFinished):
                 self._node.call_in_loop(self._wake, list(effect.job_ids))
@@ -95,8 +97,13 @@ class EffectsOut:
             fut.add_done_callback(lambda f, r=region: self._got_region_stats(r, f))
 
     def _got_region_stats(self, region: str, fut: Any) -> None:  # on the loop thread
-        if fut.exception() is None:  # a missed poll is retried in half a second
+        if fut.exception() is None and region in self.regions:  # (not one reclaimed since)
             self.region_stats[region] = fut.result()
+
+    def forget_region(self, region: str) -> None:
+        """A region reclaimed (reclaim.py): its actor is stopped by the caller."""
+        self.regions.discard(region)
+        self.region_stats.pop(region, None)
 
 
 def region_push(msg: SyncRegion | SyncDelta) -> tuple[str, tuple]:

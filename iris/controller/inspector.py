@@ -21,8 +21,14 @@ from typing import Any
 
 from iris.actors import Node, actor, tokens
 from iris.actors.hosting import requires
-from iris.actors.keys import CONTROLLER_KEY, worker_inspect_key
+from iris.actors.keys import (
+    CONTROLLER_KEY,
+    INSPECT_SUFFIX,
+    WORKER_KEY_PREFIX,
+    worker_inspect_key,
+)
 from iris.base.errors import InvalidRequestError, NotFoundError, OverloadedError
+from iris.controller.credentials import command_token
 from iris.wire import control
 
 # The controller answers `inspect_target` from its turn: milliseconds, or seconds when busy.
@@ -36,9 +42,9 @@ IDLE_S = 600.0  # a route unused this long is forgotten (the worker gave up afte
 
 @actor(max_concurrency=512)
 class Inspector:
-    def __init__(self, node: Node, token: bytes):
+    def __init__(self, node: Node, secret: bytes):
         self._node = node
-        self._token = token  # the cluster token: what workers require of the controller
+        self._secret = secret  # the controller's: each worker's command token (credentials.py)
         self._routes: dict[str, tuple[str, str, float]] = {}  # session -> (address, key, at)
 
     async def _target(self, raw: dict) -> dict:
@@ -48,8 +54,9 @@ class Inspector:
 
     async def _worker(self, address: str, key: str, method: str, *args: Any,
                       timeout_s: float) -> Any:
+        worker_id = key.removeprefix(WORKER_KEY_PREFIX).removesuffix(INSPECT_SUFFIX)
         return await self._node.call(address, key, method, args, timeout_s=timeout_s,
-                                     auth=self._token)
+                                     auth=command_token(self._secret, worker_id))
 
     async def task_stack(self, raw: dict) -> dict:
         """Every thread's Python stack of the task's processes (`iris task stack`)."""

@@ -76,7 +76,7 @@ def list_workers(svc: Any) -> list[dict]:
     now = now_mono(svc)
     rows = []
     for info in svc.desk.workers.workers.values():
-        row = info.as_dict(now)
+        row = info.as_dict(now, svc.desk.workers.stalled)
         row["attempts"] = sorted(svc.state.by_worker.get(info.worker_id, ()))
         rows.append(row)
     return sorted(rows, key=lambda r: r["worker_id"])

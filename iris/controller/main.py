@@ -16,6 +16,7 @@ from iris.base.errors import ConfigError, ConflictError, IrisError
 from iris.controller.actor import Controller
 from iris.controller.checkpoint import CheckpointSettings, from_storage
 from iris.controller.config import IN_PROCESS_PROVIDERS
+from iris.controller.credentials import load_secret
 from iris.controller.inspector import Inspector
 from iris.controller.regions.autoscaler import AutoscalerConfig
 from iris.controller.regions.capacity import offers_from_groups
@@ -75,9 +76,8 @@ def host_controller(node: Node, config: ControllerConfig) -> None:
     """Serve the registry and the controller in `node` (the cluster's address is its address)."""
     node.host(REGISTRY_KEY, Registry)
     node.host(CONTROLLER_KEY, Controller, (config, node))
-    # Looking inside tasks (issue 31): calls workers with the controller's own token.
-    node.host(INSPECT_KEY, Inspector, (node, tokens.read(
-        config.state_dir / tokens.CLUSTER_TOKEN_FILE)))
+    # Looking inside tasks (issue 31): calls workers with their command tokens.
+    node.host(INSPECT_KEY, Inspector, (node, load_secret(config.state_dir)))
 
 
 def log_store_from(cluster: ClusterConfig | None) -> LogStoreConfig | None:

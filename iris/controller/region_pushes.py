@@ -105,6 +105,11 @@ class RegionPushes:
         return {h: str(why) for rep in self.reports.values()
                 for h, why in rep.get("gone_hosts", {}).items()}
 
+    def forget_region(self, region: str) -> None:
+        """A region reclaimed (reclaim.py): its sync times and report are forgotten."""
+        self._full_at.pop(region, None)
+        self.reports.pop(region, None)
+
     def drain(self, hosts: Mapping[str, str]) -> None:
         self.draining.update(hosts)
         self.touch(hosts)

@@ -29,6 +29,15 @@ def set_region_reports(svc: Any, reports: dict[str, dict]) -> None:
     hosts_gone(svc, svc.pushes.gone_in_reports())
 
 
+def forget_region(svc: Any, region: str) -> None:
+    """A region reclaimed (reclaim.py: no host named it for a while): its pushes and
+    reports are forgotten, and it counts towards max_regions again only when a host names
+    it anew."""
+    svc.desk.forget_region(region)
+    svc.gangs.forget_region(region)
+    svc.pushes.forget_region(region)
+
+
 def drain_hosts(svc: Any, hosts: Any) -> None:
     """A region wants to delete these hosts' idle slice (host -> slice): place nothing
     more on them; the next sync tells it which run nothing (then it deletes)."""
@@ -94,8 +103,8 @@ def gangs_settled(svc: Any, placed: list[tuple[RoundId, str, tuple[str, ...]]],
 
 def inventory_push_failed(svc: Any, region: str, seq: int, why: str) -> None:
     """A region refused (or never answered) push `seq`: it gets its whole inventory
-    next (unless a whole one went after that push)."""
-    if svc.gangs.push_failed(region, seq):
+    next (unless a whole one went after that push). A reclaimed region's are moot."""
+    if region in svc.gangs.inventory.regions and svc.gangs.push_failed(region, seq):
         _log.warning("region %s: inventory push %d failed (%s); sending it whole",
                      region, seq, why)
         svc.sync_regions()

@@ -381,6 +381,14 @@ class ControllerService:
         region_requests.set_region_reports(self, reports)
 
     @turn
+    def forget_region(self, region: str) -> None:
+        region_requests.forget_region(self, region)
+
+    def drop_absent_stats(self) -> None:
+        """Forget the figures of workers no longer registered (reclaim.py)."""
+        self.desk.drop_absent_stats()
+
+    @turn
     def drain_hosts(self, hosts: Any) -> None:
         region_requests.drain_hosts(self, hosts)
 

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from iris.base.errors import InvalidRequestError, OverloadedError
+from iris.controller.reclaim import drop_absent
 from iris.controller.regions.capacity import Offer, fits_checker, offers_from_workers
 from iris.controller.workers import WorkerTable, report_interval_s
 from iris.wire import control
@@ -85,6 +86,14 @@ class WorkerDesk:
     def note_stats(self, worker_id: str, stats: dict) -> None:
         """A worker's own figures for /metrics, kept as last reported."""
         self.stats[worker_id] = stats
+
+    def drop_absent_stats(self) -> None:
+        """Forget the figures of workers no longer registered (reclaim.py)."""
+        drop_absent(self.stats, self.workers.workers)
+
+    def forget_region(self, region: str) -> None:
+        """A reclaimed region counts towards max_regions again only when a host names it."""
+        self._regions_seen.discard(region)
 
     def forget(self, worker_id: str) -> None:
         """The worker is gone (goodbye, its slice deleted)."""

@@ -66,7 +66,7 @@ def reports(svc: Any, msgs: list[control.WorkerReport]) -> list:
     answers: list = []
     events, changed, check = [], [], []
     for msg in msgs:
-        if not svc.desk.workers.heard(msg.worker_id, now):
+        if not svc.desk.workers.heard(msg.worker_id, now, interval):
             answers.append(control.encode(control.ReportAnswer(reregister=True,
                                                                interval_s=interval)))
             continue

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from iris.base.errors import ConflictError, InvalidRequestError
-from iris.wire.fencing import REPORT_INTERVAL_MAX_S, SILENT_LOST_S
+from iris.wire.fencing import REPORT_INTERVAL_MAX_S, SILENT_LOST_S, late_after_s
 
 # A *silent* worker (partition, freeze, blip) is lost only after this long: its lease lapsed
 # and its attempts were stopped well before (wire/fencing.py). A *dead* worker process is
@@ -56,9 +56,12 @@ class WorkerInfo:
     registered_at: float
     last_heard: float
     stalled_at_heard: float = 0.0  # the table's `stalled` when it was last heard
+    # The report interval it was last asked to use (each report's answer says it); until
+    # its first answer, the longest one: a worker is never called late for our guess.
+    asked_s: float = REPORT_INTERVAL_MAX_S
     _row: dict | None = field(default=None, repr=False, compare=False)
 
-    def as_dict(self, now: float) -> dict:
+    def as_dict(self, now: float, stalled: float = 0.0) -> dict:
         """A new dict each call; its `attributes` is shared between calls (read, never
         written). Built once per registration: the snapshot lists every worker every
         0.5-2 s, and copying each one's attributes was half of a 2,000-host controller's
@@ -68,7 +71,13 @@ class WorkerInfo:
                 "worker_id": self.worker_id, "address": self.address, "region": self.region,
                 "attributes": dict(self.attributes), "cpu": self.cpu,
                 "memory_bytes": self.memory_bytes, "accelerators": self.accelerators}
-        return {**self._row, "last_heard_s_ago": round(now - self.last_heard, 3)}
+        # Late (fencing.late_after_s): its silence, less the controller's own stalls since
+        # it was last heard (`stalled`: the table's), past the interval it was asked for.
+        silent = now - self.last_heard - (stalled - self.stalled_at_heard)
+        late_after = late_after_s(self.asked_s)
+        return {**self._row, "last_heard_s_ago": round(now - self.last_heard, 3),
+                "report_interval_s": self.asked_s, "late_after_s": late_after,
+                "late": silent > late_after}
 
 
 class WorkerTable:
@@ -103,11 +112,14 @@ class WorkerTable:
         self.workers[worker_id] = info
         return info
 
-    def heard(self, worker_id: str, now: float) -> bool:
+    def heard(self, worker_id: str, now: float, asked_s: float | None = None) -> bool:
+        """It spoke now; `asked_s`: the report interval its answer asks of it."""
         info = self.workers.get(worker_id)
         if info is None:
             return False
         info.last_heard = now
+        if asked_s is not None:
+            info.asked_s = asked_s
         info.stalled_at_heard = self.stalled
         return True
 

@@ -32,6 +32,7 @@ from iris.dashboard.reads import JobQuery, JobReader
 from iris.logstore.config import LogStoreConfig, open_sink
 from iris.logstore.model import STREAMS, format_line
 from iris.logstore.reader import LogFilter, read_logs
+from iris.wire.fencing import LATE_RULE, late_after_s, worker_is_late
 
 _log = logging.getLogger(__name__)
 # Calls to the controller and registry: they answer in milliseconds; 10 s covers a loaded
@@ -180,8 +181,8 @@ class Backend:
         groups: dict[tuple, list] = {}
         for w in workers:
             attrs = w.get("attributes", {})
-            row = {**w, "health": ("late" if w.get("last_heard_s_ago", 0)
-                                   > metrics.LATE_AFTER_S else "healthy"),
+            row = {**w, "health": "late" if worker_is_late(w) else "healthy",
+                   "health_rule": _health_rule(w),
                    "running": [_attempt_row(a, attempts.get(a)) for a in w.get("attempts", [])]}
             key = (w.get("region", "local"), attrs.get("zone", "-"),
                    attrs.get("scale_group", "-"))
@@ -238,3 +239,12 @@ def _attempt_row(attempt_id: str, record: dict | None) -> dict:
 def _host(address: str) -> str:
     """`tcp://10.0.0.3:5555` -> `10.0.0.3`."""
     return address.split("//")[-1].rsplit(":", 1)[0]
+
+
+def _health_rule(row: dict) -> str:
+    """What the Health label means for this worker (the page shows it on hover)."""
+    interval = row.get("report_interval_s")
+    if interval is None:
+        return LATE_RULE
+    return (f"{LATE_RULE}; this worker was asked to report every {interval:g} s, so it is "
+            f"late after {late_after_s(interval):g} s of silence")

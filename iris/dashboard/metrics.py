@@ -18,12 +18,11 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from iris.dashboard.capacity import slice_counts
+from iris.wire.fencing import LATE_RULE, worker_is_late
 from iris.wire.states import JobState
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _GANG_OUTCOMES = ("reserved", "committed", "aborted", "expired")
-# Workers heartbeat every 1 s; one missed beat is "late" before the 3 s loss timeout.
-LATE_AFTER_S = 1.5
 
 
 def render(snapshot: Mapping[str, Any], task_states: Mapping[str, int],
@@ -40,9 +39,9 @@ def render(snapshot: Mapping[str, Any], task_states: Mapping[str, int],
     _family(out, "iris_tasks", "gauge", "Tasks in the controller's store by state.",
             [({"state": s}, n) for s, n in sorted(task_states.items())])
     workers = snapshot.get("workers", [])
-    late = sum(1 for w in workers if w.get("last_heard_s_ago", 0) > LATE_AFTER_S)
+    late = sum(1 for w in workers if worker_is_late(w))
     _family(out, "iris_workers", "gauge",
-            f"Registered workers: healthy, or late (silent > {LATE_AFTER_S} s, not yet lost).",
+            f"Registered workers: healthy, or {LATE_RULE}.",
             [({"state": "healthy"}, len(workers) - late), ({"state": "late"}, late)])
     summary = snapshot.get("summary", {})
     _family(out, "iris_tasks_pending", "gauge", "Tasks waiting for a placement.",

@@ -114,7 +114,7 @@ async function workersPage(){
   <code>iris worker --controller ADDR</code>.</div>`)+d.groups.map(g=>
   `<div class="group"><h3>region ${esc(g.region)} · zone ${esc(g.zone)} · scale group ${esc(g.scale_group)}</h3>`+
   table("workers",["Worker","Health","CPU","Memory","Accelerators","Last heard","Running attempts"],g.workers.map(w=>[
-   esc(w.worker_id),st(w.health),w.cpu,human(w.memory_bytes),w.accelerators,`<span class="time">${dur(w.last_heard_s_ago)} ago</span>`,
+   esc(w.worker_id),`<span class="state ${esc(w.health)}" title="${esc(w.health_rule||"")}">${esc(w.health)}</span>`,w.cpu,human(w.memory_bytes),w.accelerators,`<span class="time">${dur(w.last_heard_s_ago)} ago</span>`,
    w.running.map(a=>a.job_id?`<a href="#/job/${encodeURIComponent(a.job_id)}">${esc(a.job_id)}</a>[${a.task_index}] ${st(a.state)}`:esc(a.attempt_id)).join("<br>")]),
    "worker-row")+"</div>").join("");
 }

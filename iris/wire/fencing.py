@@ -32,6 +32,28 @@ BLIP_S = 10.0
 # silence rule (SILENT_LOST_S) then allows ten missed intervals.
 REPORT_INTERVAL_MAX_S = 3.0
 
+# A worker is *late* (dashboard, /metrics, `iris worker list`) once it missed the interval
+# the controller last asked of it by a margin: silent longer than LATE_FACTOR x that interval
+# + LATE_MARGIN_S. A busy but healthy host, whose report comes a little after its interval,
+# is not; one that missed two reports in a row is (long before it is lost: SILENT_LOST_S).
+LATE_FACTOR, LATE_MARGIN_S = 2.0, 1.0
+LATE_RULE = (f"late: silent longer than {LATE_FACTOR:g} x the report interval the controller "
+             f"asked it to use + {LATE_MARGIN_S:g} s (not yet lost: that is {SILENT_LOST_S:g} s)")
+
+
+def late_after_s(interval_s: float) -> float:
+    """Silence past which a worker asked to report every `interval_s` is late."""
+    return LATE_FACTOR * interval_s + LATE_MARGIN_S
+
+
+def worker_is_late(row: dict) -> bool:
+    """A worker row (Controller.list_workers / snapshot): its `late` flag, or for a controller
+    from before the flag, the rule at the longest interval (never a false alarm)."""
+    if "late" in row:
+        return bool(row["late"])
+    return row.get("last_heard_s_ago", 0) > late_after_s(REPORT_INTERVAL_MAX_S)
+
+
 if BLIP_S + REPORT_INTERVAL_MAX_S > FENCE_AFTER_S:
     raise AssertionError("fencing constants: a lease must outlast a blip plus a report interval")
 if FENCE_AFTER_S + FENCE_GRACE_S + WATCH_INTERVAL_S + MARGIN_S > SILENT_LOST_S:

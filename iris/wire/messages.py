@@ -65,6 +65,7 @@ class Call:
     oneway: bool
     auth: bytes | None = None
     role: str = "client"  # set by the receiving node from auth (or "internal" in process)
+    principal: str | None = None  # who the credential names (a worker's id), if anyone
 
 
 # ---------------------------------------------------------------- encoding

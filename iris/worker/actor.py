@@ -28,13 +28,13 @@ from iris.actors import Node, actor, tokens
 from iris.actors.hosting import requires
 from iris.actors.keys import worker_inspect_key, worker_key
 from iris.base.clock import SYSTEM_CLOCK
-from iris.base.errors import IrisError, OverloadedError
+from iris.base.errors import IrisError, OverloadedError, PermissionDeniedError
 from iris.base.resources import Resources
 from iris.logstore.shipper import LogShipper
 from iris.logstore.sinks import LogSink
 from iris.wire import control, schema
 from iris.wire.fencing import REPORT_INTERVAL_MAX_S
-from iris.worker import attempts, cgroups, lease
+from iris.worker import attempts, cgroups, credential, lease
 from iris.worker.attempt_work import AttemptWork, SinkKey, sink_key
 from iris.worker.inbox import Inbox
 from iris.worker.inspector import WorkerInspector
@@ -93,11 +93,14 @@ class Worker:
         self._sinks: dict[SinkKey, LogSink] = {}
         self._shippers: dict[str, LogShipper] = {}  # attempt id -> its live log shipper
         self._dropped_lines_closed = 0  # by shippers already closed, for a lifetime counter
-        # The cluster token (tokens.py): presented on calls to the controller, and required
-        # of whoever calls start/stop here. Found at registration when not handed in.
+        # The cluster token (tokens.py) buys this worker its own credential (`join`), with
+        # which it speaks as itself, and the command token the controller presents on its
+        # commands here (credential.py); kept in `root` across restarts of this process.
+        # The token is found at the first join when not handed in.
         self._token = token
-        if token is not None:
-            node.grant(token, tokens.MEMBER)
+        self._cred = credential.read(root, worker_id, controller_address)
+        if self._cred is not None:
+            node.grant(self._cred.command_token, tokens.CONTROLLER)
         self._root = root
         self._ending_since: float | None = None  # set by machine_ending (any thread)
         self._warm = warm
@@ -111,13 +114,13 @@ class Worker:
 
     # ------------------------------------------------------------ called by the controller
 
-    @requires(tokens.MEMBER)
+    @requires(tokens.CONTROLLER)
     def start_attempt(self, launch: dict) -> bool:
         decoded = control.decode(control.Launch, launch)  # checked whole before any change
         self._on_event(attempts.Start(decoded))
         return True  # a re-sent start (reconcile) of an attempt held: already ours
 
-    @requires(tokens.MEMBER)
+    @requires(tokens.CONTROLLER)
     def stop_attempt(self, body: dict) -> bool:
         stop = control.decode(control.StopRequest, body)
         if stop.attempt_id not in self._book.held:
@@ -129,7 +132,7 @@ class Worker:
         self._on_event(attempts.Stop(stop.attempt_id, stop.grace_s))
         return True
 
-    @requires(tokens.MEMBER)
+    @requires(tokens.CONTROLLER)
     def drain(self, reason: str) -> bool:
         """Leave the cluster as on SIGTERM (an operator's `iris worker drain`, through the
         controller): hand the attempts back, say goodbye, stop the process."""
@@ -223,6 +226,7 @@ class Worker:
         self._registered, self._left, self._leaving = False, True, None
         done.set()
 
+    @requires()  # called directly by this worker's own process (main.py), never remotely
     def machine_ending(self, reason: str) -> None:
         """Any thread, a signal handler too: this machine is being taken and its scheduler
         signals the tasks directly (Slurm). Attempts that exit unasked from now on are
@@ -232,6 +236,7 @@ class Worker:
         self._ending_since = SYSTEM_CLOCK.monotonic()
         self._inbox.post(self._on_event, attempts.Ending(reason))
 
+    @requires()  # called directly by this worker's own process (main.py), never remotely
     def notice_sent(self) -> None:
         """Any thread: the notice reached the controller (or failed to): report again."""
         self._ending_since = None
@@ -270,10 +275,13 @@ class Worker:
 
     # ------------------------------------------------------------ talking to the controller
 
-    def _call(self, method: str, *args: Any, timeout_s: float = 5.0) -> Any:
+    def _call(self, method: str, *args: Any, timeout_s: float = 5.0,
+              auth: bytes | None = None) -> Any:
+        """A call to the controller, as this worker (its credential) unless `auth`."""
         address, key = self._controller
+        auth = auth or (self._cred.credential if self._cred is not None else None)
         return self._node.call(address, key, method, args, timeout_s=timeout_s,
-                               auth=self._token).result()
+                               auth=auth).result()
 
     def _fetch_bundle(self, digest: str) -> bytes:
         """A workspace bundle from the controller (called on an attempt's thread)."""
@@ -282,13 +290,16 @@ class Worker:
     def _register(self) -> None:
         """Register with what runs now and every update not yet acknowledged (an attempt
         that ended while the controller was away must not look lost)."""
-        if self._token is None:
-            self._discover_token()
+        if self._cred is None and not self._join():
+            return
         sent = list(self._book.updates.items())
         sent_at = SYSTEM_CLOCK.monotonic()
         try:
             self._call("register_worker", self.worker_id, self._node.address,
                        self._attributes, sorted(self._book.held), _wire(sent))
+        except PermissionDeniedError as exc:
+            self._refused(exc)
+            return
         except OverloadedError as exc:  # told when to come back: later, not every second
             self._last_report = self._node.clock.monotonic() + exc.retry_after_s - HEARTBEAT_S
             _log.info("worker %s: the controller is busy: %s", self.worker_id, exc)
@@ -300,18 +311,41 @@ class Worker:
         self._registered = True
         self._acknowledge(sent, {update.attempt_id for _, (_, update) in sent})
 
+    def _join(self) -> bool:
+        """With the cluster token, get this worker's own credential (credential.py)."""
+        if self._token is None:
+            self._discover_token()
+        if self._token is None:
+            return False
+        try:
+            cred = credential.from_answer(self._call("join", self.worker_id, auth=self._token),
+                                          self._controller[0])
+        except (IrisError, ValueError) as exc:
+            _log.warning("worker %s: cannot join yet: %s", self.worker_id, exc)
+            return False
+        credential.write(self._root, cred)
+        self._node.grant(cred.command_token, tokens.CONTROLLER)
+        self._cred = cred
+        return True
+
+    def _refused(self, exc: IrisError) -> None:
+        """The controller no longer knows this worker's credential (revoked, lost, or the
+        controller restarted): join again from the next tick."""
+        _log.warning("worker %s: refused (%s); joining again", self.worker_id, exc)
+        if self._cred is not None:
+            self._node.revoke(self._cred.command_token)
+        self._cred, self._registered = None, False
+        credential.forget(self._root)
+
     def _discover_token(self) -> None:
         """On the controller's own host: read the token from the state directory it names
-        (only a process allowed to read that directory gets the worker role)."""
+        (only a process allowed to read that directory may join)."""
         try:
             state_dir = self._call("state_dir")
-            token = tokens.read(Path(state_dir) / tokens.CLUSTER_TOKEN_FILE)
+            self._token = tokens.read(Path(state_dir) / tokens.CLUSTER_TOKEN_FILE)
         except (IrisError, TypeError) as exc:
             _log.warning("worker %s: no cluster token (pass --token-file or %s): %s",
                          self.worker_id, tokens.ENV_TOKEN, exc)
-            return
-        self._token = token
-        self._node.grant(token, tokens.MEMBER)
 
     def _report(self) -> None:
         # One view, as the book is only changed on this turn: an attempt is either held or
@@ -324,6 +358,9 @@ class Worker:
             answer = control.decode(control.ReportAnswer, self._call(
                 "report", self.worker_id, _wire(sent), {"log_shipping": self._shipping_stats()},
                 sorted(self._book.held), *([usage] if usage else [])))
+        except PermissionDeniedError as exc:
+            self._refused(exc)
+            return
         except IrisError as exc:
             _log.warning("worker %s: report failed (will retry): %s", self.worker_id, exc)
             return

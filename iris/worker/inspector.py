@@ -56,7 +56,7 @@ class WorkerInspector:
     async def _blocking(self, fn: Callable, *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
 
-    @requires(tokens.MEMBER)
+    @requires(tokens.CONTROLLER)
     async def stack(self, attempt_id: str) -> dict:
         """Every thread's Python stack of each of the attempt's processes (py-spy dump)."""
         proc = self._process(attempt_id)
@@ -64,7 +64,7 @@ class WorkerInspector:
         stacks = await self._blocking(pyspy.dump, sorted(pids))
         return {"attempt_id": attempt_id, "processes": [dataclasses.asdict(s) for s in stacks]}
 
-    @requires(tokens.MEMBER)
+    @requires(tokens.CONTROLLER)
     async def profile(self, raw: dict) -> dict:
         """A sampling profile of the attempt (`job_id` names the attempt here)."""
         req = control.decode(control.ProfileRequest, raw)
@@ -73,7 +73,7 @@ class WorkerInspector:
                                    self._scratch)
         return {"attempt_id": req.job_id, **dataclasses.asdict(got)}
 
-    @requires(tokens.MEMBER)
+    @requires(tokens.CONTROLLER)
     async def exec_start(self, raw: dict) -> dict:
         req = control.decode(control.ExecStart, raw)
         proc = self._process(req.attempt_id)
@@ -81,7 +81,7 @@ class WorkerInspector:
                              list(req.argv), proc)
         return {"session": req.session}
 
-    @requires(tokens.MEMBER)
+    @requires(tokens.CONTROLLER)
     async def exec_poll(self, raw: dict) -> dict:
         req = control.decode(control.ExecPoll, raw)
         session = self._sessions.get(req.session)
@@ -89,7 +89,7 @@ class WorkerInspector:
         return {"chunks": [[s, d] for s, d in out.chunks], "cursor": out.cursor,
                 "exit_code": out.exit_code}
 
-    @requires(tokens.MEMBER)
+    @requires(tokens.CONTROLLER)
     async def exec_end(self, session: str) -> None:
         """Kill the session's command if it still runs, and forget the session."""
         await self._blocking(self._sessions.end, str(session))

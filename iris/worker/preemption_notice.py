@@ -206,7 +206,11 @@ class NoticeResponder:
     def __call__(self, notice: Notice, timeout_s: float = 10.0) -> bool:
         """True once the controller has the notice (it then stops the attempts itself)."""
         write_notice_files(self._root / "attempts", notice)
-        token = self._token or self._discover_token()
+        # As this worker: its own credential (credential.py); the cluster token only buys one.
+        from iris.worker import credential  # here: tasks import this module (read_notice) bare
+
+        held = credential.read(self._root, self._worker_id, self._controller)
+        token = held.credential if held is not None else (self._token or self._discover_token())
         try:
             answer = self._node.call(
                 self._controller, self._key, "preemption_notice",

@@ -25,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-from iris.worker import lease
+from iris.worker import credential, lease
 from iris.worker.adoption import stop_recorded
 from iris.worker.records import RECORD_NAME, AttemptRecord, is_alive
 
@@ -70,12 +70,15 @@ def _stop_all(root: Path, grace_s: float) -> int:
     return sum(stop_recorded(d, grace_s) for d in _attempt_dirs(root))
 
 
-def _tell_controller(last: lease.Lease, token: bytes | None) -> None:
+def _tell_controller(root: Path, last: lease.Lease, token: bytes | None) -> None:
     from iris.actors import Node, NodeConfig, Security
     from iris.actors.keys import CONTROLLER_KEY
     from iris.base.errors import IrisError
 
     keys = os.environ.get("IRIS_KEYS_DIR")
+    # As the worker itself: its credential, kept in its work directory (credential.py).
+    held = credential.read(root, last.worker_id, last.controller)
+    auth = held.credential if held is not None else token
     node = Node(NodeConfig(), security=Security.load(keys) if keys else None).start()
     try:
         deadline = time.monotonic() + _TELL_FOR_S
@@ -83,7 +86,7 @@ def _tell_controller(last: lease.Lease, token: bytes | None) -> None:
             try:
                 node.call(last.controller, CONTROLLER_KEY, "worker_crashed",
                           (last.worker_id, last.worker_address), timeout_s=5.0,
-                          auth=token).result(10)
+                          auth=auth).result(10)
                 return
             except IrisError as exc:
                 _log.warning("cannot tell the controller yet: %s", exc)
@@ -111,7 +114,7 @@ def watch(root: Path, token: bytes | None) -> None:
         elif action == "crashed" and not told:
             stopped = _stop_all(root, lease.CRASH_GRACE_S)
             _log.warning("worker %s died: stopped %d attempts", current.worker_id, stopped)
-            _tell_controller(current, token)
+            _tell_controller(root, current, token)
             told = True
         if not alive and (told or current is None) and not _any_running(root):
             return

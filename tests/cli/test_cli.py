@@ -59,7 +59,11 @@ def test_cluster_start_then_list_actors_and_workers_as_json(child_process):
     assert names == []  # workers are listed by `iris worker list`, not as registered actors
     workers = iris_cli("--address", address, "worker", "list", "--json")
     assert workers.returncode == 0, workers.stderr
-    assert len(json.loads(workers.stdout)) == 1
+    [worker] = json.loads(workers.stdout)
+    assert worker["health"] == "healthy" and not worker["late"]
+    table = iris_cli("--address", address, "worker", "list")
+    assert "health" in table.stdout and "healthy" in table.stdout
+    assert "report interval the controller asked" in table.stderr  # the rule, under the table
 
 
 def test_actor_list_without_an_address_names_the_variable():

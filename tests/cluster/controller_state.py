@@ -20,6 +20,7 @@ def controller_state(node, address: str, db_path: Path) -> dict:
     def ask(method: str):
         return node.call(address, CONTROLLER_KEY, method, timeout_s=30).result(60)
 
-    workers = [{k: v for k, v in w.items() if k != "last_heard_s_ago"}
-               for w in ask("list_workers")]
+    # Without what moves by itself: when each was last heard, and so whether it is late.
+    moving = {"last_heard_s_ago", "late", "report_interval_s", "late_after_s"}
+    workers = [{k: v for k, v in w.items() if k not in moving} for w in ask("list_workers")]
     return {"rows": rows, "workers": workers, "jobs": ask("list_jobs"), "regions": ask("regions")}

@@ -13,6 +13,7 @@ import iris
 from iris.actors import tokens
 from iris.actors.keys import CONTROLLER_KEY, region_key, worker_key
 from iris.base.errors import InvalidRequestError, IrisError, PermissionDeniedError
+from tests import joining
 from tests.cluster.controller_state import controller_state
 
 pytestmark = pytest.mark.slow
@@ -79,9 +80,9 @@ def test_a_refused_job_does_not_block_later_submits(current):
 
 
 def test_a_report_with_a_wrong_type_fails_alone_and_the_controller_keeps_running(current):
-    token = _token(current)
+    worker = "w-bad-report"
+    token = joining.credential(_CLIENT["node"], current.address, worker)  # speaks as itself
     before = state_of(current)
-    worker = before["workers"][0]["worker_id"]
     bad = [{"attempt_id": "att-x", "status": "exited", "exit_code": 0, "result": {"a": 1}}]
     with pytest.raises(InvalidRequestError, match=r"updates\[0\]\.result"):
         _call(current, "report", worker, bad, None, [], auth=token)
@@ -90,9 +91,9 @@ def test_a_report_with_a_wrong_type_fails_alone_and_the_controller_keeps_running
 
 
 def test_a_bad_registration_registers_nothing(current):
-    token = _token(current)
+    token = joining.credential(_CLIENT["node"], current.address, "w-bogus")
     before = state_of(current)
-    with pytest.raises(InvalidRequestError, match="worker_id: expected a string"):
+    with pytest.raises(PermissionDeniedError, match="may speak only as itself"):
         _call(current, "register_worker", 12345, "tcp://127.0.0.1:9", {}, [], auth=token)
     with pytest.raises(InvalidRequestError, match=r"running\[0\]: expected a string"):
         _call(current, "register_worker", "w-bogus", "tcp://127.0.0.1:9", {}, [1, 2],
@@ -105,9 +106,8 @@ def test_made_up_regions_are_bounded(tmp_path):
     # A cluster of its own: the Region actors it makes end with it (the leak check).
     with iris.local_cluster(workers=0, state_dir=tmp_path) as own, \
             iris.connect(own.address) as client:
-        token = tokens.read(tmp_path / "controller" / tokens.CLUSTER_TOKEN_FILE)
-
         def register(worker_id: str, region: str):
+            token = joining.credential(client.node, own.address, worker_id)
             return client.node.call(own.address, CONTROLLER_KEY, "register_worker", (
                 worker_id, "tcp://127.0.0.1:9", {"region": region}, []), auth=token).result(60)
 

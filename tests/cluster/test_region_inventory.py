@@ -6,9 +6,9 @@ registrations over the wire with the cluster token, as a worker makes them."""
 from __future__ import annotations
 
 import iris
-from iris.actors import tokens
 from iris.actors.keys import CONTROLLER_KEY, region_key
 from iris.controller.regions.region import Region
+from tests import joining
 
 TPU = {"region": "r1", "accelerator_type": "v5litepod-16", "accelerator_count": "4"}
 
@@ -16,22 +16,23 @@ TPU = {"region": "r1", "accelerator_type": "v5litepod-16", "accelerator_count": 
 def test_controller_repairs_a_restarted_region_with_its_whole_inventory(tmp_path, wait_until):
     with iris.local_cluster(workers=0, state_dir=tmp_path) as own, \
             iris.connect(own.address) as client:
-        token = tokens.read(tmp_path / "controller" / tokens.CLUSTER_TOKEN_FILE)
+        creds: dict[str, bytes] = {}  # each fake host speaks as itself (its credential)
 
-        def call(key: str, method: str, *args):
+        def call(key: str, method: str, *args, auth: bytes | None = None):
             return client.node.call(own.address, key, method, args, timeout_s=30,
-                                    auth=token).result(60)
+                                    auth=auth).result(60)
 
         registered: list[str] = []
 
         def register(host: str, slice_id: str) -> None:
+            creds[host] = creds.get(host) or joining.credential(client.node, own.address, host)
             call(CONTROLLER_KEY, "register_worker", host, f"tcp://127.0.0.1:{9000 + len(host)}",
-                 {**TPU, "slice_id": slice_id}, [])
+                 {**TPU, "slice_id": slice_id}, [], auth=creds[host])
             registered.append(host)
 
         def hosts_in_region() -> set[str]:
             for host in registered:  # their heartbeats: silent 30 s, they would be lost
-                call(CONTROLLER_KEY, "report", host, [])
+                call(CONTROLLER_KEY, "report", host, [], auth=creds[host])
             inventory = call(region_key("r1"), "inventory")
             return {h for hosts in inventory["slices"].values() for h in hosts}
 

@@ -2,7 +2,7 @@
 (`sync_delta`). A delta applies only right after the push it follows; one out of sequence, or
 malformed, is refused with an error that says why and changes nothing (the sequence
 included: the right delta still applies afterwards). Two real nodes; the caller holds the
-cluster token as the controller does."""
+controller's own token, as the controller does."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ SLICES = [{"slice_id": "s1", "accelerator": "v5litepod-16", "hosts": ["s1-h0", "
 @pytest.fixture
 def nodes():
     with Node(NodeConfig()) as server, Node(NodeConfig()) as client:
-        server.grant(TOKEN, "member")
+        server.grant(TOKEN, "controller")
         server.host(KEY, Region, ("r1", [], server.clock))
         yield server, client
 
@@ -113,7 +113,7 @@ def test_region_refuses_a_malformed_delta_naming_the_problem_and_changes_nothing
     assert _call(nodes, "inventory")["busy"] == []
 
 
-def test_region_deltas_refuse_a_caller_without_the_cluster_token(nodes):
+def test_region_deltas_refuse_a_caller_without_the_controllers_token(nodes):
     before = _synced(nodes)
     with pytest.raises(PermissionDeniedError):
         _call(nodes, "sync_delta", _delta(2, free=["c1"]), auth=None)

@@ -110,3 +110,43 @@ def test_refused_registrations_are_told_to_come_back_spread_over_the_admission_r
         except OverloadedError:
             pass
     assert admitted >= REGISTRATIONS_PER_S + 900  # nearly all got in at their slot
+
+
+def _row(service, worker_id: str) -> dict:
+    return next(w for w in service.list_workers() if w["worker_id"] == worker_id)
+
+
+def test_a_worker_is_late_only_once_it_missed_the_interval_it_was_asked_for_by_the_margin(svc):
+    service, clock = svc
+    service.register_worker("w1", "tcp://127.0.0.1:2", ATTRS, [])
+    service.tick()
+    # Before its first answer it may still use any interval it was told before: the longest.
+    assert _row(service, "w1")["late_after_s"] == fencing.late_after_s(
+        fencing.REPORT_INTERVAL_MAX_S)
+    asked = service.report("w1", [])["interval_s"]  # 1 s for a fleet of one
+    rule = fencing.late_after_s(asked)
+    assert rule == 2 * asked + 1.0 and _row(service, "w1")["report_interval_s"] == asked
+    clock.advance(rule - 0.1)  # a busy host, its report on the way: healthy
+    row = _row(service, "w1")
+    assert not row["late"] and not fencing.worker_is_late(row)
+    clock.advance(0.2)  # missed two intervals and the margin: late (lost only at 30 s)
+    row = _row(service, "w1")
+    assert row["late"] and fencing.worker_is_late(row)
+    service.report("w1", [])
+    assert not _row(service, "w1")["late"]
+
+
+def test_the_controllers_own_stall_does_not_make_a_worker_late(svc):
+    service, clock = svc
+    service.register_worker("w1", "tcp://127.0.0.1:2", ATTRS, [])
+    service.tick()
+    service.report("w1", [])
+    clock.advance(5.0)  # the controller's turn came 5 s late: its stall, not the worker's
+    service.tick()
+    assert not _row(service, "w1")["late"]
+
+
+def test_a_row_from_a_controller_without_the_flag_is_judged_at_the_longest_interval():
+    longest = fencing.late_after_s(fencing.REPORT_INTERVAL_MAX_S)
+    assert not fencing.worker_is_late({"last_heard_s_ago": longest - 0.5})
+    assert fencing.worker_is_late({"last_heard_s_ago": longest + 0.5})

@@ -118,6 +118,8 @@ def test_workers_api_groups_workers_and_shows_their_running_attempts(dash):
     assert group["region"] == "local"
     (worker,) = group["workers"]
     assert worker["health"] == "healthy" and worker["cpu"] == 3.0
+    assert worker["late_after_s"] == 2 * worker["report_interval_s"] + 1.0
+    assert "late after" in worker["health_rule"]
     running = {a["job_id"] for a in worker["running"]}
     assert dash.jobs["run"].job_id in running
 

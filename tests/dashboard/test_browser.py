@@ -62,6 +62,9 @@ def test_workers_page_shows_what_is_running(dash, page):
     row = page.locator("tr.worker-row").first
     row.filter(has_text=dash.jobs["run"].job_id).wait_for()
     assert "healthy" in row.inner_text()
+    # The rule behind the label, on hover: the interval the controller asked for + margin.
+    title = row.locator("span.state.healthy").get_attribute("title")
+    assert "report interval the controller asked" in title and "late after" in title, title
     _shot(page, "workers")
 
 

@@ -106,7 +106,9 @@ def test_metrics_declare_every_family_and_invent_no_numbers(dash):
 
 def test_render_publishes_every_source_once_the_snapshot_has_it(capacity_snapshot):
     snapshot = {
-        "jobs_by_state": {"running": 2}, "workers": [{"last_heard_s_ago": 4.0}],
+        "jobs_by_state": {"running": 2}, "workers": [
+            {"last_heard_s_ago": 4.0, "report_interval_s": 1.0, "late": True},
+            {"last_heard_s_ago": 4.0, "report_interval_s": 3.0, "late": False}],
         "summary": {"attempts_active": 2}, "pending_tasks": 0, "at": 1.5,
         "scheduling_passes": {"buckets": {"0.001": 3, "0.01": 5}, "count": 6, "sum_s": 0.04},
         "log_shipping": {"max_flush_lag_s": 0.25, "dropped_lines": 7},
@@ -119,7 +121,8 @@ def test_render_publishes_every_source_once_the_snapshot_has_it(capacity_snapsho
                           call_outcomes={"ok": 9, "error": 0, "timeout": 1,
                                          "peer_unavailable": 0}, call_latency=latency)
     samples = _samples(text)
-    assert samples[("iris_workers", (("state", "late"),))] == 1
+    assert samples[("iris_workers", (("state", "late"),))] == 1  # the controller's flag
+    assert samples[("iris_workers", (("state", "healthy"),))] == 1
     assert samples[("iris_scheduling_pass_duration_seconds_bucket", (("le", "0.01"),))] == 5
     assert samples[("iris_scheduling_pass_duration_seconds_count", ())] == 6
     assert samples[("iris_log_shipping_lag_seconds", ())] == 0.25

@@ -20,7 +20,9 @@ import iris
 from iris.actors import tokens
 from iris.actors.keys import CONTROLLER_KEY
 from iris.base.clock import SYSTEM_CLOCK
+from iris.worker import credential
 from iris.worker.preemption_notice import PREEMPTED_NOTICE_S, Notice, notice_from
+from tests import joining
 from tests.providers.fake_metadata_server import FakeMetadataServer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -144,6 +146,16 @@ def test_preemption_notice_needs_the_worker_role_and_a_well_formed_message(tmp_p
             client.node.call(ctx.address, CONTROLLER_KEY, "preemption_notice", args,
                              timeout_s=30).result()
         token = tokens.read(state / "controller" / tokens.CLUSTER_TOKEN_FILE)
+        with pytest.raises(PermissionDeniedError):  # the join token speaks for nobody
+            client.node.call(ctx.address, CONTROLLER_KEY, "preemption_notice", args,
+                             timeout_s=30, auth=token).result()
+        other = joining.credential(client.node, ctx.address, "w-other")
+        with pytest.raises(PermissionDeniedError, match="only as itself"):
+            client.node.call(ctx.address, CONTROLLER_KEY, "preemption_notice", args,
+                             timeout_s=30, auth=other).result()
+        [held] = [c for c in (credential.read(p.parent) for p in state.rglob("credential"))
+                  if c is not None and c.worker_id == worker["worker_id"]]
+        token = held.credential  # the worker's own, from its work directory
         with pytest.raises(InvalidRequestError, match="time_left_s"):
             client.node.call(ctx.address, CONTROLLER_KEY, "preemption_notice",
                              (*args[:3], -1.0), timeout_s=30, auth=token).result()

@@ -12,6 +12,7 @@ import pytest
 
 from iris.actors import Node, NodeConfig, actor
 from iris.actors.keys import CONTROLLER_KEY, worker_key
+from iris.base.errors import PermissionDeniedError
 from iris.base.resources import Resources
 from iris.logstore.reader import read_logs
 from iris.logstore.sinks import LocalDirSink
@@ -19,7 +20,8 @@ from iris.wire.bundles import pack
 from iris.worker.actor import Worker
 
 WAIT_S = 120.0  # generous: six agents share two cores, and the first start builds a venv
-TOKEN = b"t" * 32
+TOKEN = b"t" * 32  # the cluster token: it buys the worker its own credential (join)
+CREDENTIAL, COMMANDS = b"c" * 32, b"k" * 32  # the worker's own, and the controller's for it
 
 
 @actor
@@ -33,12 +35,25 @@ class FakeController:
         self.bundles: dict[str, bytes] = {}
         self.gate = threading.Event()
         self.gate.set()
+        self.registered = threading.Event()
+        self.joins = 0
+        self.refuse_reports = False  # as a controller that revoked (or forgot) the credential
+
+    def join(self, worker_id):
+        with self.cond:
+            self.joins += 1
+            self.refuse_reports = False
+            self.cond.notify_all()
+        return {"worker_id": worker_id, "credential": CREDENTIAL, "command_token": COMMANDS}
 
     def register_worker(self, worker_id, address, attributes, running, updates=()):
         self._record(updates)
+        self.registered.set()
         return []
 
     def report(self, worker_id, updates, stats=None, running=None, usage=()) -> dict:
+        if self.refuse_reports:
+            raise PermissionDeniedError("report: not permitted (credential revoked)")
         self._record(updates)
         with self.cond:
             self.samples.extend(usage)
@@ -91,7 +106,9 @@ def worker(tmp_path, envs_dir):
 
         def call(method: str, *args):
             return controller_node.call(worker_node.address, worker_key("w-test"), method,
-                                        args, auth=TOKEN, timeout_s=30).result()
+                                        args, auth=COMMANDS, timeout_s=30).result()
+
+        assert fake.registered.wait(WAIT_S)  # joined: the command token is granted
 
         yield fake, call, root
     finally:
@@ -157,3 +174,16 @@ def test_a_launch_that_does_not_decode_is_refused_and_nothing_starts(worker):
         call("start_attempt", bad)
     assert "att-bad" not in call("status")["attempts"]
 
+
+def test_a_refused_worker_joins_again_and_keeps_its_credential_in_its_work_dir(worker):
+    from iris.worker import credential
+
+    fake, call, root = worker
+    held = credential.read(root, "w-test")
+    assert held is not None and held.credential == CREDENTIAL  # kept for its restarts
+    fake.registered.clear()
+    fake.refuse_reports = True  # its next report is refused: it joins with the cluster token
+    assert fake.registered.wait(WAIT_S) and fake.joins >= 2, fake.joins
+    # Registered again with a new credential: the controller's command token works again.
+    assert call("stop_attempt", {"attempt_id": "att-none", "grace_s": 1.0,
+                                 "reason": "r"}) is False

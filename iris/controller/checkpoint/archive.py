@@ -2,9 +2,10 @@
 
 `pack` copies the live database with SQLite's online backup API (one step, inside one read
 transaction, so the copy is exactly one committed state; in WAL mode the controller keeps
-committing meanwhile), then writes a gzip'd tar of the copy and the two role tokens: a new
+committing meanwhile), then writes a gzip'd tar of the copy and the role secrets: a new
 controller must accept the cluster token the workers already hold, or none of them could
-re-register. `unpack` checks an archive fully (size, sha256, members, SQLite integrity,
+join again, and make the same command tokens (its `controller.secret`); the ids an operator
+revoked stay barred. `unpack` checks an archive fully (size, sha256, members, SQLite integrity,
 schema version) in a scratch directory before anything is put where a controller reads it.
 
 The manifest (a small dict) travels with the archive as object metadata: name, when, which
@@ -32,7 +33,8 @@ FORMAT = 1  # of the archive and manifest; bump when either changes shape
 # gzip level 6 (zlib's default): SQLite pages of JSON records shrink ~8x; level 1 was
 # ~30% larger for ~40% less CPU, and the upload, not the CPU, is what a big state waits on.
 COMPRESS_LEVEL = 6
-MEMBERS = (DB_NAME, tokens.CLUSTER_TOKEN_FILE, tokens.ADMIN_TOKEN_FILE)
+MEMBERS = (DB_NAME, tokens.CLUSTER_TOKEN_FILE, tokens.ADMIN_TOKEN_FILE,
+           tokens.CONTROLLER_SECRET_FILE, tokens.REVOKED_WORKERS_FILE)
 _CHUNK = 1 << 20
 # The copy and compression run in a child process at this niceness: measured at 10,000
 # jobs on a loaded 2-core machine, packing on a thread of the controller raised submit p50

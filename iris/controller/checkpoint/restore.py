@@ -187,7 +187,8 @@ def _fetch_bundles(bucket: CheckpointBucket, scratch: Path, bundles: Path) -> No
 def _move_aside(state_dir: Path, name: str) -> None:
     """The local store (and tokens) a restore replaces go to replaced-<name>/, whole."""
     present = [f for f in (DB_NAME, *(DB_NAME + s for s in _SIDE_FILES),
-                           tokens.CLUSTER_TOKEN_FILE, tokens.ADMIN_TOKEN_FILE)
+                           tokens.CLUSTER_TOKEN_FILE, tokens.ADMIN_TOKEN_FILE,
+                           tokens.CONTROLLER_SECRET_FILE, tokens.REVOKED_WORKERS_FILE)
                if (state_dir / f).exists()]
     if not present:
         return

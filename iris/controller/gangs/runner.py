@@ -65,6 +65,10 @@ class GangRunner:
     def add_region(self, region: str, address: str) -> None:
         self._regions[region] = address
 
+    def remove_region(self, region: str) -> None:
+        """A region reclaimed: a round that still names it is refused there."""
+        self._regions.pop(region, None)
+
     def place(self, gang_id: str, shape: GangShape, regions: tuple[str, ...]) -> None:
         self.handle([PlaceGang(gang_id, shape, tuple(regions))])
 

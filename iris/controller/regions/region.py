@@ -105,20 +105,20 @@ class Region:
             self._manager = SliceManager(region, scaling.groups, self._provider, clock,
                                          scaling.autoscaler)
 
-    @requires(tokens.MEMBER)  # the controller (in process, or holding the cluster token)
+    @requires(tokens.CONTROLLER)  # the controller: in process, or holding its own token
     def handle(self, message: dict) -> dict | None:
         """One request (reserve / commit / abort / release); its reply, or None."""
         reply = self._ledger.handle(from_wire(message), self._clock.monotonic())
         return to_wire(reply) if reply is not None else None
 
-    @requires(tokens.MEMBER)  # the controller (in process, or holding the cluster token)
+    @requires(tokens.CONTROLLER)  # the controller: in process, or holding its own token
     def handle_many(self, messages: list[dict]) -> list[dict | None]:
         """Several requests in one call (a coordinator under load batches its sends)."""
         now = self._clock.monotonic()
         replies = [self._ledger.handle(from_wire(m), now) for m in messages]
         return [to_wire(r) if r is not None else None for r in replies]
 
-    @requires(tokens.MEMBER)  # the controller (in process, or holding the cluster token)
+    @requires(tokens.CONTROLLER)  # the controller: in process, or holding its own token
     def sync(self, slices: Any, busy: Any, unmet: Any = None, drained: Any = None,
              incarnation: Any = None, seq: Any = None) -> None:
         """The region's whole inventory now: slices as {"slice_id", "accelerator", "hosts",
@@ -149,7 +149,7 @@ class Region:
         self._drained = set(msg.drained)
         self._settle_drains(self._drained, self._busy)
 
-    @requires(tokens.MEMBER)  # the controller (in process, or holding the cluster token)
+    @requires(tokens.CONTROLLER)  # the controller: in process, or holding its own token
     def sync_delta(self, delta: Any) -> None:
         """What changed since the last push (control.RegionDelta: slices added or changed,
         slices removed, hosts now busy / free, hosts now drained / not, the demand if it

@@ -1,0 +1,134 @@
+"""Worker credentials: one per worker, so that a worker speaks only as itself; and the
+command tokens with which the controller alone commands each worker.
+
+Not the check (actors/hosting.py refuses a call whose role the method does not name, or
+whose credential names another worker than the call does). A worker joins with the
+cluster token (`Controller.join`) and gets two secrets of its own:
+- its credential: 32 random bytes, granted the "worker" role at the controller's node,
+  naming the worker's id: its register, report, goodbye, crash and notice calls must name
+  that id. Revoked when the worker leaves (goodbye, an operator's drain ends in one; its
+  watchdog's crash call), when it is lost, and by `iris worker revoke`; a revoked worker is
+  refused at its very next call, and may join again unless an operator revoked it (banned:
+  `STATE_DIR/revoked_workers`, one id a line; delete the line to let it back).
+- its command token: HMAC-SHA256(controller.secret, id), presented by the controller on the
+  commands it sends that worker (start_attempt, stop_attempt, drain, its inspector); the
+  worker grants it the "controller" role. Derived, so a controller restart keeps it; no
+  other worker holds or can derive it.
+An id gets a new credential only while no live worker holds one (heard from in the last
+LIVE_S): another host holding the cluster token cannot take over a live worker's identity.
+Credentials are kept in memory only: after a controller restart every worker's calls are
+refused once, and it joins again (as it registers again anyway).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from collections.abc import Callable
+from pathlib import Path
+
+from iris.actors import tokens
+from iris.base.errors import ConflictError, PermissionDeniedError
+
+# A worker heard from (or given its credential) this recently is live: its id is not
+# issued again (as a second registration under a live id is refused: workers.py).
+LIVE_S = 5.0
+# A credential never used to register lasts this long (a registration held back by
+# admission control comes back within ~20 s at 10,000 hosts).
+JOIN_GRACE_S = 60.0
+BANNED_FILE = tokens.REVOKED_WORKERS_FILE
+
+Grant = Callable[[bytes, str, str], None]
+Revoke = Callable[[bytes], None]
+
+
+def command_token(secret: bytes, worker_id: str) -> bytes:
+    """What the controller presents on its commands to `worker_id` (and nobody else can)."""
+    return hmac.new(secret, b"iris-command\0" + worker_id.encode(), hashlib.sha256).digest()
+
+
+def controller_token(secret: bytes) -> bytes:
+    """The controller's own token: the "controller" role at its node (a Region served in
+    another process would be given it); never handed to a worker."""
+    return hmac.new(secret, b"iris-controller", hashlib.sha256).digest()
+
+
+class Credentials:
+    """Who holds which credential; grants and revokes them at the controller's node."""
+
+    def __init__(self, secret: bytes, state_dir: Path, grant: Grant, revoke: Revoke):
+        self._secret = secret
+        self._grant, self._revoke = grant, revoke
+        self._held: dict[str, tuple[bytes, float]] = {}  # worker id -> (credential, issued)
+        self._banned_file = Path(state_dir) / BANNED_FILE
+        self.banned = _read_banned(self._banned_file)
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    def command_token(self, worker_id: str) -> bytes:
+        return command_token(self._secret, worker_id)
+
+    def issue(self, worker_id: str, now: float, heard_s_ago: float | None,
+              address: str = "") -> dict:
+        """A new credential for `worker_id` (its old one revoked): refused for a banned id
+        and for one a live worker holds. `heard_s_ago`, `address`: the registered worker's
+        silence and address, if one is registered."""
+        if worker_id in self.banned:
+            raise PermissionDeniedError(
+                f"worker {worker_id!r} was revoked by an operator (iris worker revoke): it "
+                f"may not join again (remove it from {self._banned_file} to let it back)")
+        held = self._held.get(worker_id)
+        if held is not None and ((heard_s_ago is not None and heard_s_ago < LIVE_S)
+                                 or now - held[1] < LIVE_S):
+            where = f" at {address}" if address else ""
+            raise ConflictError(
+                f"worker id {worker_id} is live{where}; a second worker cannot join under "
+                f"it (do two workers share one --work-dir? a restarted worker joins once "
+                f"the old one is silent for {LIVE_S:g} s)")
+        self.revoke(worker_id)
+        credential = secrets.token_bytes(32)
+        self._held[worker_id] = (credential, now)
+        self._grant(credential, tokens.WORKER, worker_id)
+        return {"worker_id": worker_id, "credential": credential,
+                "command_token": self.command_token(worker_id)}
+
+    def revoke(self, worker_id: str) -> bool:
+        """Its credential holds no role from now on; True if it held one."""
+        held = self._held.pop(worker_id, None)
+        if held is not None:
+            self._revoke(held[0])
+        return held is not None
+
+    def ban(self, worker_id: str) -> None:
+        """Revoked for good: the id may not join again (kept across restarts)."""
+        self.revoke(worker_id)
+        if worker_id not in self.banned:
+            self.banned.add(worker_id)
+            with open(self._banned_file, "a") as f:
+                f.write(worker_id + "\n")
+
+    def sweep(self, registered: dict, now: float) -> list[str]:
+        """Revoke the credentials of workers that are not registered (lost, gone) and were
+        issued more than JOIN_GRACE_S ago; the ids revoked."""
+        stale = [w for w, (_, at) in self._held.items()
+                 if w not in registered and now - at > JOIN_GRACE_S]
+        for worker_id in stale:
+            self.revoke(worker_id)
+        return stale
+
+
+def _read_banned(path: Path) -> set[str]:
+    try:
+        return {line.strip() for line in path.read_text().splitlines() if line.strip()}
+    except FileNotFoundError:
+        return set()
+
+
+def load_secret(state_dir: Path) -> bytes:
+    """The controller's secret (made 0600 on first use)."""
+    return tokens.load_or_create(Path(state_dir) / tokens.CONTROLLER_SECRET_FILE)
+
+
+__all__ = ["Credentials", "command_token", "controller_token", "load_secret"]

@@ -1,0 +1,68 @@
+"""A worker's own credential, kept in its work directory (0600) across restarts of its process.
+
+Not the issuing (controller/credentials.py). A worker joins with the cluster token and gets
+its credential (it speaks as itself with it) and the controller's command token for it (the
+only token its start/stop/drain and inspector methods accept). Both are written here so
+that a restarted worker process, its watchdog (`worker_crashed`) and its preemption notice
+speak as this worker without joining again; the file names the worker and the controller,
+and is ignored for any other.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+FILE = "credential"
+
+
+@dataclass(frozen=True)
+class Credential:
+    worker_id: str
+    controller: str  # the controller's address that issued it
+    credential: bytes  # presented on this worker's calls ("worker" role, naming it)
+    command_token: bytes  # what the controller presents on its commands here
+
+
+def from_answer(answer: dict, controller: str) -> Credential:
+    """The controller's answer to `join`, checked."""
+    try:
+        cred = Credential(str(answer["worker_id"]), controller, bytes(answer["credential"]),
+                          bytes(answer["command_token"]))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"the controller's join answer is malformed: {exc}") from exc
+    if not cred.credential or not cred.command_token:
+        raise ValueError("the controller's join answer holds an empty credential")
+    return cred
+
+
+def write(root: Path, cred: Credential) -> None:
+    path = Path(root) / FILE
+    tmp = path.with_suffix(".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump({"worker_id": cred.worker_id, "controller": cred.controller,
+                   "credential": cred.credential.hex(),
+                   "command_token": cred.command_token.hex()}, f)
+    os.replace(tmp, path)
+
+
+def read(root: Path, worker_id: str | None = None, controller: str | None = None
+         ) -> Credential | None:
+    """The credential kept in `root`, if it is this worker's for this controller."""
+    try:
+        raw = json.loads((Path(root) / FILE).read_text())
+        cred = Credential(raw["worker_id"], raw["controller"], bytes.fromhex(raw["credential"]),
+                          bytes.fromhex(raw["command_token"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if (worker_id is not None and cred.worker_id != worker_id) or \
+            (controller is not None and cred.controller != controller):
+        return None
+    return cred
+
+
+def forget(root: Path) -> None:
+    (Path(root) / FILE).unlink(missing_ok=True)

@@ -1,0 +1,76 @@
+"""Worker credentials (controller/credentials.py), pure: one per worker, granted and revoked
+at the node's table; a live id is not issued again, a banned one never (across restarts);
+lost workers' credentials are swept; command tokens are per worker and only the
+controller's secret makes them."""
+
+from __future__ import annotations
+
+import pytest
+
+from iris.base.errors import ConflictError, PermissionDeniedError
+from iris.controller.credentials import (
+    JOIN_GRACE_S,
+    LIVE_S,
+    Credentials,
+    command_token,
+    controller_token,
+)
+
+SECRET = b"s" * 32
+
+
+@pytest.fixture
+def table(tmp_path):
+    grants: dict[bytes, tuple[str, str]] = {}
+    creds = Credentials(SECRET, tmp_path, lambda t, role, who: grants.__setitem__(t, (role, who)),
+                        lambda t: grants.pop(t, None))
+    return creds, grants, tmp_path
+
+
+def test_each_worker_gets_its_own_credential_naming_it(table):
+    creds, grants, _ = table
+    a, b = creds.issue("w-a", 0.0, None), creds.issue("w-b", 0.0, None)
+    assert a["credential"] != b["credential"]
+    assert grants[a["credential"]] == ("worker", "w-a")
+    assert grants[b["credential"]] == ("worker", "w-b")
+    assert a["command_token"] == command_token(SECRET, "w-a") != b["command_token"]
+    assert command_token(b"other secret", "w-a") != a["command_token"]
+    assert controller_token(SECRET) not in (a["command_token"], b["command_token"])
+
+
+def test_revoking_one_leaves_the_others(table):
+    creds, grants, _ = table
+    a, b = creds.issue("w-a", 0.0, None), creds.issue("w-b", 0.0, None)
+    assert creds.revoke("w-a") and not creds.revoke("w-a")
+    assert a["credential"] not in grants and b["credential"] in grants
+
+
+def test_a_live_id_is_not_issued_again_but_a_silent_one_is(table):
+    creds, grants, _ = table
+    first = creds.issue("w-a", 0.0, None)
+    with pytest.raises(ConflictError, match="is live at tcp://h:1"):
+        creds.issue("w-a", LIVE_S + 1.0, heard_s_ago=0.5, address="tcp://h:1")  # another host
+    assert first["credential"] in grants
+    again = creds.issue("w-a", 100.0, heard_s_ago=LIVE_S + 1.0)  # a restarted worker
+    assert first["credential"] not in grants and again["credential"] in grants
+
+
+def test_a_banned_id_may_not_join_again_even_after_a_restart(table):
+    creds, grants, state_dir = table
+    a = creds.issue("w-a", 0.0, None)
+    creds.ban("w-a")
+    assert a["credential"] not in grants
+    with pytest.raises(PermissionDeniedError, match="revoked by an operator"):
+        creds.issue("w-a", 100.0, None)
+    restarted = Credentials(SECRET, state_dir, lambda *a: None, lambda t: None)
+    with pytest.raises(PermissionDeniedError):
+        restarted.issue("w-a", 0.0, None)
+    restarted.issue("w-b", 0.0, None)  # others join as before
+
+
+def test_unregistered_workers_credentials_are_swept_after_the_join_grace(table):
+    creds, grants, _ = table
+    a, b = creds.issue("w-a", 0.0, None), creds.issue("w-b", 0.0, None)
+    assert creds.sweep({"w-b": object()}, JOIN_GRACE_S - 1.0) == []  # w-a may still register
+    assert creds.sweep({"w-b": object()}, JOIN_GRACE_S + 1.0) == ["w-a"]
+    assert a["credential"] not in grants and b["credential"] in grants and len(creds) == 1
