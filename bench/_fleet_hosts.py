@@ -10,6 +10,10 @@ attempt starts or ends (a worker holds no registry name, so it sends no renewals
 of one process share one ROUTER for the controller's `start_attempt` calls, addressed by
 actor key, as the actors of one node do. An attempt "runs" for RUN_S and is reported done at
 once (as a real worker's flush does). The IRIS/1 frames are built by iris.wire.messages.
+What a report carries is a real worker's (worker/actor.py `_report`): the log-shipping stats
+in every report, a usage sample per running attempt, and with an attempt's end its usage
+totals and pickled result; IRIS_FLEET_EMPTY_STATS=1 sends the bare reports of before
+(empty stats, no usage), for an A/B of what the stats cost the controller.
 On exit prints one JSON line: reports sent, reregister answers (the controller forgot the
 host: a false loss), errors, attempts run.
 """
@@ -19,6 +23,7 @@ from __future__ import annotations
 import heapq
 import json
 import os
+import pickle
 import random
 import signal
 import sys
@@ -37,6 +42,30 @@ RUN_S = 0.05
 # makes one at a time (its actor thread waits for the answer).
 CALL_S = 5.0
 ATTRS = {"cpu": "8", "memory": str(32 << 30), "region": "local"}
+EMPTY_STATS = os.environ.get("IRIS_FLEET_EMPTY_STATS") == "1"
+RESULT = pickle.dumps(None)  # what a task that returns nothing sends back
+
+
+def report_args(host: Host) -> tuple:
+    """report(worker_id, updates, stats, held[, usage]) as a real worker sends it."""
+    held = sorted(host.running)
+    if EMPTY_STATS:
+        return host.worker_id, host.updates, {}, held
+    stats = {"log_shipping": {"max_flush_lag_s": round(random.random() * 0.2, 3),
+                              "dropped_lines": 0}}
+    now = time.time()
+    usage = [{"attempt_id": a, "at": now, "cpu_s": 0.01, "rss_bytes": 48 << 20,
+              "memory_bytes": 64 << 20} for a in held]
+    return host.worker_id, host.updates, stats, held, *([usage] if usage else [])
+
+
+def exited(attempt: str) -> dict:
+    """A real worker's "exited" update (worker/actor.py `_wire`): code, result, totals."""
+    if EMPTY_STATS:
+        return {"attempt_id": attempt, "status": "exited", "exit_code": 0}
+    return {"attempt_id": attempt, "status": "exited", "exit_code": 0, "result": RESULT,
+            "usage": {"cpu_s": 0.04, "peak_rss_bytes": 48 << 20,
+                      "peak_memory_bytes": 64 << 20}}
 
 
 class Host:
@@ -108,8 +137,7 @@ def main() -> None:
                  (host.worker_id, me, ATTRS, sorted(host.running), host.updates))
         else:
             host.sent = list(host.updates)
-            call(host, CONTROLLER_KEY, "report",
-                 (host.worker_id, host.updates, {}, sorted(host.running)))
+            call(host, CONTROLLER_KEY, "report", report_args(host))
             stats["reports"] += 1
 
     end = time.monotonic() + seconds
@@ -191,8 +219,7 @@ def _finish(running: set, now: float) -> list:
         for attempt, ends in list(host.running.items()):
             if ends <= now:
                 del host.running[attempt]
-                host.updates.append({"attempt_id": attempt, "status": "exited",
-                                     "exit_code": 0})
+                host.updates.append(exited(attempt))
                 done.append(host)
         if not host.running:
             running.discard(host)

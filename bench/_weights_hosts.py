@@ -419,9 +419,11 @@ def print_table(f: dict, cfg: dict) -> None:
           f"CURVE one link {fmt(f['floor_curve_link_gbps'])}, at once "
           f"{fmt(f['floor_curve_chain_link_gbps'])} each")
     floor = f["floor_plain_chain_link_gbps"]
+    rate = cfg["cap_gbit"] / 8 if cfg.get("cap_gbit") else None  # GB/s of the tbf cap
     for mode in ("aead", "plain"):
         worst = min(f.get(f"sync_{mode}_link_gbps") or [0])
-        print(f"slowest link / plain floor at once, {mode}: {worst / floor:.0%}")
+        against = f"; / the link's rate ({fmt(rate)} GB/s): {worst / rate:.0%}" if rate else ""
+        print(f"slowest link / plain floor at once, {mode}: {worst / floor:.0%}{against}")
     call = cfg["call_size"] // MiB
     print(f"call, one {call} MiB argument host 0 -> 1, GB/s: sealed bulk "
           f"{fmt(f.get('call_aead_gbps'))}, plaintext bulk {fmt(f.get('call_plain_gbps'))}, "

@@ -38,7 +38,7 @@ import timeit
 import zmq
 
 import iris
-from iris.actors import shm, wakers
+from iris.actors import shm, shm_map, wakers
 from iris.actors.future import ActorFuture
 from iris.actors.hosting import HostedActor, requires, spec_of
 from iris.actors.node import Node
@@ -239,13 +239,13 @@ def big_steps(r: int) -> dict:
 def _read_mapping(fd: int) -> None:
     """Map the segment as a receiver does, copy its payload out, unmap."""
     size = os.fstat(fd).st_size
-    address = shm._mmap(fd, size, mmap.PROT_READ)
+    address = shm_map._mmap(fd, size, mmap.PROT_READ)
     try:
         view = memoryview((ctypes.c_char * size).from_address(address)).cast("B")
         copies.to_bytes(view[shm._DATA_OFFSET:])
         view.release()
     finally:
-        shm._libc.munmap(address, size)
+        shm_map._libc.munmap(address, size)
 
 
 # ---------------------------------------------------------------- report

@@ -16,7 +16,9 @@ Not a test: it asserts nothing about speed. Weights are a dict of named float32 
   off (IRIS_SHM_MIN_BYTES=0 on both sides: the socket path, zero-copy frames). The floor is a
   bare pyzmq DEALER/ROUTER echo child (bench.actors --zmq-echo), no decoding, no copies.
 - sync: one trainer (this process) -> R rollout processes, time until all R hold the weights
-  (1 GiB, 256 MiB with --quick). Iris: iris.weights.Publisher.publish() to R Subscribers.
+  (1 GiB, 256 MiB with --quick). Iris: iris.weights.Publisher.publish() to R Subscribers,
+  of the trainer's own arrays and (flip_) of Publisher.buffers() filled in place
+  (bench/_weights_sync.py: the modes, and what each times).
   Ray: ray.put(weights) then R actors ray.get it (passed as an argument), all waited for.
   The first sync (cold memory) and the median of the next few (steady state: each rollout
   keeps the newest version and drops the one before, as in an RL loop).
@@ -203,11 +205,12 @@ def bench_iris(cfg: dict, children: Children) -> dict:
         finally:
             node.stop()
             plain.kill()
-        for prefix, hint, socket in (("cold_", False, False), ("", True, False),
-                                     ("chain_", False, True)):
-            with _shm_off(socket), iris.connect(cluster.address):
-                figures = _iris_sync(cfg, children, env, f"policy-{prefix or 'warm'}", hint,
-                                     socket)
+        from bench._weights_sync import iris_sync
+
+        for prefix, mode in (("cold_", "cold"), ("", "hint"), ("flip_", "flip"),
+                             ("chain_", "socket")):
+            with _shm_off(mode == "socket"), iris.connect(cluster.address):
+                figures = iris_sync(cfg, children, env, f"policy-{prefix or 'warm'}", mode)
             out.update({prefix + k: v for k, v in figures.items()})
     return out
 
@@ -227,49 +230,6 @@ def _shm_off(off: bool):
                 os.environ["IRIS_SHM_MIN_BYTES"] = old
 
 
-def _iris_sync(cfg: dict, children: Children, env: dict, policy: str, hint: bool,
-               socket: bool) -> dict:
-    """One trainer -> R rollouts. `hint`: the Publisher knows the size (shared memory made
-    and faulted in while the rollouts start); `socket`: every process with shared memory
-    off, so the weights go down the chunked chain (what rollouts on other hosts get)."""
-    import iris
-
-    pub = iris.weights.Publisher(policy, size_hint=cfg["size"] if hint else 0)
-    env = {**env, "POLICY": policy, **({"IRIS_SHM_MIN_BYTES": "0"} if socket else {})}
-    rollouts = [children.spawn(["-m", "bench.weights", "--serve", "rollout"], env)
-                for _ in range(cfg["receivers"])]
-    pids = [int(r.expect("READY")) for r in rollouts]
-    group = iris.resolve_all(f"{policy}.rollouts", timeout=60)
-    while len(group) < len(pids):
-        group = iris.resolve_all(f"{policy}.rollouts", timeout=60)
-    probes = [iris.resolve(f"rollout-{pid}", timeout=60) for pid in pids]
-    weights = make_weights(cfg["size"], seed=1)
-    for probe in probes:
-        probe.reset_peak().result(60)
-    reset_peak()
-    how = "chunked chain, socket" if socket else "shared memory, " + (
-        "size hint" if hint else "no size hint")
-    step(f"iris sync {cfg['size'] // MiB} MiB -> {len(pids)} rollouts ({how})")
-
-    def sync():
-        pub.publish(weights)
-        if pub.last_failures:
-            raise RuntimeError(f"iris sync failed for {pub.last_failures}")
-
-    first, seconds = first_and_steady(sync, cfg["sync_reps"])
-    rss = [probe.peak_rss().result(60) for probe in probes]
-    for child in rollouts:
-        child.kill()
-    pub.close()
-    # All links of a chain share this machine's cores; on separate hosts each has its own:
-    # the bytes all links moved per second is the figure to hold against the socket floor.
-    return {"sync_s": seconds, "sync_gbps_per_receiver": cfg["size"] / seconds / 1e9,
-            "sync_gbps_all_links": len(pids) * cfg["size"] / seconds / 1e9,
-            "sync_first_s": first,
-            "rss_trainer_mib": peak_rss_mib(), "rss_receiver_max_mib": max(rss),
-            "rss_receivers_mib": rss}
-
-
 # ---------------------------------------------------------------- Ray
 
 
@@ -278,6 +238,8 @@ def bench_ray(cfg: dict) -> dict:
 
     import numpy as np
     import ray
+
+    from bench._weights_sync import rss_mib
 
     ray.init(num_cpus=cfg["receivers"] + 1, include_dashboard=False, log_to_driver=False,
              logging_level=logging.WARNING)
@@ -305,6 +267,7 @@ def bench_ray(cfg: dict) -> dict:
         out["ray_echo_gbps"] = 2 * ECHO_BYTES / rtt / 1e9
         ray.kill(echo)
 
+        before = rss_mib()
         actors = [Echo.remote() for _ in range(cfg["receivers"])]
         ray.get([a.hold.remote(make_weights(4 * MiB)) for a in actors])  # started
         weights = make_weights(cfg["size"], seed=1)
@@ -321,6 +284,7 @@ def bench_ray(cfg: dict) -> dict:
         rss = ray.get([a.peak_rss.remote() for a in actors])
         out.update(ray_sync_s=seconds, ray_sync_gbps_per_receiver=cfg["size"] / seconds / 1e9,
                    ray_rss_trainer_mib=peak_rss_mib(), ray_rss_receiver_max_mib=max(rss),
+                   ray_rss_trainer_step_mib=peak_rss_mib() - before,
                    ray_rss_receivers_mib=rss)
         return out
     finally:
@@ -346,15 +310,21 @@ def print_table(f: dict, cfg: dict) -> None:
             ("sync_first_s", f"{size} -> all hold it, first, size hint", "s", False),
             ("sync_s", f"{size} -> all hold it, steady", "s", False),
             ("sync_gbps_per_receiver", f"  {size} / that time", "GB/s", True),
+            ("flip_sync_first_s", f"{size} buffers() flip, first", "s", False),
+            ("flip_sync_s", f"{size} buffers() flip, steady", "s", False),
+            ("flip_copy_sync_s", "  + copying the weights in (memcpy)", "s", False),
             ("chain_sync_first_s", f"{size} socket chain, first", "s", False),
             ("chain_sync_s", f"{size} socket chain, steady", "s", False),
             ("chain_sync_gbps_per_receiver", f"  {size} / that time", "GB/s", True),
             ("chain_sync_gbps_all_links", "  bytes all links moved / that time", "GB/s", True),
             ("rss_trainer_mib", "peak RSS, trainer (sync step)", "MiB", False),
+            ("rss_trainer_step_mib", "  of it, made by the sync step", "MiB", False),
+            ("flip_rss_trainer_step_mib", "  the same, buffers() flip", "MiB", False),
             ("rss_receiver_max_mib", "peak RSS, largest receiver", "MiB", False),
             ("chain_rss_receiver_max_mib", "  socket chain", "MiB", False)]
     for key, label, unit, higher in rows:
-        mine, theirs = f.get(key), f.get(f"ray_{key.removeprefix('cold_').removeprefix('chain_')}")
+        bare = key.removeprefix("cold_").removeprefix("chain_").removeprefix("flip_")
+        mine, theirs = f.get(key), f.get(f"ray_{bare.replace('copy_', '')}")
         if key == "echo_socket_gbps":
             theirs = f.get("ray_echo_gbps")
         print(f"{label:44} {unit:>6} {fmt(mine):>10} {fmt(theirs):>10} "

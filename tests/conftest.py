@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -10,8 +11,30 @@ import threading
 from collections.abc import Iterator
 
 import pytest
+from census import (  # noqa: F401 - the --census plugin (tests/census.py)
+    pytest_addoption,
+    pytest_configure,
+    pytest_runtest_makereport,
+    pytest_runtest_protocol,
+)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Seconds per test module from a census run (tests/README.md says how to refresh it).
+DURATIONS = os.path.join(ROOT, "tests", "durations.json")
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items) -> None:
+    """The longest modules first: xdist hands out tests in this order (after its groups, the
+    biggest first), so a long test does not start last and leave the other worker idle.
+    A module moves whole (a stable sort): its module-scoped fixtures still start once per
+    worker. A module missing from the file keeps its place after the known ones."""
+    try:
+        with open(DURATIONS) as f:
+            seconds = json.load(f)
+    except (OSError, ValueError):
+        return
+    items.sort(key=lambda item: -seconds.get(item.nodeid.split("::")[0], 0.0))
 
 
 class Child:
@@ -66,6 +89,32 @@ def child_process() -> Iterator:
         child.kill()
         for stream in (child.proc.stdout, child.proc.stderr):
             stream.close()
+
+
+def stop_in_order(*groups, grace_s: float = 30.0) -> None:
+    """Stop groups of Popen processes (each started with start_new_session) one group after
+    another: SIGTERM to each process group, up to `grace_s` to exit, then SIGKILL.
+
+    Workers go first, while the controller they report to still runs: a worker so stopped
+    leaves at once, and its watchdog with it. A SIGKILLed worker instead leaves its watchdog
+    telling a controller that is gone for 10 s (iris/worker/watchdog.py), which the leak
+    check then waits out."""
+    for group in groups:
+        for proc in group:
+            if proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, 15)
+                except (ProcessLookupError, PermissionError):
+                    pass
+        for proc in group:
+            try:
+                proc.wait(grace_s)
+            except subprocess.TimeoutExpired:
+                try:
+                    os.killpg(proc.pid, 9)
+                except (ProcessLookupError, PermissionError):
+                    pass
+                proc.wait(30)
 
 
 @pytest.fixture

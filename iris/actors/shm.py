@@ -27,24 +27,19 @@ import mmap
 import os
 import pickle
 import threading
-import weakref
 from typing import Any
 
 import msgpack
 
+from iris.actors.shm_map import _NOT_MAPPED, _PAGE, _RELEASED, _SLOTS_AT, _libc, _map_views
 from iris.actors.shm_scope import BOOT_ID, FOREIGN, PID_NS, can_share
 from iris.base.errors import ProtocolError
 
 # Starts every table frame; 16 bytes a user's own last buffer will not begin with by chance.
 MAGIC = b"\x00iris-shm-v3\x00\xfe\xfd\xfc"
-# The first page is the segment's header; data starts page-aligned after it. Header layout:
-# [0:8] generation (u64 little-endian, bumped at every reuse), then from byte 64 one 8-byte
-# slot per receiver of the message: [state u8, 3 unused, receiver pid u32].
-_PAGE = max(mmap.PAGESIZE, 4096)
+# The first page is the segment's header (its layout: shm_map.py); data starts after it.
 _DATA_OFFSET = _PAGE
-_SLOTS_AT = 64
 MAX_RECEIVERS = (_PAGE - _SLOTS_AT) // 8
-_NOT_MAPPED, _MAPPED, _RELEASED = 0, 1, 2
 # A table frame is a few hundred bytes; a longer last frame is user data, never parsed.
 _MAX_TABLE = 64 * 1024
 _MEMFD_NAME = "iris-shm"
@@ -72,6 +67,7 @@ class Segment:
 
     __slots__ = ("fd", "inode", "capacity", "_map", "generation", "sources", "offsets",
                  "slots", "answers", "deadline", "idle_since", "pid_check")
+    owned = False  # an OwnedSegment (shm_owned.py) is filled by its owner, never pooled
 
     def __init__(self, capacity: int, populate: bool = False) -> None:
         self.capacity = capacity
@@ -104,9 +100,10 @@ class Segment:
             offset += size
         self.sources = sources
 
-    def table(self, indices: list[int], slot: int) -> bytes:
+    def table(self, indices: list[int], slot: int, offsets: list | None = None) -> bytes:
         """The table frame for a message whose buffer frames `indices` are in this segment."""
-        spans = [[i, off, size] for i, (off, size) in zip(indices, self.offsets, strict=True)]
+        spans = [[i, off, size] for i, (off, size)
+                 in zip(indices, offsets or self.offsets, strict=True)]
         return MAGIC + msgpack.packb([os.getpid(), self.fd, self.inode, BOOT_ID, PID_NS,
                                       self.generation, slot, spans])
 
@@ -142,12 +139,13 @@ _MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)
 
 
 def _populate(mapping: mmap.mmap) -> bool:
-    """Fault every page of `mapping` in now; False where the kernel cannot (pre-5.14)."""
-    try:
-        mapping.madvise(_MADV_POPULATE_WRITE)
-    except OSError:
-        return False
-    return True
+    """Fault every page of `mapping` in now; False where the kernel cannot (pre-5.14).
+    Through libc, not mmap.madvise, which holds the GIL: 1 GiB takes 1.5-3 s here, long
+    enough for this process's peers to count it dead (its loop could not answer)."""
+    probe = ctypes.c_char.from_buffer(mapping)
+    address = ctypes.addressof(probe)
+    del probe  # an export of the mmap: it could not be closed while held
+    return _libc.madvise(address, len(mapping), _MADV_POPULATE_WRITE) == 0
 
 
 def _alive(pid: int) -> bool:
@@ -171,7 +169,9 @@ class Pool:
         self._free: list[Segment] = []
         self._busy: set[Segment] = set()
         self._warming: list[tuple[int, threading.Event]] = []
+        self._owned: list = []  # OwnedSegments (shm_owned.py): sent as they are, no copy
         self._closed = False
+        self.copied_bytes = 0  # copied into segments so far (a send from an owned one: 0)
 
     def warm(self, size: int, count: int = 1) -> threading.Thread:
         """Make `count` segments for payloads of `size` bytes, their pages faulted in, on a
@@ -210,18 +210,46 @@ class Pool:
         if not indices or slot >= MAX_RECEIVERS:
             return frames, None
         sources = [frames[i] for i in indices]
+        offsets = None
         if segment is None or len(segment.sources) != len(sources) or any(
                 _origin(a) is not _origin(b)
                 for a, b in zip(segment.sources, sources, strict=True)):
-            sizes = [_nbytes(b) for b in sources]
-            segment = self._acquire(sum(sizes))
-            segment.fill(sources, sizes)
-            slot = 0  # the first receiver of a new segment
+            segment, offsets = self._owner_of(sources)
+            if segment is None:
+                sizes = [_nbytes(b) for b in sources]
+                segment = self._acquire(sum(sizes))
+                segment.fill(sources, sizes)
+                self.copied_bytes += sum(sizes)
+                slot = 0  # the first receiver of a new segment
+        if segment.owned:  # its slots count up over every send of it, from any thread
+            offsets, slot = offsets or segment.offsets, segment.reserve()
+            if slot >= MAX_RECEIVERS:
+                return frames, None
         out = list(frames)
         for i in indices:
             out[i] = b""
-        out.append(segment.table([i - 1 for i in indices], slot))
+        out.append(segment.table([i - 1 for i in indices], slot, offsets))
         return out, segment
+
+    def own(self, segment: Any) -> None:
+        """Send buffers that lie in `segment` (an OwnedSegment) from it as they are."""
+        with self._lock:
+            self._owned.append(segment)
+
+    def disown(self, segment: Any) -> None:
+        with self._lock:
+            if segment in self._owned:
+                self._owned.remove(segment)
+
+    def _owner_of(self, sources: list) -> tuple[Any, list | None]:
+        """(the owned segment every source lies in, their offsets in it) or (None, None)."""
+        with self._lock:
+            owned = list(self._owned)
+        for segment in owned:
+            offsets = segment.offsets_of(sources)
+            if offsets is not None:
+                return segment, offsets
+        return None, None
 
     def _acquire(self, size: int) -> Segment:
         with self._lock:
@@ -247,6 +275,10 @@ class Pool:
         is swept kept a received payload alive in an actor that echoed it (the caller's
         segment then could not be reused for the next call)."""
         with self._lock:
+            if segment.owned:  # its owner decides when it is written again (quiet())
+                segment.answers += answers
+                segment.deadline = max(segment.deadline, deadline)
+                return
             segment.slots, segment.answers, segment.deadline = slots, answers, deadline
             segment.sources = []
             self._busy.add(segment)
@@ -256,7 +288,7 @@ class Pool:
         will (or too late): close it rather than reuse memory a late reader could map."""
         with self._lock:
             segment.answers -= 1
-            if segment.answers <= 0 and segment in self._busy and not segment.all_mapped():
+            if not segment.owned and segment.answers <= 0 and segment in self._busy and not segment.all_mapped():
                 self._busy.discard(segment)
                 segment.close()
 
@@ -290,10 +322,11 @@ class Pool:
     def close(self) -> None:
         with self._lock:
             self._closed = True
-            for segment in [*self._busy, *self._free]:
+            for segment in [*self._busy, *self._free, *self._owned]:
                 segment.close()
             self._busy.clear()
             self._free.clear()
+            self._owned.clear()
 
 
 def _is_table(frame: Any) -> bool:
@@ -345,47 +378,3 @@ def _map(pid: int, fd: int, inode: int, generation: int, slot: int) -> memoryvie
         return _map_views(own, os.fstat(own).st_size, generation, slot)
     finally:
         os.close(own)
-
-
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.mmap.restype = ctypes.c_void_p
-_libc.mmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
-                       ctypes.c_int, ctypes.c_long)
-_libc.munmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t)
-_MAP_FAILED = ctypes.c_void_p(-1).value
-
-
-def _mmap(fd: int, size: int, prot: int) -> int:
-    address = _libc.mmap(None, size, prot, mmap.MAP_SHARED, fd, 0)
-    if address in (None, _MAP_FAILED):
-        raise ProtocolError("cannot map a shared-memory payload: "
-                            f"{os.strerror(ctypes.get_errno())}")
-    return address
-
-
-def _map_views(fd: int, size: int, generation: int, slot: int) -> memoryview:
-    """A read-only view of the whole segment; claims `slot` (mapped, our pid) and marks it
-    released when the last view of it is dropped, so the sender may reuse the segment.
-
-    Not mmap.mmap: before Python 3.13 it keeps a dup of the fd for its whole life, so every
-    payload a user keeps would hold an fd (1,024 by default) and the memfd would show as
-    open in this process long after its sender is gone."""
-    header = _mmap(fd, _PAGE, mmap.PROT_READ | mmap.PROT_WRITE)
-    head = (ctypes.c_char * _PAGE).from_address(header)
-    if int.from_bytes(head[0:8], "little") != generation:
-        _libc.munmap(header, _PAGE)
-        raise ProtocolError("shared-memory payload was reused before it was read: it "
-                            "arrived after its sender gave up on it")
-    data = _mmap(fd, size, mmap.PROT_READ)
-    at = _SLOTS_AT + 8 * slot
-    head[at + 4:at + 8] = os.getpid().to_bytes(4, "little")
-    head[at] = bytes([_MAPPED])
-    pages = (ctypes.c_char * size).from_address(data)
-    weakref.finalize(pages, _release, header, data, size, at)
-    return memoryview(pages).cast("B").toreadonly()
-
-
-def _release(header: int, data: int, size: int, at: int) -> None:
-    _libc.munmap(data, size)
-    ctypes.c_char.from_address(header + at).value = bytes([_RELEASED])
-    _libc.munmap(header, _PAGE)

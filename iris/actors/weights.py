@@ -23,9 +23,14 @@ Not a parameter server: one publisher per name, versions only go up, nothing is 
   publisher dies meanwhile, that call fails (peer liveness: within ~3.5 s) and get() raises
   PeerUnavailableError instead of hanging. A subscriber that joined after the last push,
   or whose delivery failed, fetches the newest version directly.
+- Without the copy: `w = pub.buffers(layout)` gives writable arrays in shared memory laid
+  out for the next version; fill them in place, then `pub.publish(w)`: to subscribers on
+  this host that is a version flip (no copy; weights_buffers.py says how versions rotate
+  so that none is torn). Arrays filled but not published are never sent.
 - Received arrays are read-only views of the message; copy one to change it.
 - The publisher keeps a reference to the newest weights (for late joiners): do not change
-  them in place after publishing; publish new arrays (or copies).
+  them in place after publishing; publish new arrays (or copies). Arrays from buffers()
+  turn read-only once published.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from iris.actors.current import context as _context
 from iris.actors.current import current_context
 from iris.actors.hosting import actor
 from iris.actors.refs import ActorGroup, ActorRef
+from iris.actors.weights_buffers import Buffers, parse_layout
 from iris.base.errors import IrisError
 
 _ROLLOUTS = ".rollouts"
@@ -155,6 +161,7 @@ class Publisher:
         self._rollouts = self._ref.name + _ROLLOUTS
         self.last_failures: dict = {}  # of the last publish(wait=True): address -> why
         node = self._ctx.node
+        self._buffers = Buffers(node._pool, node.now)
         if node._shm_min and size_hint >= node._shm_min:
             # Two: subscribers hold one version's segment while the next is filled.
             node._pool.warm(size_hint, count=2)
@@ -162,6 +169,16 @@ class Publisher:
     @property
     def version(self) -> int:
         return self._state.version
+
+    def buffers(self, layout: dict | None = None) -> dict:
+        """{name: writable numpy array} in shared memory for the next version: fill them,
+        then publish() them; to subscribers on this host that sends no copy. `layout`:
+        {name: array} or {name: (shape, dtype)}; None: the layout of the last call. Call
+        it again for each version (the arrays of a published one turn read-only); a call
+        before publishing hands the same memory out again, its contents undefined."""
+        parsed = None if layout is None else parse_layout(layout)
+        state = self._state
+        return self._buffers.hand_out(parsed, state.version + 1, state.settled_version)
 
     def publish(self, weights: Any, wait: bool = True) -> int:
         with _bound(self._ctx):
@@ -175,6 +192,7 @@ class Publisher:
         once and the push goes on (a newer publish does not cancel it)."""
         state = self._state
         group = self._ctx.resolve_all(self._rollouts)
+        self._buffers.adopt(weights, state.version + 1)
         version = state.version + 1
         state.version, state.weights = version, weights
         node = self._ctx.node
@@ -213,6 +231,7 @@ class Publisher:
 
     def close(self) -> None:
         self._ctx.unserve(self.name)
+        self._buffers.close()
 
 
 class Subscriber:

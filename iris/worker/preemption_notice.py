@@ -172,7 +172,11 @@ class NoticeWatcher:
 
 
 def write_notice_files(attempts_root: Path, notice: Notice) -> list[Path]:
-    """Put the notice in every attempt directory, before any of them is told to stop."""
+    """Put the notice in every attempt directory, before any of them is told to stop.
+
+    The first notice stays: a later one is the stop the first caused (Slurm's SIGTERM also
+    reaches the worker, whose own "worker stopping" notice follows within milliseconds), and
+    a task that reads its notice after both must still be told the cause."""
     written = []
     if not attempts_root.is_dir():
         return written
@@ -181,7 +185,12 @@ def write_notice_files(attempts_root: Path, notice: Notice) -> list[Path]:
         path = attempt_dir / NOTICE_FILE
         tmp = path.with_suffix(".tmp")
         tmp.write_text(data)
-        os.replace(tmp, path)  # whole or absent: the task may read it at any moment
+        try:
+            os.link(tmp, path)  # whole or absent (the task may read it at any moment); once
+        except FileExistsError:
+            continue
+        finally:
+            tmp.unlink()
         written.append(path)
     return written
 

@@ -60,6 +60,16 @@ def ray_head():
     ray.shutdown()
 
 
+@pytest.fixture(autouse=True)
+def _no_cluster_from_elsewhere() -> Iterator[None]:
+    """Each test starts with no current cluster: a session fixture of another directory that
+    ran earlier in this xdist worker (the dashboard's shared cluster) stays current for the
+    rest of the session, and these tests are about which backend is current."""
+    token = current_context.set(None)
+    yield
+    current_context.reset(token)
+
+
 @pytest.fixture(scope="module", autouse=True)
 def _needed_backends(request) -> None:
     """Start this module's shared backends before any test's own fixtures, so their threads

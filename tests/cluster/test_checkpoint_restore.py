@@ -22,6 +22,7 @@ from iris.base.clock import SYSTEM_CLOCK
 from iris.base.errors import ConfigError, NotFoundError
 from iris.client.jobs import JobHandle, _controller
 from tests.cluster.test_crashes import free_port, hold, quick, starts
+from tests.conftest import stop_in_order
 from tests.logstore.conftest import FakeGcs, _server
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
@@ -68,7 +69,8 @@ class Site:
         self.config = tmp_path / "cluster.yaml"
         self.config.write_text(CONFIG.format(address=self.address, log_dir=tmp_path / "logs",
                                              bucket=self.bucket, interval=interval_s))
-        self.procs: list[subprocess.Popen] = []
+        self.procs: list[subprocess.Popen] = []  # controllers
+        self.workers: list[subprocess.Popen] = []
         self.controller: subprocess.Popen | None = None
 
     def serve(self, state_dir: Path, *flags: str, bind: str | None = None,
@@ -96,7 +98,7 @@ class Site:
         return first.strip(), second.strip()
 
     def worker(self, name: str) -> None:
-        self.procs.append(subprocess.Popen(
+        self.workers.append(subprocess.Popen(
             [sys.executable, "-m", "iris", "worker", "--controller", self.address,
              "--work-dir", str(self.tmp / name), "--attr", "cpu=32"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=self.env,
@@ -117,12 +119,7 @@ class Site:
         return listing["checkpoints"][-1] if listing["checkpoints"] else None
 
     def close(self) -> None:
-        for proc in self.procs:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-            proc.wait(30)
+        stop_in_order(self.workers, self.procs)  # workers first, while a controller is up
 
 
 @pytest.fixture

@@ -15,6 +15,7 @@ import pytest
 import iris
 from iris.client.jobs import _controller
 from iris.worker.records import is_alive
+from tests.conftest import stop_in_order
 
 pytestmark = pytest.mark.slow
 
@@ -117,9 +118,7 @@ def test_controller_sigkill_and_restart_loses_no_job_and_restarts_nothing(tmp_pa
         # Finished tasks were not run again.
         assert all(len(starts(markers, f"ran-q{i}")) == 1 for i in range(12))
     finally:
-        for proc in [controller, *workers]:
-            _kill_group(proc.pid)
-            proc.wait(30)
+        stop_in_order(workers, [controller])
 
 
 def _try_list(ctx):

@@ -13,6 +13,7 @@ uncommitted hold may remain.
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -317,7 +318,19 @@ class GangAllocation(RuleBasedStateMachine):
             event(f"outcome {outcome} ({self.shapes[gang].hosts} hosts)")
 
 
-GangAllocation.TestCase.settings = settings(
-    max_examples=1000, stateful_step_count=80, deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+def _settings(examples: int) -> settings:
+    return settings(max_examples=examples, stateful_step_count=80, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+
+
+# 100 runs in the main suite (~10 CPU-s); the soak tier (tests/README.md) runs 1000 more.
+GangAllocation.TestCase.settings = _settings(100)
 test_gang_allocation_random_faults_never_half_place_or_leak = GangAllocation.TestCase
+
+
+class GangAllocationSoak(GangAllocation):
+    """The same machine, 1000 runs: the soak tier's longer search."""
+
+
+GangAllocationSoak.TestCase.settings = _settings(1000)
+test_gang_allocation_random_faults_soak = pytest.mark.soak(GangAllocationSoak.TestCase)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -88,9 +89,22 @@ def _step(data, svc: ControllerService, clock: FakeClock, n: int) -> None:
     svc.take_commands()
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+# 15 cases in the main suite (each is a controller service run up to 40 steps); the soak tier
+# (tests/README.md) searches 60 more.
+@settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.data())
 def test_fleet_view_kept_between_passes_equals_a_rebuild(data):
+    _fleet_view_case(data)
+
+
+@pytest.mark.soak
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.data())
+def test_fleet_view_kept_between_passes_soak(data):
+    _fleet_view_case(data)
+
+
+def _fleet_view_case(data) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         clock = FakeClock()
         svc = ControllerService(ControllerConfig(state_dir=Path(tmp), accept_unfit=True),

@@ -12,9 +12,13 @@ import pytest
 
 import iris
 from iris.base.clock import SYSTEM_CLOCK
-from iris.wire.fencing import FENCE_AFTER_S
+from iris.wire.fencing import FENCE_AFTER_S, MARGIN_S
 from tests.cluster.test_crashes import free_port, start_controller
 from tests.faults.markers import hold, hold_checking_overlap, starts
+
+# The controller's freeze: well inside a worker's lease (10 s of the 15 s), with the margin
+# the fencing rules keep for a slow watchdog on a loaded host.
+FREEZE_S = FENCE_AFTER_S - MARGIN_S
 
 pytestmark = pytest.mark.slow
 
@@ -30,6 +34,7 @@ def _controller_and_worker(tmp_path):
 
 
 def _stop(*procs: subprocess.Popen) -> None:
+    """Stop them one after another, in the order given."""
     for proc in procs:
         try:
             os.killpg(proc.pid, signal.SIGCONT)  # a frozen one must run to stop
@@ -66,7 +71,7 @@ def test_a_client_waits_through_a_controller_restart(tmp_path, wait_until, capfd
         else:  # a loaded machine restarted it too slowly: fenced once, then run again
             assert names[-1] == f"start-task-0-{attempt}" and len(names) == 2, (down_s, names)
     finally:
-        _stop(controller, worker)
+        _stop(worker, controller)  # the worker first: its goodbye reaches the controller
 
 
 def test_a_controller_frozen_10s_loses_nothing(tmp_path, wait_until):
@@ -79,7 +84,7 @@ def test_a_controller_frozen_10s_loses_nothing(tmp_path, wait_until):
             job = iris.submit(hold, str(tmp_path), "paused")
             wait_until(lambda: starts(tmp_path, "paused"), what="the task running")
             os.kill(controller.pid, signal.SIGSTOP)
-            threading.Event().wait(10.0)  # the fault itself: a 10 s freeze
+            threading.Event().wait(FREEZE_S)  # the fault itself
             os.kill(controller.pid, signal.SIGCONT)
             (tmp_path / "release").touch()
             attempt = job.result(timeout=120)
@@ -88,4 +93,4 @@ def test_a_controller_frozen_10s_loses_nothing(tmp_path, wait_until):
         assert (task["attempts"], task["preemptions"], task["failures"]) == (1, 0, 0)
         assert worker.poll() is None  # the worker kept serving through the freeze
     finally:
-        _stop(controller, worker)
+        _stop(worker, controller)  # the worker first: its goodbye reaches the controller

@@ -44,6 +44,7 @@ def test_a_worker_frozen_5s_loses_nothing(tmp_path, wait_until):
         assert len(starts(tmp_path, "calm")) == 1
 
 
+@pytest.mark.soak  # waits out the silence rule (SILENT_LOST_S, 30 s): the soak tier
 def test_a_worker_frozen_past_the_timeout_is_fenced_before_its_task_runs_again(
         tmp_path, wait_until):
     with iris.local_cluster(workers=2, state_dir=tmp_path / "c") as ctx:

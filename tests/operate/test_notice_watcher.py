@@ -91,6 +91,18 @@ def test_notice_files_reach_every_attempt_directory(tmp_path):
     assert write_notice_files(tmp_path / "missing", notice) == []
 
 
+def test_a_later_notice_does_not_replace_the_first(tmp_path):
+    """Slurm's SIGTERM reaches the worker too: its own "worker stopping" notice follows the
+    Slurm one at once, and the task, reading after both, must be told the cause."""
+    (tmp_path / "attempts" / "a-0").mkdir(parents=True)
+    first = Notice("Slurm preempted job 10 (GraceTime 5 s, KillWait 5 s)", 1_700_000_010.0)
+    write_notice_files(tmp_path / "attempts", first)
+    later = Notice("worker stopping: stopped", 1_700_000_012.0)
+    assert write_notice_files(tmp_path / "attempts", later) == []
+    assert read_notice(tmp_path / "attempts" / "a-0") == first
+    assert [p.name for p in (tmp_path / "attempts" / "a-0").iterdir()] == [NOTICE_FILE]
+
+
 def test_auto_mode_watches_only_when_a_metadata_server_answers(metadata):
     from iris.worker.preemption_notice import start_watching
 

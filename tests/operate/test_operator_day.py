@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 import iris
+from tests.cli_fork import CliServer
 from tests.operate.gcp_world import ROOT, GcpWorld
 
 pytestmark = pytest.mark.timeout(600)
@@ -57,11 +58,29 @@ regions:
     return path
 
 
+_cli: list[CliServer] = []
+
+
+@pytest.fixture(scope="module", autouse=True)
+def cli_server():
+    """Each `iris` command below is a process of its own, forked from one interpreter that
+    imported the CLI and the Google clients once (tests/cli_fork.py): ~2 CPU-s a command
+    less."""
+    from tests.conftest import shared_process_env
+
+    server = CliServer(("iris.cli.operate", "iris.controller.providers.gcp_compute",
+                        "iris.controller.providers.gcp_tpu"),
+                       env={**shared_process_env(), "PYTHONPATH": str(ROOT)})
+    _cli.append(server)
+    yield server
+    _cli.remove(server)
+    server.close()
+
+
 def _iris(world: GcpWorld, *argv: str, check: bool = True,
           timeout: float = 300) -> subprocess.CompletedProcess:
-    out = subprocess.run([sys.executable, "-m", "iris", *argv], capture_output=True, text=True,
-                         timeout=timeout, stdin=subprocess.DEVNULL,
-                         env={**os.environ, "PYTHONPATH": str(ROOT), **world.env})
+    out = _cli[0].run(list(argv), {**os.environ, "PYTHONPATH": str(ROOT), **world.env},
+                      timeout=timeout)
     if check:
         assert out.returncode == 0, (argv, out.stdout, out.stderr)
     return out

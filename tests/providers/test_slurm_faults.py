@@ -122,7 +122,7 @@ def test_slurm_preemption_with_grace_time_reaches_on_preempt_and_requeues_once(
     with iris_on_slurm(slurm, tmp_path, groups, ["gpu"]) as world:
         job = iris.submit(_checkpointing, tmp_path, resources=iris.Resources(cpu=1))
         wait_until(lambda: _running_on(job), 180, "the task running")
-        wait_until(lambda: (tmp_path / "log.jsonl").exists(), 60, "the task started")
+        wait_until(lambda: (tmp_path / "log.jsonl").exists(), 180, "the task started")
         big = slurm.sbatch("-p", "high", "-N", "2", "--exclusive", "-w", "n[1-2]")
         events = lambda: [json.loads(line) for line in  # noqa: E731
                           (tmp_path / "log.jsonl").read_text().splitlines()]
