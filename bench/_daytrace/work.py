@@ -15,7 +15,7 @@ from iris.base.resources import Resources
 from iris.controller.jobs.spec import Entrypoint, JobSpec
 from iris.controller.scheduling.model import Band, Demand, TaskDemand, per_host_demand
 
-_ENTRY = Entrypoint("command", argv=("train",))
+_ENTRY = Entrypoint("command", payload=b"", argv=("train",))
 
 
 @dataclass

@@ -34,11 +34,11 @@ from iris.controller.inspect import locate, summary
 from iris.controller.jobs.model import TERMINAL_JOB
 from iris.controller.live_figures import series
 from iris.controller.preemption_notices import apply_notice
-from iris.controller.reclaim import RegionReclaim, drop_absent
+from iris.controller.reclaim import RegionReclaim
 from iris.controller.regions.region import STOP_ALL_SLICES_S
 from iris.controller.service import ControllerConfig, ControllerService
-from iris.controller.service_workers import check_report
 from iris.controller.usage import FLUSH_EVERY_S
+from iris.controller.worker_requests import check_report
 from iris.wire import schema
 
 _log = logging.getLogger(__name__)
@@ -60,7 +60,7 @@ _SWEEP_CREDENTIALS_S = 1.0
 
 
 @actor
-class Controller(EffectsOut):
+class Controller:
     # 50 ms: timeouts, lost workers and scheduling of freed capacity are noticed promptly;
     # each tick that finds nothing to do costs a few microseconds.
     tick_interval_s = 0.05
@@ -94,16 +94,16 @@ class Controller(EffectsOut):
         # regions' replies come back as messages in its mailbox). Three tries (about 3.5 s
         # of backoff) before a refused gang goes back to the scheduler, which then shows
         # the regions' reasons and asks again with a fresher view.
-        self._regions: set[str] = set()
-        self._region_stats: dict[str, dict] = {}  # written on the loop by call callbacks
         self._gang_outcomes: deque = deque()  # Placed / Unplaceable not yet applied
         self._pass_posted = False  # a scheduling pass waits at the end of the mailbox
         self._gangs = GangRunner(node, self._post, node.clock,
                                  config=CoordinatorConfig(max_attempts=3),
                                  on_outcome=self._gang_outcomes.append, auth=self._token)
         self._scaling = {r.region: r for r in config.autoscale}
+        self._out = EffectsOut(node, self._command_token, self._gangs, self._scaling, self._post,
+                               self._wake, self._svc.inventory_push_failed)
         for region in sorted(self._scaling):  # they may grow before any worker exists
-            self._ensure_region(region)
+            self._out.ensure_region(region)
         self._checkpoints = None
         if config.checkpoints is not None:  # google-cloud-storage is imported only then
             from iris.controller.checkpoint.desk import CheckpointDesk
@@ -361,13 +361,12 @@ class Controller(EffectsOut):
         """Stop and forget the Region actors no host has named for a while (their threads
         end): reclaim.py."""
         hosts = {r: inv.hosts for r, inv in self._svc.gangs.inventory.regions.items()}
-        for region in self._reclaim.due(self._regions, hosts, self._scaling, now):
+        for region in self._reclaim.due(self._out.regions, hosts, self._scaling, now):
             _log.info("region %s: no host for %.0f s; its actor is stopped", region,
                       self._reclaim.idle_s)
-            self._regions.discard(region)
             self._gangs.remove_region(region)
             self._svc.forget_region(region)
-            self._region_stats.pop(region, None)
+            self._out.forget_region(region)
             self._node.unhost(region_key(region))
 
     def _command_token(self, worker_id: str) -> bytes:
@@ -410,7 +409,7 @@ class Controller(EffectsOut):
 
     def regions(self) -> dict[str, str]:
         """Region name -> address of the node serving its Region actor."""
-        return {r: self._node.address for r in sorted(self._regions)}
+        return {r: self._node.address for r in sorted(self._out.regions)}
 
     # ------------------------------------------------------------ gangs, on this turn
 
@@ -421,6 +420,24 @@ class Controller(EffectsOut):
     def _turn(self, fn: Any, args: tuple) -> None:
         fn(*args)
         self._after(None)
+
+    def _after(self, answer: Any) -> Any:
+        """Act on what the service decided (one effect list: region inventories and gang
+        rounds, commands to workers, finished jobs); apply the gang outcomes those rounds
+        produced, which decide more, until none are left; then answer."""
+        while True:
+            self._out.send(self._svc.take_effects())
+            if not self._gang_outcomes:
+                return answer
+            outcomes = list(self._gang_outcomes)
+            self._gang_outcomes.clear()
+            self._settle_gangs(outcomes)
+
+    def _wake(self, job_ids: list[str]) -> None:  # on the loop thread
+        for job_id in job_ids:
+            for waiter in self._waiters.get(job_id, []):
+                if not waiter.done():
+                    waiter.set_result(None)
 
     def _settle_gangs(self, outcomes: list) -> None:
         """Apply one turn's coordinator outcomes together: assign placed gangs, show why
@@ -470,9 +487,9 @@ class Controller(EffectsOut):
         every = _SNAPSHOT_EVERY_S * max(1.0, len(self._svc.workers.workers) / _SNAPSHOT_WORKERS)
         if now - self._snapshot_at >= every:
             self._snapshot_at = now
-            self._svc.set_region_reports(dict(self._region_stats))
+            self._svc.set_region_reports(dict(self._out.region_stats))
             self._snapshot = {**self._svc.snapshot(),
-                              "gang_reservations": sum_stats(self._region_stats.values()),
+                              "gang_reservations": sum_stats(self._out.region_stats.values()),
                               "reports": {"batches": self.report_batches,
                                           "reports": self.reports_batched,
                                           "interval_s": self._svc.report_interval()}}
@@ -480,7 +497,7 @@ class Controller(EffectsOut):
                 self._figures_at = self._svc.figures.last_sample
                 self._figure_series = {h: series(self._svc.figures, self._snapshot["at"], h)
                                        for h in FIGURE_WINDOWS_H}
-            self._ask_region_stats()
+            self._out.ask_region_stats()
         if now - self._svc.usage.flushed_at >= FLUSH_EVERY_S:  # usage series to disk
             self._svc.usage.flushed_at = now
             try:
@@ -490,7 +507,7 @@ class Controller(EffectsOut):
         if now - self._creds_swept >= _SWEEP_CREDENTIALS_S:  # lost workers' credentials end
             self._creds_swept = now
             self._creds.sweep(self._svc.workers.workers, now)
-            drop_absent(self._svc.worker_stats, self._svc.workers.workers)
+            self._svc.drop_absent_stats()
             self._reclaim_regions(now)
         if now - self._last_prune > _PRUNE_EVERY_S:
             self._last_prune = now

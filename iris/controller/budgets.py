@@ -1,7 +1,7 @@
 """Per-user and per-group budgets: accelerator-hours over a rolling window, and a priority cap.
 
 Pure: budgets and attempts in, usage, demotions and verdicts out; no I/O, `now` passed in.
-Not where budgets are stored (jobs/store.py) or served (service_budgets.py).
+Not where budgets are stored (jobs/store.py) or served (budget_book.py).
 
 - A budget names a user ("alice") or a group ("group:ml", with its `members`). Set by an
   operator; `hours` None means no limit on hours, `max_priority` None no cap on the band.

@@ -18,6 +18,7 @@ from iris.controller.jobs.state import KernelState
 from iris.controller.scheduler_view import attempt_resources
 from iris.controller.workers import WorkerInfo
 from iris.logstore.config import LogStoreConfig
+from iris.wire import control
 
 # After the Nth restore from a checkpoint, attempt numbers on the wire start at N times
 # this. Workers fence a task's attempts by number (a newer one wins) and remember numbers
@@ -27,9 +28,9 @@ from iris.logstore.config import LogStoreConfig
 RESTORE_ATTEMPT_STRIDE = 1_000_000
 
 
-def start_body(state: KernelState, workers: Mapping[str, WorkerInfo], start: ev.StartAttempt,
-               controller_address: str, log_store: LogStoreConfig,
-               attempt_base: int = 0) -> dict:
+def launch(state: KernelState, workers: Mapping[str, WorkerInfo], start: ev.StartAttempt,
+           controller_address: str, log_store: LogStoreConfig,
+           attempt_base: int = 0) -> control.Launch:
     spec: JobSpec = state.jobs[start.job_id].spec
     attempt = state.attempts[start.attempt_id]
     env = task_environment(spec, start.task_index, start.attempt_id,
@@ -40,14 +41,12 @@ def start_body(state: KernelState, workers: Mapping[str, WorkerInfo], start: ev.
     resources = attempt_resources(spec, attempt.accelerator)
     if resources.accelerator:  # which fallback alternative it got (or its only type)
         env["IRIS_ACCELERATOR"] = resources.accelerator
-    return {
-        "attempt_id": start.attempt_id, "job_id": start.job_id,
-        "task_index": start.task_index, "attempt_number": attempt_base + attempt.number,
-        "entrypoint": {"kind": spec.entrypoint.kind, "payload": spec.entrypoint.payload,
-                       "argv": list(spec.entrypoint.argv)},
-        "env": env, "pip": list(spec.pip), "resources": resources.to_dict(),
-        "bundle": spec.bundle, "log_store": dataclasses.asdict(log_store),
-    }
+    return control.Launch(
+        attempt_id=start.attempt_id, job_id=start.job_id, task_index=start.task_index,
+        attempt_number=attempt_base + attempt.number,
+        entrypoint=spec.entrypoint,
+        env=env, pip=tuple(spec.pip), resources=resources.to_dict(), bundle=spec.bundle,
+        log_store=dataclasses.asdict(log_store))
 
 
 def _coordinator(state: KernelState, workers: Mapping[str, WorkerInfo], spec: JobSpec,

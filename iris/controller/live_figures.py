@@ -1,6 +1,6 @@
 """The day-trace simulator's figures, kept for the running cluster. Pure: no clock, no I/O.
 
-Not the sampler (the controller's tick feeds it, service_figures.py) and not a page. State
+Not the sampler (the controller's tick feeds it, figures_feed.py) and not a page. State
 plus `handle(state, event, now)`, like the job kernel; `now` is wall-clock epoch seconds,
 so every time it hands out means the same to a dashboard in another process.
 

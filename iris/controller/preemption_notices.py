@@ -6,7 +6,7 @@ preemptible VM 30 s between the notice and the power-off; without the notice the
 learns of the loss only after DEFAULT_DEAD_AFTER_S of silence, plus the boot of whatever
 replaces it. With it, the worker's attempts are requeued at once and the worker is held out
 of placement; each task's new attempt starts once its old one, told to stop with the time
-left as grace, has run its `iris.on_preempt` callbacks and exited (service_placement.py:
+left as grace, has run its `iris.on_preempt` callbacks and exited (placement_pass.py:
 at most one attempt of a task at a time).
 """
 
@@ -35,18 +35,18 @@ def apply_notice(svc: Any, worker_id: Any, address: Any, reason: Any,
     msg = control.decode(control.PreemptionNotice, {
         "worker_id": worker_id, "address": address, "reason": reason,
         "time_left_s": time_left_s})
-    info = svc.workers.workers.get(msg.worker_id)
+    info = svc.desk.workers.workers.get(msg.worker_id)
     if info is None or info.address != msg.address:
         return {"requeued": []}
-    svc.draining[msg.worker_id] = NOTICE_DRAIN
-    svc._touch_hosts((msg.worker_id,))  # its region must not count it drained while it runs
+    svc.pushes.drain({msg.worker_id: NOTICE_DRAIN})  # its region must not count it
+    # drained while it runs: the next push looks at it again
     held = sorted(a for a in svc.state.by_worker.get(msg.worker_id, ())
                   if svc.state.attempts[a].state in ACTIVE_ATTEMPT)
     why = f"preemption notice: {msg.reason} ({msg.time_left_s:.0f} s left)"
     _log.warning("worker %s: %s; requeueing %d attempts", msg.worker_id, why, len(held))
-    svc._placement_due = True
-    svc._run_many([ev.Preempted(new_id("ev-"), a, why, grace_s=msg.time_left_s)
-                   for a in held], schedule=True)
+    svc.replan()
+    svc.run_many([ev.Preempted(new_id("ev-"), a, why, grace_s=msg.time_left_s)
+                  for a in held], schedule=True)
     return {"requeued": held}
 
 

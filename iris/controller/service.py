@@ -1,115 +1,61 @@
-"""The controller's logic without sockets: kernel + store + worker table + placement.
+"""The controller's logic without sockets: the job kernel and its store, the one path of change,
+and the components that own the rest.
 
-Not the actor (actor.py) — that shell reads requests off the wire, calls these methods on
-its own thread, and sends the `commands` they leave behind to workers. Every change goes
-through `_run`: the kernel decides, the Persist effects are committed in one transaction,
-and only then are commands queued and answers returned, so nothing acknowledged is lost.
-If the commit fails the service refuses everything from then on (crash-only): memory would
-otherwise claim what the disk does not hold.
+Not the actor (actor.py): that shell reads requests off the wire, calls these methods on its
+own thread, and sends the effects they leave behind. Every change goes through `run_many`:
+the kernel decides, the Persist effects are committed in one transaction, and only then are
+commands queued and answers returned, so nothing acknowledged is lost. If the commit fails
+the service refuses everything from then on (crash-only): memory would otherwise claim what
+the disk does not hold.
+
+The components, each owning its fields behind a small interface (docs/architecture.md):
+`desk` (worker_desk.py: registrations, admission, liveness), `pushes` (region_pushes.py:
+inventories, drains, sync times, region reports), `placement` (placement_pass.py: the pass,
+pending reasons), `budget_book` (budget_book.py), `figures_feed` (figures_feed.py),
+`stop_book` (stop_book.py) and `gangs` (gangs/tracking.py). The requests are functions over
+the service in job_requests.py, worker_requests.py and region_requests.py; the service binds
+each to its turn (turns.py).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from iris.base.clock import SYSTEM_CLOCK, Clock
-from iris.base.errors import (
-    InvalidRequestError,
-    IrisError,
-    StorageError,
-)
-from iris.base.histogram import Histogram
+from iris.base.errors import InvalidRequestError, IrisError, StorageError
 from iris.base.ids import new_id
 from iris.base.resources import Resources
-from iris.controller import live_figures, scheduler_view, stops
+from iris.controller import job_requests, region_requests, scheduler_view, worker_requests
+from iris.controller.budget_book import BudgetBook
 from iris.controller.bundle_store import BundleStore
+from iris.controller.figures_feed import FiguresFeed
 from iris.controller.gangs.tracking import GangTracker, PlaceRound
 from iris.controller.jobs import event_log, kernel
 from iris.controller.jobs import events as ev
 from iris.controller.jobs.spec import JobSpec
 from iris.controller.jobs.state import KernelConfig
 from iris.controller.jobs.store import JobStore
-from iris.controller.launch import RESTORE_ATTEMPT_STRIDE, start_body
-from iris.controller.regions.capacity import Offer
-from iris.controller.regions.region import RegionScaling
-from iris.controller.service_budgets import BudgetRequests
-from iris.controller.service_figures import FiguresFeed
-from iris.controller.service_placement import SYNC_EVERY_S, Placement
-from iris.controller.service_regions import RegionRequests
-from iris.controller.service_requests import JobRequests
-from iris.controller.service_workers import REGISTRATIONS_PER_S, WorkerRequests
-from iris.controller.turns import now_mono, now_wall
+from iris.controller.launch import RESTORE_ATTEMPT_STRIDE, launch
+from iris.controller.placement_pass import PlacementPass
+from iris.controller.region_pushes import SYNC_EVERY_S, RegionPushes
+from iris.controller.service_types import Command, ControllerConfig, JobsFinished
+from iris.controller.stop_book import StopBook
+from iris.controller.turns import now_mono, now_wall, turn
 from iris.controller.usage import UsageBook
-from iris.controller.workers import DEFAULT_DEAD_AFTER_S, WorkerInfo, WorkerTable
+from iris.controller.worker_desk import REGISTRATIONS_PER_S, WorkerDesk
+from iris.controller.workers import WorkerInfo, WorkerTable
 from iris.logstore.config import LogStoreConfig
+from iris.wire import control
 
 _log = logging.getLogger(__name__)
 __all__ = ["REGISTRATIONS_PER_S", "SYNC_EVERY_S", "Command", "ControllerConfig",
            "ControllerService", "JobsFinished"]
 
 
-@dataclass(frozen=True)
-class ControllerConfig:
-    state_dir: Path
-    # Finished jobs are kept this long, then pruned so the database stays bounded.
-    retention_s: float = 7 * 24 * 3600.0
-    # A worker silent this long is lost and its attempts requeued (issue: notice in <= 5 s).
-    worker_dead_after_s: float = DEFAULT_DEAD_AFTER_S
-    # After a restart, workers get this long to re-register before their attempts count as
-    # lost. As long as the silence timeout, for the same reason (wire/fencing.py): a worker
-    # that cannot come back has had its lease lapse and its attempts stopped by then.
-    restart_grace_s: float = DEFAULT_DEAD_AFTER_S
-    # SIGTERM -> SIGKILL grace when the controller stops an attempt.
-    stop_grace_s: float = 10.0
-    # Where workers ship task logs; None = a local directory, <state_dir>/logs.
-    log_store: LogStoreConfig | None = None
-    # Host shapes the cluster can ever offer; submits nothing could run are refused.
-    # None: shape checks only (a controller without a cluster config).
-    offers: tuple[Offer, ...] | None = None
-    # Regions that grow and shrink their scale groups through a provider (issue 7); other
-    # regions are whatever workers register.
-    autoscale: tuple[RegionScaling, ...] = ()
-    # Each region is an actor with its own thread in this process, made when a worker first
-    # names it: 200 fake workers with made-up regions once took the controller from 12 to 212
-    # threads. Real fleets span a handful of regions; past this a new one is refused.
-    max_regions: int = 64
-    # Without offers from a config, a request no registered worker could ever hold is
-    # refused at submit. True: accept it as pending (more, larger workers are expected).
-    accept_unfit: bool = False
-    # Called once, with why, when this controller must stop: its job store failed (disk full,
-    # I/O error), or another controller took over its checkpoint prefix. `iris controller
-    # serve` exits non-zero; None leaves the controller refusing (a store failure) or serving
-    # without checkpoints (fenced).
-    on_fatal: Callable[[str], None] | None = None
-    # Checkpoints of the job store to GCS (checkpoint.CheckpointSettings); None: none taken.
-    checkpoints: Any = None
-
-
-@dataclass
-class Command:
-    """Something to tell a worker: kind "start" (launch dict) or "stop"."""
-
-    kind: str
-    worker_id: str
-    address: str
-    body: dict = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class JobsFinished:
-    """Jobs that reached a final state: whoever waits on them is woken."""
-
-    job_ids: tuple[str, ...]
-
-
-class ControllerService(JobRequests, WorkerRequests, Placement, RegionRequests,
-                        BudgetRequests, FiguresFeed):
-    """The controller's state and its one path of change (`_run_many`); its requests live in
-    the mixins named above, one concern each."""
+class ControllerService:
+    """The controller's state and its one path of change (`run_many`: check, kernel, pass,
+    commit, effects), composed of the components named in the module docstring."""
 
     def __init__(self, config: ControllerConfig, address: str, clock: Clock = SYSTEM_CLOCK):
         self.config = config
@@ -121,62 +67,37 @@ class ControllerService(JobRequests, WorkerRequests, Placement, RegionRequests,
         # Restored from a checkpoint: number attempts past anything a worker may have run.
         self.attempt_base = RESTORE_ATTEMPT_STRIDE * sum(
             1 for row in self.store.lineage() if row["what"] == "restored")
-        self.workers = WorkerTable(config.worker_dead_after_s)
         self.bundles = BundleStore(config.state_dir / "bundles")
         self.commands: list[Command] = []
-        self.finished: list[str] = []
-        self.pending_reasons: dict[str, dict] = {}
-        self.worker_stats: dict[str, dict] = {}  # worker id -> its last reported figures
-        self._started = clock.monotonic()
-        # Attempts told to stop whose exit is not reported yet (stops.py), kept in the store
-        # too: after a restart, a requeued task still waits for its old attempt to exit.
-        self.stops = self._load_stops()
-        # Workers that had attempts (running, or stopping) before a restart and have not
-        # come back yet.
-        self._unclaimed = set(self.state.by_worker) | set(self.stops.by_worker)
+        self._finished: list[str] = []
         self._broken: str | None = None
         self._turn_now: tuple[float, float] | None = None  # (wall, monotonic): turns.py
         # Placement runs only after something changed (an event, a worker came or went):
         # a pass over 7,500 pending tasks cost 17-77 ms, too much for every 50 ms tick.
         self._placement_due = True
+        # Attempts told to stop whose exit is not reported yet (stop_book.py).
+        self.stop_book = StopBook(self.store, clock.monotonic())
+        # Workers that had attempts (running, or stopping) before a restart are unclaimed
+        # until they come back (worker_desk.py).
+        self.desk = WorkerDesk(config.worker_dead_after_s, config.max_regions,
+                               config.restart_grace_s,
+                               set(self.state.by_worker) | set(self.stop_book.by_worker),
+                               (r.region for r in config.autoscale), clock.monotonic())
+        self.pushes = RegionPushes(config.autoscale, clock.monotonic())
+        self.placement = PlacementPass(clock)
         # Multi-host gangs are reserved through the Region actors; this is the controller's
         # half (rounds in flight, hosts held, what each region's ledger should own).
         self.gangs = GangTracker(incarnation=new_id("inc-"))
-        self.pass_seconds = Histogram()
+        self.budget_book = BudgetBook(self.store, config.retention_s)
         # The day-trace figures for this cluster (live_figures.py), fed after each commit
         # and on the tick.
-        self.figures = live_figures.FiguresState()
-        # The hosts as the scheduler sees them, kept between passes (scheduler_view.py).
-        self.fleet_view = scheduler_view.FleetView()
-        # Autoscaled regions: their groups, their last reports, the demand routed to them.
-        self.region_groups = {r.region: list(r.groups) for r in config.autoscale}
-        self.region_reports: dict[str, dict] = {}
-        self.unmet: dict[str, dict[str, int]] = {}
-        # Hosts whose idle slice a region is about to delete (host -> slice): nothing new
-        # is placed on them (drain, then delete: work is never started on a dying slice).
-        self.draining: dict[str, str] = {}
-        # Hosts whose inventory facts may have changed since the last push (_touch_hosts),
-        # when it was, and when each region last got its whole inventory.
-        self._inv_touched: set[str] = set()
-        self._synced_at = float("-inf")
-        self._full_at: dict[str, float] = {}
-        self._keepalive_at = clock.monotonic()
-        # Every region a worker or the config ever named: each becomes an actor (max_regions).
-        self._regions_seen: set[str] = set(self.region_groups)
-        self._registrations = 0
-        self._live_fits: tuple = (None, None)  # (workers key, checker) for _catalogue
-        self._admission, self._admitted_at = float(REGISTRATIONS_PER_S), clock.monotonic()
-        self._init_budgets()
+        self.figures_feed = FiguresFeed()
         # What attempts use (series, totals) and their named ports (usage.py, issue 31).
         self.usage = UsageBook(self.store.usage_series)
-        self._admit_slot = float("-inf")  # the last retry time handed to a refused worker
 
     # ------------------------------------------------------------ the one path of change
 
-    def _run(self, event: ev.Event) -> list:
-        return self._run_many([event])
-
-    def _run_many(self, events: list, schedule: bool = False) -> list:
+    def run_many(self, events: list, schedule: bool = False) -> list:
         """Apply events (then, with `schedule`, the placements they make possible), commit
         everything in one transaction, and only then act."""
         if self._broken:
@@ -185,7 +106,7 @@ class ControllerService(JobRequests, WorkerRequests, Placement, RegionRequests,
         effects: list = []
         log: list[tuple[float, str, bytes]] = []  # the events that changed state, for replay
         self._handle_all(events, now, effects, log)
-        self._touch_effects(effects)
+        self.pushes.touch_effects(effects)
         if log:
             self._placement_due = True
         passed = schedule and self._placement_due
@@ -193,19 +114,36 @@ class ControllerService(JobRequests, WorkerRequests, Placement, RegionRequests,
             self._placement_due = False
             placed: list = []
             self._handle_all(self._scheduled(), now, placed, log)
-            self._touch_effects(placed)
+            self.pushes.touch_effects(placed)
             effects += placed
         if effects or passed:
             # Rounds whose gang ended are released; each region's ledger learns its hosts.
             self.gangs.release_ended(self.state)
-            self._sync_regions(force=any(isinstance(m, PlaceRound) for m in self.gangs.outbox))
+            self.sync_regions(force=any(isinstance(m, PlaceRound) for m in self.gangs.outbox))
         if not effects:
             return effects
         self._commit([e for e in effects if isinstance(e, ev.Persist)], log)
-        self._figures_observe(effects)
+        self.figures_feed.observe(effects, self.state, now)
         for effect in effects:
-            self._act(effect)
+            self._to_commands(effect)
         return effects
+
+    def replan(self) -> None:
+        """Something placement depends on changed outside the kernel: the next pass runs."""
+        self._placement_due = True
+
+    def _scheduled(self) -> list[ev.Event]:
+        """The placement pass's events; the work it could not place becomes the autoscaled
+        regions' demand."""
+        workers = self.desk.workers.workers
+        events, unplaced = self.placement.run(
+            self.state, workers, self.stopping, self.gangs,
+            held=self.gangs.held_hosts() | set(self.pushes.draining),
+            scaling_up=self.pushes.scaling_up(),
+            demoted=self.budget_book.over_budget(self.state, now_wall(self), now_mono(self)),
+            wall=now_wall(self), mono=now_mono(self))
+        self.pushes.route_demand(unplaced, self.placement.pending_reasons)
+        return events
 
     def _commit(self, persists: list[ev.Persist], log: list) -> None:
         try:
@@ -215,7 +153,7 @@ class ControllerService(JobRequests, WorkerRequests, Placement, RegionRequests,
             # disk holds (crash-only, without the crash). Only this request fails.
             self.state = self.store.load(KernelConfig(stop_grace_s=self.config.stop_grace_s))
             self._placement_due = True
-            self._touch_hosts(self.workers.workers)  # rare: every host's attempts may differ
+            self.pushes.touch(self.desk.workers.workers)  # rare: every host may differ
             raise
         except StorageError as exc:
             # The disk failed: memory now claims what the disk does not hold. Stop for good
@@ -233,65 +171,128 @@ class ControllerService(JobRequests, WorkerRequests, Placement, RegionRequests,
             if event_log.changed_state(out):
                 log.append((now, *event_log.encode(event)))
 
-    def _act(self, effect: Any) -> None:
+    def _to_commands(self, effect: Any) -> None:
+        """A kernel effect as what the shell will send: commands to workers, finished jobs."""
         if isinstance(effect, ev.StartAttempt):
-            self._queue_start(effect)
+            self.queue_start(effect)
         elif isinstance(effect, ev.StopAttempt):
-            worker = self.workers.workers.get(effect.worker_id)
+            worker = self.desk.workers.workers.get(effect.worker_id)
             attempt = self.state.attempts.get(effect.attempt_id)
             if worker is not None:  # it holds its resources until it is gone
                 hold = scheduler_view.attempt_resources(
                     self.state.jobs[attempt.job_id].spec, attempt.accelerator) if attempt else None
-                self._queue_stop(worker, effect.attempt_id, effect.grace_s, effect.reason,
-                                 hold)
+                self.queue_stop(worker, effect.attempt_id, effect.grace_s, effect.reason, hold)
         elif isinstance(effect, ev.JobFinished):
-            self.finished.append(effect.job_id)
-            self.pending_reasons.pop(effect.job_id, None)
+            self._finished.append(effect.job_id)
+            self.placement.forget(effect.job_id)
         elif isinstance(effect, ev.Ignored):
             _log.info("event %s ignored: %s", effect.event_id, effect.reason)
+
+    # ------------------------------------------------------------ stops and starts
 
     @property
     def stopping(self) -> dict[str, dict[str, Resources]]:
         """worker -> attempt -> resources of attempts told to stop and not gone yet."""
-        return self.stops.by_worker
+        return self.stop_book.by_worker
 
-    def _load_stops(self) -> stops.StopState:
-        state = stops.StopState()
-        for attempt_id, worker_id, hold, grace_s in self.store.load_stops():
-            # Sent again after its grace + 5 s unless the worker reports it gone first.
-            stops.handle(state, stops.StopSent(worker_id, attempt_id, grace_s,
-                                               Resources.from_dict(hold)),
-                         self.clock.monotonic())
-        return state
+    def queue_stop(self, worker: WorkerInfo, attempt_id: str, grace_s: float,
+                   reason: str, hold: Resources | None = None) -> None:
+        self.stop_book.stop_sent(worker.worker_id, attempt_id, grace_s, hold, now_mono(self))
+        self.pushes.touch((worker.worker_id,))
+        self.commands.append(Command(worker.worker_id, worker.address, control.StopRequest(
+            attempt_id=attempt_id, grace_s=grace_s, reason=reason)))
 
-    def _save_stops(self, **change: Any) -> None:
-        try:
-            self.store.save_stops(**change)
-        except StorageError as exc:  # the next commit halts a failing disk; this is a hint
-            _log.error("%s", exc)
-
-    def _queue_stop(self, worker: WorkerInfo, attempt_id: str, grace_s: float,
-                    reason: str, hold: Resources | None = None) -> None:
-        stops.handle(self.stops, stops.StopSent(worker.worker_id, attempt_id, grace_s, hold),
-                     now_mono(self))
-        self._touch_hosts((worker.worker_id,))
-        if hold is not None:
-            self._save_stops(held=[(attempt_id, worker.worker_id, hold.to_dict(), grace_s)])
-        self.commands.append(Command("stop", worker.worker_id, worker.address, {
-            "attempt_id": attempt_id, "grace_s": grace_s, "reason": reason}))
-
-    def _queue_start(self, start: ev.StartAttempt) -> None:
-        worker = self.workers.workers.get(start.worker_id)
+    def queue_start(self, start: ev.StartAttempt) -> None:
+        worker = self.desk.workers.workers.get(start.worker_id)
         if worker is None:
             return  # lost meanwhile: the WorkerLost event requeues the task
-        self.commands.append(Command("start", worker.worker_id, worker.address, start_body(
-            self.state, self.workers.workers, start, self.address, self.log_store,
+        self.commands.append(Command(worker.worker_id, worker.address, launch(
+            self.state, self.desk.workers.workers, start, self.address, self.log_store,
             self.attempt_base)))
+
+    def stopped(self, attempt_id: str) -> None:
+        """An attempt told to stop has exited: its resources are free again."""
+        freed = self.stop_book.stopped(attempt_id, now_mono(self))
+        self.pushes.touch(freed)
+        if freed:
+            self._placement_due = True
+
+    def forget_stops(self, worker_id: str) -> None:
+        """A worker is gone, and with it whatever it was stopping."""
+        self.pushes.touch((worker_id,))
+        if self.stop_book.worker_gone(worker_id, now_mono(self)):
+            self._placement_due = True  # tasks waiting on those attempts may go now
+
+    # ------------------------------------------------------------ time
+
+    @turn
+    def tick(self) -> None:
+        now = now_mono(self)
+        events: list[ev.Event] = [ev.Tick(new_id("ev-"))]
+        lost = self.desk.workers.lost(now)
+        events += [ev.WorkerLost(new_id("ev-"), w, "no heartbeat") for w in lost]
+        for worker_id in lost:  # its processes are gone with it
+            self.forget_stops(worker_id)
+        self.pushes.undrain(lost)
+        self._placement_due = self._placement_due or bool(lost)
+        overdue = self.desk.overdue(now)
+        events += [ev.WorkerLost(new_id("ev-"), w, "did not come back after a controller "
+                                 "restart") for w in overdue]
+        for worker_id in overdue:  # nor did what it was stopping
+            self.forget_stops(worker_id)
+        self.run_many(events, schedule=True)
+        self.figures_feed.tick(self.state, self.desk.workers.workers.values(), now_wall(self))
+        self.sync_regions()  # what changed since the last push, at most every SYNC_EVERY_S
+
+    def sync_regions(self, force: bool = False) -> None:
+        """Push each region what changed in its inventory (region_pushes.py)."""
+        self.pushes.sync(self.gangs, self.state, self.desk.workers.workers, self.stopping,
+                         now_mono(self), force)
+
+    @turn
+    def prune(self) -> None:
+        self.run_many([ev.Prune(new_id("ev-"), self.config.retention_s)])
+        if self.store.logged_count() > event_log.FOLD_AFTER_ROWS:
+            try:  # housekeeping: a failed fold rolls back and is tried again next prune
+                self.store.compact_event_log(now_wall(self))
+            except StorageError as exc:
+                _log.warning("folding the event log failed: %s", exc)
+
+    # ------------------------------------------------------------ what others read
 
     @property
     def log_store(self) -> LogStoreConfig:
         return self.config.log_store or LogStoreConfig(
             kind="local", root=str(self.config.state_dir / "logs"))
+
+    @property
+    def workers(self) -> WorkerTable:
+        return self.desk.workers
+
+    @property
+    def draining(self) -> dict[str, str]:
+        return self.pushes.draining
+
+    @property
+    def figures(self) -> Any:
+        return self.figures_feed.figures
+
+    @property
+    def fleet_view(self) -> Any:
+        return self.placement.fleet_view
+
+    def catalogue(self) -> Any:
+        """What a request must fit at admission (worker_desk.py)."""
+        return self.desk.catalogue(self.config.offers, self.config.accept_unfit)
+
+    def parent_spec(self, raw: dict) -> JobSpec | None:
+        parent = raw.get("parent") if isinstance(raw, dict) else None
+        job = self.state.jobs.get(parent) if isinstance(parent, str) else None
+        return job.spec if job else None
+
+    def report_interval(self) -> float:
+        """Seconds between reports this controller asks of its workers now."""
+        return self.desk.report_interval(now_mono(self))
 
     def take_effects(self) -> list:
         """Everything the turns since the last call decided for the world outside, in the
@@ -299,7 +300,7 @@ class ControllerService(JobRequests, WorkerRequests, Placement, RegionRequests,
         round relies on it), commands to workers, then the jobs that finished."""
         effects: list = self.gangs.take_outbox()
         effects += self.take_commands()
-        finished, self.finished = self.finished, []
+        finished, self._finished = self._finished, []
         if finished:
             effects.append(JobsFinished(tuple(finished)))
         return effects
@@ -309,11 +310,115 @@ class ControllerService(JobRequests, WorkerRequests, Placement, RegionRequests,
         commands, self.commands = self.commands, []
         return commands
 
-    def _parent_spec(self, raw: dict) -> JobSpec | None:
-        parent = raw.get("parent") if isinstance(raw, dict) else None
-        job = self.state.jobs.get(parent) if isinstance(parent, str) else None
-        return job.spec if job else None
-
     def close(self) -> None:
         self.store.close()
 
+    # ------------------------------------------------------------ requests, on the turn
+
+    @turn
+    def submit(self, raw: dict, schedule: bool = True) -> dict:
+        return job_requests.submit(self, raw, schedule)
+
+    @turn
+    def schedule_now(self) -> None:
+        """A scheduling pass, if anything changed since the last one."""
+        self.run_many([], schedule=True)
+
+    @turn
+    def dry_run(self, raw: dict) -> dict:
+        return job_requests.dry_run(self, raw)
+
+    @turn
+    def kill(self, job_id: str, reason: str = "killed by user") -> dict:
+        return job_requests.kill(self, job_id, reason)
+
+    def status(self, job_id: str) -> dict:
+        return job_requests.status(self, job_id)
+
+    def list_jobs(self, prefix: str | None = None, include_finished: bool = True) -> list[dict]:
+        return job_requests.list_jobs(self, prefix, include_finished)
+
+    def results(self, job_id: str) -> dict[int, bytes]:
+        return job_requests.results(self, job_id)
+
+    def job_state(self, job_id: str) -> str | None:
+        job = self.state.jobs.get(job_id)
+        return job.state.value if job else None
+
+    @turn
+    def list_workers(self) -> list[dict]:
+        return job_requests.list_workers(self)
+
+    @turn
+    def snapshot(self) -> dict:
+        return job_requests.snapshot(self)
+
+    @turn
+    def register_worker(self, worker_id: Any, address: Any, attributes: Any, running: Any,
+                        updates: Any = ()) -> list[dict]:
+        return worker_requests.register_worker(self, worker_id, address, attributes, running,
+                                               updates)
+
+    def report(self, worker_id: Any, updates: Any, stats: Any = None,
+               running: Any = None, usage: Any = ()) -> dict:
+        """One worker's report (worker_requests.reports)."""
+        [answer] = self.reports([worker_requests.check_report(worker_id, updates, stats,
+                                                              running, usage)])
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    @turn
+    def reports(self, msgs: list) -> list:
+        return worker_requests.reports(self, msgs)
+
+    @turn
+    def worker_gone(self, worker_id: Any, address: Any, why: str) -> None:
+        worker_requests.worker_gone(self, worker_id, address, why)
+
+    @turn
+    def set_region_reports(self, reports: dict[str, dict]) -> None:
+        region_requests.set_region_reports(self, reports)
+
+    @turn
+    def forget_region(self, region: str) -> None:
+        region_requests.forget_region(self, region)
+
+    def drop_absent_stats(self) -> None:
+        """Forget the figures of workers no longer registered (reclaim.py)."""
+        self.desk.drop_absent_stats()
+
+    @turn
+    def drain_hosts(self, hosts: Any) -> None:
+        region_requests.drain_hosts(self, hosts)
+
+    @turn
+    def undrain_hosts(self, hosts: Any) -> None:
+        region_requests.undrain_hosts(self, hosts)
+
+    @turn
+    def hosts_gone(self, gone: Any) -> None:
+        region_requests.hosts_gone(self, gone)
+
+    @turn
+    def gangs_settled(self, placed: list, refused: list) -> None:
+        region_requests.gangs_settled(self, placed, refused)
+
+    @turn
+    def inventory_push_failed(self, region: str, seq: int, why: str) -> None:
+        region_requests.inventory_push_failed(self, region, seq, why)
+
+    @turn
+    def budget_set(self, raw: dict) -> dict:
+        """Set (or with `clear`, remove) a user's or group's budget; operators only."""
+        answer = self.budget_book.put(raw)
+        self._placement_due = True  # demotions may have changed
+        return answer
+
+    @turn
+    def budget_get(self, subject: str) -> dict:
+        return self.budget_book.get(subject, self.state, now_wall(self), now_mono(self))
+
+    @turn
+    def budget_list(self) -> dict:
+        return self.budget_book.table(self.state, now_wall(self), now_mono(self))

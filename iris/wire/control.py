@@ -8,6 +8,7 @@ refused message changes no state anywhere. `encode(msg)` gives the plain data to
     worker -> controller   WorkerRegistration (register_worker), WorkerReport (report),
                            PreemptionNotice (preemption_notice); UsageSample and UsageTotals
                            ride in reports and attempt updates
+    controller -> worker   ReportAnswer (the answer to report)
     client -> inspector    TaskRef (stack, url), ProfileRequest, ExecRequest, ExecPoll
     inspector -> worker    ProfileRequest, ExecStart, ExecPoll (the worker's inspector)
     controller -> worker   Launch (start_attempt), StopRequest (stop_attempt)
@@ -27,9 +28,9 @@ from iris.base.errors import InvalidRequestError
 from iris.wire.schema import decode, encode, limits
 
 __all__ = [
-    "AttemptUpdate", "DrainHosts", "Entrypoint", "HostsGone", "Launch", "PreemptionNotice",
-    "RegionDelta", "RegionSync",
-    "SliceInfo", "StopRequest", "UndrainHosts", "WorkerRegistration", "WorkerReport",
+    "AttemptUpdate", "DrainHosts", "Entrypoint", "HostsGone", "InventorySlice", "Launch",
+    "PreemptionNotice", "RegionDelta", "RegionSync", "ReportAnswer", "StopRequest",
+    "UndrainHosts", "WorkerRegistration", "WorkerReport",
     "arguments", "decode", "encode",
 ]
 __all__ += ["MAX_PROFILE_S", "ExecPoll", "ExecRequest", "ExecStart", "ProfileRequest",
@@ -124,6 +125,18 @@ class WorkerReport:
 
 
 @dataclass(frozen=True)
+class ReportAnswer:
+    """The controller's answer to a report: the attempt updates it applied, whether the
+    worker must register again (the controller does not know it), and the seconds until the
+    next report (None from a controller from before intervals: the worker's own)."""
+
+    acked: tuple[str, ...] = field(default=(), metadata=_ATTEMPTS)
+    reregister: bool = False
+    interval_s: float | None = field(default=None, metadata=limits(min_value=0.0,
+                                                                   max_value=3600.0))
+
+
+@dataclass(frozen=True)
 class PreemptionNotice:
     """The cloud announced it will take this worker's machine (GCE gives 30 s): requeue its
     work now, place nothing more on it; its attempts get `time_left_s` to checkpoint."""
@@ -162,15 +175,19 @@ class Launch:
 
 @dataclass(frozen=True)
 class StopRequest:
-    """Stop one attempt: SIGTERM, `grace_s`, then SIGKILL."""
+    """Stop one attempt: SIGTERM, `grace_s` (None: the worker's own grace), then SIGKILL."""
 
     attempt_id: str = field(metadata=_ID)
-    grace_s: float = field(default=10.0, metadata=limits(min_value=0.0, max_value=3600.0))
+    grace_s: float | None = field(default=None, metadata=limits(min_value=0.0,
+                                                                max_value=3600.0))
     reason: str = field(default="stopped", metadata=limits(max_len=4096))
 
 
 @dataclass(frozen=True)
-class SliceInfo:
+class InventorySlice:
+    """One slice of a region's inventory as the controller pushes it (not a provider's
+    SliceInfo: this is what the region's ledger holds of it)."""
+
     slice_id: str = field(metadata=_ID)
     hosts: tuple[str, ...] = field(metadata=limits(max_items=4096, max_len=256,
                                                    non_empty=True))
@@ -182,7 +199,7 @@ class SliceInfo:
 class RegionSync:
     """A region's whole inventory, the autoscaler's demand, and which drains are done."""
 
-    slices: tuple[SliceInfo, ...] = field(metadata=limits(max_items=100_000))
+    slices: tuple[InventorySlice, ...] = field(metadata=limits(max_items=100_000))
     busy: tuple[str, ...] = field(metadata=limits(max_items=1_000_000, max_len=256))
     unmet: dict[str, int] = field(default_factory=dict, metadata=limits(min_value=0))
     drained: tuple[str, ...] = field(default=(), metadata=limits(max_items=1_000_000,
@@ -205,7 +222,7 @@ class RegionDelta:
 
     incarnation: str = field(metadata=_ID)
     seq: int = field(metadata=limits(min_value=1))
-    slices: tuple[SliceInfo, ...] = field(default=(), metadata=limits(max_items=100_000))
+    slices: tuple[InventorySlice, ...] = field(default=(), metadata=limits(max_items=100_000))
     removed: tuple[str, ...] = field(default=(), metadata=limits(max_items=100_000,
                                                                   max_len=256, non_empty=True))
     busy: tuple[str, ...] = field(default=(), metadata=_HOSTS)

@@ -127,9 +127,9 @@ class Worker:
             return False
         shipper = self._shippers.get(stop.attempt_id)
         if shipper is not None:  # the task's log says why it stops (a preemption notice, a kill)
-            grace = f"{stop.grace_s:g} s" if "grace_s" in body else "the default grace"
+            grace = f"{stop.grace_s:g} s" if stop.grace_s is not None else "the default grace"
             shipper.write("stderr", f"[iris] stopping ({grace}): {stop.reason}\n")
-        self._on_event(attempts.Stop(stop.attempt_id, body.get("grace_s")))
+        self._on_event(attempts.Stop(stop.attempt_id, stop.grace_s))
         return True
 
     @requires(tokens.CONTROLLER)
@@ -355,21 +355,21 @@ class Worker:
         # Usage readings ride along only when there are some (most reports have none).
         usage = samples_for(self._sampler.take(), self._book.held)
         try:
-            answer = self._call("report", self.worker_id, _wire(sent),
-                                {"log_shipping": self._shipping_stats()},
-                                sorted(self._book.held), *([usage] if usage else []))
+            answer = control.decode(control.ReportAnswer, self._call(
+                "report", self.worker_id, _wire(sent), {"log_shipping": self._shipping_stats()},
+                sorted(self._book.held), *([usage] if usage else [])))
         except PermissionDeniedError as exc:
             self._refused(exc)
             return
         except IrisError as exc:
             _log.warning("worker %s: report failed (will retry): %s", self.worker_id, exc)
             return
-        if answer.get("reregister"):
+        if answer.reregister:
             self._registered = False
             return
         self._renew(sent_at)
-        self._interval = report_interval(answer.get("interval_s"))
-        self._acknowledge(sent, set(answer.get("acked", ())))
+        self._interval = report_interval(answer.interval_s)
+        self._acknowledge(sent, set(answer.acked))
 
     def _acknowledge(self, sent: list, acked: set[str]) -> None:
         self._on_event(attempts.Acked(tuple((key, seq) for key, (seq, _) in sent),

@@ -105,7 +105,7 @@ class Day:
 
     def push_and_check(self) -> None:
         svc = self.svc
-        svc._sync_regions(force=True)
+        svc.sync_regions(force=True)
         for msg in svc.gangs.take_outbox():
             if isinstance(msg, SyncRegion):
                 self.regions[msg.region] = Region(msg.region, [], svc.clock)

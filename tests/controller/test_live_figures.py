@@ -1,13 +1,13 @@
 """The live figures kernel (controller/live_figures.py) and its feed from the job kernel's records
-(controller/service_figures.py): events in at a hand-moved `now`, figures out. No sockets."""
+(controller/figures_feed.py): events in at a hand-moved `now`, figures out. No sockets."""
 
 from __future__ import annotations
 
 import pytest
 
 from iris.controller import live_figures as lf
+from iris.controller.figures_feed import figure_events, fleet_sample
 from iris.controller.jobs import events as ev
-from iris.controller.service_figures import figure_events, fleet_sample
 from iris.controller.workers import WorkerInfo
 from tests.controller.test_job_support import T0, Harness, spec
 

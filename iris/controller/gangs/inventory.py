@@ -2,7 +2,7 @@
 the last push. Pure: no sockets, no clock; state and events in, pushes out.
 
 Not the ledger (ledger.py, the region's side) nor the decision of when to push (the service,
-controller/service_placement.py). The inventory of a region is what `tracking.region_inventory`
+controller/region_pushes.py). The inventory of a region is what `tracking.region_inventory`
 computes from scratch (slices of registered hosts, hosts busy with attempts running or
 stopping) plus the hosts that are draining and run nothing; here it is kept from one fact per
 host, given again whenever something about the host may have changed:

@@ -202,6 +202,10 @@ class GangTracker:
             inv.region(self.inventory, region)
         return {r: inv.size(self.inventory, r) for r in inv.full_due(self.inventory)}
 
+    def forget_region(self, region: str) -> None:
+        """A region reclaimed (reclaim.py): its inventory and push numbers are forgotten."""
+        self.inventory.regions.pop(region, None)
+
     def push_failed(self, region: str, seq: int) -> bool:
         """A push to `region` was refused or lost: True if a full one is now due."""
         return inv.refused(self.inventory, region, seq)

@@ -25,6 +25,7 @@ from iris.base.ids import join_path, normalize_path, validate_component
 from iris.base.resources import Resources
 from iris.controller import colocate
 from iris.controller.scheduling.constraints import parse_constraints
+from iris.wire.control import Entrypoint  # what a task runs: one type, controller to worker
 from iris.wire.states import PRIORITIES
 
 DEFAULT_PRIORITY = "interactive"
@@ -50,15 +51,6 @@ _FIELDS = frozenset({
     "scheduling_timeout_s", "user", "parent", "request_id", "bundle", "existing_capacity_only",
     "colocate", "colocate_with", "checkpoint_every_s",
 })
-
-
-@dataclass(frozen=True)
-class Entrypoint:
-    """What a task runs: a cloudpickled callable (`payload`) or a command line (`argv`)."""
-
-    kind: str  # "callable" | "command"
-    payload: bytes = b""
-    argv: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -230,7 +222,7 @@ def _entrypoint(ep: Any) -> Entrypoint:
                 or not all(isinstance(a, str) for a in argv)):
             raise InvalidRequestError(f"entrypoint: argv must be a non-empty list of str, "
                                       f"got {argv!r}", "entrypoint")
-        return Entrypoint(kind="command", argv=tuple(argv))
+        return Entrypoint(kind="command", payload=b"", argv=tuple(argv))
     raise InvalidRequestError(f"entrypoint: kind must be 'callable' or 'command', got {kind!r}",
                               "entrypoint")
 

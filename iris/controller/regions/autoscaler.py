@@ -29,13 +29,18 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 
 from iris.controller.config import ScaleGroupConfig
 from iris.controller.providers.base import SliceInfo, SliceState
-from iris.controller.regions.autoscaler_reports import AutoscalerReports
-from iris.controller.regions.group_shapes import pool_key
-from iris.controller.regions.scaling_model import AutoscalerConfig, Create, Delete, SliceUsage
+from iris.controller.regions.group_shapes import accelerator_keys, pool_key
+from iris.controller.regions.scaling_model import (
+    AutoscalerConfig,
+    Backoff,
+    Create,
+    Delete,
+    SliceUsage,
+    TrackedSlice,
+)
 
 _ID = "abcdefghijklmnopqrstuvwxyz0123456789-"
 _DEAD = (SliceState.PREEMPTED, SliceState.FAILED)
@@ -43,36 +48,8 @@ _DEAD = (SliceState.PREEMPTED, SliceState.FAILED)
 __all__ = ["Autoscaler", "AutoscalerConfig", "Create", "Delete", "SliceUsage"]
 
 
-@dataclass
-class _Tracked:
-    group: str
-    zone: str
-    born: float  # when the create was issued, or the slice first seen
-    adopted: bool = False  # found in a list, not created by this autoscaler
-    state: SliceState = SliceState.CREATING
-    hosts: tuple[str, ...] = ()
-    listed: bool = False
-    deleting: bool = False
-    ever_full: bool = False
-    full_at: float = math.inf  # when its hosts had all registered
-    ever_busy: bool = False
-    retry_delete_at: float = -math.inf  # after a failed delete: not asked again before
-    lost_since: float | None = None
-    idle_since: float | None = None
-    usage: SliceUsage = field(default_factory=lambda: SliceUsage(0, 0))
-    detail: str = ""  # the provider's words (Slurm's pending reason, ...)
-    draining: str = ""  # the provider wants no new work here: why
-
-
-@dataclass
-class _Backoff:
-    until: float
-    delay: float  # the last delay used; 0 after a success, so the next failure starts small
-    reason: str
-
-
-class Autoscaler(AutoscalerReports):
-    """One region's scaling state; see the module docstring for the rules."""
+class Autoscaler:
+    """One region's scaling state and its reports; see the module docstring for the rules."""
 
     def __init__(self, region: str, groups: Sequence[ScaleGroupConfig],
                  config: AutoscalerConfig | None = None, *, id_prefix: str):
@@ -91,8 +68,8 @@ class Autoscaler(AutoscalerReports):
         self._pools: dict[tuple, list[ScaleGroupConfig]] = {}
         for g in order:
             self._pools.setdefault(pool_key(g), []).append(g)
-        self._slices: dict[str, _Tracked] = {}
-        self._backoff: dict[tuple[str, str], _Backoff] = {}
+        self._slices: dict[str, TrackedSlice] = {}
+        self._backoff: dict[tuple[str, str], Backoff] = {}
         self._churn: dict[str, list[float]] = {g: [] for g in self._groups}
         self._cooldown: dict[str, float] = {}
         self._demand_since: dict[tuple, float] = {}
@@ -159,7 +136,7 @@ class Autoscaler(AutoscalerReports):
             seen.add(info.slice_id)
             t = self._slices.get(info.slice_id)
             if t is None:
-                t = self._slices[info.slice_id] = _Tracked(info.group, info.zone, now,
+                t = self._slices[info.slice_id] = TrackedSlice(info.group, info.zone, now,
                                                            adopted=True)
             t.listed, t.state, t.zone = True, info.state, info.zone
             t.detail, t.draining = info.detail, info.draining
@@ -172,7 +149,7 @@ class Autoscaler(AutoscalerReports):
         for sid in [s for s, t in self._slices.items() if t.listed and s not in seen]:
             del self._slices[sid]  # deleted, by us or by someone else
 
-    def _observe_ready(self, now: float, t: _Tracked) -> None:
+    def _observe_ready(self, now: float, t: TrackedSlice) -> None:
         n = self._host_count(t)
         if self._full(t):
             if not t.ever_full:
@@ -280,11 +257,11 @@ class Autoscaler(AutoscalerReports):
         self._seq += 1
         suffix = f"-{self._seq}"
         slice_id = f"{self._prefix}-{g.name}"[:63 - len(suffix)].rstrip("-") + suffix
-        self._slices[slice_id] = _Tracked(g.name, zone, now)
+        self._slices[slice_id] = TrackedSlice(g.name, zone, now)
         self._record(now, "create", g.name, slice_id, zone, why)
         return Create(g.name, zone, slice_id, why)
 
-    def _delete(self, now: float, sid: str, t: _Tracked, cause: str, reason: str) -> Delete:
+    def _delete(self, now: float, sid: str, t: TrackedSlice, cause: str, reason: str) -> Delete:
         t.deleting = True
         self._record(now, "delete", t.group, sid, t.zone, reason)
         return Delete(sid, t.group, reason, cause, t.hosts)
@@ -296,7 +273,7 @@ class Autoscaler(AutoscalerReports):
             return
         delay = self.config.backoff_initial_s if b is None or b.delay == 0 else min(
             b.delay * 2, self.config.backoff_max_s)
-        self._backoff[(group, zone)] = _Backoff(now + delay, delay, reason)
+        self._backoff[(group, zone)] = Backoff(now + delay, delay, reason)
 
     def _count_churn(self, now: float, group: str) -> None:
         events = [e for e in self._churn[group] if now - e < self.config.churn_window_s]
@@ -316,31 +293,31 @@ class Autoscaler(AutoscalerReports):
 
     # ---- predicates -------------------------------------------------------------------
 
-    def _host_count(self, t: _Tracked) -> int:
+    def _host_count(self, t: TrackedSlice) -> int:
         return len(t.hosts) or self._groups[t.group].hosts_per_slice
 
-    def _full(self, t: _Tracked) -> bool:
+    def _full(self, t: TrackedSlice) -> bool:
         if t.state is not SliceState.READY:
             return False
         return not self.config.hosts_register or t.usage.registered >= self._host_count(t)
 
-    def _alive(self, t: _Tracked) -> bool:
+    def _alive(self, t: TrackedSlice) -> bool:
         return not t.deleting and t.state in (SliceState.CREATING, SliceState.READY)
 
-    def _coming(self, t: _Tracked) -> bool:
+    def _coming(self, t: TrackedSlice) -> bool:
         """On its way: booting, or READY with hosts still registering."""
         return self._alive(t) and not t.ever_full and not self._full(t)
 
-    def _absorbs(self, t: _Tracked) -> bool:
+    def _absorbs(self, t: TrackedSlice) -> bool:
         """Counts against demand: on its way, or up for less than scale_up_delay_s and never
         busy yet (the demand reported may predate its workers registering)."""
         return self._coming(t) or (self._idle(t) and not t.ever_busy and
                                    self._now - t.full_at < self.config.scale_up_delay_s)
 
-    def _spare(self, t: _Tracked) -> bool:
+    def _spare(self, t: TrackedSlice) -> bool:
         return self._coming(t) or self._idle(t)
 
-    def _idle(self, t: _Tracked) -> bool:
+    def _idle(self, t: TrackedSlice) -> bool:
         return self._alive(t) and t.ever_full and t.lost_since is None and t.idle_since is not None
 
     def _count(self, g: ScaleGroupConfig, pred) -> int:
@@ -353,14 +330,91 @@ class Autoscaler(AutoscalerReports):
                 return zone
         return None
 
-    def _boot_text(self, t: _Tracked, age: float) -> str:
+    def _boot_text(self, t: TrackedSlice, age: float) -> str:
         if t.state is SliceState.CREATING:
             return f"boot timeout: still CREATING after {age:.0f} s"
         return (f"boot timeout: {t.usage.registered} of {self._host_count(t)} hosts "
                 f"registered after {age:.0f} s")
 
-    def _lost_text(self, t: _Tracked) -> str:
+    def _lost_text(self, t: TrackedSlice) -> str:
         missing = [h for h in t.hosts if h not in t.usage.registered_hosts]
         if t.usage.registered_hosts and missing:
             return f"lost host {', '.join(missing)}"
         return f"lost host ({t.usage.registered} of {self._host_count(t)} registered)"
+
+    # ---- reports: which accelerators are on their way, which are held back and why (the
+    # global demand router reads both), and the dashboard's capacity page. Change nothing.
+
+    def scaling_up(self, now: float) -> dict[str, list[str]]:
+        """Accelerator (see accelerator_keys) -> [region] while a slice of it is on its way."""
+        out: dict[str, list[str]] = {}
+        for t in self._slices.values():
+            if self._coming(t):
+                for key in accelerator_keys(self._groups[t.group]):
+                    out[key] = [self.region]
+        return out
+
+    def blocked(self, now: float) -> dict[str, str]:
+        """Accelerator -> why slices of it cannot be had here now: held back at the last
+        decide, or, demand or not, every zone backing off or the group cooling down.
+
+        The standing holds matter to the global router (demand.route), which sends work
+        to the first region not blocked: reporting a hold only while this region is asked
+        made the demand flap back as soon as it moved away (the asking region saw no hold
+        once unasked), so it never reached a third region. bench.daytrace, default day:
+        useful chip-hours 48% -> 86% of the upper bound (bench/RESULTS.md).
+
+        A name several groups go by (the TPU family single-host tasks pack onto, e.g.
+        "v5litepod" for the v5e-4, v5e-16, v5e-64 groups) is blocked only while EVERY one of
+        them holds back: a stocked-out v5e-64 group once blocked "v5litepod" for the whole
+        region, so single-host TPU work, which a v5e-4 group would have grown for, was
+        routed nowhere (bench.daytrace: 22 of 34 idle quota chips, mean over the day)."""
+        out: dict[str, list[str]] = {}
+        carriers: dict[str, int] = {}
+        for name, g in self._groups.items():
+            keys = accelerator_keys(g)
+            for key in keys:
+                carriers[key] = carriers.get(key, 0) + 1
+            hold = self._held.get(name) or self._standing_hold(g, now)
+            if hold is None:
+                continue
+            text = self._hold_text(g, hold, now)
+            for key in keys:
+                out.setdefault(key, []).append(f"group {name}: {text}")
+        return {k: "; ".join(v) for k, v in out.items() if len(v) == carriers[k]}
+
+    def _hold_text(self, g: ScaleGroupConfig, hold: str, now: float) -> str:
+        if hold == "cooldown":
+            return (f"churn cooldown for {self._cooldown[g.name] - now:.0f} s more "
+                    "(slices were preempted young)")
+        if hold == "max":
+            return f"at max_slices {g.max_slices}"
+        parts = []
+        for zone in g.zones:
+            b = self._backoff.get((g.name, zone))
+            if b is not None:
+                parts.append(f"zone {zone} {b.reason} (retry in {max(0, b.until - now):.0f} s)")
+        return ", ".join(parts)
+
+    def status(self, now: float) -> dict:
+        """The dashboard capacity page's data; decision times are absolute monotonic
+        seconds ("at") and seconds ago ("ago_s")."""
+        groups = []
+        for g in self._groups.values():
+            slices = [{"slice_id": s, "zone": t.zone, "state": t.state.value,
+                       "deleting": t.deleting, "hosts": self._host_count(t),
+                       "registered": t.usage.registered, "busy": t.usage.busy,
+                       "age_s": now - t.born, "detail": t.detail, "draining": t.draining}
+                      for s, t in sorted(self._slices.items()) if t.group == g.name]
+            backoff = {z: {"until_s": b.until - now, "reason": b.reason}
+                       for (name, z), b in self._backoff.items() if name == g.name and b.until > now}
+            groups.append({"group": g.name, "provider": g.provider,
+                           "accelerator": accelerator_keys(g)[0],
+                           "min": g.min_slices, "max": g.max_slices, "buffer": g.buffer_slices,
+                           "priority": g.priority, "slices": slices, "backoff": backoff,
+                           "cooldown_s": max(0.0, self._cooldown.get(g.name, now) - now),
+                           "held": self._hold_text(g, self._held[g.name], now)
+                           if g.name in self._held else ""})
+        decisions = [{**d, "ago_s": now - d["at"]} for d in self._log]
+        return {"region": self.region, "groups": groups, "decisions": decisions,
+                "time": "decisions[].at is absolute monotonic seconds; ago_s = now - at"}

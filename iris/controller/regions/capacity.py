@@ -4,7 +4,7 @@ Not what is free now (the scheduler's host views): a request that no scale group
 satisfy even when idle, and no registered worker either (an accelerator nobody offers, more
 CPU than any host has), is refused at submit with an error naming the field, instead of
 pending forever. The catalogue is the config's scale groups plus the workers registered
-now: a hand-started worker counts as much as a group (service_requests.py).
+now: a hand-started worker counts as much as a group (worker_desk.py).
 """
 
 from __future__ import annotations

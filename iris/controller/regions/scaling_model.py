@@ -1,11 +1,14 @@
 """The autoscaler kernel's vocabulary: its configuration, its input about each slice's hosts
-(SliceUsage) and its decisions (Create, Delete). Data only; the rules are in autoscaler.py.
+(SliceUsage), its decisions (Create, Delete) and what it keeps of each slice (TrackedSlice,
+Backoff). Data only; the rules are in autoscaler.py.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from iris.controller.providers.base import SliceState
 
 
 @dataclass(frozen=True)
@@ -79,3 +82,35 @@ class Delete:
 
 
 __all__ = ["AutoscalerConfig", "Create", "Delete", "SliceUsage"]
+
+
+@dataclass
+class TrackedSlice:
+    """What the autoscaler keeps of one slice between decisions."""
+
+    group: str
+    zone: str
+    born: float  # when the create was issued, or the slice first seen
+    adopted: bool = False  # found in a list, not created by this autoscaler
+    state: SliceState = SliceState.CREATING
+    hosts: tuple[str, ...] = ()
+    listed: bool = False
+    deleting: bool = False
+    ever_full: bool = False
+    full_at: float = math.inf  # when its hosts had all registered
+    ever_busy: bool = False
+    retry_delete_at: float = -math.inf  # after a failed delete: not asked again before
+    lost_since: float | None = None
+    idle_since: float | None = None
+    usage: SliceUsage = field(default_factory=lambda: SliceUsage(0, 0))
+    detail: str = ""  # the provider's words (Slurm's pending reason, ...)
+    draining: str = ""  # the provider wants no new work here: why
+
+
+@dataclass
+class Backoff:
+    """A (group, zone) that failed a create: not tried again before `until`."""
+
+    until: float
+    delay: float  # the last delay used; 0 after a success, so the next failure starts small
+    reason: str

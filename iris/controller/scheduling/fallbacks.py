@@ -16,7 +16,7 @@ from iris.controller.scheduling.model import TaskDemand
 from iris.controller.scheduling.reasons import PendingReason, ReasonCode
 
 # A pending task counts as demand for the autoscaler only with these codes
-# (service_placement); a job is demand if ANY of its alternatives could use new capacity.
+# (placement_pass.py); a job is demand if ANY of its alternatives could use new capacity.
 _WANTS_CAPACITY = (ReasonCode.NO_CAPACITY, ReasonCode.SCALING_UP)
 
 

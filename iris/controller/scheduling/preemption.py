@@ -9,7 +9,8 @@ period) count as room that is coming, so a pass never evicts twice for the same 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from iris.controller.scheduling.fleet import Fleet
@@ -43,6 +44,16 @@ class Preemptor:
         self.budget = budget  # evictions still allowed this pass
         self.evicted: set[str] = set()
         self.records: list[Preemption] = []
+
+    @contextmanager
+    def no_evictions(self) -> Iterator[None]:
+        """Within: no eviction is allowed (a gang tries free room on every alternative
+        before evicting for any)."""
+        budget, self.budget = self.budget, 0
+        try:
+            yield
+        finally:
+            self.budget = budget
 
     def _gone(self, a: RunningAttempt) -> bool:
         return a.terminating or a.attempt_id in self.evicted

@@ -22,7 +22,7 @@ from collections import deque
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from iris.base.resources import Resources, human_bytes
+from iris.base.resources import human_bytes
 from iris.controller.scheduling.constraints import Constraint
 from iris.controller.scheduling.fallbacks import Alternatives, combined_reason, demoted_reason
 from iris.controller.scheduling.fleet import Fleet, Pool
@@ -114,31 +114,27 @@ class _Job:
         return not self.gangs and self.pos >= len(self.singles)
 
 
-class _Pass(GangSteps):
+class _Pass:
     def __init__(self, hosts: Sequence[HostView] | Fleet, config: SchedulerConfig,
                  reserving: Collection[str], scaling: Mapping[str, Sequence[str]],
                  now: float | None = None):
-        self.config, self.reserving, self.scaling = config, set(reserving), scaling
+        self.config, self.scaling = config, scaling
         self.fleet = hosts.for_pass() if isinstance(hosts, Fleet) else Fleet(hosts)
         hosts = self.fleet.hosts
         self.pre = Preemptor(self.fleet, config.max_preemptions_per_pass, now)
         self.plan = SchedulePlan([], [], [], {})
         self.classes: dict[tuple[object, ...], _Class] = {}
         self.pool_order: dict[Pool, list[int]] = {}
-        self.failed_gangs: dict[tuple[object, ...], PendingReason] = {}
-        self.failed_free: dict[tuple[object, ...], PendingReason] = {}  # fallbacks, no evicting
-        # id(Resources) -> (it, its alternatives); holding `it` keeps the id from reuse.
-        self.alternatives: dict[int, tuple[Resources, list[Resources]]] = {}
-        self.gang_forms: dict[tuple[int, int, int], tuple] = {}  # (res, need, shape, pool)
+        self.gangs = GangSteps(self, reserving, config.max_gang_regions)
         self.used: dict[str, Demand] = {}                # user -> all bands, for quotas
         self.band_used: dict[tuple[Band, str], list[float]] = {}  # for fair share
         for h in hosts:
             for a in h.running:
-                self._charge(a.user, a.band, a.demand, 1)
+                self.charge(a.user, a.band, a.demand, 1)
 
-    # ---- accounting ---------------------------------------------------------------
+    # ---- accounting: the ledger the gang steps reach the pass through ----------------
 
-    def _charge(self, user: str, band: Band, d: Demand, n: int) -> None:
+    def charge(self, user: str, band: Band, d: Demand, n: int) -> None:
         u = self.used.get(user, Demand())
         self.used[user] = Demand(u.cpu + d.cpu * n, u.memory + d.memory * n,
                                  u.chips + d.chips * n)
@@ -155,7 +151,7 @@ class _Pass(GangSteps):
         return max(b[0] / t.cpu if t.cpu else 0.0, b[1] / t.memory if t.memory else 0.0,
                    b[2] / t.chips if t.chips else 0.0)
 
-    def _over_quota(self, user: str, d: Demand, n: int) -> PendingReason | None:
+    def over_quota(self, user: str, d: Demand, n: int) -> PendingReason | None:
         quota = self.config.quotas.get(user)
         if quota is None:
             return None
@@ -211,11 +207,11 @@ class _Pass(GangSteps):
     def _step(self, job: _Job) -> None:
         if job.gangs:
             gang_id = next(iter(job.gangs))
-            self._place_gang(job, gang_id, job.gangs.pop(gang_id))
+            self.gangs.place(job, gang_id, job.gangs.pop(gang_id))
         else:
             self._place_single(job)
 
-    def _mark(self, tasks: Sequence[TaskDemand], reason: PendingReason) -> None:
+    def mark(self, tasks: Sequence[TaskDemand], reason: PendingReason) -> None:
         reasons = self.plan.reasons
         for t in tasks:
             reasons[t.task_id] = reason
@@ -258,9 +254,9 @@ class _Pass(GangSteps):
             return
         cls = self._class_of(job, t)
         if cls.reason is None:
-            quota = self._over_quota(job.user, cls.need, 1)
+            quota = self.over_quota(job.user, cls.need, 1)
             if quota is not None:
-                self._mark(job.singles[job.pos:], quota)
+                self.mark(job.singles[job.pos:], quota)
                 job.pos = len(job.singles)
                 return
             h = self._find(cls)
@@ -268,7 +264,7 @@ class _Pass(GangSteps):
                 self.fleet.take(h, cls.need)
                 self.plan.assignments.append(Assignment(t.task_id, t.job_id,
                                                         self.fleet.hosts[h].host_id))
-                self._charge(job.user, job.band, cls.need, 1)
+                self.charge(job.user, job.band, cls.need, 1)
                 job.pos += 1
                 return
             if self._try_preempt(job, t, cls):
@@ -279,7 +275,7 @@ class _Pass(GangSteps):
         end = job.pos
         while end < len(job.singles) and self._class_of(job, job.singles[end]) is cls:
             end += 1
-        self._mark(job.singles[job.pos:end], cls.reason)
+        self.mark(job.singles[job.pos:end], cls.reason)
         job.pos = end
 
     def _place_fallback(self, job: _Job, t: TaskDemand) -> None:
@@ -306,11 +302,11 @@ class _Pass(GangSteps):
         while end < len(job.singles) and job.singles[end].resources is t.resources \
                 and job.singles[end].constraints is t.constraints:
             end += 1
-        self._mark(job.singles[job.pos:end], alts.reason)
+        self.mark(job.singles[job.pos:end], alts.reason)
         job.pos = end
 
     def _place_on(self, job: _Job, t: TaskDemand, cls: _Class, accelerator: str) -> bool:
-        if self._over_quota(job.user, cls.need, 1) is not None:
+        if self.over_quota(job.user, cls.need, 1) is not None:
             return False
         h = self._find(cls)
         if h is None:
@@ -318,7 +314,7 @@ class _Pass(GangSteps):
         self.fleet.take(h, cls.need)
         self.plan.assignments.append(Assignment(t.task_id, t.job_id,
                                                 self.fleet.hosts[h].host_id, accelerator))
-        self._charge(job.user, job.band, cls.need, 1)
+        self.charge(job.user, job.band, cls.need, 1)
         job.pos += 1
         return True
 
@@ -361,7 +357,7 @@ class _Pass(GangSteps):
         kind, name = cls.pool
         accel = name or "cpu"
         if not self.fleet.pools.get(cls.pool):
-            return self._scaling(accel) or PendingReason(
+            return self.scaling_reason(accel) or PendingReason(
                 ReasonCode.NO_CAPACITY, f"no {accel} worker in any region",
                 {"accelerator": accel})
         if not cls.candidates:
@@ -380,14 +376,14 @@ class _Pass(GangSteps):
             f"{big} large enough but busy" if big else "",
             f"{len(cls.candidates) - big} too small for it" if big < len(cls.candidates)
             else "") if part)
-        return self._scaling(accel) or PendingReason(
+        return self.scaling_reason(accel) or PendingReason(
             ReasonCode.NO_CAPACITY,
             f"no {accel} worker has room for cpu={n.cpu:g} memory={human_bytes(n.memory)} "
             f"chips={n.chips} (of {len(cls.candidates)} matching workers: {why})",
             {"cpu": n.cpu, "memory": n.memory, "chips": n.chips, "accelerator": accel,
              "matching_workers": len(cls.candidates), "large_enough": big})
 
-    def _scaling(self, accel: str) -> PendingReason | None:
+    def scaling_reason(self, accel: str) -> PendingReason | None:
         regions = self.scaling.get(accel)
         if not regions:
             return None

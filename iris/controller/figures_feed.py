@@ -1,8 +1,9 @@
-"""Feeding the live figures (live_figures.py) from the controller: what a committed turn did,
-and a sample of the fleet every SAMPLE_EVERY_S. Part of ControllerService (service.py).
+"""The figures feed: the live figures (live_figures.py) fed from the controller, what a
+committed turn did and a sample of the fleet every SAMPLE_EVERY_S. A component of
+ControllerService (service.py) that owns the figures; the kernel's state and `now` are passed in.
 
 The derivations are pure functions of the job kernel's records (`figure_events`,
-`fleet_sample`), so kernel tests can drive them; the mixin only calls them at the two places
+`fleet_sample`), so kernel tests can drive them; the feed only calls them at the two places
 the controller learns something: after a commit, and on its tick.
 """
 
@@ -15,24 +16,24 @@ from iris.controller.jobs import events as ev
 from iris.controller.jobs.model import TaskState
 from iris.controller.jobs.state import KernelState
 from iris.controller.scheduling.model import per_host_demand
-from iris.controller.turns import now_wall
 from iris.controller.workers import WorkerInfo
 
 
 class FiguresFeed:
-    def _figures_observe(self, effects: Iterable) -> None:
+    def __init__(self) -> None:
+        self.figures = lf.FiguresState()
+
+    def observe(self, effects: Iterable, state: KernelState, now: float) -> None:
         """After a commit: queue times of new attempts, work lost by ended ones."""
-        now = now_wall(self)
         for persist in effects:
             if isinstance(persist, ev.Persist):
-                for event in figure_events(persist, self.state):
+                for event in figure_events(persist, state):
                     lf.handle(self.figures, event, now)
 
-    def _figures_tick(self, now: float) -> None:
+    def tick(self, state: KernelState, workers: Iterable[WorkerInfo], now: float) -> None:
         """On the tick: a sample of the fleet when one is due."""
         if lf.due(self.figures, now):
-            lf.handle(self.figures, fleet_sample(self.state, self.workers.workers.values()),
-                      now)
+            lf.handle(self.figures, fleet_sample(state, workers), now)
 
 
 def figure_events(persist: ev.Persist, state: KernelState) -> list:

@@ -1,0 +1,100 @@
+"""Requests about jobs and live state, on the controller's turn: submit, kill, status, listings,
+the snapshot. Requests that ControllerService (service.py) runs in its turn: each takes the
+service and goes through its components' interfaces and its one path of change (`run_many`).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from iris.base.errors import InvalidRequestError, NotFoundError
+from iris.base.ids import new_id
+from iris.controller import live_figures, scheduler_view
+from iris.controller.jobs import events as ev
+from iris.controller.jobs import views
+from iris.controller.jobs.spec import validate_submit
+from iris.controller.scheduling.dry_run import dry_run as dry_run_plan
+from iris.controller.turns import now_mono, now_wall
+
+_log = logging.getLogger(__name__)
+
+
+def submit(svc: Any, raw: dict, schedule: bool = True) -> dict:
+    """Accept a job; with `schedule`, place it in the same turn and transaction."""
+    if isinstance(raw, dict) and raw.get("bundle") and not svc.bundles.has(raw["bundle"]):
+        raise InvalidRequestError(f"bundle: {str(raw['bundle'])[:12]} was never uploaded "
+                                  "(put_bundle first)", "bundle")
+    spec = validate_submit(raw, parent=svc.parent_spec(raw), fits=svc.catalogue())
+    svc.budget_book.check_priority_cap(spec)  # the operator's cap on this user's band
+    if spec.colocate and spec.colocate["job"] not in svc.state.jobs:
+        raise InvalidRequestError(f"colocate_with: no job named {spec.colocate['job']!r}",
+                                  "colocate_with")
+    # The submit and its placement commit in one transaction: one fsync per job.
+    effects = svc.run_many([ev.Submit(new_id("ev-"), spec)], schedule=schedule)
+    accepted = next(e for e in effects if isinstance(e, ev.Accepted))
+    return {"job_id": accepted.job_id, "duplicate": accepted.duplicate}
+
+
+def dry_run(svc: Any, raw: dict) -> dict:
+    """Would this submission fit now, and where (the real scheduler; changes nothing)."""
+    spec = validate_submit(raw, parent=svc.parent_spec(raw), fits=svc.catalogue())
+    hosts = scheduler_view.host_views(svc.state, svc.desk.workers.workers.values(),
+                                      svc.stopping)
+    return dry_run_plan(hosts, scheduler_view.task_demands(spec, now_wall(svc)))
+
+
+def kill(svc: Any, job_id: str, reason: str = "killed by user") -> dict:
+    svc.run_many([ev.Kill(new_id("ev-"), job_id, reason)])
+    return views.job_view(svc.state, job_id, tasks=False)
+
+
+def status(svc: Any, job_id: str) -> dict:
+    view = views.job_view(svc.state, job_id)
+    reasons = svc.placement.pending_reasons
+    if job_id in reasons:
+        view["pending_reason"] = reasons[job_id]
+    return view
+
+
+def list_jobs(svc: Any, prefix: str | None = None, include_finished: bool = True) -> list[dict]:
+    rows = views.list_jobs(svc.state, prefix=prefix, include_finished=include_finished)
+    reasons = svc.placement.pending_reasons
+    for row in rows:
+        if row["job_id"] in reasons:
+            row["pending_reason"] = reasons[row["job_id"]]
+    return rows
+
+
+def results(svc: Any, job_id: str) -> dict[int, bytes]:
+    if job_id not in svc.state.jobs:
+        raise NotFoundError(f"no job {job_id}")
+    return svc.store.results(job_id)
+
+
+def list_workers(svc: Any) -> list[dict]:
+    now = now_mono(svc)
+    rows = []
+    for info in svc.desk.workers.workers.values():
+        row = info.as_dict(now, svc.desk.workers.stalled)
+        row["attempts"] = sorted(svc.state.by_worker.get(info.worker_id, ()))
+        rows.append(row)
+    return sorted(rows, key=lambda r: r["worker_id"])
+
+
+def snapshot(svc: Any) -> dict:
+    """Plain data for dashboards and metrics, built on the controller's thread."""
+    counts: dict[str, int] = {}
+    for job in svc.state.jobs.values():
+        counts[job.state.value] = counts.get(job.state.value, 0) + 1
+    return {
+        "at": now_wall(svc), "workers": list_workers(svc),
+        "pending_reasons": dict(svc.placement.pending_reasons), "jobs_by_state": counts,
+        "summary": svc.state.summary(), "pending_tasks": len(svc.state.pending),
+        "log_shipping": svc.desk.log_shipping(),
+        "scheduling_passes": svc.placement.pass_seconds.as_dict(),
+        "gangs": {"reserving": len(svc.gangs.reserving), "placed": len(svc.gangs.placed)},
+        "capacity": svc.pushes.capacity(),
+        "unmet": {r: dict(g) for r, g in svc.pushes.unmet.items()},
+        "figures": live_figures.summary(svc.figures, now_wall(svc)),
+    }

@@ -1,0 +1,84 @@
+"""What the controller sends is built as its control.* type and decodes with it (issue 30):
+the start and stop commands to workers and the inventory pushes to regions, taken from a
+real ControllerService (SQLite in a temp dir, a FakeClock) through a day's small events."""
+
+from __future__ import annotations
+
+import pytest
+
+from iris.base.clock import FakeClock
+from iris.controller.effects_out import region_push
+from iris.controller.gangs.tracking import SyncDelta, SyncRegion
+from iris.controller.service import ControllerConfig, ControllerService
+from iris.wire import control
+
+ATTRS = {"cpu": "4", "memory": str(2**33), "region": "east", "slice_id": "s1"}
+SYNC_NAMES = ("slices", "busy", "unmet", "drained", "incarnation", "seq")
+
+
+@pytest.fixture
+def svc(tmp_path):
+    clock = FakeClock()
+    service = ControllerService(ControllerConfig(state_dir=tmp_path), "tcp://127.0.0.1:1",
+                                clock)
+    service.register_worker("s1-h0", "tcp://127.0.0.1:2", ATTRS, [])
+    service.register_worker("s1-h1", "tcp://127.0.0.1:3", ATTRS, [])
+    yield service, clock
+    service.close()
+
+
+def _day(svc: ControllerService, clock: FakeClock) -> tuple[list, list]:
+    """Submit, kill, drain, lose a worker; every command and region push on the way."""
+    commands, pushes = [], []
+
+    def take() -> None:
+        for effect in svc.take_effects():
+            (pushes if isinstance(effect, SyncRegion | SyncDelta) else commands).append(effect)
+
+    for name in ("a", "b"):
+        svc.submit({"name": f"/alice/{name}", "user": "alice", "resources": {"cpu": 1},
+                    "pip": ["numpy"], "env": {"X": "1"},
+                    "entrypoint": {"kind": "command", "argv": ["true"]}})
+    take()
+    svc.kill("/alice/a")
+    svc.drain_hosts({"s1-h1": "s1"})
+    clock.advance(1.0)
+    svc.tick()
+    take()
+    svc.worker_gone("s1-h0", "tcp://127.0.0.1:2", "goodbye")
+    clock.advance(1.0)
+    svc.tick()
+    take()
+    return [c for c in commands if hasattr(c, "message")], pushes
+
+
+def test_commands_to_workers_decode_with_their_schema_type(svc):
+    commands, _ = _day(*svc)
+    assert {c.method for c in commands} == {"start_attempt", "stop_attempt"}
+    for command in commands:
+        assert isinstance(command.message, control.Launch | control.StopRequest)
+        wire = control.encode(command.message)  # what effects_out sends
+        assert control.decode(type(command.message), wire) == command.message
+    launch = next(c.message for c in commands if c.method == "start_attempt")
+    assert launch.pip == ("numpy",) and launch.entrypoint.argv == ("true",)
+
+
+def test_region_pushes_decode_with_their_schema_type(svc):
+    _, pushes = _day(*svc)
+    assert {type(p) for p in pushes} == {SyncRegion, SyncDelta}
+    for push in pushes:
+        method, args = region_push(push)
+        if method == "sync":
+            control.arguments(control.RegionSync, SYNC_NAMES, args)
+        else:
+            assert method == "sync_delta" and len(args) == 1
+            control.decode(control.RegionDelta, args[0])
+
+
+def test_report_answers_decode_with_their_schema_type(svc):
+    service, _ = svc
+    known = service.report("s1-h0", [])
+    unknown = service.report("nobody", [])
+    assert control.decode(control.ReportAnswer, known).reregister is False
+    assert control.decode(control.ReportAnswer, unknown).reregister is True
+    assert control.decode(control.ReportAnswer, known).interval_s is not None
