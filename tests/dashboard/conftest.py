@@ -105,8 +105,10 @@ def dash(tmp_path_factory):
         jobs = {
             "ok": iris.submit(["python", "-c", "print('hello from ok')"], name="ok"),
             "bad": iris.submit(["sh", "-c", "echo about to fail; exit 3"], name="bad"),
-            "run": iris.submit(["sh", "-c", "echo still running; sleep 600"], name="run"),
-            "victim": iris.submit(["sh", "-c", "echo kill me; sleep 600"], name="victim"),
+            # Longer than any session (the fixture is session-scoped: a whole loaded run once
+            # outlasted 600 s and `run` "succeeded"); the teardown stops them.
+            "run": iris.submit(["sh", "-c", "echo still running; sleep 86400"], name="run"),
+            "victim": iris.submit(["sh", "-c", "echo kill me; sleep 86400"], name="victim"),
         }
         jobs["pend"] = iris.submit(["true"], name="pend", resources=iris.Resources(cpu=3))
         jobs["ok"].wait(WAIT_S)
