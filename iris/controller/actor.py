@@ -78,7 +78,7 @@ class Controller(EffectsOut):
         secret = load_secret(config.state_dir)
         self._token = controller_token(secret)  # on its calls to its own Regions
         node.grant(self._token, tokens.CONTROLLER)
-        self._creds = Credentials(secret, config.state_dir, node.grant, node.revoke)
+        self._creds = Credentials(config.state_dir, node.grant, node.revoke)
         self._creds_swept = node.clock.monotonic()
         # Regions no host names any more are stopped: after twice the silence that loses one.
         self._reclaim = RegionReclaim(2 * config.worker_dead_after_s)
@@ -321,8 +321,10 @@ class Controller(EffectsOut):
 
     @requires()  # the inspector actor (inspector.py), in process
     def inspect_target(self, raw: dict) -> dict:
-        """The live attempt and worker behind a task; an allowed exec is noted first."""
-        return locate(self._svc, raw)
+        """The live attempt and worker behind a task; an allowed exec is noted first. With
+        `auth`, the command token the inspector presents to that worker."""
+        target = locate(self._svc, raw)
+        return {**target, "auth": self._command_token(target["worker_id"])}
 
     @requires(tokens.ADMIN)
     def drain_worker(self, worker_id: str) -> dict:
@@ -370,7 +372,7 @@ class Controller(EffectsOut):
             self._region_stats.pop(region, None)
             self._node.unhost(region_key(region))
 
-    def _command_token(self, worker_id: str) -> bytes:
+    def _command_token(self, worker_id: str) -> bytes | None:
         """What this controller presents on its commands to that worker (EffectsOut)."""
         return self._creds.command_token(worker_id)
 

@@ -28,9 +28,10 @@ from iris.actors.keys import (
 from iris.actors.registry import Registry
 from iris.base.errors import BadArgumentsError, PermissionDeniedError
 from iris.controller.actor import Controller
-from iris.controller.credentials import command_token, controller_token, load_secret
+from iris.controller.credentials import controller_token, load_secret
 from iris.controller.inspector import Inspector
 from iris.controller.regions.region import Region
+from iris.worker import credential
 from iris.worker.actor import Worker
 from iris.worker.inspector import WorkerInspector
 from tests import joining
@@ -96,9 +97,11 @@ def world(tmp_path_factory):
         secret = load_secret(state)
         [real] = client.node.call(cluster.address, CONTROLLER_KEY, "list_workers").result(60)
         fake = joining.join(client.node, cluster.address, FAKE)
+        # What the controller presents on its commands to the real worker (its work dir).
+        commands = credential.read(root / "worker-0", real["worker_id"]).command_token
         yield {
             "cluster": cluster, "node": client.node, "db": state / "jobs.sqlite3",
-            "worker": real, "fake": fake, "secret": secret,
+            "worker": real, "fake": fake, "secret": secret, "commands": commands,
             "cluster_token": tokens.read(state / tokens.CLUSTER_TOKEN_FILE),
             "admin_token": tokens.read(state / tokens.ADMIN_TOKEN_FILE),
         }
@@ -113,13 +116,13 @@ def _where(world, actor: str) -> tuple[str, str]:
 
 
 def _auth(world, role: str, at_worker: bool) -> bytes | None:
-    real, secret = world["worker"]["worker_id"], world["secret"]
+    secret = world["secret"]
     return {"client": None, "member": world["cluster_token"], "admin": world["admin_token"],
             "worker": world["fake"]["credential"], "worker-as-other": world["fake"]["credential"],
             # The controller's own token at its node; at a worker, its command token for it.
-            "controller": command_token(secret, real) if at_worker else controller_token(secret),
+            "controller": world["commands"] if at_worker else controller_token(secret),
             # Another worker's command token (what that worker holds): no role here.
-            "controller-of-other": command_token(secret, FAKE)}[role]
+            "controller-of-other": world["fake"]["command_token"]}[role]
 
 
 def _state(world) -> dict:

@@ -1,7 +1,7 @@
 """Worker credentials (controller/credentials.py), pure: one per worker, granted and revoked
 at the node's table; a live id is not issued again, a banned one never (across restarts);
-lost workers' credentials are swept; command tokens are per worker and only the
-controller's secret makes them."""
+lost workers' credentials are swept; command tokens are per worker and per join, so one
+got by joining under an id earlier commands nobody later."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ from iris.controller.credentials import (
     JOIN_GRACE_S,
     LIVE_S,
     Credentials,
-    command_token,
     controller_token,
 )
 
@@ -22,7 +21,7 @@ SECRET = b"s" * 32
 @pytest.fixture
 def table(tmp_path):
     grants: dict[bytes, tuple[str, str]] = {}
-    creds = Credentials(SECRET, tmp_path, lambda t, role, who: grants.__setitem__(t, (role, who)),
+    creds = Credentials(tmp_path, lambda t, role, who: grants.__setitem__(t, (role, who)),
                         lambda t: grants.pop(t, None))
     return creds, grants, tmp_path
 
@@ -33,9 +32,21 @@ def test_each_worker_gets_its_own_credential_naming_it(table):
     assert a["credential"] != b["credential"]
     assert grants[a["credential"]] == ("worker", "w-a")
     assert grants[b["credential"]] == ("worker", "w-b")
-    assert a["command_token"] == command_token(SECRET, "w-a") != b["command_token"]
-    assert command_token(b"other secret", "w-a") != a["command_token"]
+    assert creds.command_token("w-a") == a["command_token"] != b["command_token"]
     assert controller_token(SECRET) not in (a["command_token"], b["command_token"])
+    assert creds.command_token("w-c") is None  # never joined: commanded with nothing
+
+
+def test_a_command_token_got_by_an_earlier_join_under_an_id_is_not_the_next_ones(table):
+    # A host joining under an id while it is free (after a controller restart, a lost
+    # worker) must not keep a token that commands the real worker once it joins again.
+    creds, _, _ = table
+    stolen = creds.issue("w-a", 0.0, None)
+    again = creds.issue("w-a", 100.0, heard_s_ago=None)
+    assert again["command_token"] != stolen["command_token"]
+    assert creds.command_token("w-a") == again["command_token"]
+    creds.revoke("w-a")
+    assert creds.command_token("w-a") is None
 
 
 def test_revoking_one_leaves_the_others(table):
@@ -62,7 +73,7 @@ def test_a_banned_id_may_not_join_again_even_after_a_restart(table):
     assert a["credential"] not in grants
     with pytest.raises(PermissionDeniedError, match="revoked by an operator"):
         creds.issue("w-a", 100.0, None)
-    restarted = Credentials(SECRET, state_dir, lambda *a: None, lambda t: None)
+    restarted = Credentials(state_dir, lambda *a: None, lambda t: None)
     with pytest.raises(PermissionDeniedError):
         restarted.issue("w-a", 0.0, None)
     restarted.issue("w-b", 0.0, None)  # others join as before
