@@ -22,7 +22,12 @@ from iris.actors.batching import batched
 from iris.actors.hosting import requires
 from iris.actors.keys import CONTROLLER_KEY, region_key, worker_key
 from iris.base.errors import ConfigError, InvalidRequestError, IrisError, NotFoundError
-from iris.controller.credentials import Credentials, controller_token, load_secret
+from iris.controller.credentials import (
+    Credentials,
+    check_id,
+    controller_token,
+    load_secret,
+)
 from iris.controller.effects_out import EffectsOut, sum_stats
 from iris.controller.gangs.coordinator import (
     CoordinatorConfig,
@@ -255,7 +260,7 @@ class Controller(EffectsOut):
         """A new host, holding the cluster token, gets its own credential and the token
         the controller will present on its commands (credentials.py). Refused for an id
         an operator revoked, and for one a live worker holds."""
-        schema.text(worker_id, "worker_id", max_len=256)
+        check_id(worker_id)
         info = self._svc.workers.workers.get(worker_id)
         now = self._node.clock.monotonic()
         if info is None:
@@ -346,7 +351,7 @@ class Controller(EffectsOut):
         """An operator's `iris worker revoke`: the worker's credential is revoked (its next
         call is refused), its id may not join again, and its attempts are requeued now
         (its lease lapses, so its watchdog stops them there). Other workers are untouched."""
-        schema.text(worker_id, "worker_id", max_len=256)
+        check_id(worker_id)
         info = self._svc.workers.workers.get(worker_id)
         held = worker_id in self._creds.banned or self._creds.revoke(worker_id)
         if info is None and not held:

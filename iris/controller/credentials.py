@@ -32,7 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from iris.actors import tokens
-from iris.base.errors import ConflictError, PermissionDeniedError
+from iris.base.errors import ConflictError, InvalidRequestError, PermissionDeniedError
 
 # A worker heard from (or given its credential) this recently is live: its id is not
 # issued again (as a second registration under a live id is refused: workers.py).
@@ -41,6 +41,7 @@ LIVE_S = 5.0
 # admission control comes back within ~20 s at 10,000 hosts).
 JOIN_GRACE_S = 60.0
 BANNED_FILE = tokens.REVOKED_WORKERS_FILE
+MAX_ID_LEN = 256  # as control.py bounds a worker id on the wire
 
 Grant = Callable[[bytes, str, str], None]
 Revoke = Callable[[bytes], None]
@@ -76,6 +77,7 @@ class Credentials:
         """A new credential for `worker_id` (its old one revoked): refused for a banned id
         and for one a live worker holds. `heard_s_ago`, `address`: the registered worker's
         silence and address, if one is registered."""
+        check_id(worker_id)
         if worker_id in self.banned:
             raise PermissionDeniedError(
                 f"worker {worker_id!r} was revoked by an operator (iris worker revoke): it "
@@ -103,6 +105,7 @@ class Credentials:
 
     def ban(self, worker_id: str) -> None:
         """Revoked for good: the id may not join again (kept across restarts)."""
+        check_id(worker_id)
         self.revoke(worker_id)
         if worker_id not in self.banned:
             self.banned.add(worker_id)
@@ -119,6 +122,18 @@ class Credentials:
         return stale
 
 
+def check_id(worker_id: object) -> str:
+    """A worker id is printable text without spaces, at most MAX_ID_LEN characters: it is
+    an actor's key, a log word and one line of the banned file (an id holding a newline
+    would bar two ids there after a restart)."""
+    if not isinstance(worker_id, str) or not 0 < len(worker_id) <= MAX_ID_LEN or \
+            not worker_id.isprintable() or any(c.isspace() for c in worker_id):
+        raise InvalidRequestError(
+            f"worker_id: {str(worker_id)[:80]!r} is not a worker id (1-{MAX_ID_LEN} printable "
+            "characters, no spaces)", "worker_id")
+    return worker_id
+
+
 def _read_banned(path: Path) -> set[str]:
     try:
         return {line.strip() for line in path.read_text().splitlines() if line.strip()}
@@ -131,4 +146,4 @@ def load_secret(state_dir: Path) -> bytes:
     return tokens.load_or_create(Path(state_dir) / tokens.CONTROLLER_SECRET_FILE)
 
 
-__all__ = ["Credentials", "controller_token", "load_secret"]
+__all__ = ["Credentials", "check_id", "controller_token", "load_secret"]

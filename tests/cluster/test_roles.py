@@ -26,7 +26,7 @@ from iris.actors.keys import (
     worker_key,
 )
 from iris.actors.registry import Registry
-from iris.base.errors import BadArgumentsError, PermissionDeniedError
+from iris.base.errors import BadArgumentsError, InvalidRequestError, PermissionDeniedError
 from iris.controller.actor import Controller
 from iris.controller.credentials import controller_token, load_secret
 from iris.controller.inspector import Inspector
@@ -235,3 +235,17 @@ def test_a_revoked_worker_is_refused_at_its_next_call_and_the_others_are_not(wor
     # The fake worker that joined before is untouched: it still speaks as itself (and,
     # never registered, is told to register).
     assert call("report", FAKE, [], auth=world["fake"]["credential"])["reregister"]
+
+
+def test_a_join_under_a_malformed_id_is_refused_naming_it_and_issues_nothing(world):
+    node, address = world["node"], world["cluster"].address
+    for bad in ("w-x\nw-y", "w x", "w" * 300):
+        with pytest.raises(InvalidRequestError, match="worker_id"):
+            node.call(address, CONTROLLER_KEY, "join", (bad,), timeout_s=30,
+                      auth=world["cluster_token"]).result(60)
+        with pytest.raises(InvalidRequestError, match="worker_id"):
+            node.call(address, CONTROLLER_KEY, "revoke_worker", (bad,), timeout_s=30,
+                      auth=world["admin_token"]).result(60)
+    banned = world["db"].parent / tokens.REVOKED_WORKERS_FILE
+    lines = banned.read_text().splitlines() if banned.exists() else []
+    assert not {"w-x", "w-y", "w x", "w" * 300} & set(lines), lines

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from iris.base.errors import ConflictError, PermissionDeniedError
+from iris.base.errors import ConflictError, InvalidRequestError, PermissionDeniedError
 from iris.controller.credentials import (
     JOIN_GRACE_S,
     LIVE_S,
@@ -85,3 +85,14 @@ def test_unregistered_workers_credentials_are_swept_after_the_join_grace(table):
     assert creds.sweep({"w-b": object()}, JOIN_GRACE_S - 1.0) == []  # w-a may still register
     assert creds.sweep({"w-b": object()}, JOIN_GRACE_S + 1.0) == ["w-a"]
     assert a["credential"] not in grants and b["credential"] in grants and len(creds) == 1
+
+
+@pytest.mark.parametrize("worker_id", ["w-a\nw-b", "w a", "w-\x00", "w-\t", "", "w" * 257])
+def test_an_id_that_cannot_be_one_line_of_the_banned_file_is_refused(table, worker_id):
+    creds, grants, state_dir = table
+    with pytest.raises(InvalidRequestError, match="worker_id"):
+        creds.issue(worker_id, 0.0, None)
+    with pytest.raises(InvalidRequestError, match="worker_id"):
+        creds.ban(worker_id)
+    assert not grants and not creds.banned
+    assert Credentials(state_dir, lambda *a: None, lambda t: None).banned == set()
