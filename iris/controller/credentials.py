@@ -32,7 +32,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from iris.actors import tokens
-from iris.base.errors import ConflictError, InvalidRequestError, PermissionDeniedError
+from iris.base.errors import (
+    ConflictError,
+    InvalidRequestError,
+    OverloadedError,
+    PermissionDeniedError,
+)
 
 # A worker heard from (or given its credential) this recently is live: its id is not
 # issued again (as a second registration under a live id is refused: workers.py).
@@ -42,6 +47,10 @@ LIVE_S = 5.0
 JOIN_GRACE_S = 60.0
 BANNED_FILE = tokens.REVOKED_WORKERS_FILE
 MAX_ID_LEN = 256  # as control.py bounds a worker id on the wire
+# Credentials held at once: the fleet (10,000 hosts in bench.fleet) and its joins in flight,
+# with room. A host holding the cluster token joining under ever new ids meets this bound
+# (refused for load) until the sweep reclaims the ids it never registered (JOIN_GRACE_S).
+MAX_HELD = 50_000
 
 Grant = Callable[[bytes, str, str], None]
 Revoke = Callable[[bytes], None]
@@ -56,7 +65,9 @@ def controller_token(secret: bytes) -> bytes:
 class Credentials:
     """Who holds which credential; grants and revokes them at the controller's node."""
 
-    def __init__(self, state_dir: Path, grant: Grant, revoke: Revoke):
+    def __init__(self, state_dir: Path, grant: Grant, revoke: Revoke,
+                 max_held: int = MAX_HELD):
+        self._max_held = max_held
         self._grant, self._revoke = grant, revoke
         # worker id -> (credential, command token, issued)
         self._held: dict[str, tuple[bytes, bytes, float]] = {}
@@ -90,6 +101,11 @@ class Credentials:
                 f"worker id {worker_id} is live{where}; a second worker cannot join under "
                 f"it (do two workers share one --work-dir? a restarted worker joins once "
                 f"the old one is silent for {LIVE_S:g} s)")
+        if worker_id not in self._held and len(self._held) >= self._max_held:
+            raise OverloadedError(
+                f"{self._max_held} worker credentials are held (ids joined and not yet "
+                f"registered are reclaimed {JOIN_GRACE_S:g} s after joining): retry later",
+                retry_after_s=10.0)
         self.revoke(worker_id)
         credential, command = secrets.token_bytes(32), secrets.token_bytes(32)
         self._held[worker_id] = (credential, command, now)

@@ -7,7 +7,12 @@ from __future__ import annotations
 
 import pytest
 
-from iris.base.errors import ConflictError, InvalidRequestError, PermissionDeniedError
+from iris.base.errors import (
+    ConflictError,
+    InvalidRequestError,
+    OverloadedError,
+    PermissionDeniedError,
+)
 from iris.controller.credentials import (
     JOIN_GRACE_S,
     LIVE_S,
@@ -96,3 +101,19 @@ def test_an_id_that_cannot_be_one_line_of_the_banned_file_is_refused(table, work
         creds.ban(worker_id)
     assert not grants and not creds.banned
     assert Credentials(state_dir, lambda *a: None, lambda t: None).banned == set()
+
+
+def test_a_join_flood_is_bounded_and_refused_for_load_until_the_sweep_reclaims_it(tmp_path):
+    grants: dict[bytes, tuple[str, str]] = {}
+    creds = Credentials(tmp_path, lambda t, role, who: grants.__setitem__(t, (role, who)),
+                        lambda t: grants.pop(t, None), max_held=3)
+    for i in range(3):
+        creds.issue(f"w-{i}", 0.0, None)
+    with pytest.raises(OverloadedError, match="3 worker credentials"):
+        creds.issue("w-flood", 1.0, None)
+    assert len(creds) == 3 and len(grants) == 3
+    creds.issue("w-0", LIVE_S + 1.0, heard_s_ago=None)  # a held id joins again: no growth
+    assert len(creds) == 3
+    creds.sweep({"w-0": object()}, JOIN_GRACE_S + 1.0)  # never registered: reclaimed
+    creds.issue("w-flood", JOIN_GRACE_S + 2.0, None)
+    assert len(creds) == 2 == len(grants)
