@@ -502,6 +502,8 @@ class Controller(EffectsOut):
         if now - self._last_prune > _PRUNE_EVERY_S:
             self._last_prune = now
             self._svc.prune()
+            self._svc.bundles.reclaim({j.spec.bundle for j in self._svc.state.jobs.values()
+                                       if j.state not in TERMINAL_JOB})  # bundle_store.py
         self._after(None)
 
     def on_stop(self) -> None:
