@@ -298,14 +298,22 @@ class Controller(EffectsOut):
     def goodbye(self, worker_id: str, address: str) -> None:
         """A worker stopped, its attempts with it: requeue them now. Its credential ends."""
         self._after(self._svc.worker_gone(worker_id, address, "its worker stopped"))
-        self._creds.revoke(worker_id)
+        self._revoke_unless_elsewhere(worker_id, address)
 
     @requires(tokens.WORKER)
     def worker_crashed(self, worker_id: str, address: str) -> None:
         """From a worker's watchdog: the worker process died and its attempts are stopped."""
         self._after(self._svc.worker_gone(worker_id, address, "its worker process died (the "
                                           "watchdog stopped its attempts)"))
-        self._creds.revoke(worker_id)
+        self._revoke_unless_elsewhere(worker_id, address)
+
+    def _revoke_unless_elsewhere(self, worker_id: str, address: str) -> None:
+        """The credential ends with the process at `address`; not when the worker already
+        registered again elsewhere (a restarted process on the same work dir, whose
+        credential file the old one's watchdog then reads): worker_gone left that alone."""
+        info = self._svc.workers.workers.get(worker_id)
+        if info is None or info.address == address:
+            self._creds.revoke(worker_id)
 
     @requires(tokens.WORKER)
     def preemption_notice(self, worker_id: str, address: str, reason: str,

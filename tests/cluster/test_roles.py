@@ -249,3 +249,21 @@ def test_a_join_under_a_malformed_id_is_refused_naming_it_and_issues_nothing(wor
     banned = world["db"].parent / tokens.REVOKED_WORKERS_FILE
     lines = banned.read_text().splitlines() if banned.exists() else []
     assert not {"w-x", "w-y", "w x", "w" * 300} & set(lines), lines
+
+
+def test_a_goodbye_or_crash_for_an_old_address_leaves_the_new_registration_its_credential(
+        world):
+    """A worker restarted on its work dir joined and registered anew; its old process's
+    watchdog then reports the old one crashed (with the credential file, now the new
+    one's): the new registration and its credential stay."""
+    node, address = world["node"], world["cluster"].address
+    cred = joining.credential(node, address, "w-twice")
+    call = lambda method, *args: node.call(  # noqa: E731
+        address, CONTROLLER_KEY, method, args, timeout_s=30, auth=cred).result(60)
+    call("register_worker", "w-twice", "tcp://127.0.0.1:11", {"cpu": "1"}, [])
+    for method in ("worker_crashed", "goodbye"):
+        call(method, "w-twice", "tcp://127.0.0.1:10")  # the old process's address
+        assert not call("report", "w-twice", [])["reregister"], method
+    call("goodbye", "w-twice", "tcp://127.0.0.1:11")
+    with pytest.raises(PermissionDeniedError):
+        call("report", "w-twice", [])
