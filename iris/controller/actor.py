@@ -22,7 +22,12 @@ from iris.actors.batching import batched
 from iris.actors.hosting import requires
 from iris.actors.keys import CONTROLLER_KEY, region_key, worker_key
 from iris.base.errors import ConfigError, InvalidRequestError, IrisError, NotFoundError
-from iris.controller.credentials import Credentials, controller_token, load_secret
+from iris.controller.credentials import (
+    Credentials,
+    check_id,
+    controller_token,
+    load_secret,
+)
 from iris.controller.effects_out import EffectsOut, sum_stats
 from iris.controller.gangs.coordinator import (
     CoordinatorConfig,
@@ -78,7 +83,7 @@ class Controller:
         secret = load_secret(config.state_dir)
         self._token = controller_token(secret)  # on its calls to its own Regions
         node.grant(self._token, tokens.CONTROLLER)
-        self._creds = Credentials(secret, config.state_dir, node.grant, node.revoke)
+        self._creds = Credentials(config.state_dir, node.grant, node.revoke)
         self._creds_swept = node.clock.monotonic()
         # Regions no host names any more are stopped: after twice the silence that loses one.
         self._reclaim = RegionReclaim(2 * config.worker_dead_after_s)
@@ -255,7 +260,7 @@ class Controller:
         """A new host, holding the cluster token, gets its own credential and the token
         the controller will present on its commands (credentials.py). Refused for an id
         an operator revoked, and for one a live worker holds."""
-        schema.text(worker_id, "worker_id", max_len=256)
+        check_id(worker_id)
         info = self._svc.workers.workers.get(worker_id)
         now = self._node.clock.monotonic()
         if info is None:
@@ -293,14 +298,22 @@ class Controller:
     def goodbye(self, worker_id: str, address: str) -> None:
         """A worker stopped, its attempts with it: requeue them now. Its credential ends."""
         self._after(self._svc.worker_gone(worker_id, address, "its worker stopped"))
-        self._creds.revoke(worker_id)
+        self._revoke_unless_elsewhere(worker_id, address)
 
     @requires(tokens.WORKER)
     def worker_crashed(self, worker_id: str, address: str) -> None:
         """From a worker's watchdog: the worker process died and its attempts are stopped."""
         self._after(self._svc.worker_gone(worker_id, address, "its worker process died (the "
                                           "watchdog stopped its attempts)"))
-        self._creds.revoke(worker_id)
+        self._revoke_unless_elsewhere(worker_id, address)
+
+    def _revoke_unless_elsewhere(self, worker_id: str, address: str) -> None:
+        """The credential ends with the process at `address`; not when the worker already
+        registered again elsewhere (a restarted process on the same work dir, whose
+        credential file the old one's watchdog then reads): worker_gone left that alone."""
+        info = self._svc.workers.workers.get(worker_id)
+        if info is None or info.address == address:
+            self._creds.revoke(worker_id)
 
     @requires(tokens.WORKER)
     def preemption_notice(self, worker_id: str, address: str, reason: str,
@@ -321,8 +334,10 @@ class Controller:
 
     @requires()  # the inspector actor (inspector.py), in process
     def inspect_target(self, raw: dict) -> dict:
-        """The live attempt and worker behind a task; an allowed exec is noted first."""
-        return locate(self._svc, raw)
+        """The live attempt and worker behind a task; an allowed exec is noted first. With
+        `auth`, the command token the inspector presents to that worker."""
+        target = locate(self._svc, raw)
+        return {**target, "auth": self._command_token(target["worker_id"])}
 
     @requires(tokens.ADMIN)
     def drain_worker(self, worker_id: str) -> dict:
@@ -344,7 +359,7 @@ class Controller:
         """An operator's `iris worker revoke`: the worker's credential is revoked (its next
         call is refused), its id may not join again, and its attempts are requeued now
         (its lease lapses, so its watchdog stops them there). Other workers are untouched."""
-        schema.text(worker_id, "worker_id", max_len=256)
+        check_id(worker_id)
         info = self._svc.workers.workers.get(worker_id)
         held = worker_id in self._creds.banned or self._creds.revoke(worker_id)
         if info is None and not held:
@@ -369,7 +384,7 @@ class Controller:
             self._out.forget_region(region)
             self._node.unhost(region_key(region))
 
-    def _command_token(self, worker_id: str) -> bytes:
+    def _command_token(self, worker_id: str) -> bytes | None:
         """What this controller presents on its commands to that worker (EffectsOut)."""
         return self._creds.command_token(worker_id)
 
@@ -512,6 +527,8 @@ class Controller:
         if now - self._last_prune > _PRUNE_EVERY_S:
             self._last_prune = now
             self._svc.prune()
+            self._svc.bundles.reclaim({j.spec.bundle for j in self._svc.state.jobs.values()
+                                       if j.state not in TERMINAL_JOB})  # bundle_store.py
         self._after(None)
 
     def on_stop(self) -> None:

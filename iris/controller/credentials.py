@@ -10,14 +10,17 @@ cluster token (`Controller.join`) and gets two secrets of its own:
   watchdog's crash call), when it is lost, and by `iris worker revoke`; a revoked worker is
   refused at its very next call, and may join again unless an operator revoked it (banned:
   `STATE_DIR/revoked_workers`, one id a line; delete the line to let it back).
-- its command token: HMAC-SHA256(controller.secret, id), presented by the controller on the
+- its command token: 32 random bytes, new at each join, presented by the controller on the
   commands it sends that worker (start_attempt, stop_attempt, drain, its inspector); the
-  worker grants it the "controller" role. Derived, so a controller restart keeps it; no
-  other worker holds or can derive it.
+  worker grants it the "controller" role (and revokes the one before). Not derived from
+  the id: a host that joins under an id while its credential is free (the moment after a
+  controller restart, a lost worker) gets a token that the real worker, joining again,
+  never accepts. No other worker holds it.
 An id gets a new credential only while no live worker holds one (heard from in the last
 LIVE_S): another host holding the cluster token cannot take over a live worker's identity.
 Credentials are kept in memory only: after a controller restart every worker's calls are
-refused once, and it joins again (as it registers again anyway).
+refused once, and it joins again (as it registers again anyway); until it has, the
+controller holds no command token for it (and no registration to command).
 """
 
 from __future__ import annotations
@@ -29,7 +32,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from iris.actors import tokens
-from iris.base.errors import ConflictError, PermissionDeniedError
+from iris.base.errors import (
+    ConflictError,
+    InvalidRequestError,
+    OverloadedError,
+    PermissionDeniedError,
+)
 
 # A worker heard from (or given its credential) this recently is live: its id is not
 # issued again (as a second registration under a live id is refused: workers.py).
@@ -38,14 +46,14 @@ LIVE_S = 5.0
 # admission control comes back within ~20 s at 10,000 hosts).
 JOIN_GRACE_S = 60.0
 BANNED_FILE = tokens.REVOKED_WORKERS_FILE
+MAX_ID_LEN = 256  # as control.py bounds a worker id on the wire
+# Credentials held at once: the fleet (10,000 hosts in bench.fleet) and its joins in flight,
+# with room. A host holding the cluster token joining under ever new ids meets this bound
+# (refused for load) until the sweep reclaims the ids it never registered (JOIN_GRACE_S).
+MAX_HELD = 50_000
 
 Grant = Callable[[bytes, str, str], None]
 Revoke = Callable[[bytes], None]
-
-
-def command_token(secret: bytes, worker_id: str) -> bytes:
-    """What the controller presents on its commands to `worker_id` (and nobody else can)."""
-    return hmac.new(secret, b"iris-command\0" + worker_id.encode(), hashlib.sha256).digest()
 
 
 def controller_token(secret: bytes) -> bytes:
@@ -57,42 +65,52 @@ def controller_token(secret: bytes) -> bytes:
 class Credentials:
     """Who holds which credential; grants and revokes them at the controller's node."""
 
-    def __init__(self, secret: bytes, state_dir: Path, grant: Grant, revoke: Revoke):
-        self._secret = secret
+    def __init__(self, state_dir: Path, grant: Grant, revoke: Revoke,
+                 max_held: int = MAX_HELD):
+        self._max_held = max_held
         self._grant, self._revoke = grant, revoke
-        self._held: dict[str, tuple[bytes, float]] = {}  # worker id -> (credential, issued)
+        # worker id -> (credential, command token, issued)
+        self._held: dict[str, tuple[bytes, bytes, float]] = {}
         self._banned_file = Path(state_dir) / BANNED_FILE
         self.banned = _read_banned(self._banned_file)
 
     def __len__(self) -> int:
         return len(self._held)
 
-    def command_token(self, worker_id: str) -> bytes:
-        return command_token(self._secret, worker_id)
+    def command_token(self, worker_id: str) -> bytes | None:
+        """What the controller presents on its commands to `worker_id`; None while it holds
+        no credential (the worker refuses the command; it joins again anyway)."""
+        held = self._held.get(worker_id)
+        return held[1] if held is not None else None
 
     def issue(self, worker_id: str, now: float, heard_s_ago: float | None,
               address: str = "") -> dict:
         """A new credential for `worker_id` (its old one revoked): refused for a banned id
         and for one a live worker holds. `heard_s_ago`, `address`: the registered worker's
         silence and address, if one is registered."""
+        check_id(worker_id)
         if worker_id in self.banned:
             raise PermissionDeniedError(
                 f"worker {worker_id!r} was revoked by an operator (iris worker revoke): it "
                 f"may not join again (remove it from {self._banned_file} to let it back)")
         held = self._held.get(worker_id)
         if held is not None and ((heard_s_ago is not None and heard_s_ago < LIVE_S)
-                                 or now - held[1] < LIVE_S):
+                                 or now - held[2] < LIVE_S):
             where = f" at {address}" if address else ""
             raise ConflictError(
                 f"worker id {worker_id} is live{where}; a second worker cannot join under "
                 f"it (do two workers share one --work-dir? a restarted worker joins once "
                 f"the old one is silent for {LIVE_S:g} s)")
+        if worker_id not in self._held and len(self._held) >= self._max_held:
+            raise OverloadedError(
+                f"{self._max_held} worker credentials are held (ids joined and not yet "
+                f"registered are reclaimed {JOIN_GRACE_S:g} s after joining): retry later",
+                retry_after_s=10.0)
         self.revoke(worker_id)
-        credential = secrets.token_bytes(32)
-        self._held[worker_id] = (credential, now)
+        credential, command = secrets.token_bytes(32), secrets.token_bytes(32)
+        self._held[worker_id] = (credential, command, now)
         self._grant(credential, tokens.WORKER, worker_id)
-        return {"worker_id": worker_id, "credential": credential,
-                "command_token": self.command_token(worker_id)}
+        return {"worker_id": worker_id, "credential": credential, "command_token": command}
 
     def revoke(self, worker_id: str) -> bool:
         """Its credential holds no role from now on; True if it held one."""
@@ -103,6 +121,7 @@ class Credentials:
 
     def ban(self, worker_id: str) -> None:
         """Revoked for good: the id may not join again (kept across restarts)."""
+        check_id(worker_id)
         self.revoke(worker_id)
         if worker_id not in self.banned:
             self.banned.add(worker_id)
@@ -112,11 +131,23 @@ class Credentials:
     def sweep(self, registered: dict, now: float) -> list[str]:
         """Revoke the credentials of workers that are not registered (lost, gone) and were
         issued more than JOIN_GRACE_S ago; the ids revoked."""
-        stale = [w for w, (_, at) in self._held.items()
+        stale = [w for w, (_, _, at) in self._held.items()
                  if w not in registered and now - at > JOIN_GRACE_S]
         for worker_id in stale:
             self.revoke(worker_id)
         return stale
+
+
+def check_id(worker_id: object) -> str:
+    """A worker id is printable text without spaces, at most MAX_ID_LEN characters: it is
+    an actor's key, a log word and one line of the banned file (an id holding a newline
+    would bar two ids there after a restart)."""
+    if not isinstance(worker_id, str) or not 0 < len(worker_id) <= MAX_ID_LEN or \
+            not worker_id.isprintable() or any(c.isspace() for c in worker_id):
+        raise InvalidRequestError(
+            f"worker_id: {str(worker_id)[:80]!r} is not a worker id (1-{MAX_ID_LEN} printable "
+            "characters, no spaces)", "worker_id")
+    return worker_id
 
 
 def _read_banned(path: Path) -> set[str]:
@@ -131,4 +162,4 @@ def load_secret(state_dir: Path) -> bytes:
     return tokens.load_or_create(Path(state_dir) / tokens.CONTROLLER_SECRET_FILE)
 
 
-__all__ = ["Credentials", "command_token", "controller_token", "load_secret"]
+__all__ = ["Credentials", "check_id", "controller_token", "load_secret"]

@@ -23,12 +23,9 @@ from iris.actors import Node, actor, tokens
 from iris.actors.hosting import requires
 from iris.actors.keys import (
     CONTROLLER_KEY,
-    INSPECT_SUFFIX,
-    WORKER_KEY_PREFIX,
     worker_inspect_key,
 )
 from iris.base.errors import InvalidRequestError, NotFoundError, OverloadedError
-from iris.controller.credentials import command_token
 from iris.wire import control
 
 # The controller answers `inspect_target` from its turn: milliseconds, or seconds when busy.
@@ -42,21 +39,22 @@ IDLE_S = 600.0  # a route unused this long is forgotten (the worker gave up afte
 
 @actor(max_concurrency=512)
 class Inspector:
-    def __init__(self, node: Node, secret: bytes):
+    def __init__(self, node: Node):
         self._node = node
-        self._secret = secret  # the controller's: each worker's command token (credentials.py)
-        self._routes: dict[str, tuple[str, str, float]] = {}  # session -> (address, key, at)
+        # session -> (address, key, the worker's command token, at)
+        self._routes: dict[str, tuple[str, str, bytes | None, float]] = {}
 
     async def _target(self, raw: dict) -> dict:
         node = self._node
         return await node.call(node.address, CONTROLLER_KEY, "inspect_target", (raw,),
                                timeout_s=_TARGET_TIMEOUT_S)
 
-    async def _worker(self, address: str, key: str, method: str, *args: Any,
-                      timeout_s: float) -> Any:
-        worker_id = key.removeprefix(WORKER_KEY_PREFIX).removesuffix(INSPECT_SUFFIX)
+    async def _worker(self, address: str, key: str, auth: bytes | None, method: str,
+                      *args: Any, timeout_s: float) -> Any:
+        """`auth`: the worker's command token, as the controller's `inspect_target` gave it
+        (credentials.py: new at each join, so never derived here)."""
         return await self._node.call(address, key, method, args, timeout_s=timeout_s,
-                                     auth=command_token(self._secret, worker_id))
+                                     auth=auth)
 
     async def task_stack(self, raw: dict) -> dict:
         """Every thread's Python stack of the task's processes (`iris task stack`)."""
@@ -64,7 +62,7 @@ class Inspector:
         target = await self._target({**control.encode(ref), "kind": "stack"})
         began = self._node.clock.monotonic()
         got = await self._worker(target["address"], worker_inspect_key(target["worker_id"]),
-                                 "stack", target["attempt_id"], timeout_s=_STACK_TIMEOUT_S)
+                                 target["auth"], "stack", target["attempt_id"], timeout_s=_STACK_TIMEOUT_S)
         took = round(self._node.clock.monotonic() - began, 3)
         return {**_about(target), **got, "took_s": took}
 
@@ -76,7 +74,7 @@ class Inspector:
         ask = control.encode(control.ProfileRequest(target["attempt_id"], req.task_index,
                                                     req.seconds, req.rate))
         got = await self._worker(target["address"], worker_inspect_key(target["worker_id"]),
-                                 "profile", ask, timeout_s=req.seconds + _PROFILE_SLACK_S)
+                                 target["auth"], "profile", ask, timeout_s=req.seconds + _PROFILE_SLACK_S)
         return {**_about(target), **got}
 
     async def task_exec(self, raw: dict) -> dict:
@@ -103,33 +101,35 @@ class Inspector:
                                      "argv": list(req.argv)})
         session = secrets.token_hex(16)
         key = worker_inspect_key(target["worker_id"])
-        await self._worker(target["address"], key, "exec_start", control.encode(
-            control.ExecStart(target["attempt_id"], session, req.argv)), timeout_s=30.0)
-        self._routes[session] = (target["address"], key, self._node.clock.monotonic())
+        await self._worker(target["address"], key, target["auth"], "exec_start",
+                           control.encode(control.ExecStart(target["attempt_id"], session,
+                                                            req.argv)), timeout_s=30.0)
+        self._routes[session] = (target["address"], key, target["auth"],
+                                 self._node.clock.monotonic())
         return {**_about(target), "session": session}
 
     async def exec_poll(self, raw: dict) -> dict:
         """An exec session's output after `cursor` (waiting up to `wait_s` for some), and
         its exit code once it ended and everything before it was delivered."""
         req = control.decode(control.ExecPoll, raw)
-        address, key, _ = self._route(req.session)
-        self._routes[req.session] = (address, key, self._node.clock.monotonic())
+        address, key, auth, _ = self._route(req.session)
+        self._routes[req.session] = (address, key, auth, self._node.clock.monotonic())
         try:
-            got = await self._worker(address, key, "exec_poll", control.encode(req),
+            got = await self._worker(address, key, auth, "exec_poll", control.encode(req),
                                      timeout_s=req.wait_s + _POLL_SLACK_S)
         except NotFoundError:  # the worker collected it (idle, or its task ended)
             self._routes.pop(req.session, None)
             raise
         if got.get("exit_code") is not None:
             self._routes.pop(req.session, None)
-            await self._worker(address, key, "exec_end", req.session, timeout_s=30.0)
+            await self._worker(address, key, auth, "exec_end", req.session, timeout_s=30.0)
         return got
 
     async def exec_end(self, session: str) -> None:
         """Stop an exec session's command (Ctrl-C at `iris task exec`)."""
-        address, key, _ = self._route(session)
+        address, key, auth, _ = self._route(session)
         self._routes.pop(session, None)
-        await self._worker(address, key, "exec_end", session, timeout_s=30.0)
+        await self._worker(address, key, auth, "exec_end", session, timeout_s=30.0)
 
     async def task_url(self, raw: dict) -> dict:
         """Where a task's named port listens: {host, port, url} (`iris job url`)."""
@@ -143,7 +143,7 @@ class Inspector:
         return {**_about(target), "port_name": raw.get("port"), "host": host,
                 "port": target["port"], "url": f"http://{shown}:{target['port']}/"}
 
-    def _route(self, session: Any) -> tuple[str, str, float]:
+    def _route(self, session: Any) -> tuple[str, str, bytes | None, float]:
         if not isinstance(session, str) or session not in self._routes:
             raise NotFoundError(f"no exec session {str(session)[:40]!r} (it ended, or was "
                                 "idle too long)")
@@ -151,7 +151,7 @@ class Inspector:
 
     def _sweep(self) -> None:
         cutoff = self._node.clock.monotonic() - IDLE_S
-        for session in [s for s, (_, _, at) in self._routes.items() if at < cutoff]:
+        for session in [s for s, (*_, at) in self._routes.items() if at < cutoff]:
             del self._routes[session]
 
 

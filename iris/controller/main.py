@@ -16,7 +16,6 @@ from iris.base.errors import ConfigError, ConflictError, IrisError
 from iris.controller.actor import Controller
 from iris.controller.checkpoint import CheckpointSettings, from_storage
 from iris.controller.config import IN_PROCESS_PROVIDERS
-from iris.controller.credentials import load_secret
 from iris.controller.inspector import Inspector
 from iris.controller.regions.autoscaler import AutoscalerConfig
 from iris.controller.regions.capacity import offers_from_groups
@@ -77,7 +76,7 @@ def host_controller(node: Node, config: ControllerConfig) -> None:
     node.host(REGISTRY_KEY, Registry)
     node.host(CONTROLLER_KEY, Controller, (config, node))
     # Looking inside tasks (issue 31): calls workers with their command tokens.
-    node.host(INSPECT_KEY, Inspector, (node, load_secret(config.state_dir)))
+    node.host(INSPECT_KEY, Inspector, (node,))
 
 
 def log_store_from(cluster: ClusterConfig | None) -> LogStoreConfig | None:

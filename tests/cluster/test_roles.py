@@ -26,11 +26,12 @@ from iris.actors.keys import (
     worker_key,
 )
 from iris.actors.registry import Registry
-from iris.base.errors import BadArgumentsError, PermissionDeniedError
+from iris.base.errors import BadArgumentsError, InvalidRequestError, PermissionDeniedError
 from iris.controller.actor import Controller
-from iris.controller.credentials import command_token, controller_token, load_secret
+from iris.controller.credentials import controller_token, load_secret
 from iris.controller.inspector import Inspector
 from iris.controller.regions.region import Region
+from iris.worker import credential
 from iris.worker.actor import Worker
 from iris.worker.inspector import WorkerInspector
 from tests import joining
@@ -96,9 +97,11 @@ def world(tmp_path_factory):
         secret = load_secret(state)
         [real] = client.node.call(cluster.address, CONTROLLER_KEY, "list_workers").result(60)
         fake = joining.join(client.node, cluster.address, FAKE)
+        # What the controller presents on its commands to the real worker (its work dir).
+        commands = credential.read(root / "worker-0", real["worker_id"]).command_token
         yield {
             "cluster": cluster, "node": client.node, "db": state / "jobs.sqlite3",
-            "worker": real, "fake": fake, "secret": secret,
+            "worker": real, "fake": fake, "secret": secret, "commands": commands,
             "cluster_token": tokens.read(state / tokens.CLUSTER_TOKEN_FILE),
             "admin_token": tokens.read(state / tokens.ADMIN_TOKEN_FILE),
         }
@@ -113,19 +116,23 @@ def _where(world, actor: str) -> tuple[str, str]:
 
 
 def _auth(world, role: str, at_worker: bool) -> bytes | None:
-    real, secret = world["worker"]["worker_id"], world["secret"]
+    secret = world["secret"]
     return {"client": None, "member": world["cluster_token"], "admin": world["admin_token"],
             "worker": world["fake"]["credential"], "worker-as-other": world["fake"]["credential"],
             # The controller's own token at its node; at a worker, its command token for it.
-            "controller": command_token(secret, real) if at_worker else controller_token(secret),
+            "controller": world["commands"] if at_worker else controller_token(secret),
             # Another worker's command token (what that worker holds): no role here.
-            "controller-of-other": command_token(secret, FAKE)}[role]
+            "controller-of-other": world["fake"]["command_token"]}[role]
 
 
 def _state(world) -> dict:
     node, address, real = world["node"], world["cluster"].address, world["worker"]
     return {"controller": controller_state(node, address, world["db"]),
-            "region": node.call(address, region_key("local"), "inventory").result(60),
+            # Without its push number: the controller's keepalive (an empty push every
+            # 5 s: service_placement.KEEPALIVE_S) moves it by itself.
+            "region": {k: v for k, v in node.call(address, region_key("local"),
+                                                  "inventory").result(60).items()
+                       if k != "seq"},
             "worker": node.call(real["address"], worker_key(real["worker_id"]),
                                 "status").result(60)}
 
@@ -232,3 +239,35 @@ def test_a_revoked_worker_is_refused_at_its_next_call_and_the_others_are_not(wor
     # The fake worker that joined before is untouched: it still speaks as itself (and,
     # never registered, is told to register).
     assert call("report", FAKE, [], auth=world["fake"]["credential"])["reregister"]
+
+
+def test_a_join_under_a_malformed_id_is_refused_naming_it_and_issues_nothing(world):
+    node, address = world["node"], world["cluster"].address
+    for bad in ("w-x\nw-y", "w x", "w" * 300):
+        with pytest.raises(InvalidRequestError, match="worker_id"):
+            node.call(address, CONTROLLER_KEY, "join", (bad,), timeout_s=30,
+                      auth=world["cluster_token"]).result(60)
+        with pytest.raises(InvalidRequestError, match="worker_id"):
+            node.call(address, CONTROLLER_KEY, "revoke_worker", (bad,), timeout_s=30,
+                      auth=world["admin_token"]).result(60)
+    banned = world["db"].parent / tokens.REVOKED_WORKERS_FILE
+    lines = banned.read_text().splitlines() if banned.exists() else []
+    assert not {"w-x", "w-y", "w x", "w" * 300} & set(lines), lines
+
+
+def test_a_goodbye_or_crash_for_an_old_address_leaves_the_new_registration_its_credential(
+        world):
+    """A worker restarted on its work dir joined and registered anew; its old process's
+    watchdog then reports the old one crashed (with the credential file, now the new
+    one's): the new registration and its credential stay."""
+    node, address = world["node"], world["cluster"].address
+    cred = joining.credential(node, address, "w-twice")
+    call = lambda method, *args: node.call(  # noqa: E731
+        address, CONTROLLER_KEY, method, args, timeout_s=30, auth=cred).result(60)
+    call("register_worker", "w-twice", "tcp://127.0.0.1:11", {"cpu": "1"}, [])
+    for method in ("worker_crashed", "goodbye"):
+        call(method, "w-twice", "tcp://127.0.0.1:10")  # the old process's address
+        assert not call("report", "w-twice", [])["reregister"], method
+    call("goodbye", "w-twice", "tcp://127.0.0.1:11")
+    with pytest.raises(PermissionDeniedError):
+        call("report", "w-twice", [])

@@ -66,6 +66,26 @@ def test_a_worker_frozen_past_the_timeout_is_fenced_before_its_task_runs_again(
         assert len(starts(tmp_path, "frozen")) == 2
 
 
+def test_a_worker_continued_after_it_was_lost_joins_again_and_runs_work(tmp_path, wait_until):
+    """SIGSTOP past the lost threshold, then SIGCONT: its old credential is no use (lost:
+    swept), it is told so, joins again under its id, registers and runs a new task; it is
+    never listed twice."""
+    with iris.local_cluster(workers=1, state_dir=tmp_path / "c") as ctx:
+        [worker] = _controller(ctx, "list_workers")
+        pid = int(worker["attributes"]["pid"])
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            wait_until(lambda: not _controller(ctx, "list_workers"), what="the worker lost",
+                       timeout_s=SILENT_LOST_S + 90)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        [again] = wait_until(lambda: _controller(ctx, "list_workers"),
+                             what="the worker registered again")
+        assert again["worker_id"] == worker["worker_id"]
+        assert iris.submit(["true"]).wait(timeout=120)["state"] == "succeeded"
+        assert [w["worker_id"] for w in _controller(ctx, "list_workers")] == [again["worker_id"]]
+
+
 def test_a_second_worker_on_the_same_work_dir_refuses_to_start(tmp_path):
     with iris.local_cluster(workers=0, state_dir=tmp_path / "c") as ctx:
         argv = [sys.executable, "-m", "iris", "worker", "--controller", ctx.address,

@@ -4,8 +4,8 @@
 transaction, so the copy is exactly one committed state; in WAL mode the controller keeps
 committing meanwhile), then writes a gzip'd tar of the copy and the role secrets: a new
 controller must accept the cluster token the workers already hold, or none of them could
-join again, and make the same command tokens (its `controller.secret`); the ids an operator
-revoked stay barred. `unpack` checks an archive fully (size, sha256, members, SQLite integrity,
+join again, and keep its `controller.secret` (the token on its calls to its own Regions);
+the ids an operator revoked stay barred. `unpack` checks an archive fully (size, sha256, members, SQLite integrity,
 schema version) in a scratch directory before anything is put where a controller reads it.
 
 The manifest (a small dict) travels with the archive as object metadata: name, when, which
