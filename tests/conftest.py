@@ -24,17 +24,31 @@ DURATIONS = os.path.join(ROOT, "tests", "durations.json")
 
 
 @pytest.hookimpl(trylast=True)
-def pytest_collection_modifyitems(items) -> None:
+def pytest_collection_modifyitems(config, items) -> None:
     """The longest modules first: xdist hands out tests in this order (after its groups, the
     biggest first), so a long test does not start last and leave the other worker idle.
     A module moves whole (a stable sort): its module-scoped fixtures still start once per
     worker. A module missing from the file keeps its place after the known ones."""
+    _check_xdist_groups(config, items)
     try:
         with open(DURATIONS) as f:
             seconds = json.load(f)
     except (OSError, ValueError):
         return
     items.sort(key=lambda item: -seconds.get(item.nodeid.split("::")[0], 0.0))
+
+
+def _check_xdist_groups(config, items) -> None:
+    """Under `--dist loadgroup` xdist sends a group's tests to one worker by the `@group`
+    suffix it adds to their ids; a pytest whose ids it cannot change (9.2 with xdist 3.8)
+    loses that silently, and each worker then starts its own Ray head and Slurm cluster."""
+    if not getattr(config.option, "loadgroup", False):
+        return  # not an xdist worker of a loadgroup run
+    for item in items:
+        if item.get_closest_marker("xdist_group") and "@" not in item.nodeid.rpartition("]")[2]:
+            raise pytest.UsageError(
+                f"--dist loadgroup: xdist could not tag {item.nodeid} with its group (pytest "
+                f"{pytest.__version__}); install the versions pyproject.toml pins")
 
 
 class Child:
