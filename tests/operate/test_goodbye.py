@@ -35,7 +35,9 @@ _SILENCE_S = 600.0
 
 
 @contextmanager
-def _cluster(tmp: Path) -> Iterator[ClusterContext]:
+def _cluster(tmp: Path, workers: _Workers) -> Iterator[ClusterContext]:
+    """A controller in this process; the workers started on it stop before it does (a
+    worker whose controller is gone waits for it before it leaves, 3 s each)."""
     node = Node(NodeConfig()).start()
     try:
         host_controller(node, ControllerConfig(state_dir=tmp / "controller",
@@ -44,6 +46,7 @@ def _cluster(tmp: Path) -> Iterator[ClusterContext]:
         with ClusterContext(node, node.address) as ctx:
             yield ctx
     finally:
+        workers.stop_all()
         node.stop()
 
 
@@ -74,17 +77,26 @@ class _Worker:
             self.proc.wait()
 
 
+class _Workers:
+    """`workers(ctx, tmp, id)` starts one; all are stopped by `_cluster` (or at the end)."""
+
+    def __init__(self) -> None:
+        self.started: list[_Worker] = []
+
+    def __call__(self, ctx: ClusterContext, tmp: Path, worker_id: str) -> _Worker:
+        self.started.append(_Worker(ctx, tmp, worker_id))
+        return self.started[-1]
+
+    def stop_all(self) -> None:
+        for worker in self.started:
+            worker.stop()
+
+
 @pytest.fixture
-def workers():
-    started: list[_Worker] = []
-
-    def start(ctx: ClusterContext, tmp: Path, worker_id: str) -> _Worker:
-        started.append(_Worker(ctx, tmp, worker_id))
-        return started[-1]
-
-    yield start
-    for worker in started:
-        worker.stop()
+def workers() -> Iterator[_Workers]:
+    started = _Workers()
+    yield started
+    started.stop_all()
 
 
 def _listed(ctx: ClusterContext) -> set[str]:
@@ -98,7 +110,7 @@ def _where(job) -> str:
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_a_signalled_worker_hands_its_task_back_and_it_reruns_elsewhere_at_once(
         tmp_path, workers, wait_until, signum):
-    with _cluster(tmp_path) as ctx:
+    with _cluster(tmp_path, workers) as ctx:
         first = workers(ctx, tmp_path, "wa")
         wait_until(lambda: _listed(ctx) == {"wa"}, what="worker wa registered")
         job = iris.submit(hold, str(tmp_path))
@@ -128,7 +140,7 @@ def test_a_signalled_worker_hands_its_task_back_and_it_reruns_elsewhere_at_once(
 
 def test_an_idle_worker_leaves_the_list_before_its_process_ends(tmp_path, workers,
                                                                 wait_until):
-    with _cluster(tmp_path) as ctx:
+    with _cluster(tmp_path, workers) as ctx:
         worker = workers(ctx, tmp_path, "idle")
         wait_until(lambda: _listed(ctx) == {"idle"}, what="the worker registered")
         worker.proc.terminate()
@@ -139,7 +151,7 @@ def test_an_idle_worker_leaves_the_list_before_its_process_ends(tmp_path, worker
 def test_a_leaving_worker_gets_no_new_work(tmp_path, workers, wait_until):
     """A task that takes 3 s to stop keeps its worker leaving for that long; a job submitted
     meanwhile goes to the other worker, never to the one that is leaving."""
-    with _cluster(tmp_path) as ctx:
+    with _cluster(tmp_path, workers) as ctx:
         first = workers(ctx, tmp_path, "slow")
         wait_until(lambda: _listed(ctx) == {"slow"}, what="worker slow registered")
         script = ("import signal, time, pathlib, sys\n"
@@ -171,7 +183,7 @@ def _iris(*argv: str) -> subprocess.CompletedProcess:
 
 def test_iris_worker_drain_moves_the_work_and_stops_the_worker(tmp_path, workers,
                                                                wait_until):
-    with _cluster(tmp_path) as ctx:
+    with _cluster(tmp_path, workers) as ctx:
         first = workers(ctx, tmp_path, "wa")
         wait_until(lambda: _listed(ctx) == {"wa"}, what="worker wa registered")
         job = iris.submit(hold, str(tmp_path))
