@@ -9,6 +9,7 @@ that the stopped one was gone before its rerun began.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import signal
@@ -213,3 +214,36 @@ def test_iris_worker_drain_moves_the_work_and_stops_the_worker(tmp_path, workers
         assert "drained by an operator" in first.log.read_text()
         (tmp_path / "release").touch()
         assert job.wait(timeout=120)["state"] == "succeeded"
+
+
+def _watchdog_running(work_dir: Path) -> bool:
+    """Does a watchdog hold this work directory's lock (iris/worker/watchdog.py)?"""
+    fd = os.open(work_dir / "watchdog.lock", os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+
+
+def test_a_clean_stop_makes_no_crash_report_and_a_kill_9_does(tmp_path, workers, wait_until):
+    """A worker that said goodbye leaves no lease behind, so its watchdog just exits; one
+    killed with SIGKILL leaves its lease, and its watchdog tells the controller, which drops
+    it at once (the silence rule here is 10 minutes)."""
+    with _cluster(tmp_path, workers) as ctx:
+        clean, killed = workers(ctx, tmp_path, "clean"), workers(ctx, tmp_path, "killed")
+        wait_until(lambda: all((tmp_path / w / "lease.json").exists() for w in ("clean",
+                                                                               "killed")),
+                   what="both workers' first acknowledged reports")
+        clean.proc.terminate()
+        assert clean.proc.wait(timeout=60) == 0
+        os.killpg(killed.proc.pid, signal.SIGKILL)
+        killed.proc.wait(timeout=60)
+        wait_until(lambda: _listed(ctx) == set(), what="the crash report dropping 'killed'")
+        assert "worker killed died" in (tmp_path / "killed" / "watchdog.log").read_text()
+        wait_until(lambda: not _watchdog_running(tmp_path / "clean"),
+                   what="the clean worker's watchdog to exit")
+        assert not (tmp_path / "clean" / "lease.json").exists()
+        assert "died" not in (tmp_path / "clean" / "watchdog.log").read_text()
