@@ -40,12 +40,19 @@ def pytest_collection_modifyitems(config, items) -> None:
 
 def _check_xdist_groups(config, items) -> None:
     """Under `--dist loadgroup` xdist sends a group's tests to one worker by the `@group`
-    suffix it adds to their ids; a pytest whose ids it cannot change (9.2 with xdist 3.8)
-    loses that silently, and each worker then starts its own Ray head and Slurm cluster."""
+    suffix it adds to their ids. A group marked by a directory's conftest after xdist's hook
+    ran (tests/providers marks the Slurm tests) is tagged here, as xdist would; a pytest
+    whose ids cannot be changed so (9.2 with xdist 3.8) fails the run: it would lose every
+    group silently, and each worker would start its own Ray head and Slurm cluster."""
     if not getattr(config.option, "loadgroup", False):
         return  # not an xdist worker of a loadgroup run
     for item in items:
-        if item.get_closest_marker("xdist_group") and "@" not in item.nodeid.rpartition("]")[2]:
+        names = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                        for m in item.iter_markers("xdist_group")})
+        if not names or "@" in item.nodeid.rpartition("]")[2]:
+            continue
+        item._nodeid = f"{item.nodeid}@{'_'.join(names)}"
+        if "@" not in item.nodeid.rpartition("]")[2]:
             raise pytest.UsageError(
                 f"--dist loadgroup: xdist could not tag {item.nodeid} with its group (pytest "
                 f"{pytest.__version__}); install the versions pyproject.toml pins")
