@@ -24,17 +24,38 @@ DURATIONS = os.path.join(ROOT, "tests", "durations.json")
 
 
 @pytest.hookimpl(trylast=True)
-def pytest_collection_modifyitems(items) -> None:
+def pytest_collection_modifyitems(config, items) -> None:
     """The longest modules first: xdist hands out tests in this order (after its groups, the
     biggest first), so a long test does not start last and leave the other worker idle.
     A module moves whole (a stable sort): its module-scoped fixtures still start once per
     worker. A module missing from the file keeps its place after the known ones."""
+    _check_xdist_groups(config, items)
     try:
         with open(DURATIONS) as f:
             seconds = json.load(f)
     except (OSError, ValueError):
         return
     items.sort(key=lambda item: -seconds.get(item.nodeid.split("::")[0], 0.0))
+
+
+def _check_xdist_groups(config, items) -> None:
+    """Under `--dist loadgroup` xdist sends a group's tests to one worker by the `@group`
+    suffix it adds to their ids. A group marked by a directory's conftest after xdist's hook
+    ran (tests/providers marks the Slurm tests) is tagged here, as xdist would; a pytest
+    whose ids cannot be changed so (9.2 with xdist 3.8) fails the run: it would lose every
+    group silently, and each worker would start its own Ray head and Slurm cluster."""
+    if not getattr(config.option, "loadgroup", False):
+        return  # not an xdist worker of a loadgroup run
+    for item in items:
+        names = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                        for m in item.iter_markers("xdist_group")})
+        if not names or "@" in item.nodeid.rpartition("]")[2]:
+            continue
+        item._nodeid = f"{item.nodeid}@{'_'.join(names)}"
+        if "@" not in item.nodeid.rpartition("]")[2]:
+            raise pytest.UsageError(
+                f"--dist loadgroup: xdist could not tag {item.nodeid} with its group (pytest "
+                f"{pytest.__version__}); install the versions pyproject.toml pins")
 
 
 class Child:
@@ -73,6 +94,22 @@ class Child:
             except ProcessLookupError:
                 pass
         self.proc.wait(timeout=30)
+
+    def stop(self, grace_s: float = 20.0) -> None:
+        """SIGTERM, then SIGKILL after `grace_s`: a test's last step for a child hosting a
+        cluster (`iris cluster start --local`), which then stops its workers first instead
+        of leaving them to find their controller gone (each waits 3 s for it to leave). Not
+        the fixture's cleanup: a child that is PID 1 of its own namespace ignores SIGTERM."""
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, 15)
+            except ProcessLookupError:
+                pass
+            try:
+                self.proc.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                pass
+        self.kill()
 
 
 @pytest.fixture

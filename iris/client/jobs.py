@@ -414,7 +414,12 @@ def _serve_forever(cls: type, full_name: str, args: tuple) -> None:
     import threading
 
     from iris.client.cluster import connect
+    from iris.worker.task_runtime import on_preempt  # as `iris.on_preempt` in any task
 
     ctx = connect()
     ctx.serve(cls, full_name, *args)
+    # Stopped (the job killed, its parent gone, the host preempted): the name leaves the
+    # registry now, so a caller or a new actor of that name does not meet the old one for
+    # the rest of its lease (registry.LEASE_S, 3 s). After the actor's own callbacks.
+    on_preempt(ctx.close)
     threading.Event().wait()

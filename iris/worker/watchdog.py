@@ -35,8 +35,18 @@ LOCK_NAME = "watchdog.lock"
 _TELL_FOR_S = 10.0
 
 
+# The watchdog this process started last, per work directory: until it has imported and
+# taken the lock (seconds on a loaded host) the lock looks free, and every renewal in that
+# time would start another.
+_started: dict[Path, subprocess.Popen] = {}
+
+
 def ensure_running(root: Path, env: dict[str, str]) -> None:
-    """Start a watchdog for `root` unless one holds its lock (cheap: one flock try)."""
+    """Start a watchdog for `root` unless one holds its lock or the one started last is
+    still running (cheap: a poll and one flock try)."""
+    last = _started.get(root)
+    if last is not None and last.poll() is None:
+        return  # watching, or about to
     fd = os.open(root / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -44,10 +54,11 @@ def ensure_running(root: Path, env: dict[str, str]) -> None:
         return  # one is watching
     finally:
         os.close(fd)  # released: the child takes it
-    subprocess.Popen([sys.executable, "-m", "iris.worker.watchdog", str(root)],
-                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                     stderr=open(root / "watchdog.log", "ab"),  # noqa: SIM115 - child owns it
-                     start_new_session=True, env=env)
+    _started[root] = subprocess.Popen(
+        [sys.executable, "-m", "iris.worker.watchdog", str(root)],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+        stderr=open(root / "watchdog.log", "ab"),  # noqa: SIM115 - child owns it
+        start_new_session=True, env=env)
 
 
 def _attempt_dirs(root: Path) -> list[Path]:

@@ -72,16 +72,17 @@ def _no_cluster_from_elsewhere() -> Iterator[None]:
 
 @pytest.fixture(scope="module", autouse=True)
 def _needed_backends(request) -> None:
-    """Start this module's shared backends before any test's own fixtures, so their threads
-    and processes are not taken for the first test's leaks; only those its tests use."""
+    """Start the shared Iris cluster before any test's own fixtures, so its threads are not
+    taken for the first test's leaks, in a module whose tests use it. Not the Ray head: it
+    starts no Iris threads and no tagged process, and it starts with the first Ray test, in
+    the one xdist worker that runs the "ray" group (started here, it ran in every worker
+    that ran any test of a module with Ray tests in it)."""
     wanted = {item.callspec.params.get("backend") for item in request.session.items
               if item.module is request.module and hasattr(item, "callspec")}
     if "iris" in wanted:
         from iris.backends.iris.backend import IrisBackend
 
         IrisBackend(request.getfixturevalue("iris_cluster")).put(None)  # its object holder
-    if "ray" in wanted:
-        request.getfixturevalue("ray_head")
 
 
 @pytest.fixture(params=BACKENDS)

@@ -64,6 +64,7 @@ def test_cluster_start_then_list_actors_and_workers_as_json(child_process):
     table = iris_cli("--address", address, "worker", "list")
     assert "health" in table.stdout and "healthy" in table.stdout
     assert "report interval the controller asked" in table.stderr  # the rule, under the table
+    server.stop()  # its workers first, then the controller
 
 
 def test_actor_list_without_an_address_names_the_variable():
@@ -86,6 +87,7 @@ def test_job_run_streams_output_and_exits_with_the_job_state(child_process):
     assert bad.returncode == 1 and "failed" in bad.stderr
     listed = iris_cli("--address", address, "job", "list", "--json")
     assert sorted(j["state"] for j in json.loads(listed.stdout)) == ["failed", "succeeded"]
+    server.stop()  # its workers first, then the controller
 
 
 def test_version_is_the_package_version():

@@ -164,6 +164,26 @@ def test_spawn_runs_an_actor_as_a_job_and_returns_its_ref(jobs_cluster):
     assert answer.startswith("hello, iris (pid ") and str(os.getpid()) not in answer
 
 
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
+def test_a_killed_actor_job_leaves_the_registry_before_its_process_ends(jobs_cluster,
+                                                                       wait_until):
+    """Its task closes its context on the stop's SIGTERM: once its process is gone so is
+    the name, not a lease (registry.LEASE_S) later; so a caller or the next actor of that
+    name never meets the old one."""
+    ref, job = iris.spawn_job(Greeter, "hello", name=f"leaver-{uuid.uuid4().hex[:6]}")
+    pid = int(ref.greet("iris").result(60).rsplit("pid ", 1)[1].rstrip(")"))
+    job.kill()
+    wait_until(lambda: not _running(pid), what="the actor's process to end")
+    assert ref.name not in {a["name"] for a in jobs_cluster.list_actors("/")}
+
+
 def test_submit_without_any_cluster_starts_a_local_one(tmp_path):
     script = tmp_path / "script.py"
     script.write_text("import iris\n"

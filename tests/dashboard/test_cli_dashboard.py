@@ -13,11 +13,11 @@ def _start(child_process, *extra: str):
     lines = [server.proc.stdout.readline() for _ in range(3)]
     assert lines[0].startswith("cluster running at tcp://127.0.0.1:"), lines
     assert lines[2].strip().startswith("dashboard: http://127.0.0.1:"), lines
-    return lines[2].split()[1]
+    return server, lines[2].split()[1]
 
 
 def test_cluster_start_prints_a_dashboard_url_that_shows_its_worker(child_process):
-    url = _start(child_process, "--dashboard-port", "0")
+    server, url = _start(child_process, "--dashboard-port", "0")
 
     def one_worker():
         status, body = http(url + "api/workers")
@@ -26,6 +26,7 @@ def test_cluster_start_prints_a_dashboard_url_that_shows_its_worker(child_proces
     (worker,) = wait_until(one_worker, "the local worker on the dashboard")
     assert worker["health"] == "healthy"
     assert http(url)[0] == 200
+    server.stop()  # its workers first, then the controller
 
 
 def test_cluster_start_on_a_non_loopback_dashboard_host_without_token_refuses(child_process):

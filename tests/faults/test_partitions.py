@@ -59,7 +59,8 @@ def test_a_partitioned_worker_never_overlaps_its_task(tmp_path, wait_until, move
                 threading.Event().wait(BLIP_CUT_S)
             net.heal()
             if moved:  # the worker comes back without the attempt; it runs again there
-                wait_until(lambda: _starts(marks)[1:], what="the task again", timeout_s=120)
+                wait_until(lambda: _starts(marks)[1:], what="the task again", timeout_s=120,
+                               explain=job.status)
             (marks / "release").touch()
             assert job.wait(timeout=120)["state"] == "succeeded"
             task = job.tasks()[0]

@@ -9,6 +9,7 @@ that the stopped one was gone before its rerun began.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import signal
@@ -35,7 +36,9 @@ _SILENCE_S = 600.0
 
 
 @contextmanager
-def _cluster(tmp: Path) -> Iterator[ClusterContext]:
+def _cluster(tmp: Path, workers: _Workers) -> Iterator[ClusterContext]:
+    """A controller in this process; the workers started on it stop before it does (a
+    worker whose controller is gone waits for it before it leaves, 3 s each)."""
     node = Node(NodeConfig()).start()
     try:
         host_controller(node, ControllerConfig(state_dir=tmp / "controller",
@@ -44,6 +47,7 @@ def _cluster(tmp: Path) -> Iterator[ClusterContext]:
         with ClusterContext(node, node.address) as ctx:
             yield ctx
     finally:
+        workers.stop_all()
         node.stop()
 
 
@@ -74,17 +78,26 @@ class _Worker:
             self.proc.wait()
 
 
+class _Workers:
+    """`workers(ctx, tmp, id)` starts one; all are stopped by `_cluster` (or at the end)."""
+
+    def __init__(self) -> None:
+        self.started: list[_Worker] = []
+
+    def __call__(self, ctx: ClusterContext, tmp: Path, worker_id: str) -> _Worker:
+        self.started.append(_Worker(ctx, tmp, worker_id))
+        return self.started[-1]
+
+    def stop_all(self) -> None:
+        for worker in self.started:
+            worker.stop()
+
+
 @pytest.fixture
-def workers():
-    started: list[_Worker] = []
-
-    def start(ctx: ClusterContext, tmp: Path, worker_id: str) -> _Worker:
-        started.append(_Worker(ctx, tmp, worker_id))
-        return started[-1]
-
-    yield start
-    for worker in started:
-        worker.stop()
+def workers() -> Iterator[_Workers]:
+    started = _Workers()
+    yield started
+    started.stop_all()
 
 
 def _listed(ctx: ClusterContext) -> set[str]:
@@ -98,7 +111,7 @@ def _where(job) -> str:
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_a_signalled_worker_hands_its_task_back_and_it_reruns_elsewhere_at_once(
         tmp_path, workers, wait_until, signum):
-    with _cluster(tmp_path) as ctx:
+    with _cluster(tmp_path, workers) as ctx:
         first = workers(ctx, tmp_path, "wa")
         wait_until(lambda: _listed(ctx) == {"wa"}, what="worker wa registered")
         job = iris.submit(hold, str(tmp_path))
@@ -128,7 +141,7 @@ def test_a_signalled_worker_hands_its_task_back_and_it_reruns_elsewhere_at_once(
 
 def test_an_idle_worker_leaves_the_list_before_its_process_ends(tmp_path, workers,
                                                                 wait_until):
-    with _cluster(tmp_path) as ctx:
+    with _cluster(tmp_path, workers) as ctx:
         worker = workers(ctx, tmp_path, "idle")
         wait_until(lambda: _listed(ctx) == {"idle"}, what="the worker registered")
         worker.proc.terminate()
@@ -139,7 +152,7 @@ def test_an_idle_worker_leaves_the_list_before_its_process_ends(tmp_path, worker
 def test_a_leaving_worker_gets_no_new_work(tmp_path, workers, wait_until):
     """A task that takes 3 s to stop keeps its worker leaving for that long; a job submitted
     meanwhile goes to the other worker, never to the one that is leaving."""
-    with _cluster(tmp_path) as ctx:
+    with _cluster(tmp_path, workers) as ctx:
         first = workers(ctx, tmp_path, "slow")
         wait_until(lambda: _listed(ctx) == {"slow"}, what="worker slow registered")
         script = ("import signal, time, pathlib, sys\n"
@@ -171,7 +184,7 @@ def _iris(*argv: str) -> subprocess.CompletedProcess:
 
 def test_iris_worker_drain_moves_the_work_and_stops_the_worker(tmp_path, workers,
                                                                wait_until):
-    with _cluster(tmp_path) as ctx:
+    with _cluster(tmp_path, workers) as ctx:
         first = workers(ctx, tmp_path, "wa")
         wait_until(lambda: _listed(ctx) == {"wa"}, what="worker wa registered")
         job = iris.submit(hold, str(tmp_path))
@@ -201,3 +214,36 @@ def test_iris_worker_drain_moves_the_work_and_stops_the_worker(tmp_path, workers
         assert "drained by an operator" in first.log.read_text()
         (tmp_path / "release").touch()
         assert job.wait(timeout=120)["state"] == "succeeded"
+
+
+def _watchdog_running(work_dir: Path) -> bool:
+    """Does a watchdog hold this work directory's lock (iris/worker/watchdog.py)?"""
+    fd = os.open(work_dir / "watchdog.lock", os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+
+
+def test_a_clean_stop_makes_no_crash_report_and_a_kill_9_does(tmp_path, workers, wait_until):
+    """A worker that said goodbye leaves no lease behind, so its watchdog just exits; one
+    killed with SIGKILL leaves its lease, and its watchdog tells the controller, which drops
+    it at once (the silence rule here is 10 minutes)."""
+    with _cluster(tmp_path, workers) as ctx:
+        clean, killed = workers(ctx, tmp_path, "clean"), workers(ctx, tmp_path, "killed")
+        wait_until(lambda: all((tmp_path / w / "lease.json").exists() for w in ("clean",
+                                                                               "killed")),
+                   what="both workers' first acknowledged reports")
+        clean.proc.terminate()
+        assert clean.proc.wait(timeout=60) == 0
+        os.killpg(killed.proc.pid, signal.SIGKILL)
+        killed.proc.wait(timeout=60)
+        wait_until(lambda: _listed(ctx) == set(), what="the crash report dropping 'killed'")
+        assert "worker killed died" in (tmp_path / "killed" / "watchdog.log").read_text()
+        wait_until(lambda: not _watchdog_running(tmp_path / "clean"),
+                   what="the clean worker's watchdog to exit")
+        assert not (tmp_path / "clean" / "lease.json").exists()
+        assert "died" not in (tmp_path / "clean" / "watchdog.log").read_text()

@@ -14,12 +14,14 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
 
 import pytest
 
+from iris.controller.checkpoint.ownership import LEASE_S
 from tests.cluster.test_checkpoint_restore import Site
 from tests.conftest import ROOT
 from tests.logstore.conftest import _server
@@ -154,7 +156,10 @@ def test_a_refused_restore_leaves_the_owner_lease_and_a_restore_is_announced_fir
         site.procs.append(proc)
         lines = _until_serving(proc)
         assert lines[0].startswith(f"controller restored checkpoint {taken['name']}"), lines
-        assert any("presumed dead" in line for line in lines[1:]), lines
+        # The lost owner's lease, still fresh now, was fresh when vm3 claimed: it was noted.
+        # (On a loaded host vm3 may start after it lapsed; then there is nothing to note.)
+        if json.loads(owner[0])["renewed_at"] + LEASE_S > time.time():
+            assert any("presumed dead" in line for line in lines[1:]), lines
     finally:
         site.close()
         for proc in site.procs:

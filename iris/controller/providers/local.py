@@ -160,8 +160,7 @@ class LocalProvider:
     def close(self) -> None:
         with self._lock:
             records, self._slices = list(self._slices.values()), {}
-        for record in records:
-            _stop(record.hosts)
+        _stop([host for record in records for host in record.hosts])  # all at once
 
 
 def _stop(hosts: list[_Host]) -> None:
