@@ -427,6 +427,8 @@ class Controller:
         produced, which decide more, until none are left; then answer."""
         while True:
             self._out.send(self._svc.take_effects())
+            if not self._gang_outcomes and self._node.backlog(CONTROLLER_KEY) == 0:
+                self._gangs.flush()  # the end of the queue: its gang requests go out together
             if not self._gang_outcomes:
                 return answer
             outcomes = list(self._gang_outcomes)
@@ -484,6 +486,7 @@ class Controller:
         self._svc.tick()
         now = self._node.clock.monotonic()
         self._gangs.fire_due(now)
+        self._gangs.flush()  # what a turn left for the end of a queue that never ran dry
         every = _SNAPSHOT_EVERY_S * max(1.0, len(self._svc.workers.workers) / _SNAPSHOT_WORKERS)
         if now - self._snapshot_at >= every:
             self._snapshot_at = now
