@@ -84,10 +84,11 @@ class EffectsOut:
 
     def ensure_region(self, region: str) -> None:
         if region not in self.regions:
-            self._node.host(region_key(region), Region, (region, [], self._node.clock), {
-                "scaling": self._scaling.get(region), "controller_address": self._node.address,
-                "node": self._node})
-            self._gangs.add_region(region, self._node.address)
+            kwargs = {"scaling": self._scaling.get(region),
+                      "controller_address": self._node.address, "node": self._node}
+            hosted = self._node.host(region_key(region), Region,
+                                     (region, [], self._node.clock), kwargs)
+            self._gangs.add_region(region, hosted)  # in process: onto its turn, no call
             self.regions.add(region)
 
     def ask_region_stats(self) -> None:

@@ -140,3 +140,39 @@ def test_runner_fires_due_timers_on_the_owners_tick_only():
     _run_mailbox(mailbox, runner)
     assert len(node.calls) > calls
     assert [type(o).__name__ for o in outcomes] == ["Unplaceable"]
+
+
+class FakeHosted:
+    """A Region actor this node hosts: requests are posted onto its turn (its own mailbox,
+    run by the test), never sent as a call."""
+
+    def __init__(self, ledger: ReservationLedger, clock: FakeClock):
+        self.turns: list = []
+        self.instance = self
+        self._ledger, self._clock = ledger, clock
+
+    def post(self, fn, *args) -> bool:
+        self.turns.append((fn, args))
+        return True
+
+    def handle_many(self, messages: list[dict]) -> list:
+        replies = [self._ledger.handle(decode_message(m), self._clock.monotonic())
+                   for m in messages]
+        return [encode_message(r) if r is not None else None for r in replies]
+
+
+def test_runner_reaches_a_hosted_region_on_its_turn_without_a_call():
+    node = FakeNode(FakeClock(), {"r1": 1})
+    runner, mailbox, outcomes = _runner(node)
+    hosted = FakeHosted(node.ledgers["r1"], node.clock)
+    runner.add_region("r1", hosted)
+    runner.place("g1", SHAPE, ("r1",))
+    for _ in range(3):  # reserve, then commit: each a turn of the region, replies in ours
+        runner.flush()
+        while hosted.turns:
+            fn, args = hosted.turns.pop(0)
+            fn(*args)
+        _run_mailbox(mailbox, runner)
+    assert node.calls == []  # nothing went through the node
+    assert [type(o).__name__ for o in outcomes] == ["Placed"]
+    assert outcomes[0].region == "r1" and len(outcomes[0].hosts) == 4

@@ -1,9 +1,10 @@
 """GangRunner: the pure GangCoordinator run against real Region actors on its OWNER's turn.
 
 Not the decisions (coordinator.py). No thread of its own and no queue: every method runs on
-the owner's thread (the Controller actor's, in the controller), region calls go out as
-async calls, and each reply comes back through `post` as a message into the owner's
-mailbox, where the coordinator handles it. Outcomes (Placed, Unplaceable, GangReleased) go
+the owner's thread (the Controller actor's, in the controller). Requests to a Region actor
+this node hosts go onto that actor's turn (no call through the node's own address); to one
+elsewhere, as async calls. Each reply comes back through `post` as a message into the
+owner's mailbox, where the coordinator handles it. Outcomes (Placed, Unplaceable, GangReleased) go
 to `on_outcome`, on that same turn. Requests wait in an outbox until the owner calls
 `flush` at the end of a turn with nothing queued behind it (and on its tick), so under load
 every reply waiting in the mailbox is handled first and their requests go out together, one
@@ -24,6 +25,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from iris.actors import ActorFuture, Node
+from iris.actors.hosting import HostedActor
 from iris.actors.keys import region_key
 from iris.base.clock import Clock
 from iris.base.errors import ProtocolError
@@ -56,7 +58,7 @@ class GangRunner:
         `regions` maps a region to the address of the node serving its actor; `auth`: the
         cluster token that Region actors in other processes require."""
         self._node, self._post, self._clock, self._auth = node, post, clock, auth
-        self._regions = dict(regions or {})
+        self._regions: dict[str, str | HostedActor] = dict(regions or {})
         self._coordinator = GangCoordinator(config or CoordinatorConfig())
         self._on_outcome = on_outcome
         self._timers: list[tuple[float, int, Timer]] = []
@@ -64,8 +66,10 @@ class GangRunner:
         self._closed = False
         self._outbox: dict[str, list[dict]] = {}  # region -> requests not sent yet
 
-    def add_region(self, region: str, address: str) -> None:
-        self._regions[region] = address
+    def add_region(self, region: str, where: str | HostedActor) -> None:
+        """`where`: the address of the node serving the region's actor, or the actor itself
+        when this node hosts it (its requests then go onto its turn, not through a call)."""
+        self._regions[region] = where
 
     def remove_region(self, region: str) -> None:
         """A region reclaimed: a round that still names it is refused there."""
@@ -120,17 +124,32 @@ class GangRunner:
                     self._failed(region, f"no Region actor for {region!r}")
 
     def _send(self, region: str, messages: list[dict]) -> None:
-        address = self._regions[region]
-        fut = self._node.call(address, region_key(region), "handle_many", (messages,),
-                              timeout_s=_CALL_TIMEOUT_S, auth=self._auth)
-        fut.add_done_callback(lambda f: self._post(self._replied, region, f))
+        target = self._regions[region]
+        if isinstance(target, str):  # a Region actor in another process: a call
+            fut = self._node.call(target, region_key(region), "handle_many", (messages,),
+                                  timeout_s=_CALL_TIMEOUT_S, auth=self._auth)
+            fut.add_done_callback(lambda f: self._post(self._replied, region, f))
+        elif not target.post(self._in_region, target, region, messages):
+            self._failed(region, f"the Region actor for {region!r} is stopping")
+
+    def _in_region(self, hosted: HostedActor, region: str, messages: list[dict]) -> None:
+        """On the turn of a Region actor this node hosts: no call through the node's own
+        address; the replies come back as a message into the owner's mailbox."""
+        try:
+            replies = hosted.instance.handle_many(messages)
+        except Exception as exc:  # as a failed call: the region counts as down
+            self._post(self._failed, region, exc)
+            return
+        self._post(self._answered, region, replies)
 
     def _replied(self, region: str, fut: ActorFuture) -> None:  # on the owner's turn
         error = fut.exception()
         if error is not None:
             self._failed(region, error)
             return
-        replies = fut.result()
+        self._answered(region, fut.result())
+
+    def _answered(self, region: str, replies: Any) -> None:  # on the owner's turn
         if not isinstance(replies, list):
             self._failed(region, f"expected a list of replies, got {type(replies).__name__}")
             return
