@@ -26,8 +26,6 @@ from iris.controller.credentials import Credentials, controller_token, load_secr
 from iris.controller.effects_out import EffectsOut, sum_stats
 from iris.controller.gangs.coordinator import (
     CoordinatorConfig,
-    Placed,
-    Unplaceable,
 )
 from iris.controller.gangs.runner import GangRunner
 from iris.controller.inspect import locate, summary
@@ -442,23 +440,13 @@ class Controller:
                     waiter.set_result(None)
 
     def _settle_gangs(self, outcomes: list) -> None:
-        """Apply one turn's coordinator outcomes together: assign placed gangs, show why
-        refused ones wait; a round nobody waits for any more gives its hosts back."""
-        placed, refused = [], []
-        for outcome in outcomes:
-            round_id = self._svc.gangs.round_of(outcome.gang_id)
-            if round_id is None:  # the gang ended or was asked again meanwhile
-                if isinstance(outcome, Placed):
-                    self._gangs.release(outcome.gang_id)  # give the hosts back now
-            elif isinstance(outcome, Placed):
-                placed.append((round_id, outcome.region, outcome.hosts))
-            elif isinstance(outcome, Unplaceable):
-                refused.append((round_id, dict(outcome.reasons)))
-        if placed or refused:
-            try:
-                self._svc.gangs_settled(placed, refused)
-            except IrisError as exc:  # a halted store: the request that follows says so
-                _log.error("applying %d gang outcomes: %s", len(outcomes), exc)
+        """Hand one turn's coordinator outcomes to the service, which maps them to its
+        rounds, assigns placed gangs, shows why refused ones wait, and releases a gang
+        nobody waits for (a ReleaseGang among its next effects)."""
+        try:
+            self._svc.gang_outcomes(outcomes)
+        except IrisError as exc:  # a halted store: the request that follows says so
+            _log.error("applying %d gang outcomes: %s", len(outcomes), exc)
 
     # ------------------------------------------------------------ hooks
 

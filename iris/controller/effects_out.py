@@ -53,6 +53,8 @@ class EffectsOut:
                 rounds.append(PlaceGang(effect.round_id.key, effect.shape, effect.regions))
             elif isinstance(effect, ReleaseRound):
                 rounds.append(ReleaseGang(effect.round_id.key))
+            elif isinstance(effect, ReleaseGang):  # a gang placed for a round since gone
+                rounds.append(effect)
             elif isinstance(effect, Command):
                 fut = self._node.call(effect.address, worker_key(effect.worker_id),
                                       effect.method, (control.encode(effect.message),),

@@ -400,6 +400,11 @@ class ControllerService:
         region_requests.hosts_gone(self, gone)
 
     @turn
+    def gang_outcomes(self, outcomes: list) -> None:
+        """The coordinator's Placed / Unplaceable of one turn (region_requests.py)."""
+        region_requests.gang_outcomes(self, outcomes)
+
+    @turn
     def gangs_settled(self, placed: list, refused: list) -> None:
         region_requests.gangs_settled(self, placed, refused)
 
