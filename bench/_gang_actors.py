@@ -73,8 +73,9 @@ OWNER_KEY = "/bench/gangs"
 @iris.actor
 class GangOwner:
     """The runner's owner, as the Controller actor is in production: region replies come
-    back through this actor's mailbox; its tick fires the coordinator's timers. A placed
-    gang is released on the next turn; released gangs land in `released`."""
+    back through this actor's mailbox; a turn with nothing queued behind it, and its tick,
+    flush the runner's requests; its tick fires the coordinator's timers. A placed gang is
+    released on the next turn; released gangs land in `released`."""
 
     tick_interval_s = 0.05
 
@@ -82,16 +83,21 @@ class GangOwner:
         self.released: queue.SimpleQueue = queue.SimpleQueue()
         self.failed: list = []
         self._node = node
-        self.runner = GangRunner(node, self._post, node.clock, regions=regions,
+        self.runner = GangRunner(node, self.post, node.clock, regions=regions,
                                  on_outcome=self._outcome, auth=TOKEN)
 
-    def _post(self, fn, *args) -> None:
-        self._node.post_to(OWNER_KEY, fn, *args)
+    def post(self, fn, *args) -> None:
+        self._node.post_to(OWNER_KEY, self._turn, fn, args)
+
+    def _turn(self, fn, args) -> None:
+        fn(*args)
+        if self._node.backlog(OWNER_KEY) == 0:  # the end of the queue, as the Controller
+            self.runner.flush()
 
     def _outcome(self, outcome) -> None:
         kind = type(outcome).__name__
         if kind == "Placed":
-            self._post(self.runner.release, outcome.gang_id)
+            self.post(self.runner.release, outcome.gang_id)
         elif kind == "GangReleased":
             self.released.put(outcome.gang_id)
         else:
@@ -99,6 +105,7 @@ class GangOwner:
 
     def on_tick(self) -> None:
         self.runner.fire_due(self._node.clock.monotonic())
+        self.runner.flush()
 
 
 def _run(cluster, addresses: dict, n_gangs: int, in_flight: int, slices: int) -> dict:
@@ -111,7 +118,7 @@ def _run(cluster, addresses: dict, n_gangs: int, in_flight: int, slices: int) ->
         while done < n_gangs:
             while started < n_gangs and started - done < in_flight:
                 regions = tuple(REGIONS[(started + k) % 3] for k in range(3))
-                owner.post(owner.instance.runner.place, f"g{started}", shape, regions)
+                owner.instance.post(owner.instance.runner.place, f"g{started}", shape, regions)
                 started += 1
             released.get(timeout=60)
             done += 1

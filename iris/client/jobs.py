@@ -40,6 +40,7 @@ from iris.client.retry import call_controller
 from iris.logstore.config import LogStoreConfig, open_sink
 from iris.logstore.model import LogLine
 from iris.logstore.reader import LogFilter, follow_logs, read_logs
+from iris.wire import control
 from iris.wire.bundles import pack
 from iris.wire.states import TERMINAL_JOB, JobState
 
@@ -58,7 +59,8 @@ class JobHandle:
     it made the job, the submission (to resubmit it to a controller restored from a
     checkpoint taken before it: same request id, so never twice)."""
 
-    def __init__(self, job_id: str, ctx: ClusterContext, submission: dict | None = None):
+    def __init__(self, job_id: str, ctx: ClusterContext,
+                 submission: control.Submission | None = None):
         self.job_id = job_id
         self._ctx = ctx
         self._submission = submission
@@ -89,7 +91,7 @@ class JobHandle:
         print(f"iris: job {self.job_id} was not in the controller's restored state (checkpoint "
               f"{restored['checkpoint']}, taken before it was submitted); resubmitting it "
               "with its request id", file=sys.stderr, flush=True)
-        answer = _controller(self._ctx, "submit", self._submission)
+        answer = _controller(self._ctx, "submit", submission_wire(self._submission))
         if answer["job_id"] != self.job_id:
             raise ConflictError(f"resubmitting {self.job_id} made {answer['job_id']}")
         return _controller(self._ctx, method, *args, timeout_s=timeout_s)
@@ -301,37 +303,59 @@ def submit(entry: Callable | Sequence[str], *args: Any, name: str | None = None,
         if not isinstance(value, bool):
             raise checks.invalid(flag, "True or False", value)
     ctx = context_or_local_cluster()
-    entrypoint, env, default_name = _entrypoint(entry, args, env)
-    request_id = request_id or uuid.uuid4().hex
-    raw: dict[str, Any] = {
-        # Derived from the request id, so resubmitting a request makes the same job again.
-        "name": name or f"{default_name}-{request_id[:6]}",
-        "entrypoint": entrypoint, "replicas": replicas,
-        "resources": (resources or Resources()).to_dict(),
-        "env": dict(env or {}), "pip": list(pip), "constraints": dict(constraints or {}),
-        "user": _user(),
-        "request_id": request_id,
-    }
-    if workspace is not None:
-        raw["bundle"] = _upload_workspace(ctx, Path(workspace))
-    optional = {"priority": priority, "max_retries_failure": max_retries_failure,
-                "max_retries_preemption": max_retries_preemption,
-                "max_task_failures": max_task_failures, "timeout_s": timeout,
-                "scheduling_timeout_s": scheduling_timeout,
-                "parent": os.environ.get("IRIS_JOB_ID"),
-                "existing_capacity_only": existing_capacity_only or None,
-                "colocate": colocate, "colocate_with": colocate_with,
-                "checkpoint_every_s": checkpoint_every}
-    raw.update({k: v for k, v in optional.items() if v is not None})
+    sub = build_submission(
+        entry, args, name=name, resources=resources, replicas=replicas, priority=priority,
+        env=env, pip=pip, constraints=constraints, max_retries_failure=max_retries_failure,
+        max_retries_preemption=max_retries_preemption, max_task_failures=max_task_failures,
+        timeout=timeout, scheduling_timeout=scheduling_timeout, request_id=request_id,
+        bundle=_upload_workspace(ctx, Path(workspace)) if workspace is not None else None,
+        existing_capacity_only=existing_capacity_only, colocate=colocate,
+        colocate_with=colocate_with, checkpoint_every=checkpoint_every)
     if dry_run:
-        return _controller(ctx, "dry_run", raw)
-    answer = _send_submit(ctx, raw)
+        return _controller(ctx, "dry_run", submission_wire(sub))
+    answer = _send_submit(ctx, sub)
     if durable:
         _wait_durable(ctx, answer["job_id"], durable_timeout)
-    return JobHandle(answer["job_id"], ctx, raw)
+    return JobHandle(answer["job_id"], ctx, sub)
 
 
-def _entrypoint(entry: Any, args: tuple, env: dict | None) -> tuple[dict, dict | None, str]:
+def build_submission(entry: Callable | Sequence[str], args: tuple, *, name: str | None = None,
+                     resources: Resources | None = None, replicas: int = 1,
+                     priority: str | None = None, env: dict[str, str] | None = None,
+                     pip: Sequence[str] = (), constraints: dict | None = None,
+                     max_retries_failure: int | None = None,
+                     max_retries_preemption: int | None = None,
+                     max_task_failures: int | None = None, timeout: float | None = None,
+                     scheduling_timeout: float | None = None, request_id: str | None = None,
+                     bundle: str | None = None, existing_capacity_only: bool = False,
+                     colocate: str | None = None, colocate_with: str | None = None,
+                     checkpoint_every: float | None = None) -> control.Submission:
+    """The control.Submission `submit` sends, from its options (already checked); a sub-job
+    (inside a task) names its parent from IRIS_JOB_ID."""
+    entrypoint, env, default_name = _entrypoint(entry, args, env)
+    request_id = request_id or uuid.uuid4().hex
+    return control.Submission(
+        # Derived from the request id, so resubmitting a request makes the same job again.
+        name=name or f"{default_name}-{request_id[:6]}",
+        entrypoint=entrypoint, replicas=replicas,
+        resources=(resources or Resources()).to_dict(),
+        env=dict(env or {}), pip=tuple(pip), constraints=dict(constraints or {}),
+        user=_user(), request_id=request_id, bundle=bundle,
+        priority=priority, max_retries_failure=max_retries_failure,
+        max_retries_preemption=max_retries_preemption, max_task_failures=max_task_failures,
+        timeout_s=timeout, scheduling_timeout_s=scheduling_timeout,
+        parent=os.environ.get("IRIS_JOB_ID"), existing_capacity_only=existing_capacity_only,
+        colocate=colocate, colocate_with=colocate_with, checkpoint_every_s=checkpoint_every)
+
+
+def submission_wire(sub: control.Submission) -> dict:
+    """What goes on the wire for a submission: the fields a client set, under the keys
+    every controller reads (those left None take the controller's default)."""
+    return control.encode(sub, sparse=True)
+
+
+def _entrypoint(entry: Any, args: tuple, env: dict | None
+                ) -> tuple[control.Entrypoint, dict | None, str]:
     """(entrypoint, env, default name) of a callable with its arguments, or of a command."""
     if callable(entry):
         ship_by_value(entry.func if isinstance(entry, functools.partial) else entry)
@@ -339,20 +363,22 @@ def _entrypoint(entry: Any, args: tuple, env: dict | None) -> tuple[dict, dict |
             if isinstance(arg, type):
                 ship_by_value(arg)
         name = getattr(entry, "__name__", "job").strip("<>").replace("_", "-").strip("-")
-        return ({"kind": "callable", "payload": checks.check_args_picklable(entry, args)},
+        payload = checks.check_args_picklable(entry, args)
+        return (control.Entrypoint(kind="callable", payload=payload),
                 {FUNCTION_ENV: _qualified_name(entry), **(env or {})}, name or "job")
     if args:
         raise TypeError("arguments go inside the command list, not after it")
-    return ({"kind": "command", "argv": list(entry)}, env,
+    return (control.Entrypoint(kind="command", argv=tuple(entry)), env,
             os.path.basename(str(entry[0])) if entry else "job")
 
 
-def _send_submit(ctx: ClusterContext, raw: dict) -> dict:
-    """The controller's answer to `raw`; a submission is idempotent by request id, so one
+def _send_submit(ctx: ClusterContext, sub: control.Submission) -> dict:
+    """The controller's answer to `sub`; a submission is idempotent by request id, so one
     whose answer was lost is sent again."""
+    wire = submission_wire(sub)
     for attempt in range(_SUBMIT_RETRIES):
         try:
-            return _controller(ctx, "submit", raw)
+            return _controller(ctx, "submit", wire)
         except PeerUnavailableError:
             if attempt == _SUBMIT_RETRIES - 1:
                 raise

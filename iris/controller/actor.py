@@ -31,8 +31,6 @@ from iris.controller.credentials import (
 from iris.controller.effects_out import EffectsOut, sum_stats
 from iris.controller.gangs.coordinator import (
     CoordinatorConfig,
-    Placed,
-    Unplaceable,
 )
 from iris.controller.gangs.runner import GangRunner
 from iris.controller.inspect import locate, summary
@@ -442,6 +440,8 @@ class Controller:
         produced, which decide more, until none are left; then answer."""
         while True:
             self._out.send(self._svc.take_effects())
+            if not self._gang_outcomes and self._node.backlog(CONTROLLER_KEY) == 0:
+                self._gangs.flush()  # the end of the queue: its gang requests go out together
             if not self._gang_outcomes:
                 return answer
             outcomes = list(self._gang_outcomes)
@@ -455,23 +455,13 @@ class Controller:
                     waiter.set_result(None)
 
     def _settle_gangs(self, outcomes: list) -> None:
-        """Apply one turn's coordinator outcomes together: assign placed gangs, show why
-        refused ones wait; a round nobody waits for any more gives its hosts back."""
-        placed, refused = [], []
-        for outcome in outcomes:
-            round_id = self._svc.gangs.round_of(outcome.gang_id)
-            if round_id is None:  # the gang ended or was asked again meanwhile
-                if isinstance(outcome, Placed):
-                    self._gangs.release(outcome.gang_id)  # give the hosts back now
-            elif isinstance(outcome, Placed):
-                placed.append((round_id, outcome.region, outcome.hosts))
-            elif isinstance(outcome, Unplaceable):
-                refused.append((round_id, dict(outcome.reasons)))
-        if placed or refused:
-            try:
-                self._svc.gangs_settled(placed, refused)
-            except IrisError as exc:  # a halted store: the request that follows says so
-                _log.error("applying %d gang outcomes: %s", len(outcomes), exc)
+        """Hand one turn's coordinator outcomes to the service, which maps them to its
+        rounds, assigns placed gangs, shows why refused ones wait, and releases a gang
+        nobody waits for (a ReleaseGang among its next effects)."""
+        try:
+            self._svc.gang_outcomes(outcomes)
+        except IrisError as exc:  # a halted store: the request that follows says so
+            _log.error("applying %d gang outcomes: %s", len(outcomes), exc)
 
     # ------------------------------------------------------------ hooks
 
@@ -499,6 +489,7 @@ class Controller:
         self._svc.tick()
         now = self._node.clock.monotonic()
         self._gangs.fire_due(now)
+        self._gangs.flush()  # what a turn left for the end of a queue that never ran dry
         every = _SNAPSHOT_EVERY_S * max(1.0, len(self._svc.workers.workers) / _SNAPSHOT_WORKERS)
         if now - self._snapshot_at >= every:
             self._snapshot_at = now

@@ -25,10 +25,10 @@ SCOPES = ("zone", "region")
 WAITING_CODE = "WAITING_FOR_COLOCATED_JOB"
 
 
-def parse(raw: Mapping[str, Any], user: str, parent: str | None) -> dict[str, str] | None:
+def parse(scope: str | None, target: str | None, user: str, parent: str | None
+          ) -> dict[str, str] | None:
     """{"scope": "zone"|"region", "job": absolute id} from a submission's `colocate` and
     `colocate_with` (a job id, or a name relative to the parent or the user), or None."""
-    scope, target = raw.get("colocate"), raw.get("colocate_with")
     if scope is None and target is None:
         return None
     if scope is None:

@@ -53,6 +53,8 @@ class EffectsOut:
                 rounds.append(PlaceGang(effect.round_id.key, effect.shape, effect.regions))
             elif isinstance(effect, ReleaseRound):
                 rounds.append(ReleaseGang(effect.round_id.key))
+            elif isinstance(effect, ReleaseGang):  # a gang placed for a round since gone
+                rounds.append(effect)
             elif isinstance(effect, Command):
                 fut = self._node.call(effect.address, worker_key(effect.worker_id),
                                       effect.method, (control.encode(effect.message),),
@@ -84,10 +86,11 @@ class EffectsOut:
 
     def ensure_region(self, region: str) -> None:
         if region not in self.regions:
-            self._node.host(region_key(region), Region, (region, [], self._node.clock), {
-                "scaling": self._scaling.get(region), "controller_address": self._node.address,
-                "node": self._node})
-            self._gangs.add_region(region, self._node.address)
+            kwargs = {"scaling": self._scaling.get(region),
+                      "controller_address": self._node.address, "node": self._node}
+            hosted = self._node.host(region_key(region), Region,
+                                     (region, [], self._node.clock), kwargs)
+            self._gangs.add_region(region, hosted)  # in process: onto its turn, no call
             self.regions.add(region)
 
     def ask_region_stats(self) -> None:

@@ -13,19 +13,22 @@ from iris.base.ids import new_id
 from iris.controller import live_figures, scheduler_view
 from iris.controller.jobs import events as ev
 from iris.controller.jobs import views
-from iris.controller.jobs.spec import validate_submit
+from iris.controller.jobs.spec import decode_submission, validate_submit
 from iris.controller.scheduling.dry_run import dry_run as dry_run_plan
 from iris.controller.turns import now_mono, now_wall
+from iris.wire import control
 
 _log = logging.getLogger(__name__)
 
 
-def submit(svc: Any, raw: dict, schedule: bool = True) -> dict:
-    """Accept a job; with `schedule`, place it in the same turn and transaction."""
-    if isinstance(raw, dict) and raw.get("bundle") and not svc.bundles.has(raw["bundle"]):
-        raise InvalidRequestError(f"bundle: {str(raw['bundle'])[:12]} was never uploaded "
+def submit(svc: Any, raw: Any, schedule: bool = True) -> dict:
+    """Accept a job (a control.Submission, or its plain data from the wire); with
+    `schedule`, place it in the same turn and transaction."""
+    sub = _submission(raw)
+    if sub.bundle and not svc.bundles.has(sub.bundle):
+        raise InvalidRequestError(f"bundle: {sub.bundle[:12]} was never uploaded "
                                   "(put_bundle first)", "bundle")
-    spec = validate_submit(raw, parent=svc.parent_spec(raw), fits=svc.catalogue())
+    spec = validate_submit(sub, parent=svc.parent_spec(sub.parent), fits=svc.catalogue())
     svc.budget_book.check_priority_cap(spec)  # the operator's cap on this user's band
     if spec.colocate and spec.colocate["job"] not in svc.state.jobs:
         raise InvalidRequestError(f"colocate_with: no job named {spec.colocate['job']!r}",
@@ -36,12 +39,18 @@ def submit(svc: Any, raw: dict, schedule: bool = True) -> dict:
     return {"job_id": accepted.job_id, "duplicate": accepted.duplicate}
 
 
-def dry_run(svc: Any, raw: dict) -> dict:
+def dry_run(svc: Any, raw: Any) -> dict:
     """Would this submission fit now, and where (the real scheduler; changes nothing)."""
-    spec = validate_submit(raw, parent=svc.parent_spec(raw), fits=svc.catalogue())
+    sub = _submission(raw)
+    spec = validate_submit(sub, parent=svc.parent_spec(sub.parent), fits=svc.catalogue())
     hosts = scheduler_view.host_views(svc.state, svc.desk.workers.workers.values(),
                                       svc.stopping)
     return dry_run_plan(hosts, scheduler_view.task_demands(spec, now_wall(svc)))
+
+
+def _submission(raw: Any) -> control.Submission:
+    """The one decode of a submission: the sender built a control.Submission."""
+    return raw if isinstance(raw, control.Submission) else decode_submission(raw)
 
 
 def kill(svc: Any, job_id: str, reason: str = "killed by user") -> dict:

@@ -76,6 +76,14 @@ def hosts_gone(svc: Any, gone: Any) -> None:
                  schedule=True)
 
 
+def gang_outcomes(svc: Any, outcomes: list) -> None:
+    """One turn's coordinator outcomes, as events of the service: sorted by round by the
+    tracker (which releases a gang nobody waits for), then settled together."""
+    placed, refused = svc.gangs.sort_outcomes(outcomes)
+    if placed or refused:
+        gangs_settled(svc, placed, refused)
+
+
 def gangs_settled(svc: Any, placed: list[tuple[RoundId, str, tuple[str, ...]]],
                   refused: list[tuple[RoundId, dict[str, str]]]) -> None:
     """Rounds the coordinator committed (round, region, hosts: assign the gang's tasks

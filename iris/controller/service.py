@@ -285,9 +285,8 @@ class ControllerService:
         """What a request must fit at admission (worker_desk.py)."""
         return self.desk.catalogue(self.config.offers, self.config.accept_unfit)
 
-    def parent_spec(self, raw: dict) -> JobSpec | None:
-        parent = raw.get("parent") if isinstance(raw, dict) else None
-        job = self.state.jobs.get(parent) if isinstance(parent, str) else None
+    def parent_spec(self, parent: str | None) -> JobSpec | None:
+        job = self.state.jobs.get(parent) if parent is not None else None
         return job.spec if job else None
 
     def report_interval(self) -> float:
@@ -316,7 +315,7 @@ class ControllerService:
     # ------------------------------------------------------------ requests, on the turn
 
     @turn
-    def submit(self, raw: dict, schedule: bool = True) -> dict:
+    def submit(self, raw: Any, schedule: bool = True) -> dict:
         return job_requests.submit(self, raw, schedule)
 
     @turn
@@ -325,7 +324,7 @@ class ControllerService:
         self.run_many([], schedule=True)
 
     @turn
-    def dry_run(self, raw: dict) -> dict:
+    def dry_run(self, raw: Any) -> dict:
         return job_requests.dry_run(self, raw)
 
     @turn
@@ -399,6 +398,11 @@ class ControllerService:
     @turn
     def hosts_gone(self, gone: Any) -> None:
         region_requests.hosts_gone(self, gone)
+
+    @turn
+    def gang_outcomes(self, outcomes: list) -> None:
+        """The coordinator's Placed / Unplaceable of one turn (region_requests.py)."""
+        region_requests.gang_outcomes(self, outcomes)
 
     @turn
     def gangs_settled(self, placed: list, refused: list) -> None:

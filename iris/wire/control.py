@@ -12,6 +12,7 @@ refused message changes no state anywhere. `encode(msg)` gives the plain data to
     client -> inspector    TaskRef (stack, url), ProfileRequest, ExecRequest, ExecPoll
     inspector -> worker    ProfileRequest, ExecStart, ExecPoll (the worker's inspector)
     controller -> worker   Launch (start_attempt), StopRequest (stop_attempt)
+    client -> controller   Submission (submit, dry_run)
     controller -> region   RegionSync (sync), RegionDelta (sync_delta)
     region -> controller   DrainHosts, UndrainHosts, HostsGone
 
@@ -30,7 +31,7 @@ from iris.wire.schema import decode, encode, limits
 __all__ = [
     "AttemptUpdate", "DrainHosts", "Entrypoint", "HostsGone", "InventorySlice", "Launch",
     "PreemptionNotice", "RegionDelta", "RegionSync", "ReportAnswer", "StopRequest",
-    "UndrainHosts", "WorkerRegistration", "WorkerReport",
+    "Submission", "UndrainHosts", "WorkerRegistration", "WorkerReport",
     "arguments", "decode", "encode",
 ]
 __all__ += ["MAX_PROFILE_S", "ExecPoll", "ExecRequest", "ExecStart", "ProfileRequest",
@@ -171,6 +172,39 @@ class Launch:
     resources: dict[str, Any] = field(default_factory=dict, metadata=limits(max_items=32))
     bundle: str | None = field(default=None, metadata=limits(max_len=256))
     log_store: dict[str, Any] = field(default_factory=dict, metadata=limits(max_items=32))
+
+
+@dataclass(frozen=True)
+class Submission:
+    """A job to run (submit, dry_run), as the client asks for it: what, on what, how many,
+    and its policies. Only the types and sizes are checked here; the controller's
+    `jobs/spec.py` checks the rest (names, parent, values, capacity) into a JobSpec. A
+    field left None takes the controller's default (or the parent job's); the sender
+    omits it from the wire (`encode(..., sparse=True)`), as clients always have."""
+
+    name: str = field(metadata=limits(max_len=1024))
+    entrypoint: Entrypoint
+    user: str | None = field(default=None, metadata=limits(max_len=256))
+    # Resources.to_dict(): cpu, memory, disk, tpu, gpu, count, hosts, ports
+    resources: dict[str, Any] | None = field(default=None, metadata=limits(max_items=32))
+    replicas: int | None = None
+    priority: str | None = field(default=None, metadata=limits(max_len=64))
+    env: dict[str, str] | None = field(default=None, metadata=limits(max_items=1024))
+    pip: tuple[str, ...] | None = field(default=None, metadata=limits(max_items=1024,
+                                                                      max_len=4096))
+    constraints: dict[str, Any] | None = field(default=None, metadata=limits(max_items=256))
+    max_retries_failure: int | None = None
+    max_retries_preemption: int | None = None
+    max_task_failures: int | None = None
+    timeout_s: float | None = None
+    scheduling_timeout_s: float | None = None
+    parent: str | None = field(default=None, metadata=limits(max_len=1024))
+    request_id: str | None = field(default=None, metadata=limits(max_len=1024))
+    bundle: str | None = field(default=None, metadata=limits(max_len=256))
+    existing_capacity_only: bool = False
+    colocate: str | None = field(default=None, metadata=limits(max_len=64))
+    colocate_with: str | None = field(default=None, metadata=limits(max_len=1024))
+    checkpoint_every_s: float | None = None
 
 
 @dataclass(frozen=True)

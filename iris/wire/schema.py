@@ -8,7 +8,8 @@ gets a whole, valid message or an error, so a refusal can never leave state chan
 
 Field types are read from the dataclass annotations; a field may add bounds through
 `field(metadata=limits(...))`. Supported: str, int (never bool), float (finite, ints allowed),
-bool, bytes, None unions, Literal[...], tuple[T, ...], dict[str, T], nested message classes.
+bool, bytes, None unions, Literal[...], enums (by value), tuple[T, ...], frozenset[T] (a
+list on the wire, sorted), dict[str, T], nested message classes.
 Every string, sequence and map is bounded so one message cannot make the receiver hold an
 unbounded amount of memory.
 """
@@ -16,6 +17,7 @@ unbounded amount of memory.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import math
 import types
 import typing
@@ -57,9 +59,16 @@ def decode(cls: type, raw: Any, where: str = "") -> Any:
     return cls(**values)
 
 
-def encode(message: Any) -> dict:
-    """The plain-data form of a message (the inverse of `decode`)."""
-    return {f.name: _plain(getattr(message, f.name)) for f in dataclasses.fields(message)}
+def encode(message: Any, *, sparse: bool = False) -> dict:
+    """The plain-data form of a message (the inverse of `decode`). `sparse` leaves out the
+    fields (of nested messages too) that hold their default: the receiver fills them in."""
+    out = {}
+    for f in dataclasses.fields(message):
+        value = getattr(message, f.name)
+        if sparse and f.default is not dataclasses.MISSING and value == f.default:
+            continue
+        out[f.name] = _plain(value, sparse)
+    return out
 
 
 # ---------------------------------------------------------------- internals
@@ -142,6 +151,10 @@ def _value(hint: Any, value: Any, path: str, meta: dict) -> Any:
         return value
     if origin is tuple:
         return _sequence(get_args(hint)[0], value, path, meta)
+    if origin is frozenset:
+        return frozenset(_sequence(get_args(hint)[0], value, path, meta))
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        return _member(hint, value, path)
     if origin is dict:
         return _mapping(get_args(hint)[1], value, path, meta)
     if dataclasses.is_dataclass(hint):
@@ -181,6 +194,16 @@ def _scalar(hint: Any, value: Any, path: str, meta: dict) -> Any:
     raise TypeError(f"schema: unsupported field type {hint!r} at {path}")
 
 
+def _member(hint: type[enum.Enum], value: Any, path: str) -> enum.Enum:
+    try:
+        if isinstance(value, str | int) and not isinstance(value, bool):
+            return hint(value)
+    except ValueError:
+        pass
+    choices = ", ".join(repr(m.value) for m in hint)
+    _fail(path, f"expected one of {choices}", value)
+
+
 def _bounded(value: float, path: str, meta: dict) -> Any:
     low, high = meta.get("min_value"), meta.get("max_value")
     if low is not None and value < low:
@@ -216,13 +239,17 @@ def _item_meta(meta: dict) -> dict:
     return {k: v for k, v in meta.items() if k != "max_items"}
 
 
-def _plain(value: Any) -> Any:
+def _plain(value: Any, sparse: bool = False) -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return encode(value)
+        return encode(value, sparse=sparse)
     if isinstance(value, tuple):
-        return [_plain(v) for v in value]
+        return [_plain(v, sparse) for v in value]
+    if isinstance(value, frozenset):
+        return sorted(_plain(v, sparse) for v in value)
+    if isinstance(value, enum.Enum):
+        return value.value
     if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
+        return {k: _plain(v, sparse) for k, v in value.items()}
     return value
 
 

@@ -46,7 +46,9 @@ OWNER_KEY = "/test/gangs"
 class GangOwner:
     """The runner's owner here, as the Controller actor is in production: the runner
     lives on this actor's turn, region replies come back through its mailbox, and its
-    tick fires the coordinator's timers. Outcomes land in `outcomes` (thread-safe)."""
+    tick fires the coordinator's timers and flushes the runner's requests (the Controller
+    also flushes at the end of a turn with nothing queued). Outcomes land in `outcomes`
+    (thread-safe)."""
 
     tick_interval_s = 0.05
 
@@ -59,6 +61,7 @@ class GangOwner:
 
     def on_tick(self) -> None:
         self.runner.fire_due(self._clock.monotonic())
+        self.runner.flush()
 
 
 def _owner(cluster, regions: dict, config: CoordinatorConfig | None = None):

@@ -14,7 +14,6 @@ from iris.base.errors import InvalidRequestError
 from iris.base.resources import Resources
 from iris.controller.gangs.ledger import ReservationLedger, SliceSpec
 from iris.controller.gangs.protocol import Refused, Reserved
-from iris.controller.gangs.wire_format import shape_from_wire, shape_to_wire
 from iris.controller.jobs import events as ev
 from iris.controller.jobs.env import task_environment
 from iris.controller.jobs.model import TaskState
@@ -22,6 +21,7 @@ from iris.controller.scheduling.constraints import parse_constraints
 from iris.controller.scheduling.model import Band, GangShape, TaskDemand, gang_shape
 from iris.controller.scheduling.reasons import ReasonCode
 from iris.controller.scheduling.scheduler import schedule
+from iris.wire.schema import decode, encode
 from iris.worker.capacity import CapacityExceededError, CapacityLedger
 from tests.controller.test_job_support import Harness, spec
 from tests.controller.test_scheduler import tpu_slice
@@ -67,9 +67,9 @@ def test_resources_gpu_gang_round_trips_through_storage():
 
 def test_gang_shape_one_pool_crosses_the_wire_and_old_peers_read_false():
     shape = GangShape("H100", 4, 0, (), one_pool=True)
-    assert shape_from_wire("Reserve", shape_to_wire(shape)) == shape
-    old = {k: v for k, v in shape_to_wire(shape).items() if k != "one_pool"}
-    assert shape_from_wire("Reserve", old).one_pool is False
+    assert decode(GangShape, encode(shape)) == shape
+    old = {k: v for k, v in encode(shape).items() if k != "one_pool"}
+    assert decode(GangShape, old).one_pool is False
 
 
 # ---- ledger: all slices or none ---------------------------------------------------------

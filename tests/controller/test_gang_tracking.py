@@ -3,6 +3,7 @@ releases when a gang ends, and the inventory each region's ledger is sent. Pure.
 
 from __future__ import annotations
 
+from iris.controller.gangs.coordinator import Placed, ReleaseGang, Unplaceable
 from iris.controller.gangs.ledger import ReservationLedger, SliceSpec
 from iris.controller.gangs.protocol import Refused, Reserved
 from iris.controller.gangs.tracking import (
@@ -68,6 +69,21 @@ def test_tracker_stale_round_is_released_not_assigned():
     tracker.unplaceable(old, {"r1": "full"}, now=0.0)
     placements, _ = _placed(tracker, h, old)  # a late Placed for a round already given up
     assert placements == [] and tracker.take_outbox() == [ReleaseRound(old)]
+
+
+def test_tracker_sorts_outcomes_by_round_and_releases_a_gang_nobody_waits_for():
+    h, tracker = Harness(), GangTracker()
+    job = _gang_job(h)
+    tracker.request(_request(job))
+    round_id = tracker.take_outbox()[0].round_id
+    placed, refused = tracker.sort_outcomes([
+        Placed(round_id.key, "r1", "tok", tuple(HOSTS)),
+        Unplaceable(round_id.key, {"r2": "full"}),
+        Placed("gone@9", "r2", "tok", ("x-h0",)),  # its round ended meanwhile
+    ])
+    assert placed == [(round_id, "r1", tuple(HOSTS))]
+    assert refused == [(round_id, {"r2": "full"})]
+    assert tracker.take_outbox() == [ReleaseGang("gone@9")]
 
 
 def test_tracker_offer_on_a_host_that_filled_meanwhile_is_released_with_a_reason():

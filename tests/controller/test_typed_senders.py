@@ -82,3 +82,42 @@ def test_report_answers_decode_with_their_schema_type(svc):
     assert control.decode(control.ReportAnswer, known).reregister is False
     assert control.decode(control.ReportAnswer, unknown).reregister is True
     assert control.decode(control.ReportAnswer, known).interval_s is not None
+
+
+# The keys clients sent as plain dicts before the Submission type (issue 30): the wire stays.
+_OLD_KEYS = {"name", "entrypoint", "replicas", "resources", "env", "pip", "constraints",
+             "user", "request_id"}
+
+
+def _double(x: int) -> int:
+    return 2 * x
+
+
+@pytest.mark.parametrize(("entry", "args", "options"), [
+    (["python", "train.py"], (), {"priority": "batch", "timeout": 30.0, "pip": ["numpy"]}),
+    (_double, (21,), {"replicas": 2, "env": {"X": "1"}, "existing_capacity_only": True,
+                      "constraints": {"region": "east"}, "max_retries_failure": 2}),
+])
+def test_client_submission_decodes_with_its_schema_type_into_a_jobspec(entry, args, options):
+    from iris.client.jobs import build_submission, submission_wire
+    from iris.controller.jobs.spec import decode_submission, validate_submit
+
+    sub = build_submission(entry, args, name="job", **options)
+    wire = submission_wire(sub)
+    assert set(wire) >= _OLD_KEYS and None not in wire.values()
+    assert set(wire["entrypoint"]) == ({"kind", "argv"} if isinstance(entry, list)
+                                       else {"kind", "payload"})
+    assert decode_submission(wire) == sub  # what the controller decodes is what was built
+    spec = validate_submit(decode_submission(wire))
+    assert spec.entrypoint.kind == ("command" if isinstance(entry, list) else "callable")
+    assert spec.replicas == options.get("replicas", 1)
+    assert spec.existing_capacity_only is options.get("existing_capacity_only", False)
+
+
+def test_service_submit_takes_the_typed_submission(svc):
+    from iris.client.jobs import build_submission
+
+    service, _ = svc
+    sub = build_submission(["true"], (), name="typed", resources=None)
+    answer = service.submit(sub)
+    assert answer["job_id"].endswith("/typed") and not answer["duplicate"]

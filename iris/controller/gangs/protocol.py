@@ -7,14 +7,22 @@ ReleaseRequest when the gang ends. Every request is idempotent, and keyed by
 (gang_id, attempt) so a retry, a duplicate or a late message can never hold a host twice.
 Abort is keyed by attempt, not token, so an attempt whose offer was lost can still be
 aborted. A region actor wraps `ReservationLedger.handle`; a controller actor wraps
-`GangCoordinator.handle`; the wire layer carries these as plain msgpack-able fields.
+`GangCoordinator.handle`.
+
+On the wire each message is its fields as plain data (wire/schema.py `encode`, the shape's
+constraints included) plus "type", its class name; `decode_message` checks a peer's dict
+completely with the same schema as every control message, and a malformed one raises
+ProtocolError naming the field (never pickle: a peer's bytes are never unpickled).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
+from iris.base.errors import InvalidRequestError, ProtocolError
 from iris.controller.scheduling.model import GangShape
+from iris.wire.schema import decode, encode
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,3 +99,26 @@ class Released:
 
 RegionRequest = ReserveRequest | CommitRequest | AbortRequest | ReleaseRequest
 RegionReply = Reserved | Refused | Committed | CommitRefused | Released
+
+
+_TYPES: dict[str, type] = {cls.__name__: cls for cls in (
+    ReserveRequest, CommitRequest, AbortRequest, ReleaseRequest,
+    Reserved, Refused, Committed, CommitRefused, Released)}
+
+
+def encode_message(msg: RegionRequest | RegionReply) -> dict[str, Any]:
+    """The plain-data form of a gang message: its fields and "type"."""
+    if type(msg).__name__ not in _TYPES:
+        raise ProtocolError(f"not a gang protocol message: {type(msg).__name__}")
+    return {"type": type(msg).__name__, **encode(msg)}
+
+
+def decode_message(data: Any) -> RegionRequest | RegionReply:
+    """The gang message a peer sent, checked whole, or ProtocolError naming the field."""
+    cls = _TYPES.get(data.get("type")) if isinstance(data, dict) else None
+    if cls is None:
+        raise ProtocolError(f"gang message: unknown or missing 'type' in {data!r:.200}")
+    try:
+        return decode(cls, {k: v for k, v in data.items() if k != "type"}, cls.__name__)
+    except InvalidRequestError as exc:  # a shape's own check (hosts >= 1) included
+        raise ProtocolError(f"{cls.__name__}: {exc}") from exc

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from iris.base.resources import Resources
 from iris.controller.gangs import inventory as inv
+from iris.controller.gangs.coordinator import Placed, ReleaseGang, Unplaceable
 from iris.controller.gangs.inventory import Delta as SyncDelta
 from iris.controller.jobs.events import Placement
 from iris.controller.jobs.model import ACTIVE_ATTEMPT
@@ -133,6 +134,25 @@ class GangTracker:
         """The round a coordinator outcome names (by its wire key), if still in flight."""
         rnd = self._by_key.get(key)
         return rnd.round_id if rnd is not None else None
+
+    def sort_outcomes(self, outcomes: Iterable[object]
+                      ) -> tuple[list[tuple[RoundId, str, tuple[str, ...]]],
+                                 list[tuple[RoundId, dict[str, str]]]]:
+        """The coordinator's outcomes (Placed, Unplaceable) by round: (placed: round,
+        region, hosts; refused: round, region -> why). A gang placed for a round nobody
+        waits for any more (it ended, or was asked again) gets its hosts back now: a
+        ReleaseGang in the outbox."""
+        placed, refused = [], []
+        for outcome in outcomes:
+            round_id = self.round_of(outcome.gang_id)
+            if round_id is None:
+                if isinstance(outcome, Placed):
+                    self.outbox.append(ReleaseGang(outcome.gang_id))
+            elif isinstance(outcome, Placed):
+                placed.append((round_id, outcome.region, tuple(outcome.hosts)))
+            elif isinstance(outcome, Unplaceable):
+                refused.append((round_id, dict(outcome.reasons)))
+        return placed, refused
 
     def placed_round(self, round_id: RoundId, region: str, hosts: Iterable[str],
                      state: KernelState, workers: Mapping[str, WorkerInfo],

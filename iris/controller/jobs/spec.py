@@ -1,4 +1,4 @@
-"""What a submitted job asks for (JobSpec) and the validation that turns a raw request into one.
+"""What a submitted job asks for (JobSpec) and the validation that turns a Submission into one.
 
 Pure: no I/O, no clock, no kernel state. Everything that can be checked from the request alone
 (plus the parent's spec and a capacity catalogue handed in) is checked here; what depends on the
@@ -25,7 +25,8 @@ from iris.base.ids import join_path, normalize_path, validate_component
 from iris.base.resources import Resources
 from iris.controller import colocate
 from iris.controller.scheduling.constraints import parse_constraints
-from iris.wire.control import Entrypoint  # what a task runs: one type, controller to worker
+from iris.wire.control import Entrypoint, Submission  # one type each, sender to receiver
+from iris.wire.schema import decode
 from iris.wire.states import PRIORITIES
 
 DEFAULT_PRIORITY = "interactive"
@@ -44,14 +45,6 @@ MAX_REPLICAS = 10_000
 Fits = Callable[[Resources], "str | None"]
 """Capacity catalogue: returns None if some scale group can run a task of this shape, else why
 not. Passed in by the controller, which knows the configured scale groups."""
-
-_FIELDS = frozenset({
-    "name", "entrypoint", "resources", "replicas", "priority", "env", "pip", "constraints",
-    "max_retries_failure", "max_retries_preemption", "max_task_failures", "timeout_s",
-    "scheduling_timeout_s", "user", "parent", "request_id", "bundle", "existing_capacity_only",
-    "colocate", "colocate_with", "checkpoint_every_s",
-})
-
 
 @dataclass(frozen=True)
 class JobSpec:
@@ -121,53 +114,59 @@ class JobSpec:
         return cls(entrypoint=entry, resources=Resources.from_dict(data["resources"]), **fields)
 
 
-def validate_submit(raw: Mapping[str, Any], *, parent: JobSpec | None = None,
+def validate_submit(sub: Submission | Mapping[str, Any], *, parent: JobSpec | None = None,
                     fits: Fits | None = None) -> JobSpec:
-    """A JobSpec from a raw request, or InvalidRequestError naming the first bad field.
+    """A JobSpec from a submission, or InvalidRequestError naming the first bad field.
 
-    `parent` is the spec of the job named by raw["parent"] (None if it has none or is
-    unknown); a child inherits its parent's user, environment, pip packages and priority
-    (its own values win). `fits` is the capacity catalogue; without it only the shape is
-    checked.
+    `sub` is the client's control.Submission; plain data (what a peer sent) is decoded into
+    one first, which checks the types. `parent` is the spec of the job named by `sub.parent`
+    (None if it has none or is unknown); a child inherits its parent's user, environment,
+    pip packages and priority (its own values win). `fits` is the capacity catalogue;
+    without it only the shape is checked.
     """
-    if not isinstance(raw, Mapping):
-        raise InvalidRequestError(f"a submission must be a mapping, got {type(raw).__name__}")
-    unknown = sorted(set(raw) - _FIELDS)
-    if unknown:
-        raise InvalidRequestError(f"{unknown[0]}: unknown field", unknown[0])
-    parent_name = _parent(raw, parent)
-    user = _user(raw.get("user"), parent)
-    resources = _resources(raw.get("resources"))
+    if not isinstance(sub, Submission):
+        sub = decode_submission(sub)
+    parent_name = _parent(sub.parent, parent)
+    user = _user(sub.user, parent)
+    resources = _resources(sub.resources)
     if fits is not None:
         _check_fits(resources, fits)
     inherited_env = dict(parent.env) if parent else {}
     return JobSpec(
-        name=_name(raw.get("name"), parent_name, user),
-        entrypoint=_entrypoint(raw.get("entrypoint")),
+        name=_name(sub.name, parent_name, user),
+        entrypoint=_entrypoint(sub.entrypoint),
         user=user,
         resources=resources,
-        replicas=_int(raw, "replicas", 1, lo=1, hi=MAX_REPLICAS),
-        priority=_priority(raw.get("priority"), parent),
-        env={**inherited_env, **_env(raw.get("env"))},
-        pip=_pip(raw.get("pip"), parent.pip if parent else ()),
-        constraints=_constraints(raw.get("constraints")),
-        max_retries_failure=_int(raw, "max_retries_failure", DEFAULT_MAX_RETRIES_FAILURE),
-        max_retries_preemption=_int(raw, "max_retries_preemption",
+        replicas=_int(sub.replicas, "replicas", 1, lo=1, hi=MAX_REPLICAS),
+        priority=_priority(sub.priority, parent),
+        env={**inherited_env, **_env(sub.env)},
+        pip=_pip(sub.pip, parent.pip if parent else ()),
+        constraints=_constraints(sub.constraints),
+        max_retries_failure=_int(sub.max_retries_failure, "max_retries_failure",
+                                 DEFAULT_MAX_RETRIES_FAILURE),
+        max_retries_preemption=_int(sub.max_retries_preemption, "max_retries_preemption",
                                     DEFAULT_MAX_RETRIES_PREEMPTION),
-        max_task_failures=_int(raw, "max_task_failures", 0),
-        timeout_s=_seconds(raw.get("timeout_s"), "timeout_s"),
-        scheduling_timeout_s=_seconds(raw.get("scheduling_timeout_s"), "scheduling_timeout_s"),
+        max_task_failures=_int(sub.max_task_failures, "max_task_failures", 0),
+        timeout_s=_seconds(sub.timeout_s, "timeout_s"),
+        scheduling_timeout_s=_seconds(sub.scheduling_timeout_s, "scheduling_timeout_s"),
         parent=parent_name,
-        request_id=_request_id(raw.get("request_id")),
-        bundle=_bundle(raw.get("bundle"), parent.bundle if parent else None),
-        existing_capacity_only=_flag(raw, "existing_capacity_only"),
-        colocate=colocate.parse(raw, user, parent_name),
-        checkpoint_every_s=_seconds(raw.get("checkpoint_every_s"), "checkpoint_every_s"),
+        request_id=_request_id(sub.request_id),
+        bundle=_bundle(sub.bundle, parent.bundle if parent else None),
+        existing_capacity_only=sub.existing_capacity_only,
+        colocate=colocate.parse(sub.colocate, sub.colocate_with, user, parent_name),
+        checkpoint_every_s=_seconds(sub.checkpoint_every_s, "checkpoint_every_s"),
     )
 
 
-def _parent(raw: Mapping[str, Any], parent: JobSpec | None) -> str | None:
-    name = raw.get("parent")
+def decode_submission(raw: Any) -> Submission:
+    """The control.Submission a peer sent (plain data), or InvalidRequestError naming the
+    first field of the wrong type, missing or unknown."""
+    if not isinstance(raw, Mapping):
+        raise InvalidRequestError(f"a submission must be a mapping, got {type(raw).__name__}")
+    return decode(Submission, dict(raw))
+
+
+def _parent(name: str | None, parent: JobSpec | None) -> str | None:
     if name is None:
         return None
     try:
@@ -206,25 +205,16 @@ def _name(name: Any, parent_name: str | None, user: str) -> str:
     return path
 
 
-def _entrypoint(ep: Any) -> Entrypoint:
-    if not isinstance(ep, Mapping):
-        raise InvalidRequestError("entrypoint: expected {kind, payload|argv}", "entrypoint")
-    kind = ep.get("kind")
-    if kind == "callable":
-        payload = ep.get("payload")
-        if not isinstance(payload, bytes | bytearray) or not payload:
+def _entrypoint(ep: Entrypoint) -> Entrypoint:
+    if ep.kind == "callable":
+        if not ep.payload:
             raise InvalidRequestError("entrypoint: a callable needs pickled payload bytes",
                                       "entrypoint")
-        return Entrypoint(kind="callable", payload=bytes(payload))
-    if kind == "command":
-        argv = ep.get("argv")
-        if (not isinstance(argv, list | tuple) or not argv
-                or not all(isinstance(a, str) for a in argv)):
-            raise InvalidRequestError(f"entrypoint: argv must be a non-empty list of str, "
-                                      f"got {argv!r}", "entrypoint")
-        return Entrypoint(kind="command", payload=b"", argv=tuple(argv))
-    raise InvalidRequestError(f"entrypoint: kind must be 'callable' or 'command', got {kind!r}",
-                              "entrypoint")
+        return Entrypoint(kind="callable", payload=ep.payload)
+    if not ep.argv:
+        raise InvalidRequestError("entrypoint: argv must be a non-empty list of str, got []",
+                                  "entrypoint")
+    return Entrypoint(kind="command", payload=b"", argv=ep.argv)
 
 
 def _resources(res: Any) -> Resources:
@@ -255,20 +245,12 @@ def _check_fits(resources: Resources, fits: Fits) -> None:
         raise UnschedulableError(f"resources: {said}", "resources")
 
 
-def _int(raw: Mapping[str, Any], key: str, default: int, lo: int = 0,
+def _int(value: int | None, key: str, default: int, lo: int = 0,
          hi: int = 1_000_000) -> int:
-    value = raw.get(key, default)
     if value is None:
         value = default
     if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
         raise InvalidRequestError(f"{key}: expected an int in [{lo}, {hi}], got {value!r}", key)
-    return value
-
-
-def _flag(raw: Mapping[str, Any], key: str) -> bool:
-    value = raw.get(key, False)
-    if not isinstance(value, bool):
-        raise InvalidRequestError(f"{key}: expected true or false, got {value!r}", key)
     return value
 
 

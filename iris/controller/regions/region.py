@@ -1,7 +1,7 @@
 """The Region actor: one per region, the owner of its reservation ledger and its slices.
 
 Not the decisions (gangs/ledger.py and autoscaler.py are pure). Requests and replies
-travel as the wire dicts of gangs/wire_format.py; a malformed one raises ProtocolError
+travel as plain dicts (gangs/protocol.py `encode_message`); a malformed one raises ProtocolError
 at the caller and changes nothing. Leases lapse on the region's own clock, checked every
 tick, so a hold the coordinator forgot (it crashed, a message was lost) is released
 without anyone asking.
@@ -32,7 +32,7 @@ from iris.base.clock import SYSTEM_CLOCK, Clock
 from iris.base.errors import ConflictError, InvalidRequestError
 from iris.controller.config import ScaleGroupConfig
 from iris.controller.gangs.ledger import ReservationLedger, SliceSpec
-from iris.controller.gangs.wire_format import from_wire, to_wire
+from iris.controller.gangs.protocol import decode_message, encode_message
 from iris.controller.providers.base import Provider, SliceInfo
 from iris.controller.regions.autoscaler import AutoscalerConfig, Delete, SliceUsage
 from iris.controller.regions.scaler import SliceManager
@@ -108,15 +108,15 @@ class Region:
     @requires(tokens.CONTROLLER)  # the controller: in process, or holding its own token
     def handle(self, message: dict) -> dict | None:
         """One request (reserve / commit / abort / release); its reply, or None."""
-        reply = self._ledger.handle(from_wire(message), self._clock.monotonic())
-        return to_wire(reply) if reply is not None else None
+        reply = self._ledger.handle(decode_message(message), self._clock.monotonic())
+        return encode_message(reply) if reply is not None else None
 
     @requires(tokens.CONTROLLER)  # the controller: in process, or holding its own token
     def handle_many(self, messages: list[dict]) -> list[dict | None]:
         """Several requests in one call (a coordinator under load batches its sends)."""
         now = self._clock.monotonic()
-        replies = [self._ledger.handle(from_wire(m), now) for m in messages]
-        return [to_wire(r) if r is not None else None for r in replies]
+        replies = [self._ledger.handle(decode_message(m), now) for m in messages]
+        return [encode_message(r) if r is not None else None for r in replies]
 
     @requires(tokens.CONTROLLER)  # the controller: in process, or holding its own token
     def sync(self, slices: Any, busy: Any, unmet: Any = None, drained: Any = None,

@@ -9,7 +9,7 @@ rest of the pass so two gangs are never pointed at the same slice.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from iris.controller.scheduling.fleet import Fleet, Pool
 from iris.controller.scheduling.model import Band, Demand, GangShape, pool_of
@@ -19,32 +19,24 @@ from iris.controller.scheduling.reasons import PendingReason, ReasonCode
 
 @dataclass(frozen=True, slots=True)
 class GangRequest:
-    """Ask the coordinator to reserve this gang in one of `regions` (best first)."""
+    """A gang the pass asks for (`need` per host, in `pool`) and, once `place_gang` found
+    room, the regions to reserve it in (best first): one type from the ask to the tracker."""
 
     gang_id: str
     job_id: str
     band: Band
     task_ids: tuple[str, ...]
     shape: GangShape
-    regions: tuple[str, ...]
+    regions: tuple[str, ...] = ()
     # Hosts this pass set aside for the gang in its candidate regions: the controller keeps
     # them held (HostView.held) until the reservation settles, so later passes do not hand
     # them to smaller work while the regions answer.
     hosts: tuple[str, ...] = ()
+    need: Demand = Demand()  # per host
+    pool: Pool = ("cpu", None)
 
 
-@dataclass(frozen=True, slots=True)
-class GangAsk:
-    gang_id: str
-    job_id: str
-    band: Band
-    task_ids: tuple[str, ...]
-    shape: GangShape
-    need: Demand  # per host
-    pool: Pool
-
-
-def place_gang(fleet: Fleet, pre: Preemptor, ask: GangAsk, max_regions: int,
+def place_gang(fleet: Fleet, pre: Preemptor, ask: GangRequest, max_regions: int,
                failed: dict[tuple[object, ...], PendingReason]) -> GangRequest | PendingReason:
     """`failed` remembers shapes that found no room this pass: capacity and the eviction
     budget only shrink during a pass, so the next gang of that shape and band would fail
@@ -62,12 +54,11 @@ def place_gang(fleet: Fleet, pre: Preemptor, ask: GangAsk, max_regions: int,
     return result
 
 
-def _request(ask: GangAsk, regions: list[str], hosts: list[str]) -> GangRequest:
-    return GangRequest(ask.gang_id, ask.job_id, ask.band, ask.task_ids, ask.shape,
-                       tuple(regions), tuple(hosts))
+def _request(ask: GangRequest, regions: list[str], hosts: list[str]) -> GangRequest:
+    return replace(ask, regions=tuple(regions), hosts=tuple(hosts))
 
 
-def _slices(fleet: Fleet, pre: Preemptor, ask: GangAsk,
+def _slices(fleet: Fleet, pre: Preemptor, ask: GangRequest,
             max_regions: int) -> GangRequest | PendingReason:
     shape = ask.shape
     per_slice = shape.hosts // shape.whole_slices
@@ -125,7 +116,7 @@ def _short_of_slices(fleet: Fleet, shape: GangShape, slices: list[str],
             f"{len(free[region])} free")
 
 
-def _preempt_for_slices(fleet: Fleet, pre: Preemptor, ask: GangAsk, slices: list[str],
+def _preempt_for_slices(fleet: Fleet, pre: Preemptor, ask: GangRequest, slices: list[str],
                         free: dict[str, list[str]]) -> PendingReason | None:
     want = ask.shape.whole_slices
     options: dict[str, list[tuple[int, str, list[Victim]]]] = {}
@@ -159,7 +150,7 @@ def _preempt_for_slices(fleet: Fleet, pre: Preemptor, ask: GangAsk, slices: list
                           "evicted": cost})
 
 
-def _hosts_alike(fleet: Fleet, ask: GangAsk, max_regions: int) -> GangRequest | PendingReason:
+def _hosts_alike(fleet: Fleet, ask: GangRequest, max_regions: int) -> GangRequest | PendingReason:
     pool = fleet.pools.get(ask.pool, [])
     if not pool:  # no host of the kind at all: growth can help (an empty GPU pool must
         # scale up, as a single GPU task's does), a constraint cannot be the reason

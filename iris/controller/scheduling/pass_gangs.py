@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from iris.base.resources import Resources
 from iris.controller.scheduling.fallbacks import combined_reason
 from iris.controller.scheduling.fleet import Pool
-from iris.controller.scheduling.gang_placement import GangAsk, GangRequest, place_gang
+from iris.controller.scheduling.gang_placement import GangRequest, place_gang
 from iris.controller.scheduling.model import TaskDemand, gang_shape, per_host_demand
 from iris.controller.scheduling.reasons import PendingReason, ReasonCode
 
@@ -110,8 +110,8 @@ class GangSteps:
         known = failed.get((shape, job.band, need, pool))
         if known is not None:  # what place_gang would answer from its cache, sooner
             return known
-        ask = GangAsk(gang_id, job.job_id, job.band, tuple(t.task_id for t in tasks), shape,
-                      need, pool)
+        ask = GangRequest(gang_id, job.job_id, job.band, tuple(t.task_id for t in tasks),
+                          shape, need=need, pool=pool)
         result = place_gang(ledger.fleet, ledger.pre, ask, self._max_regions, failed)
         if isinstance(result, GangRequest):
             ledger.plan.gang_requests.append(result)
