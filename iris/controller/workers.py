@@ -73,11 +73,14 @@ class WorkerInfo:
                 "memory_bytes": self.memory_bytes, "accelerators": self.accelerators}
         # Late (fencing.late_after_s): its silence, less the controller's own stalls since
         # it was last heard (`stalled`: the table's), past the interval it was asked for.
-        silent = now - self.last_heard - (stalled - self.stalled_at_heard)
+        heard_ago = now - self.last_heard
         late_after = late_after_s(self.asked_s)
-        return {**self._row, "last_heard_s_ago": round(now - self.last_heard, 3),
-                "report_interval_s": self.asked_s, "late_after_s": late_after,
-                "late": silent > late_after}
+        row = self._row.copy()
+        row["last_heard_s_ago"] = round(heard_ago, 3)
+        row["report_interval_s"] = self.asked_s
+        row["late_after_s"] = late_after
+        row["late"] = heard_ago - (stalled - self.stalled_at_heard) > late_after
+        return row
 
 
 class WorkerTable:
