@@ -1,6 +1,7 @@
 """Benchmark: one real controller holding a fleet of N simulated hosts (issue 21).
 
     python -m bench.fleet [--quick] [--hosts 1000,5000,10000] [--procs 4] [--window 60]
+                          [--rate JOBS_PER_S]
 
 Not a test: it asserts nothing. For each N, a fresh `iris controller serve` process and N
 simulated hosts in --procs helper processes (bench/_fleet_hosts.py: a DEALER, so a TCP
@@ -9,7 +10,8 @@ connection, per host; the real IRIS/1 frames; one call in flight per host with a
 attempt ends; a worker holds no registry name, so it renews nothing). The helpers share
 the machine's cores with the controller. Once every host is registered, 5 s pass (each
 host has been told its interval), then IDLE_S of heartbeats alone, then for --window
-seconds a client submits small command jobs one after another and waits for each. Figures:
+seconds a client submits small command jobs one after another and waits for each (with
+--rate, R a second on time, each waited for by a thread of its own). Figures:
 
 - register_s: helper processes started -> the controller lists all N hosts.
 - controller_cpu_idle: its CPU over IDLE_S of heartbeats alone (100 = one core): holding
@@ -39,12 +41,15 @@ seconds a client submits small command jobs one after another and waits for each
   old rule (silent > 1.5 s, whatever the interval), overdue (silent > their interval + 1 s:
   a report more than a second behind), and the longest silence seen.
 
---quick runs N = 500 and 2,000 with a 15 s window. The last line is one JSON object.
+--quick runs N = 500 and 2,000 (unless --hosts says) with a 15 s window (unless --window
+says), so that bench.ab, which passes --quick, can run any size. The last line is one JSON
+object.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextvars
 import json
 import os
 import socket
@@ -54,6 +59,7 @@ import sys
 import tempfile
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import iris
@@ -115,7 +121,8 @@ def _port() -> int:
         return s.getsockname()[1]
 
 
-def run(n: int, procs: int, window: float, controller_root: Path = ROOT) -> dict:
+def run(n: int, procs: int, window: float, controller_root: Path = ROOT,
+        rate: float = 0.0) -> dict:
     state = Path(tempfile.mkdtemp(prefix="iris-fleet-"))
     address = f"tcp://127.0.0.1:{_port()}"
     ctl = subprocess.Popen([sys.executable, "-m", "iris", "controller", "serve", "--state-dir",
@@ -156,21 +163,7 @@ def run(n: int, procs: int, window: float, controller_root: Path = ROOT) -> dict
             cpu0, rss0, t0 = _cpu_s(ctl.pid), _rss_mb(ctl.pid), time.monotonic()
             sampler = _RssSampler(ctl.pid)
             sampler.start()
-            latencies, submitted, not_done = [], 0, []
-            while time.monotonic() - t0 < window:
-                sent = time.monotonic()
-                submitted += 1
-                try:
-                    job = iris.submit(["true"], name=f"j{submitted}")
-                    state = job.wait(timeout=60)["state"]
-                except IrisError as exc:  # a controller past its limit: counted, not fatal
-                    not_done.append(f"j{submitted}: {type(exc).__name__}")
-                    continue
-                if state == "succeeded":
-                    latencies.append((time.monotonic() - sent) * 1000)
-                else:  # what the controller knows of it, for the record
-                    not_done.append(f"{job.job_id}: {state} "
-                                    f"{json.dumps(job.status(), default=str)[:600]}")
+            latencies, not_done = _jobs(window, rate)
             cpu = (_cpu_s(ctl.pid) - cpu0) / (time.monotonic() - t0) * 100
             rss1 = _rss_mb(ctl.pid)
             rss_series = sampler.stop()
@@ -195,7 +188,8 @@ def run(n: int, procs: int, window: float, controller_root: Path = ROOT) -> dict
                 "submit_done_ms_p90": (statistics.quantiles(latencies, n=10)[-1]
                                        if len(latencies) >= 10 else None),
                 "submit_done_ms_max": max(latencies) if latencies else None,
-                "jobs": len(latencies), "jobs_not_done": len(not_done),
+                "jobs": len(latencies), "jobs_per_s": len(latencies) / window,
+                "jobs_not_done": len(not_done),
                 "not_done": not_done[:5], "false_losses": reregister + max(0, n - listed),
                 "errors": sum(c.get("errors", 0) for c in counts),
                 "pass_ms_p50": _median_ms(passes), **lateness}
@@ -204,6 +198,41 @@ def run(n: int, procs: int, window: float, controller_root: Path = ROOT) -> dict
             if p.poll() is None:
                 p.kill()
             p.wait(30)
+
+
+def _jobs(window: float, rate: float) -> tuple[list, list]:
+    """Small command jobs for `window` seconds: one after another (rate 0), or `rate` a
+    second whatever their latency (each submitted on time and waited for by a thread).
+    Submit -> done latencies (ms) of those that succeeded, and descriptions of the rest."""
+    latencies, not_done, lock = [], [], threading.Lock()
+
+    def one(k: int, due: float) -> None:
+        try:
+            job = iris.submit(["true"], name=f"j{k}")
+            state = job.wait(timeout=60)["state"]
+        except IrisError as exc:  # a controller past its limit: counted, not fatal
+            with lock:
+                not_done.append(f"j{k}: {type(exc).__name__}")
+            return
+        with lock:
+            if state == "succeeded":
+                latencies.append((time.monotonic() - due) * 1000)
+            else:  # what the controller knows of it, for the record
+                not_done.append(f"{job.job_id}: {state} "
+                                f"{json.dumps(job.status(), default=str)[:600]}")
+
+    t0, k = time.monotonic(), 0
+    if not rate:
+        while time.monotonic() - t0 < window:
+            k += 1
+            one(k, time.monotonic())
+        return latencies, not_done
+    with ThreadPoolExecutor(max_workers=int(rate * 3) + 8) as pool:
+        while (due := t0 + k / rate) < t0 + window:
+            time.sleep(max(0.0, due - time.monotonic()))
+            k += 1
+            pool.submit(contextvars.copy_context().run, one, k, due)  # iris.connect's
+    return latencies, not_done
 
 
 class _LateSampler(threading.Thread):
@@ -256,24 +285,29 @@ def _median_ms(hist: dict) -> float | None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--hosts", default="1000,5000,10000")
+    ap.add_argument("--hosts", help="fleet sizes (default 1000,5000,10000; --quick 500,2000)")
     ap.add_argument("--procs", type=int, default=4)
-    ap.add_argument("--window", type=float, default=60.0)
+    ap.add_argument("--window", type=float, help="seconds of jobs (default 60; --quick 15)")
+    ap.add_argument("--rate", type=float, default=0.0,
+                    help="jobs a second, submitted on time whatever their latency (default: "
+                         "one after another)")
     ap.add_argument("--controller-root", type=Path, default=ROOT,
                     help="run the controller from this checkout (figures 'before' a change)")
     args = ap.parse_args()
-    sizes = [500, 2000] if args.quick else [int(x) for x in args.hosts.split(",")]
-    window = 15.0 if args.quick else args.window
+    hosts = args.hosts or ("500,2000" if args.quick else "1000,5000,10000")
+    sizes = [int(x) for x in hosts.split(",")]
+    window = args.window or (15.0 if args.quick else 60.0)
     rows = []
     cols = ["hosts", "register_s", "controller_cpu_idle", "reports_per_s", "cpu_us_per_report",
             "reports_per_batch", "interval_s", "controller_cpu", "rss_mb_start", "rss_mb_end",
             "rss_mb_per_min_last5", "submit_done_ms_p50", "submit_done_ms_p90",
-            "submit_done_ms_max", "jobs", "jobs_not_done", "false_losses", "pass_ms_p50",
+            "submit_done_ms_max", "jobs", "jobs_per_s", "jobs_not_done", "false_losses",
+            "pass_ms_p50",
             "late_max", "late_1_5s_max", "overdue_max", "silent_max_s"]
     for n in sizes:
         step(f"{n:,} simulated hosts")
         try:
-            rows.append(run(n, args.procs, window, args.controller_root))
+            rows.append(run(n, args.procs, window, args.controller_root, args.rate))
         except Exception as exc:  # the controller stopped answering: that is the figure
             rows.append({"hosts": n, "failed": f"{type(exc).__name__}: {exc}"[:300]})
         print(" | ".join(cols), flush=True)

@@ -82,13 +82,18 @@ def results(svc: Any, job_id: str) -> dict[int, bytes]:
 
 
 def list_workers(svc: Any) -> list[dict]:
+    """Every worker's row, by worker id (the snapshot's list: 10,000 rows every 2 s at
+    10,000 hosts, so the loop is kept tight)."""
     now = now_mono(svc)
+    table, by_worker = svc.desk.workers, svc.state.by_worker
+    workers, stalled = table.workers, table.stalled
     rows = []
-    for info in svc.desk.workers.workers.values():
-        row = info.as_dict(now, svc.desk.workers.stalled)
-        row["attempts"] = sorted(svc.state.by_worker.get(info.worker_id, ()))
+    for worker_id in sorted(workers):
+        row = workers[worker_id].as_dict(now, stalled)
+        held = by_worker.get(worker_id)
+        row["attempts"] = sorted(held) if held else []
         rows.append(row)
-    return sorted(rows, key=lambda r: r["worker_id"])
+    return rows
 
 
 def snapshot(svc: Any) -> dict:

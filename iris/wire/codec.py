@@ -151,6 +151,23 @@ def deep_lift(value: Any, buffers: list) -> Any:
     return _deep_lift(value, buffers)
 
 
+def has_nested_big_bytes(value: Any) -> bool:
+    """Would deep_lift lift anything (bytes of OOB_MIN_BYTES or more in its lists and
+    dicts)? A walk that builds nothing: a big reply without them (the controller's snapshot
+    of 10,000 workers) keeps its first pack instead of being rebuilt and packed again."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        kind = type(item)
+        if kind is dict:
+            stack.extend(item.values())
+        elif kind is list:
+            stack.extend(item)
+        elif kind is bytes and len(item) >= OOB_MIN_BYTES:
+            return True
+    return False
+
+
 def pickle_value(value: Any, buffers: list) -> bytes:
     def out_of_band(pb: pickle.PickleBuffer) -> bool:
         if pb.raw().nbytes < OOB_MIN_BYTES:

@@ -119,6 +119,17 @@ def test_codec_big_bytes_nested_in_containers_become_frames():
     assert args[0]["blob"] == blob and args[0]["n"][1] == blob
 
 
+
+def test_codec_a_big_reply_of_small_values_keeps_one_frame_and_round_trips():
+    rows = [{"worker_id": f"w{i}", "n": i, "x": i / 7, "a": {"k": "v" * 50}, "b": b"s" * 40}
+            for i in range(12_000)]  # over DEEP_LIFT_MIN_BYTES, nothing big inside
+    frames, value = _roundtrip_reply({"workers": rows, "nested": [[b"t" * 100]]})
+    assert len(frames) == 1 and len(frames[0]) >= codec.DEEP_LIFT_MIN_BYTES
+    assert value == {"workers": rows, "nested": [[b"t" * 100]]}
+    big = b"q" * codec.OOB_MIN_BYTES  # and one big bytes among them still goes out of band
+    frames, value = _roundtrip_reply({"workers": rows, "nested": [[big]]})
+    assert len(frames) == 2 and value["nested"][0][0] == big
+
 def test_codec_arrays_of_objects_or_strided_views_still_round_trip():
     strided = np.arange(200_000, dtype=np.int64)[::2]
     objects = np.array([{"a": 1}, None], dtype=object)
