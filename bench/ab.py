@@ -222,8 +222,16 @@ def run_once(rev: Revision, module: str, args: list[str], timeout_s: float) -> d
         tail = (stderr.strip() or stdout.strip())[-600:]
         raise AbError(f"{rev.label} ({rev.spec}): bench.{module} exited {proc.returncode} "
                       f"without a JSON last line:\n{tail}")
-    return {k: float(v) for k, v in figures.items()
-            if isinstance(v, int | float) and not isinstance(v, bool)}
+    # A bench that caught its own failure still prints JSON (bench.fleet: "n10000_failed":
+    # "why"); without this its run counted as good, with no figures, and the table was empty.
+    said = {k: v for k, v in figures.items()
+            if isinstance(v, str) and (k in ("failed", "error") or k.endswith("_failed"))}
+    numbers = {k: float(v) for k, v in figures.items()
+               if isinstance(v, int | float) and not isinstance(v, bool)}
+    if said or not numbers:
+        why = "; ".join(f"{k}: {v}" for k, v in said.items()) or "no numeric figure"
+        raise AbError(f"{rev.label} ({rev.spec}): bench.{module} reported a failure: {why}")
+    return numbers
 
 
 def _end_group(proc: subprocess.Popen) -> None:

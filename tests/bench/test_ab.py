@@ -144,3 +144,14 @@ def test_ab_leaves_out_a_failed_run_and_says_so(tiny_repo, tmp_path):
     assert speed["a"] == [103, 105, 102] and speed["b"] == [201, 201, 209, 206]
     assert len(report["a"]["failed"]["flaky"]) == 1 and not report["b"]["failed"]
     assert "1 run(s) failed" in out.stdout and "flaky failure" in out.stdout
+
+
+def test_ab_counts_a_run_whose_json_says_it_failed_as_failed(tiny_repo, tmp_path):
+    repo = Path(tiny_repo["repo"])
+    # Like bench.fleet when the controller stopped answering: exit 0, a JSON last line
+    # naming the failure and no figure for that size.
+    (repo / "bench" / "caught.py").write_text(
+        'import json\nprint(json.dumps({"n10000_failed": "TimeoutError: no answer"}))\n')
+    out = _ab(tiny_repo["repo"], "HEAD", "HEAD", "caught", counter=tmp_path / "k")
+    assert out.returncode == 2
+    assert "reported a failure" in out.stderr and "no answer" in out.stderr
