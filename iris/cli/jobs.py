@@ -203,14 +203,7 @@ def worker_list(args: argparse.Namespace) -> int:
 def worker_drain(args: argparse.Namespace) -> int:
     """Tell a worker to leave (through the controller, with the admin token); wait until it
     has left the worker list, saying what it handed back."""
-    from iris.client.budgets import admin_token
-
-    if not args.target:
-        raise InvalidRequestError("iris worker drain: name the worker, e.g. iris worker drain "
-                                  "w-3f2a1c (iris worker list names them)")
-    ctx = iris.current()
-    token = admin_token(args.admin_token_file, "draining a worker")
-    told = call_controller(ctx.node, ctx.address, "drain_worker", (args.target,), auth=token)
+    ctx, told = _admin_worker_call(args, "drain", "drain_worker", "draining a worker")
     print(f"worker {told['worker_id']} ({told['address']}) told to leave; handing back "
           f"{len(told['attempts'])} attempts", file=sys.stderr, flush=True)
     left = args.no_wait or _wait_gone(ctx, args.target, args.timeout)
@@ -227,19 +220,25 @@ def worker_drain(args: argparse.Namespace) -> int:
 def worker_revoke(args: argparse.Namespace) -> int:
     """Revoke a worker's credential (admin token): its next call is refused, its id may not
     join again, its tasks are requeued elsewhere; no other worker is touched."""
-    from iris.client.budgets import admin_token
-
-    if not args.target:
-        raise InvalidRequestError("iris worker revoke: name the worker, e.g. iris worker "
-                                  "revoke w-3f2a1c (iris worker list names them)")
-    ctx = iris.current()
-    token = admin_token(args.admin_token_file, "revoking a worker")
-    told = call_controller(ctx.node, ctx.address, "revoke_worker", (args.target,), auth=token)
+    _, told = _admin_worker_call(args, "revoke", "revoke_worker", "revoking a worker")
     if args.json:
         print(json.dumps(told))
     print(f"worker {told['worker_id']} revoked; {len(told['attempts'])} attempts requeued",
           file=sys.stderr)
     return 0
+
+
+def _admin_worker_call(args: argparse.Namespace, verb: str, method: str,
+                       doing: str) -> tuple[Any, dict]:
+    """`iris worker VERB ID`: the controller's `method` on one worker, with the admin token."""
+    from iris.client.budgets import admin_token
+
+    if not args.target:
+        raise InvalidRequestError(f"iris worker {verb}: name the worker, e.g. iris worker "
+                                  f"{verb} w-3f2a1c (iris worker list names them)")
+    ctx = iris.current()
+    token = admin_token(args.admin_token_file, doing)
+    return ctx, call_controller(ctx.node, ctx.address, method, (args.target,), auth=token)
 
 
 def _wait_gone(ctx: Any, worker_id: str, timeout_s: float) -> bool:
