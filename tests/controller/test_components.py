@@ -148,7 +148,7 @@ def test_service_is_composed_not_inherited():
     ("iris.controller.effects_out", "EffectsOut"),
     ("iris.controller.regions.autoscaler", "Autoscaler"),
     ("iris.controller.scheduling.scheduler", "_Pass"),
-    ("iris.controller.scheduling.pass_gangs", "GangSteps"),
+    ("iris.controller.scheduling.gang_placement", "GangSteps"),
 ])
 def test_no_class_is_split_by_a_mixin(module, name):
     """Classes once split across files by mixins for size alone now inherit nothing: one
