@@ -30,11 +30,13 @@ import hmac
 import secrets
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from iris.actors import tokens
 from iris.base.errors import (
     ConflictError,
     InvalidRequestError,
+    NotFoundError,
     OverloadedError,
     PermissionDeniedError,
 )
@@ -112,6 +114,31 @@ class Credentials:
         self._grant(credential, tokens.WORKER, worker_id)
         return {"worker_id": worker_id, "credential": credential, "command_token": command}
 
+    def join(self, worker_id: str, info: Any, now: float) -> dict:
+        """A host joining under `worker_id` (`info`: the worker registered under it, if
+        any): `issue`, refused while that worker is live."""
+        check_id(worker_id)
+        if info is None:
+            return self.issue(worker_id, now, None)
+        return self.issue(worker_id, now, now - info.last_heard, info.address)
+
+    def ended(self, worker_id: str, address: str, info: Any) -> None:
+        """The worker process at `address` ended: its credential ends with it, unless the
+        worker already registered again elsewhere (`info`: as registered now; a restarted
+        process on the same work dir, whose credential file the old one's watchdog reads)."""
+        if info is None or info.address == address:
+            self.revoke(worker_id)
+
+    def revoke_by_operator(self, worker_id: str, registered: bool) -> None:
+        """`iris worker revoke`: revoked and banned; NotFoundError for an id neither
+        registered nor holding a credential."""
+        check_id(worker_id)
+        held = worker_id in self.banned or self.revoke(worker_id)
+        if not registered and not held:
+            raise NotFoundError(f"worker_id: no worker {worker_id!r} is registered "
+                                "(iris worker list names them)")
+        self.ban(worker_id)
+
     def revoke(self, worker_id: str) -> bool:
         """Its credential holds no role from now on; True if it held one."""
         held = self._held.pop(worker_id, None)
@@ -157,9 +184,19 @@ def _read_banned(path: Path) -> set[str]:
         return set()
 
 
+def grant_roles(grant: Callable[[bytes, str], None], state_dir: Path) -> None:
+    """Roles at the controller's node (docs/protocol.md): a host joins with the cluster
+    token and then speaks with its own credential; operators hold the admin token; the
+    controller's secret is its own. All live in the state directory across restarts."""
+    state_dir = Path(state_dir)
+    grant(tokens.load_or_create(state_dir / tokens.CLUSTER_TOKEN_FILE), tokens.MEMBER)
+    grant(tokens.load_or_create(state_dir / tokens.ADMIN_TOKEN_FILE), tokens.ADMIN)
+    grant(controller_token(load_secret(state_dir)), tokens.CONTROLLER)
+
+
 def load_secret(state_dir: Path) -> bytes:
     """The controller's secret (made 0600 on first use)."""
     return tokens.load_or_create(Path(state_dir) / tokens.CONTROLLER_SECRET_FILE)
 
 
-__all__ = ["Credentials", "check_id", "controller_token", "load_secret"]
+__all__ = ["Credentials", "check_id", "controller_token", "grant_roles", "load_secret"]

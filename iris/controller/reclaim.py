@@ -7,7 +7,7 @@ a thread of its own, bounded by `max_regions`. A region that is not autoscaled (
 come only from registered hosts) and has had no registered host for IDLE_S holds nothing:
 no slice, no host, and no gang hold (a hold lasts the coordinator's lease, 10 s, far less).
 It is then stopped and forgotten everywhere the controller keeps it (the actor and its
-thread, the gang runner's address, the inventory pushes, the stats, the region count of
+thread, the carrier's entry, the inventory pushes, the stats, the region count of
 `max_regions`); a host naming it later makes it anew, as on first sight.
 
 Pure: `now` is passed in.
