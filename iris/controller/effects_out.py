@@ -12,7 +12,8 @@ waiters, and `back`: the service's requests that replies and failures come back 
 the turn of a Region actor this node hosts (no call through the node's own address), or as
 a call to one in another process. Each reply comes back through `post` as a message into
 the owner's mailbox; a failure known at once (no such region, its actor stopping) is
-reported on the spot.
+reported on the spot, and a Region actor found stopped is forgotten (EffectsOut makes it
+anew on the next push).
 """
 
 from __future__ import annotations
@@ -89,7 +90,10 @@ class RegionCarrier:
                                                        failed))
         elif not target.post(self._on_region_turn, target, region, method, args, answered,
                              failed):
-            failed(region, f"the Region actor for {region!r} is stopping")
+            # It stopped under us: forgotten here, so that its owner may make it anew (a
+            # restarted region, sent its whole inventory: the failure asks for it).
+            self.regions.pop(region, None)
+            failed(region, f"the Region actor for {region!r} has stopped")
 
     def ask(self, region: str, method: str, args: tuple = ()) -> concurrent.futures.Future:
         """One request to a Region actor this node hosts, run on its turn (no call through

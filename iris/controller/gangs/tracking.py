@@ -352,9 +352,6 @@ class GangTracker:
             due.append(heapq.heappop(self._timers)[2])
         self._handle(due, now)
 
-    def pending_timers(self) -> int:
-        return len(self._timers)
-
     def take_outcomes(self) -> list[Placed | Unplaceable | GangReleased]:
         """The coordinator's outcomes since the last take (for `sort_outcomes`)."""
         out, self._outcomes = self._outcomes, []
