@@ -1,7 +1,7 @@
 """Per-peer state reclaimed, not only capped (docs/architecture.md, Per-peer state).
 
 Regions: a Region actor no host has named for a while is stopped and forgotten. Not the
-stopping itself (the controller actor: `Controller._reclaim_regions`). Any worker may
+stopping itself (the controller actor's tick: `upkeep.Upkeep`). Any worker may
 name a new region at registration (attributes.region), and each region becomes an actor with
 a thread of its own, bounded by `max_regions`. A region that is not autoscaled (its slices
 come only from registered hosts) and has had no registered host for IDLE_S holds nothing:
