@@ -86,11 +86,8 @@ class ControllerService:
                                (r.region for r in config.autoscale), clock.monotonic())
         self.pushes = RegionPushes(config.autoscale, clock.monotonic())
         self.placement = PlacementPass(clock)
-        # Multi-host gangs are reserved through the Region actors; this is the controller's
-        # half (rounds in flight, hosts held, the coordinator and its timers, what each
-        # region's ledger should own). Three tries (about 3.5 s of backoff) before a refused
-        # gang goes back to the pass, which then shows the regions' reasons and asks again
-        # with a fresher view.
+        # The gangs object (gangs/tracking.py). Three tries (about 3.5 s of backoff) before a
+        # refused gang goes back to the pass, which shows the regions' reasons and asks again.
         self.gangs = GangTracker(incarnation=new_id("inc-"),
                                  config=CoordinatorConfig(max_attempts=3))
         self.budget_book = BudgetBook(self.store, config.retention_s)
