@@ -333,14 +333,15 @@ class Controller:
     # ------------------------------------------------------------ acting, on this turn
 
     def _post(self, fn: Any, *args: Any) -> None:
-        """A region's reply (from its thread) becomes a message in this actor's mailbox."""
+        """A message in this actor's mailbox: a region's reply (from its thread), or the
+        pass left for the end of a burst of submits."""
         self._node.post_to(CONTROLLER_KEY, self._turn, fn, args)
 
     def _turn(self, fn: Any, args: tuple) -> None:
         try:
             fn(*args)
         except IrisError as exc:  # a halted store: the request that follows says so
-            _log.error("%s from a region: %s", getattr(fn, "__name__", fn), exc)
+            _log.error("%s: %s", getattr(fn, "__name__", fn), exc)
         self._after(None)
 
     def _after(self, answer: Any, gang_frames: bool = False) -> Any:
