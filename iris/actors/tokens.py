@@ -31,9 +31,11 @@ from iris.base.errors import SecurityError
 MEMBER, ADMIN = "member", "admin"
 WORKER = "worker"  # one worker, speaking as itself (its credential names it)
 CONTROLLER = "controller"  # the controller: commands to workers, Region changes
+REVOKED = "revoked"  # a worker credential revoked: no method names it; the refusal says so
 CLUSTER_TOKEN_FILE, ADMIN_TOKEN_FILE = "cluster.token", "admin.token"
 CONTROLLER_SECRET_FILE = "controller.secret"
 REVOKED_WORKERS_FILE = "revoked_workers"  # ids an operator revoked, one a line
+WORKER_CREDENTIALS_FILE = "worker_credentials"  # which credential owns which id (hashes)
 ENV_TOKEN = "IRIS_CLUSTER_TOKEN"
 
 

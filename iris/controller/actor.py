@@ -81,7 +81,8 @@ class Controller:
         secret = load_secret(config.state_dir)
         self._token = controller_token(secret)  # on its calls to its own Regions
         node.grant(self._token, tokens.CONTROLLER)
-        self._creds = Credentials(config.state_dir, node.grant, node.revoke)
+        self._creds = Credentials(config.state_dir, node.grant, node.revoke,
+                                  now=node.clock.monotonic())
         self._creds_swept = node.clock.monotonic()
         # Regions no host names any more are stopped: after twice the silence that loses one.
         self._reclaim = RegionReclaim(2 * config.worker_dead_after_s)
@@ -254,16 +255,16 @@ class Controller:
     # ------------------------------------------------------------ workers
 
     @requires(tokens.MEMBER)
-    def join(self, worker_id: str) -> dict:
+    def join(self, worker_id: str, proof: bytes | None = None) -> dict:
         """A new host, holding the cluster token, gets its own credential and the token
         the controller will present on its commands (credentials.py). Refused for an id
-        an operator revoked, and for one a live worker holds."""
-        check_id(worker_id)
-        info = self._svc.workers.workers.get(worker_id)
+        an operator revoked, and for one a live worker holds or one held since before a
+        restart (unless `proof` is the credential it was issued: its holder joining again)."""
+        info = self._svc.workers.workers.get(worker_id) if type(worker_id) is str else None
         now = self._node.clock.monotonic()
         if info is None:
-            return self._creds.issue(worker_id, now, None)
-        return self._creds.issue(worker_id, now, now - info.last_heard, info.address)
+            return self._creds.issue(worker_id, now, None, proof=proof)
+        return self._creds.issue(worker_id, now, now - info.last_heard, info.address, proof)
 
     @requires(tokens.WORKER)  # as itself: the id its credential names (credentials.py)
     def register_worker(self, worker_id: str, address: str, attributes: dict,
@@ -359,16 +360,15 @@ class Controller:
         (its lease lapses, so its watchdog stops them there). Other workers are untouched."""
         check_id(worker_id)
         info = self._svc.workers.workers.get(worker_id)
-        held = worker_id in self._creds.banned or self._creds.revoke(worker_id)
-        if info is None and not held:
-            raise NotFoundError(f"worker_id: no worker {worker_id!r} is registered "
-                                "(iris worker list names them)")
-        self._creds.ban(worker_id)
+        held = self._creds.ban(worker_id)
         attempts = sorted(self._svc.state.by_worker.get(worker_id, ()))
         if info is not None:
             self._after(self._svc.worker_gone(worker_id, info.address,
                                               "its worker was revoked by an operator"))
-        return {"worker_id": worker_id, "attempts": attempts}
+        # "unknown": neither registered nor holding a credential (lost over a minute ago,
+        # or never joined): barred all the same, and the operator is told.
+        was = "registered" if info is not None else "joined" if held else "unknown"
+        return {"worker_id": worker_id, "attempts": attempts, "was": was}
 
     def _reclaim_regions(self, now: float) -> None:
         """Stop and forget the Region actors no host has named for a while (their threads
@@ -524,6 +524,7 @@ class Controller:
 
     def on_stop(self) -> None:
         self._gangs.close()
+        self._creds.close()
         if self._checkpoints is not None:
             self._checkpoints.stop()
         self._svc.close()

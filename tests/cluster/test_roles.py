@@ -229,7 +229,10 @@ def test_a_revoked_worker_is_refused_at_its_next_call_and_the_others_are_not(wor
     told = call("revoke_worker", "w-revoked", auth=world["admin_token"])
     revoked_at = time.monotonic()
     assert told["worker_id"] == "w-revoked"
-    with pytest.raises(PermissionDeniedError):  # its very next report, well within one interval
+    # Its very next report, well within one interval; told it was revoked, not taken for
+    # a client.
+    with pytest.raises(PermissionDeniedError, match="credential of worker 'w-revoked' was "
+                                                    "revoked"):
         call("report", "w-revoked", [])
     assert time.monotonic() - revoked_at < interval + 30  # (a busy machine: generous)
     with pytest.raises(PermissionDeniedError, match="revoked by an operator"):
@@ -271,3 +274,15 @@ def test_a_goodbye_or_crash_for_an_old_address_leaves_the_new_registration_its_c
     call("goodbye", "w-twice", "tcp://127.0.0.1:11")
     with pytest.raises(PermissionDeniedError):
         call("report", "w-twice", [])
+
+
+def test_revoking_a_worker_lost_long_ago_still_bars_its_id(world):
+    """A worker lost more than 60 s ago holds no credential and no registration any more;
+    an operator revoking it still bars its id, and is told it was not known."""
+    node, address = world["node"], world["cluster"].address
+    told = node.call(address, CONTROLLER_KEY, "revoke_worker", ("w-lost-long-ago",),
+                     timeout_s=30, auth=world["admin_token"]).result(60)
+    assert told == {"worker_id": "w-lost-long-ago", "attempts": [], "was": "unknown"}
+    with pytest.raises(PermissionDeniedError, match="revoked by an operator"):
+        node.call(address, CONTROLLER_KEY, "join", ("w-lost-long-ago",), timeout_s=30,
+                  auth=world["cluster_token"]).result(60)
