@@ -99,13 +99,7 @@ class Worker:
         # The token is found at the first join when not handed in.
         self._token = token
         self._cred = credential.read(root, worker_id, controller_address)
-        # Once refused: the credential it held, shown at the next join (a restarted
-        # controller knows which id it owns); and a join refused for good waits (backoff).
-        self._proof: bytes | None = None
-        if self._cred is None:  # one issued at another address (a local cluster restarted
-            kept = credential.read(root, worker_id)  # on its state dir, on a new port)
-            self._proof = kept.credential if kept is not None else None
-        self._join_refusals, self._join_after = 0, 0.0
+        self._rejoin = credential.Rejoin.start(root, worker_id, self._cred)
         if self._cred is not None:
             node.grant(self._cred.command_token, tokens.CONTROLLER)
         self._root = root
@@ -322,21 +316,18 @@ class Worker:
         """With the cluster token (and the credential it held, if refused), get this
         worker's own credential (credential.py)."""
         now = self._node.clock.monotonic()
-        if now < self._join_after:
+        if now < self._rejoin.after:
             return False  # barred: not every heartbeat (credential.barred_backoff)
         if self._token is None:
             self._discover_token()
         if self._token is None:
             return False
-        proof = () if self._proof is None else (self._proof,)
         try:
             cred = credential.from_answer(
-                self._call("join", self.worker_id, *proof, auth=self._token),
+                self._call("join", self.worker_id, *self._rejoin.proof(), auth=self._token),
                 self._controller[0])
         except PermissionDeniedError as exc:  # barred (or a wrong token): not soon better
-            self._join_refusals += 1
-            wait_s = credential.barred_backoff(self._join_refusals)
-            self._join_after = now + wait_s
+            wait_s = self._rejoin.barred(now)
             _log.warning("worker %s: barred from joining: %s; trying to join again in "
                          "%.0f s", self.worker_id, exc, wait_s)
             return False
@@ -345,7 +336,7 @@ class Worker:
             return False
         credential.write(self._root, cred)
         self._node.grant(cred.command_token, tokens.CONTROLLER)
-        self._cred, self._proof, self._join_refusals = cred, None, 0
+        self._cred, self._rejoin = cred, credential.Rejoin()
         return True
 
     def _refused(self, exc: IrisError) -> None:
@@ -356,7 +347,7 @@ class Worker:
         _log.warning("worker %s: refused (%s); joining again", self.worker_id, exc)
         if self._cred is not None:
             self._node.revoke(self._cred.command_token)
-            self._proof = self._cred.credential
+            self._rejoin.held = self._cred.credential
         self._cred, self._registered = None, False
 
     def _discover_token(self) -> None:

@@ -71,6 +71,35 @@ def read(root: Path, worker_id: str | None = None, controller: str | None = None
     return cred
 
 
+@dataclass
+class Rejoin:
+    """What a worker without a credential brings to its next join, and when it may ask:
+    the credential it held (a restarted controller, which keeps only hashes, gives the id
+    to its holder alone), and after joins refused for good, a wait (barred_backoff)."""
+
+    held: bytes | None = None  # the credential this worker held, if any
+    refusals: int = 0  # joins refused for good in a row
+    after: float = 0.0  # monotonic s: no join before
+
+    @classmethod
+    def start(cls, root: Path, worker_id: str, cred: Credential | None) -> Rejoin:
+        """At start: none needed while `cred` (this controller's) is held; else the one
+        kept for another address (a local cluster restarted on its state dir, new port)."""
+        kept = read(root, worker_id) if cred is None else None
+        return cls(kept.credential if kept is not None else None)
+
+    def proof(self) -> tuple[bytes, ...]:
+        """The join's extra arguments: the credential held, or none."""
+        return () if self.held is None else (self.held,)
+
+    def barred(self, now: float) -> float:
+        """A join refused for good at `now`: the seconds until the next may be made."""
+        self.refusals += 1
+        wait_s = barred_backoff(self.refusals)
+        self.after = now + wait_s
+        return wait_s
+
+
 def barred_backoff(refusals: int) -> float:
     """Seconds to wait before joining again after `refusals` joins refused for good."""
     return min(BARRED_RETRY_MAX_S, BARRED_RETRY_S * 2 ** min(refusals - 1, 16))
