@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -16,7 +19,7 @@ from iris.actors import tokens
 from iris.actors.keys import CONTROLLER_KEY
 from iris.base.errors import ConflictError, PeerUnavailableError
 from iris.client.jobs import _controller
-from tests.cluster.test_crashes import _kill_group, free_port, start_controller, start_worker
+from tests.cluster.test_crashes import _kill_group, free_port, start_controller
 
 pytestmark = pytest.mark.slow
 
@@ -41,12 +44,21 @@ def _workers(ctx) -> dict[str, str]:
         return {}
 
 
+def _start_worker(address: str, work_dir: Path, log: Path) -> subprocess.Popen:
+    """As test_crashes.start_worker, its log kept: it says how each join went."""
+    with open(log, "w") as err:
+        return subprocess.Popen([sys.executable, "-m", "iris", "worker", "--controller",
+                                 address, "--work-dir", str(work_dir), "--attr", "cpu=32"],
+                                stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
+
+
 def test_after_a_restart_a_host_with_the_cluster_token_cannot_take_a_live_workers_id(
         tmp_path, wait_until):
     address = f"tcp://127.0.0.1:{free_port()}"
     state = tmp_path / "state"
     controller = start_controller(state, address)
-    worker = start_worker(address, tmp_path / "w0")
+    log = tmp_path / "worker.log"
+    worker = _start_worker(address, tmp_path / "w0", log)
     try:
         with iris.connect(address) as ctx:
             [real] = wait_until(lambda: _controller(ctx, "list_workers") or None,
@@ -71,6 +83,11 @@ def test_after_a_restart_a_host_with_the_cluster_token_cannot_take_a_live_worker
             job = iris.submit(["true"])  # and the real worker is commanded
             assert job.wait(timeout=120)["state"] == "succeeded"
             assert _workers(ctx) == {wid: where}
+        # Refused once (the restarted controller knows no credential), then let in at its
+        # first join, by its proof: never made to wait for the id to be freed.
+        said = log.read_text()
+        assert "not known here" in said, said[-3000:]
+        assert "before the controller restarted" not in said, said[-3000:]
     finally:
         os.kill(worker.pid, signal.SIGCONT)
         for proc in (controller, worker):
