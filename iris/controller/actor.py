@@ -48,7 +48,8 @@ class Controller:
         self._node = node
         self._svc = ControllerService(config, node.address, node.clock)
         grant_roles(node.grant, config.state_dir)  # the cluster, admin and controller tokens
-        self._creds = Credentials(config.state_dir, node.grant, node.revoke)
+        self._creds = Credentials(config.state_dir, node.grant, node.revoke,
+                                  now=node.clock.monotonic())
         self._waiters = JobWaiters(self._svc.job_state, _TERMINAL)  # on the loop thread only
         self.report_batches = self.reports_batched = 0  # for the snapshot: batch sizes
         self._pass_posted = False  # a scheduling pass waits at the end of the mailbox
@@ -193,11 +194,13 @@ class Controller:
     # ------------------------------------------------------------ workers
 
     @requires(tokens.MEMBER)
-    def join(self, worker_id: str) -> dict:
+    def join(self, worker_id: str, proof: bytes | None = None) -> dict:
         """A new host, holding the cluster token, gets its own credential and the token
         the controller will present on its commands (credentials.py). Refused for an id
-        an operator revoked, and for one a live worker holds."""
-        return self._creds.join(worker_id, self._worker(worker_id), self._node.clock.monotonic())
+        an operator revoked, and for one a live worker holds or one held since before a
+        restart (unless `proof` is the credential it was issued: its holder joining again)."""
+        return self._creds.join(worker_id, self._worker(worker_id), self._node.clock.monotonic(),
+                                proof)
 
     @requires(tokens.WORKER)  # as itself: the id its credential names (credentials.py)
     def register_worker(self, worker_id: str, address: str, attributes: dict,
@@ -240,7 +243,9 @@ class Controller:
         self._creds.ended(worker_id, address, self._worker(worker_id))
 
     def _worker(self, worker_id: str) -> Any:
-        return self._svc.workers.workers.get(worker_id)
+        """The worker registered under `worker_id`; None for none (or an id that is not a
+        string: the caller's own check names that)."""
+        return self._svc.workers.workers.get(worker_id) if type(worker_id) is str else None
 
     @requires(tokens.WORKER)
     def preemption_notice(self, worker_id: str, address: str, reason: str,
@@ -287,12 +292,12 @@ class Controller:
         call is refused), its id may not join again, and its attempts are requeued now
         (its lease lapses, so its watchdog stops them there). Other workers are untouched."""
         info = self._worker(worker_id)
-        self._creds.revoke_by_operator(worker_id, info is not None)
+        was = self._creds.revoke_by_operator(worker_id, info is not None)
         attempts = sorted(self._svc.state.by_worker.get(worker_id, ()))
         if info is not None:
             self._after(self._svc.worker_gone(worker_id, info.address,
                                               "its worker was revoked by an operator"))
-        return {"worker_id": worker_id, "attempts": attempts}
+        return {"worker_id": worker_id, "attempts": attempts, "was": was}
 
     def _command_token(self, worker_id: str) -> bytes | None:
         """What this controller presents on its commands to that worker (EffectsOut)."""
@@ -384,6 +389,7 @@ class Controller:
 
     def on_stop(self) -> None:
         self._out.close()
+        self._creds.close()
         if self._checkpoints is not None:
             self._checkpoints.stop()
         self._svc.close()
