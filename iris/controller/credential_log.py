@@ -25,7 +25,7 @@ from pathlib import Path
 from iris.actors import tokens
 
 FILE = tokens.WORKER_CREDENTIALS_FILE
-SYNC_EVERY_S = 1.0  # the controller's credential sweep runs this often (actor.py)
+SYNC_EVERY_S = 1.0  # the controller's credential sweep runs this often (upkeep.py)
 _SLACK = 1000  # lines beyond twice the live ones before a rewrite: rewrites stay rare
 _HASH_HEX = 64
 

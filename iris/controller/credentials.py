@@ -234,14 +234,6 @@ def _read_banned(path: Path) -> set[str]:
         return set()
 
 
-def load_secret(state_dir: Path) -> bytes:
-    """The controller's secret (made 0600 on first use)."""
-    return tokens.load_or_create(Path(state_dir) / tokens.CONTROLLER_SECRET_FILE)
-
-
-__all__ = ["Credentials", "check_id", "controller_token", "load_secret"]
-
-
 def grant_roles(grant: Callable[[bytes, str], None], state_dir: Path) -> None:
     """Roles at the controller's node (docs/protocol.md): a host joins with the cluster
     token and then speaks with its own credential; operators hold the admin token; the
@@ -250,3 +242,11 @@ def grant_roles(grant: Callable[[bytes, str], None], state_dir: Path) -> None:
     grant(tokens.load_or_create(state_dir / tokens.CLUSTER_TOKEN_FILE), tokens.MEMBER)
     grant(tokens.load_or_create(state_dir / tokens.ADMIN_TOKEN_FILE), tokens.ADMIN)
     grant(controller_token(load_secret(state_dir)), tokens.CONTROLLER)
+
+
+def load_secret(state_dir: Path) -> bytes:
+    """The controller's secret (made 0600 on first use)."""
+    return tokens.load_or_create(Path(state_dir) / tokens.CONTROLLER_SECRET_FILE)
+
+
+__all__ = ["Credentials", "check_id", "controller_token", "grant_roles", "load_secret"]
