@@ -68,8 +68,12 @@ def test_a_client_waits_through_a_controller_restart(tmp_path, wait_until, capfd
         assert not list(tmp_path.glob("overlap-*"))  # never two attempts at once
         if down_s < FENCE_AFTER_S - 5:  # back well within the worker's lease: adopted
             assert names == [f"start-task-0-{attempt}"], (down_s, names)
-        else:  # a loaded machine restarted it too slowly: fenced once, then run again
-            assert names[-1] == f"start-task-0-{attempt}" and len(names) == 2, (down_s, names)
+        else:  # a loaded machine restarted it slowly: the lease may or may not have lapsed
+            # (it runs from the worker's last word with the controller, not from the kill, and
+            # the new controller takes a while to listen), so adopted, or fenced once and run
+            # again; never two at once (above), and the job's answer names the last start.
+            assert names[-1] == f"start-task-0-{attempt}" and len(names) in (1, 2), \
+                (down_s, names)
     finally:
         _stop(worker, controller)  # the worker first: its goodbye reaches the controller
 
