@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import Any
 
 import zmq
 
@@ -48,28 +49,33 @@ def _waiting(sock: zmq.Socket) -> bool:
         return False
 
 
-def _messages(sock: zmq.Socket, ask_first: bool, after_first: Callable[[], None]):
-    """Every message waiting on `sock`, as frames. "Anything waiting?" costs less asked
-    with ZMQ_EVENTS than by a recv that fails (pyzmq builds and raises an Again each time;
-    bench/call_costs.py), so it is asked that way before the first recv when nothing may be
-    there (`ask_first`: a check after our own sends), and after the first message (one a
-    wake-up is the 1:1 call's case), once `after_first()` has run (it wakes the thread the
-    message was for, which gets going while we look for more). A burst is then read until
-    Again."""
-    if ask_first and not _waiting(sock):
-        return
+def _messages(sock: zmq.Socket, lock: Any, ask_first: bool, after_first: Callable[[], None]):
+    """Every message waiting on `sock`, as frames, each read holding `lock` (the socket's:
+    a 1:1 caller or an idle actor thread may send on it too, see Node.send_direct). "Anything
+    waiting?" costs less asked with ZMQ_EVENTS than by a recv that fails (pyzmq builds and
+    raises an Again each time; bench/call_costs.py), so it is asked that way before the
+    first recv when nothing may be there (`ask_first`: a check after our own sends), and
+    after the first message (one a wake-up is the 1:1 call's case), once `after_first()` has
+    run (it wakes the thread the message was for, which gets going while we look for more).
+    A burst is then read until Again."""
+    if ask_first:
+        with lock:
+            if not _waiting(sock):
+                return
     first = True
     while True:
-        try:
-            frames = _recv_frames(sock)
-        except zmq.Again:
-            return
+        with lock:
+            try:
+                frames = _recv_frames(sock)
+            except zmq.Again:
+                return
         yield frames
         if first:
             first = False
             after_first()
-            if not _waiting(sock):
-                return
+            with lock:
+                if not _waiting(sock):
+                    return
 
 
 def _recv_frames(sock: zmq.Socket) -> list:
@@ -115,6 +121,7 @@ class NodeLoop:
 
     def _flush_outbox(self) -> None:
         self._in_pass = True
+        self._flushing = True  # until all taken has run: Node.send_direct keeps FIFO order
         try:
             self._wake_pending = False
             outbox = self._outbox
@@ -125,6 +132,7 @@ class NodeLoop:
                 except Exception:
                     _log.exception("node %s: posted work %s failed", self.id, fn)
         finally:
+            self._flushing = False
             self._end_pass()
 
     def _on_router_readable(self) -> None:
@@ -190,7 +198,8 @@ class NodeLoop:
 
     def send_to_peer(self, peer: Peer, frames: list) -> bool:
         try:
-            _send_frames(peer.dealer, frames)
+            with peer.lock:
+                _send_frames(peer.dealer, frames)
         except zmq.Again:
             return False
         finally:
@@ -211,7 +220,8 @@ class NodeLoop:
             self._on_reply(rid.peer, frames[0], frames[1:], self.now())
             return
         try:
-            _send_frames(self._router, frames, rid)
+            with self._router_lock:
+                _send_frames(self._router, frames, rid)
         except (zmq.Again, zmq.ZMQError):  # caller vanished or is flooding: it will time out
             self.stats.replies_dropped += 1
         self._router_dirty = True
@@ -265,7 +275,7 @@ class NodeLoop:
         router = self._router
         if router is None or router.closed:
             return
-        for frames in _messages(router, ask_first, self._wake_early):
+        for frames in _messages(router, self._router_lock, ask_first, self._wake_early):
             if len(frames) < 2:
                 self.stats.malformed += 1
                 continue
@@ -323,7 +333,7 @@ class NodeLoop:
         if dealer.closed:
             return
         now = None
-        for frames in _messages(dealer, ask_first, self._wake_early):
+        for frames in _messages(dealer, peer.lock, ask_first, self._wake_early):
             if now is None:
                 now = self.now()
                 peer.heard(now)

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import heapq
 import logging
+import threading
+from collections import deque
 from typing import TYPE_CHECKING
 
 import zmq
@@ -37,12 +39,17 @@ class Peer:
     """One remote node we call. `pending` maps call id -> (future, actor, method)."""
 
     __slots__ = ("address", "dealer", "monitor", "pending", "last_heard", "ping_sent",
-                 "stalled_at_heard", "_node")
+                 "stalled_at_heard", "_node", "lock", "closed")
 
     def __init__(self, node: Node, address: str):
         self._node = node
         self.address = address
         self.pending: dict[int, ActorFuture] = {}
+        # Held around every use of `dealer` and every change of `pending` as a whole: the
+        # loop thread owns both, but a 1:1 caller sends its call on `dealer` itself when the
+        # loop has nothing of its thread left to send (Node.call, send_direct).
+        self.lock = threading.Lock()
+        self.closed = False
         self.last_heard = 0.0
         self.stalled_at_heard = node.stalled_s
         self.ping_sent = False
@@ -90,7 +97,8 @@ class Peer:
     def fail_all(self, reason: str, counted: bool = True) -> None:
         """Fail every pending call; `counted`: as peer_unavailable outcomes (not when the
         node itself is stopping)."""
-        pending, self.pending = self.pending, {}
+        with self.lock:
+            pending, self.pending = self.pending, {}
         if counted:
             self._node.stats.calls_peer_unavailable += len(pending)
         for fut in pending.values():
@@ -100,14 +108,16 @@ class Peer:
 
     def close(self) -> None:
         loop = self._node.loop
-        for sock in (self.dealer, self.monitor):
-            try:
-                loop.remove_reader(sock.getsockopt(zmq.FD))
-            except zmq.ZMQError:
-                pass
-        self.dealer.disable_monitor()
-        self.monitor.close(linger=0)
-        self.dealer.close(linger=0)
+        with self.lock:
+            self.closed = True
+            for sock in (self.dealer, self.monitor):
+                try:
+                    loop.remove_reader(sock.getsockopt(zmq.FD))
+                except zmq.ZMQError:
+                    pass
+            self.dealer.disable_monitor()
+            self.monitor.close(linger=0)
+            self.dealer.close(linger=0)
 
     def _on_monitor(self) -> None:
         while True:
@@ -133,11 +143,17 @@ class DeadlineQueue:
     compacted to the live calls whenever it doubles past the last compacted size.
     """
 
-    __slots__ = ("_heap", "_compact_at")
+    __slots__ = ("_heap", "_compact_at", "_incoming")
 
     def __init__(self) -> None:
         self._heap: list[tuple[float, int, Peer]] = []
         self._compact_at = 4096
+        self._incoming: deque = deque()  # pushed by other threads; heaped by the loop
+
+    def push_any_thread(self, deadline: float, call_id: int, peer: Peer) -> None:
+        """push() from a thread other than the loop's (a deque's append is atomic); taken
+        into the heap at the next pop_expired, which is where deadlines are looked at."""
+        self._incoming.append((deadline, call_id, peer))
 
     def push(self, deadline: float, call_id: int, peer: Peer) -> None:
         heapq.heappush(self._heap, (deadline, call_id, peer))
@@ -147,6 +163,9 @@ class DeadlineQueue:
             self._compact_at = max(4096, 2 * len(self._heap))
 
     def pop_expired(self, now: float) -> list[tuple[int, Peer]]:
+        incoming = self._incoming
+        while incoming:
+            self.push(*incoming.popleft())
         heap, expired = self._heap, []
         while heap and heap[0][0] <= now:
             _, call_id, peer = heapq.heappop(heap)
@@ -171,6 +190,8 @@ class LocalPeer(Peer):
         self.stalled_at_heard = node.stalled_s
         self.ping_sent = False
         self.dealer = self.monitor = None
+        self.lock = threading.Lock()
+        self.closed = False
 
     def close(self) -> None:
         pass
