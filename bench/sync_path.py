@@ -7,13 +7,14 @@ Not the full actor benchmark (bench/actors.py, whose `sync` part this repeats): 
 here barely move with the machine's load, while the latency does (2-10x on this shared
 2-core VM), so they show a change to the call path that the medians cannot. Each side runs
 blocks of 200 calls in turn (Iris, raw, Iris, ...); per side it sums the wall time, the user
-+ system CPU and the context switches (voluntary and not) of the caller's process and the
-echoing process over its own blocks. The last line printed is one JSON object.
++ system CPU and the context switches (voluntary and not, of every thread) of the caller's
+process and the echoing process over its own blocks. The last line printed is one JSON object.
 """
 
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import statistics
 import time
@@ -32,13 +33,17 @@ def _counters(pids: list[int | str]) -> tuple[float, int]:
     cpu, switches = 0.0, 0
     tick = os.sysconf("SC_CLK_TCK")
     for pid in pids:
-        with open(f"/proc/{pid}/stat") as f:
+        with open(f"/proc/{pid}/stat") as f:  # the whole process: every thread's CPU
             fields = f.read().rsplit(")", 1)[1].split()
         cpu += (int(fields[11]) + int(fields[12])) / tick
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
-                    switches += int(line.split()[1])
+        for task in glob.glob(f"/proc/{pid}/task/*/status"):  # switches are per thread
+            try:
+                with open(task) as f:
+                    for line in f:
+                        if line.startswith(("voluntary_ctxt", "nonvoluntary_ctxt")):
+                            switches += int(line.split()[1])
+            except FileNotFoundError:  # a thread that ended meanwhile
+                pass
     return cpu, switches
 
 
