@@ -3,9 +3,8 @@
 Written on the node's loop thread, and by a thread that sent its call or read its reply
 itself (NodeLoop.send_call_now, Peer.take_replies); read from any thread (a dashboard, a
 benchmark): plain ints and one Histogram, so a reader sees values at most one update stale.
-Two writers seldom lose an update: under the GIL an `obj.n += 1` on an int attribute runs
-no eval-breaker check between its load and its store (only a garbage collection running a
-finalizer there could let another thread in), so a count may at worst be one short.
+Two writers do not lose updates: under the GIL an `obj.n += 1` on an int attribute runs no
+eval-breaker check between its load and its store, so no other thread runs in between.
 
 Call outcomes, for calls this node made and waited on (casts have no outcome):
 - ok: a reply arrived; error: the remote answered with an error (the method raised, no such
