@@ -24,7 +24,7 @@ _PENDING, _RESULT, _ERROR = 0, 1, 2
 
 class ActorFuture:
     __slots__ = ("_lock", "_state", "_value", "_waiters", "_callbacks", "actor", "method",
-                 "address", "_loop_thread", "_defer_wake", "on_error", "sent_at", "direct")
+                 "address", "_loop_thread", "_defer_wake", "on_error", "sent_at")
 
     def __init__(self, actor: str, method: str, address: str, loop_thread: int = 0,
                  defer_wake: Callable[[list], Any] | None = None):
@@ -44,9 +44,6 @@ class ActorFuture:
         # every call for what only failures need (a ref forgetting a dead address).
         self.on_error: Callable[[BaseException], Any] | None = None
         self.sent_at = 0.0  # loop-clock time the call was sent (for the latency histogram)
-        # The Peer whose socket the caller's thread sent this call on itself
-        # (NodeLoop.send_call_now): a waiter also watches that socket and reads the reply.
-        self.direct: Any = None
 
     def __repr__(self) -> str:
         state = {_PENDING: "pending", _RESULT: "done", _ERROR: "failed"}[self._state]
@@ -117,19 +114,8 @@ class ActorFuture:
         # A wake meant for an earlier future (its wait timed out first) may be pending: the
         # state decides, and a timed wait woken early sleeps again for what is left.
         deadline = None if timeout is None else SYSTEM_CLOCK.monotonic() + max(timeout, 0)
-        peer = self.direct
         while self._state == _PENDING:
             left = None if deadline is None else deadline - SYSTEM_CLOCK.monotonic()
-            if peer is not None and (left is None or left > 0):
-                woke = waker.wait_either(peer.fd, left)
-                if woke == 2:  # the reply may be there: read it here, not via the loop
-                    if not peer.take_replies():
-                        peer = None  # closed: its calls have failed; the waker says so
-                    elif self._state != _PENDING:
-                        waker.clear()  # the wake this thread just sent itself
-                    continue
-                if woke == 1:
-                    continue
             if left is not None and left <= 0 or not waker.wait(left):
                 with self._lock:
                     if self._state != _PENDING:

@@ -76,6 +76,7 @@ class NodeLoop:
         self.now = now
         self.new_socket = new_socket
         self._inbound = inbound
+        self.on_bulk_reply = inbound.on_bulk_reply  # for Peer.on_reply
         self.loop = uvloop.new_event_loop()
         self.thread_id = 0  # the loop thread's ident, once it runs
         self.address = ""
@@ -190,7 +191,6 @@ class NodeLoop:
             if peer.closed:
                 return False
             now = self.now()
-            fut.direct = peer  # its waiter reads the reply itself (Peer.take_replies)
             peer.track(call_id, fut, now)
             try:
                 sockio.send_frames(peer.dealer, frames)
@@ -222,11 +222,6 @@ class NodeLoop:
         if more:
             self.post(self._drain_router, True, idle=True)
         return True
-
-    def on_bulk_reply(self, peer: Peer, header: bytes, buffers: list) -> None:
-        """(Any thread) A reply whose big frames wait on the bulk path: fetched by the
-        node, on the loop (Peer.on_reply)."""
-        self.call_in_loop(self._inbound.on_bulk_reply, peer, header, buffers)
 
     # ------------------------------------------------------------ passes
 

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import zmq
 from zmq.utils.monitor import parse_monitor_message
 
-from iris.actors import bulk_calls, shm, shm_scope, sockio
+from iris.actors import bulk_calls, shm, shm_scope
 from iris.base.errors import PeerUnavailableError, ProtocolError
 from iris.wire import messages, remote_errors
 
@@ -41,7 +41,7 @@ class Peer:
     """One remote node we call. `pending` maps call id -> (future, actor, method)."""
 
     __slots__ = ("address", "dealer", "monitor", "pending", "last_heard", "ping_sent",
-                 "stalled_at_heard", "_io", "lock", "closed", "fd")
+                 "stalled_at_heard", "_io", "lock", "closed")
 
     def __init__(self, io: NodeLoop, address: str):
         self._io = io
@@ -58,7 +58,6 @@ class Peer:
         self.dealer = io.new_socket(zmq.DEALER)
         self.dealer.setsockopt(zmq.ROUTING_ID, shm_scope.routing_id())  # says our PID namespace
         self.dealer.connect(address)
-        self.fd = self.dealer.getsockopt(zmq.FD)
         self.monitor = self.dealer.get_monitor_socket(_MONITORED)
         loop = io.loop
         loop.add_reader(self.dealer.getsockopt(zmq.FD), io.on_peer_readable, self)
@@ -80,30 +79,8 @@ class Peer:
         self.stalled_at_heard = self._io.stalled_s
         self.ping_sent = False
 
-    def take_replies(self) -> bool:
-        """(A caller's thread woken by this peer's socket, see ActorFuture.direct) Read and
-        handle every reply waiting, as the loop would: the 1:1 call's caller then wakes on
-        its reply itself instead of after the loop has read it and woken it. The loop still
-        reads whatever is left (this reads until none is left). False once closed."""
-        batch = []
-        with self.lock:
-            if self.closed:
-                return False
-            try:
-                while True:
-                    batch.append(sockio.recv_frames(self.dealer))
-            except zmq.Again:
-                pass
-        if batch:
-            now = self._io.now()
-            self.heard(now)
-            for frames in batch:
-                self.on_reply(frames[0].bytes, frames[1:], now)
-        return True
-
     def on_reply(self, header: bytes, buffers: list, now: float) -> None:
-        """A REPLY, ERROR or PONG from this peer: complete the call's future (on the loop
-        thread, or a caller's in take_replies: a reply on the bulk path goes to the loop)."""
+        """A REPLY, ERROR or PONG from this peer (loop thread): complete the call's future."""
         io = self._io
         try:
             if buffers:
@@ -258,7 +235,6 @@ class LocalPeer(Peer):
         self.stalled_at_heard = io.stalled_s
         self.ping_sent = False
         self.dealer = self.monitor = None
-        self.fd = -1
         self.lock = threading.Lock()
         self.closed = False
 

@@ -1,10 +1,7 @@
 """What a node counts about its traffic and the calls it makes. Not the rendering (/metrics).
 
-Written on the node's loop thread, and by a thread that sent its call or read its reply
-itself (NodeLoop.send_call_now, Peer.take_replies); read from any thread (a dashboard, a
+Everything is written on the node's loop thread and read from any thread (a dashboard, a
 benchmark): plain ints and one Histogram, so a reader sees values at most one update stale.
-Two writers do not lose updates: under the GIL an `obj.n += 1` on an int attribute runs no
-eval-breaker check between its load and its store, so no other thread runs in between.
 
 Call outcomes, for calls this node made and waited on (casts have no outcome):
 - ok: a reply arrived; error: the remote answered with an error (the method raised, no such

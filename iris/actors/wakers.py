@@ -60,23 +60,6 @@ class Waker:
         except BlockingIOError:  # a full pipe (not eventfd) is awake enough
             pass
 
-    def wait_either(self, fd: int, timeout_s: float | None) -> int:
-        """Sleep until woken (1), `fd` is readable (2, or closed: POLLNVAL) or `timeout_s`
-        passes (0). A wake is consumed only when it is what ended the sleep."""
-        ms = -1 if timeout_s is None else max(0, int(timeout_s * 1000 + 0.999))
-        poll = self._poll
-        poll.register(fd, select.POLLIN)
-        try:
-            events = poll.poll(ms)
-        finally:
-            poll.unregister(fd)
-        if not events:
-            return 0
-        if any(ready == self._fd for ready, _ in events):
-            self.clear()
-            return 1
-        return 2
-
     def wait(self, timeout_s: float | None) -> bool:
         """Sleep until woken (True) or `timeout_s` passes (False); None waits forever."""
         ms = -1 if timeout_s is None else max(0, int(timeout_s * 1000 + 0.999))
