@@ -275,11 +275,9 @@ class Node:
         io = self.io
         if threading.get_ident() == io.thread_id:
             io.send_call(address, call_id, fut, frames, timeout_s, oneway)
-        elif oneway or not wakers.this_thread().follows(outer):
-            io.post(io.send_call, address, call_id, fut, frames, timeout_s, oneway)
-        elif not io.send_call_now(address, call_id, fut, frames, timeout_s):
-            # a thread that waits for each answer (wakers.Waker.follows): it sleeps next
-            io.post(io.send_call, address, call_id, fut, frames, timeout_s, oneway, idle=True)
+        else:  # `idle`: a thread that waits for each answer (Waker.follows) sleeps next
+            io.post(io.send_call, address, call_id, fut, frames, timeout_s, oneway,
+                    idle=not oneway and wakers.this_thread().follows(outer))
         return outer
 
     def call_many(self, targets: list[tuple[str, str]], method: str, args: tuple = (),
@@ -331,13 +329,10 @@ class Node:
 
     def post_reply(self, rid: bytes, frames: list, idle: bool = False) -> None:
         """Send a reply from another thread (a big one is placed here, off the loop).
-        `idle`: that thread has nothing else queued, and sends it itself (reply_now)."""
+        `idle`: that thread has nothing else queued (NodeLoop.post)."""
+        if len(frames) > 1 and type(rid) is bytes:
+            frames = self._place_reply(rid, frames)
         io = self.io
-        if type(rid) is bytes:
-            if len(frames) > 1:
-                frames = self._place_reply(rid, frames)
-            if idle and io.reply_now(rid, frames):
-                return
         io.post(io.send_reply, rid, frames, idle=idle)
 
     def send_reply(self, rid: bytes | LocalReturn, frames: list) -> None:

@@ -6,9 +6,7 @@ interface below, replies complete their futures here) nor lifecycle, hosting or 
 memory (node.py). Every socket is read on the loop thread with `add_reader` on its ZeroMQ FD
 and drained with NOBLOCK loops: on this machine that did ~100k calls/s where zmq.asyncio did
 ~25k. Other threads reach the loop through `post` / `call_in_loop` (work appended to the
-outbox, the loop woken at most once per batch) and, for the 1:1 call's two sends,
-`send_call_now` / `reply_now`, which send on a socket from the calling thread holding that
-socket's lock (every use of a socket holds its lock, so one thread uses it at a time).
+outbox, the loop woken at most once per batch); they never touch a socket.
 
 The ZeroMQ FD is edge-triggered: after any send, incoming messages may be waiting without a
 new wake-up, so every socket we send on is drained again before the loop sleeps.
@@ -81,9 +79,6 @@ class NodeLoop:
         self.thread_id = 0  # the loop thread's ident, once it runs
         self.address = ""
         self._router: zmq.Socket | None = None
-        # Held around every use of the ROUTER: an actor thread with nothing queued sends its
-        # reply on it itself (reply_now).
-        self._router_lock = threading.Lock()
         self.peers: dict[str, Peer] = {}
         self._local: LocalPeer | None = None  # made on the first in-process call
         # Seconds this loop could not run (sweeps late by more than a second), kept so that
@@ -93,7 +88,6 @@ class NodeLoop:
         self._deadlines = DeadlineQueue()
         self._outbox: collections.deque = collections.deque()
         self._wake_pending = False
-        self._flushing = False  # runs what it took from _outbox (send_call_now keeps FIFO)
         self._waker = wakers.Waker()  # wakes the loop without the GIL (post, idle=True)
         self._wakes_due: list = []  # Wakers to wake when this pass of the loop ends
         self._dirty_peers: set[Peer] = set()
@@ -136,8 +130,7 @@ class NodeLoop:
         self.loop.remove_reader(self._waker.fileno())  # its fd closes with the node
         if self._router is not None:
             self.loop.remove_reader(self._router.getsockopt(zmq.FD))
-            with self._router_lock:
-                self._router.close(linger=0)
+            self._router.close(linger=0)
 
     def stop(self) -> None:
         """End the loop, waking the threads still owed a wake-up (their calls failed)."""
@@ -175,54 +168,6 @@ class NodeLoop:
         self._wakes_due.extend(due)
         self._schedule_drain()
 
-    def send_call_now(self, address: str, call_id: int, fut: ActorFuture, frames: list,
-                      timeout_s: float) -> bool:
-        """(A 1:1 caller's thread) Send the call on its peer's DEALER from this thread, as
-        the loop would, instead of handing it to the loop and waking it: on this 2-core
-        machine that hand-off was 15 us of a 175 us sync call (bench/RESULTS.md). Only
-        when the loop has run everything posted so far (a cast this thread posted before
-        goes out first) and the peer is connected already; False: post it instead."""
-        if self._outbox or self._flushing or address == self.address:
-            return False
-        peer = self.peers.get(address)
-        if peer is None:
-            return False
-        with peer.lock:
-            if peer.closed:
-                return False
-            now = self.now()
-            peer.track(call_id, fut, now)
-            try:
-                sockio.send_frames(peer.dealer, frames)
-            except zmq.Again:  # its queue is full: the loop's send says so
-                peer.pending.pop(call_id, None)
-                return False
-            more = sockio.waiting(peer.dealer)  # the send may have taken the FD's notice of it
-        self._deadlines.push_any_thread(now + timeout_s, call_id, peer)
-        self.stats.calls_sent += 1
-        if more:
-            self.post(self.drain_peer, peer, True, idle=True)
-        return True
-
-    def reply_now(self, rid: bytes, frames: list) -> bool:
-        """(An actor thread with nothing queued) Send the reply on the ROUTER from this
-        thread instead of waking the loop to send it (13 us of a 175 us sync call, see
-        send_call_now); False once the ROUTER is closed."""
-        router = self._router
-        if router is None:
-            return False
-        with self._router_lock:
-            if router.closed:
-                return False
-            try:
-                sockio.send_frames(router, frames, rid)
-            except (zmq.Again, zmq.ZMQError):  # as send_reply: the caller will time out
-                self.stats.replies_dropped += 1
-            more = sockio.waiting(router)  # the send may have taken the FD's notice of a call
-        if more:
-            self.post(self._drain_router, True, idle=True)
-        return True
-
     # ------------------------------------------------------------ passes
 
     def _on_waker(self) -> None:
@@ -231,7 +176,6 @@ class NodeLoop:
 
     def _flush_outbox(self) -> None:
         self._in_pass = True
-        self._flushing = True
         try:
             self._wake_pending = False
             outbox = self._outbox
@@ -242,7 +186,6 @@ class NodeLoop:
                 except Exception:
                     _log.exception("node %s: posted work %s failed", self.id, fn)
         finally:
-            self._flushing = False
             self._end_pass()
 
     def _on_router_readable(self) -> None:
@@ -310,8 +253,7 @@ class NodeLoop:
 
     def send_to_peer(self, peer: Peer, frames: list) -> bool:
         try:
-            with peer.lock:
-                sockio.send_frames(peer.dealer, frames)
+            sockio.send_frames(peer.dealer, frames)
         except zmq.Again:
             return False
         finally:
@@ -327,8 +269,7 @@ class NodeLoop:
             rid.peer.on_reply(frames[0], frames[1:], self.now())
             return
         try:
-            with self._router_lock:
-                sockio.send_frames(self._router, frames, rid)
+            sockio.send_frames(self._router, frames, rid)
         except (zmq.Again, zmq.ZMQError):  # caller vanished or is flooding: it will time out
             self.stats.replies_dropped += 1
         self._router_dirty = True
@@ -385,7 +326,7 @@ class NodeLoop:
         if router is None or router.closed:
             return
         on_request = self._inbound.on_request
-        for frames in sockio.messages(router, self._router_lock, ask_first, self._wake_early):
+        for frames in sockio.messages(router, ask_first, self._wake_early):
             if len(frames) < 2:
                 self.stats.malformed += 1
                 continue
@@ -401,7 +342,7 @@ class NodeLoop:
         if dealer.closed:
             return
         now = None
-        for frames in sockio.messages(dealer, peer.lock, ask_first, self._wake_early):
+        for frames in sockio.messages(dealer, ask_first, self._wake_early):
             if now is None:
                 now = self.now()
                 peer.heard(now)

@@ -1,8 +1,7 @@
 """Outgoing connections: one DEALER per peer address, its pending calls (completed by its
 replies), and its liveness.
 
-Not the loop or the ROUTER (node_loop.py). Everything here runs on the node's loop thread, but for
-what a Peer's `lock` guards.
+Not the loop or the ROUTER (node_loop.py). Everything here runs on the node's loop thread.
 
 Liveness, Paranoid-Pirate style: any message from a peer refreshes it. A peer that owes us
 replies and has been silent for `heartbeat_interval_s` gets a PING; silent for
@@ -16,8 +15,6 @@ from __future__ import annotations
 
 import heapq
 import logging
-import threading
-from collections import deque
 from typing import TYPE_CHECKING
 
 import zmq
@@ -41,17 +38,12 @@ class Peer:
     """One remote node we call. `pending` maps call id -> (future, actor, method)."""
 
     __slots__ = ("address", "dealer", "monitor", "pending", "last_heard", "ping_sent",
-                 "stalled_at_heard", "_io", "lock", "closed")
+                 "stalled_at_heard", "_io")
 
     def __init__(self, io: NodeLoop, address: str):
         self._io = io
         self.address = address
         self.pending: dict[int, ActorFuture] = {}
-        # Held around every use of `dealer` and every change of `pending` as a whole: the
-        # loop thread owns both, but a 1:1 caller sends its call on `dealer` itself when the
-        # loop has nothing of its thread left to send (NodeLoop.send_call_now).
-        self.lock = threading.Lock()
-        self.closed = False
         self.last_heard = 0.0
         self.stalled_at_heard = io.stalled_s
         self.ping_sent = False
@@ -142,8 +134,7 @@ class Peer:
     def fail_all(self, reason: str, counted: bool = True) -> None:
         """Fail every pending call; `counted`: as peer_unavailable outcomes (not when the
         node itself is stopping)."""
-        with self.lock:
-            pending, self.pending = self.pending, {}
+        pending, self.pending = self.pending, {}
         if counted:
             self._io.stats.calls_peer_unavailable += len(pending)
         for fut in pending.values():
@@ -153,16 +144,14 @@ class Peer:
 
     def close(self) -> None:
         loop = self._io.loop
-        with self.lock:
-            self.closed = True
-            for sock in (self.dealer, self.monitor):
-                try:
-                    loop.remove_reader(sock.getsockopt(zmq.FD))
-                except zmq.ZMQError:
-                    pass
-            self.dealer.disable_monitor()
-            self.monitor.close(linger=0)
-            self.dealer.close(linger=0)
+        for sock in (self.dealer, self.monitor):
+            try:
+                loop.remove_reader(sock.getsockopt(zmq.FD))
+            except zmq.ZMQError:
+                pass
+        self.dealer.disable_monitor()
+        self.monitor.close(linger=0)
+        self.dealer.close(linger=0)
 
     def _on_monitor(self) -> None:
         while True:
@@ -188,17 +177,11 @@ class DeadlineQueue:
     compacted to the live calls whenever it doubles past the last compacted size.
     """
 
-    __slots__ = ("_heap", "_compact_at", "_incoming")
+    __slots__ = ("_heap", "_compact_at")
 
     def __init__(self) -> None:
         self._heap: list[tuple[float, int, Peer]] = []
         self._compact_at = 4096
-        self._incoming: deque = deque()  # pushed by other threads; heaped by the loop
-
-    def push_any_thread(self, deadline: float, call_id: int, peer: Peer) -> None:
-        """push() from a thread other than the loop's (a deque's append is atomic); taken
-        into the heap at the next pop_expired, which is where deadlines are looked at."""
-        self._incoming.append((deadline, call_id, peer))
 
     def push(self, deadline: float, call_id: int, peer: Peer) -> None:
         heapq.heappush(self._heap, (deadline, call_id, peer))
@@ -208,9 +191,6 @@ class DeadlineQueue:
             self._compact_at = max(4096, 2 * len(self._heap))
 
     def pop_expired(self, now: float) -> list[tuple[int, Peer]]:
-        incoming = self._incoming
-        while incoming:
-            self.push(*incoming.popleft())
         heap, expired = self._heap, []
         while heap and heap[0][0] <= now:
             _, call_id, peer = heapq.heappop(heap)
@@ -235,8 +215,6 @@ class LocalPeer(Peer):
         self.stalled_at_heard = io.stalled_s
         self.ping_sent = False
         self.dealer = self.monitor = None
-        self.lock = threading.Lock()
-        self.closed = False
 
     def close(self) -> None:
         pass

@@ -7,7 +7,6 @@ Python that pyzmq's convenience wrappers add per frame (figures in bench/call_co
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import zmq
 
@@ -31,33 +30,27 @@ def waiting(sock: zmq.Socket) -> bool:
         return False
 
 
-def messages(sock: zmq.Socket, lock: Any, ask_first: bool, after_first: Callable[[], None]):
-    """Every message waiting on `sock`, as frames, each read holding `lock` (the socket's:
-    a 1:1 caller or an idle actor thread may send on it too, see NodeLoop.send_call_now). "Anything
-    waiting?" costs less asked with ZMQ_EVENTS than by a recv that fails (pyzmq builds and
+def messages(sock: zmq.Socket, ask_first: bool, after_first: Callable[[], None]):
+    """Every message waiting on `sock`, as frames. "Anything waiting?" costs less asked with ZMQ_EVENTS than by a recv that fails (pyzmq builds and
     raises an Again each time; bench/call_costs.py), so it is asked that way before the
     first recv when nothing may be there (`ask_first`: a check after our own sends), and
     after the first message (one a wake-up is the 1:1 call's case), once `after_first()` has
     run (it wakes the thread the message was for, which gets going while we look for more).
     A burst is then read until Again."""
-    if ask_first:
-        with lock:
-            if not waiting(sock):
-                return
+    if ask_first and not waiting(sock):
+        return
     first = True
     while True:
-        with lock:
-            try:
-                frames = recv_frames(sock)
-            except zmq.Again:
-                return
+        try:
+            frames = recv_frames(sock)
+        except zmq.Again:
+            return
         yield frames
         if first:
             first = False
             after_first()
-            with lock:
-                if not waiting(sock):
-                    return
+            if not waiting(sock):
+                return
 
 
 def recv_frames(sock: zmq.Socket) -> list:
