@@ -1,9 +1,9 @@
 """NodeLoop: a node's event loop and what it owns — the ROUTER, one DEALER per peer, the calls
 waiting on them with their deadlines, work posted by other threads, and the periodic sweep.
 
-Not what arrives means (node.py: requests are handed to the node through the `Inbound`
-interface below, replies complete their futures here) nor lifecycle, hosting or shared
-memory (node.py). Every socket is read on the loop thread with `add_reader` on its ZeroMQ FD
+Not what arrives means (requests are handed to the node through the `Inbound` interface
+below; replies complete their futures in peers.Peer.on_reply) nor lifecycle, hosting or
+shared memory (node.py). Every socket is read on the loop thread with `add_reader` on its ZeroMQ FD
 and drained with NOBLOCK loops: on this machine that did ~100k calls/s where zmq.asyncio did
 ~25k. Other threads reach the loop through `post` / `call_in_loop` (work appended to the
 outbox, the loop woken at most once per batch); they never touch a socket.
