@@ -60,6 +60,26 @@ def measure_latency(call: Callable[[], object], seconds: float, pids: list[int])
             "calls_s": len(samples) / sum(samples), "cpu_us": cpu.us_per(len(samples))}
 
 
+def measure_paired(a: Callable[[], object], b: Callable[[], object], seconds: float,
+                   block: int = 50) -> tuple[float, float]:
+    """Medians (us) of two blocking calls timed in alternating blocks of `block` calls: on a
+    shared machine whose load moves 2-10x within a minute, figures measured one after the
+    other compare two loads as much as two systems; interleaved, both see the same."""
+    for _ in range(100):
+        a()
+        b()
+    times: tuple[list[float], list[float]] = ([], [])
+    clock = time.perf_counter
+    end = clock() + seconds
+    while clock() < end:
+        for fn, out in ((a, times[0]), (b, times[1])):
+            for _ in range(block):
+                t0 = clock()
+                fn()
+                out.append(clock() - t0)
+    return statistics.median(times[0]) * 1e6, statistics.median(times[1]) * 1e6
+
+
 def measure_rate(one_round: Callable[[], object], per_round: int, seconds: float,
                  pids: list[int]) -> dict:
     """Calls/s of back-to-back rounds of `per_round` calls, after two warm-up rounds."""

@@ -87,7 +87,7 @@ def codec_steps(n: int, r: int) -> dict:
 
 def bookkeeping_steps(n: int, r: int) -> dict:
     node = Node()  # never started: its peers and stats are plain objects
-    peer = LocalPeer(node)
+    peer = LocalPeer(node.io)
     queue = DeadlineQueue()
     ids = iter(range(10**9))
     hist = Histogram()

@@ -205,7 +205,7 @@ class BulkCalls:
                 return
             if buffers is not None:
                 self.received += 1
-                node._on_reply(peer, header, buffers, node.now())
+                peer.on_reply(header, buffers, node.now())
                 return
             node.stats.malformed += 1
             peer.pending.pop(call_id).set_exception(ProtocolError(
@@ -245,7 +245,7 @@ class BulkCalls:
     def _deliver(self, rid: Any, header: bytes, buffers: list, role: str | None) -> None:
         self._releasing = rid
         try:
-            self._node._on_request(rid, header, buffers, role)
+            self._node.on_request(rid, header, buffers, role)
         finally:
             self._releasing = None
 

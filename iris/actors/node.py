@@ -1,18 +1,14 @@
-"""Node: this process's endpoint — one ROUTER (its address), one DEALER per peer, one loop thread.
+"""Node: this process's endpoint — its lifecycle, the actors it hosts, calls from any thread,
+and what an arriving request means (decoded, its role found, handed to its actor).
 
-Not actor semantics (hosting.py) nor liveness policy (peers.py). Every socket is owned by a
-uvloop event loop running in the node's own thread. Sockets are read with `add_reader` on
-the ZeroMQ FD and drained with NOBLOCK loops: on this machine that did ~100k calls/s where
-zmq.asyncio did ~25k. Other threads never touch a socket: they append work to `_outbox`
-and wake the loop at most once per batch.
-
-The ZeroMQ FD is edge-triggered: after any send, incoming messages may be waiting without a
-new wake-up, so every socket we send on is drained again before the loop sleeps.
+Not the sockets, pending calls and passes of the event loop (node_loop.py: the node owns one
+NodeLoop, `self.io`, runs it on its own thread, and is its `Inbound`), nor actor semantics
+(hosting.py) nor liveness policy (peers.py). Big payloads are placed here, before the loop
+sends them: shared memory for this host, the bulk path for others.
 """
 
 from __future__ import annotations
 
-import collections
 import errno
 import itertools
 import logging
@@ -21,17 +17,16 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-import uvloop
 import zmq
 
-from iris.actors import ports, shm, shm_scope, wakers
+from iris.actors import bulk_calls, ports, shm, shm_scope, wakers
 from iris.actors.bulk import Bulk
 from iris.actors.bulk_calls import BulkCalls
 from iris.actors.config import NodeConfig
 from iris.actors.future import ActorFuture
 from iris.actors.hosting import HostedActor, spec_of
 from iris.actors.node_loop import NodeLoop
-from iris.actors.peers import DeadlineQueue, LocalPeer, Peer
+from iris.actors.peers import LocalReturn, Peer
 from iris.actors.security import Security, check_bind_allowed
 from iris.actors.stats import NodeStats
 from iris.base.clock import SYSTEM_CLOCK, Clock
@@ -46,6 +41,9 @@ from iris.base.ids import new_id
 from iris.wire import messages
 
 _log = logging.getLogger(__name__)
+_CLIENT = ("client", None)  # the role of a call whose auth this node does not know
+
+
 def _shm_min_bytes(config: NodeConfig) -> int:
     """config.shm_min_bytes, unless $IRIS_SHM_MIN_BYTES says otherwise (0: off)."""
     raw = os.environ.get("IRIS_SHM_MIN_BYTES", "").strip()
@@ -56,7 +54,7 @@ def _shm_min_bytes(config: NodeConfig) -> int:
     return int(raw)
 
 
-class Node(NodeLoop):
+class Node:
     def __init__(self, config: NodeConfig | None = None, *, security: Security | None = None,
                  clock: Clock = SYSTEM_CLOCK):
         self.config = config or NodeConfig()
@@ -71,32 +69,19 @@ class Node(NodeLoop):
         self._ctx = zmq.Context()
         self._ctx.set(zmq.MAX_SOCKETS, self.config.max_sockets)
         self._auth: Any = None
-        self.loop = uvloop.new_event_loop()
-        self._loop_thread_id = 0
+        self.io = NodeLoop(self.id, self.config, self.stats, self.now, self.new_socket, self)
+        # Read by many (hosting, bulk, timers): the loop's own objects, not copies.
+        self.loop = self.io.loop
+        self.defer_wakes = self.io.defer_wakes
+        self.call_in_loop = self.io.call_in_loop
         self._thread = threading.Thread(target=self._run, daemon=True, name=f"iris-{self.id}")
         self._ready = threading.Event()
         self._start_error: BaseException | None = None
-        self._router: zmq.Socket | None = None
-        self._peers: dict[str, Peer] = {}
-        # Seconds this node's loop could not run (sweeps late by more than a second), kept
-        # so that its own stall is never counted as a peer's silence (node_loop._note_stall).
-        self.stalled_s = 0.0
-        self._last_sweep: float | None = None
         self._actors: dict[str, HostedActor] = {}
-        self._deadlines = DeadlineQueue()
-        self._outbox: collections.deque = collections.deque()
-        self._wake_pending = False
-        self._waker = wakers.Waker()  # wakes the loop without the GIL (post_reply, idle=True)
-        self._wakes_due: list = []  # Wakers to wake when this pass of the loop ends
-        self._dirty_peers: set[Peer] = set()
-        self._router_dirty = False
-        self._drain_scheduled = False
-        self._in_pass = False  # a loop callback runs; it ends with _end_pass (node_loop.py)
         self._call_ids = itertools.count(1)
         self._stopped = False
         # auth token -> (the role its calls hold here, whom it names: a worker's id or None)
         self._grants: dict[bytes, tuple[str, str | None]] = {}
-        self._local: LocalPeer | None = None  # made once the address is known
         self._shm_min = _shm_min_bytes(self.config) if shm_scope.AVAILABLE else 0
         self._shm_replies = False  # set once bound: only a loopback node's callers are local
         self._pool = shm.Pool(self.config.shm_pool_bytes)
@@ -123,7 +108,7 @@ class Node(NodeLoop):
             return
         self._stopped = True
         failed = threading.Event()
-        self.loop.call_soon_threadsafe(self._fail_pending, failed)
+        self.loop.call_soon_threadsafe(self._in_loop_then_set, self.io.fail_pending, failed)
         failed.wait()
         for hosted in list(self._actors.values()):
             hosted.stop()
@@ -135,10 +120,10 @@ class Node(NodeLoop):
             self._auth.stop()
         self._ctx.destroy(linger=0)
 
-    def _fail_pending(self, done: threading.Event) -> None:
+    @staticmethod
+    def _in_loop_then_set(fn: Callable[[], Any], done: threading.Event) -> None:
         try:
-            for peer in [*self._peers.values(), *([self._local] if self._local else [])]:
-                peer.fail_all("this node is stopping", counted=False)
+            fn()
         finally:
             done.set()
 
@@ -149,10 +134,9 @@ class Node(NodeLoop):
         self.stop()
 
     def _run(self) -> None:
-        self._loop_thread_id = threading.get_ident()
         try:
             self._auth = self.security.start_authenticator(self._ctx) if self.security else None
-            self._router = self._bind_router()
+            router = self._bind_router()
         except BaseException as exc:
             if isinstance(exc, zmq.ZMQError) and exc.errno == errno.EADDRINUSE:
                 # One line naming who holds it, not a ZMQError traceback (issue 27).
@@ -161,14 +145,7 @@ class Node(NodeLoop):
             self._ready.set()
             return
         self._shm_replies = bool(self._shm_min) and shm_scope.same_host(self.address)
-        self.loop.add_reader(self._router.getsockopt(zmq.FD), self._on_router_readable)
-        self.loop.add_reader(self._waker.fileno(), self._on_waker)
-        self.loop.call_later(self.config.sweep_interval_s, self._sweep)
-        self._ready.set()
-        try:
-            self.loop.run_forever()
-        finally:
-            self.loop.close()
+        self.io.run(router, self.address, self._ready.set)
 
     def _bind_router(self) -> zmq.Socket:
         router = self.new_socket(zmq.ROUTER)
@@ -187,20 +164,11 @@ class Node(NodeLoop):
 
     def _shutdown(self, done: threading.Event) -> None:
         try:
-            self._flush_outbox()
-            for peer in self._peers.values():
-                peer.fail_all("this node is stopping", counted=False)
-                peer.close()
-            self._peers.clear()
+            self.io.close_sockets()
             self.bulk.close()
             self._pool.close()
-            self.loop.remove_reader(self._waker.fileno())  # its fd closes with the node
-            if self._router is not None:
-                self.loop.remove_reader(self._router.getsockopt(zmq.FD))
-                self._router.close(linger=0)
         finally:
-            self._wake_due_now()  # threads waiting on the calls failed above: the loop ends
-            self.loop.stop()
+            self.io.stop()  # wakes the threads waiting on the calls failed above
             done.set()
 
     def new_socket(self, kind: int) -> zmq.Socket:
@@ -215,7 +183,7 @@ class Node(NodeLoop):
         return sock
 
     def in_loop_thread(self) -> bool:
-        return threading.get_ident() == self._loop_thread_id
+        return self.io.in_loop_thread()
 
     # ------------------------------------------------------------ hosting
 
@@ -304,11 +272,12 @@ class Node(NodeLoop):
                 f"cannot call {actor}.{method}: this node is stopped",
                 actor=actor, method=method, address=address))
             return fut
-        if threading.get_ident() == self._loop_thread_id:
-            self._send_call(address, call_id, fut, frames, timeout_s, oneway)
-        else:
-            self._post(self._send_call, address, call_id, fut, frames, timeout_s, oneway,
-                       idle=not oneway and wakers.this_thread().follows(outer))
+        io = self.io
+        if threading.get_ident() == io.thread_id:
+            io.send_call(address, call_id, fut, frames, timeout_s, oneway)
+        else:  # `idle`: a thread that waits for each answer (Waker.follows) sleeps next
+            io.post(io.send_call, address, call_id, fut, frames, timeout_s, oneway,
+                    idle=not oneway and wakers.this_thread().follows(outer))
         return outer
 
     def call_many(self, targets: list[tuple[str, str]], method: str, args: tuple = (),
@@ -351,50 +320,35 @@ class Node(NodeLoop):
                     f"cannot call {fut.actor}.{method}: this node is stopped",
                     actor=fut.actor, method=method, address=fut.address))
             else:
-                self.call_in_loop(self._send_call, fut.address, call_id, fut, frames,
+                self.call_in_loop(self.io.send_call, fut.address, call_id, fut, frames,
                                   timeout_s, False)
         return futs
 
     def _future(self, actor: str, method: str, address: str) -> ActorFuture:
-        return ActorFuture(actor, method, address, self._loop_thread_id, self.defer_wakes)
-
-    def defer_wakes(self, due: list) -> None:
-        """(Loop thread) Wake these Wakers when this pass of the loop ends: a thread woken in
-        the middle of a drain takes the GIL and holds the rest of the drain up."""
-        self._wakes_due.extend(due)
-        self._schedule_drain()
-
-    def _post(self, fn: Callable, *args: Any, idle: bool = False) -> None:
-        """Run fn(*args) on the loop. `idle`: the posting thread sleeps right after, so wake
-        the loop without the GIL (wakers.py says why); otherwise wake it holding the GIL, and
-        the poster goes on adding to the same batch (a caller sending many calls)."""
-        self._outbox.append((fn, args))
-        if not self._wake_pending:
-            self._wake_pending = True
-            if idle:
-                self._waker.wake()
-                return
-            try:
-                self.loop.call_soon_threadsafe(self._flush_outbox)
-            except RuntimeError:  # loop closed: the node stopped under a racing caller
-                pass
-
-    def call_in_loop(self, fn: Callable, *args: Any) -> None:
-        """Run fn(*args) on the loop thread (soon, or now when already on it)."""
-        if threading.get_ident() == self._loop_thread_id:
-            fn(*args)
-        else:
-            self._post(fn, *args)
+        return ActorFuture(actor, method, address, self.io.thread_id, self.defer_wakes)
 
     def post_reply(self, rid: bytes, frames: list, idle: bool = False) -> None:
-        """Send a reply from another thread (a big one is copied to shared memory here, off
-        the loop). `idle`: that thread has nothing else queued (see _post)."""
-        if len(frames) > 1 and self._shm_replies and type(rid) is bytes \
-                and shm_scope.shares_with_caller(rid):
-            frames = self._spill_reply(frames)
-        elif len(frames) > 1 and type(rid) is bytes and self._bulk_calls.wants_reply(frames):
-            frames = self._bulk_calls.spill_reply(frames, self.config.shm_hold_s)
-        self._post(self.send_reply, rid, frames, True, idle=idle)
+        """Send a reply from another thread (a big one is placed here, off the loop).
+        `idle`: that thread has nothing else queued (NodeLoop.post)."""
+        if len(frames) > 1 and type(rid) is bytes:
+            frames = self._place_reply(rid, frames)
+        io = self.io
+        io.post(io.send_reply, rid, frames, idle=idle)
+
+    def send_reply(self, rid: bytes | LocalReturn, frames: list) -> None:
+        """(Loop thread) Send a reply; a big one goes by shared memory or the bulk path."""
+        if len(frames) > 1 and type(rid) is bytes:
+            frames = self._place_reply(rid, frames)
+        self.io.send_reply(rid, frames)
+
+    def _place_reply(self, rid: bytes, frames: list) -> list:
+        """A reply's frames, its big buffers in shared memory for a caller on this host or
+        offered on the bulk path to one on another."""
+        if self._shm_replies and shm_scope.shares_with_caller(rid):
+            return self._spill_reply(frames)
+        if self._bulk_calls.wants_reply(frames):
+            return self._bulk_calls.spill_reply(frames, self.config.shm_hold_s)
+        return frames
 
     # ------------------------------------------------------------ shared memory
 
@@ -416,7 +370,7 @@ class Node(NodeLoop):
             error = first.exception()
             if isinstance(error, ProtocolError) and shm_scope.FOREIGN in str(error):
                 self._foreign.add(outer.address)
-                self.call_in_loop(self._send_call, outer.address, call_id, outer, plain,
+                self.call_in_loop(self.io.send_call, outer.address, call_id, outer, plain,
                                   timeout_s, False)
             elif error is not None:
                 outer.set_exception(error)
@@ -431,3 +385,57 @@ class Node(NodeLoop):
         if segment is not None:
             self._pool.sent(segment, 1, 0, self.now() + self.config.shm_hold_s)
         return frames
+
+    # ------------------------------------------------------------ Inbound (node_loop.py)
+
+    def serves(self, actor: str) -> bool:
+        return actor in self._actors
+
+    def on_bulk_reply(self, peer: Peer, header: bytes, buffers: list) -> None:
+        self._bulk_calls.receive_reply(peer, header, buffers)
+
+    def on_sweep(self, now: float) -> None:
+        if self._pool.busy():
+            self._pool.sweep(now)
+
+    def on_request(self, rid: bytes | LocalReturn, header: bytes, buffers: list,
+                   role: str | None = None) -> None:
+        """(Loop thread) One CALL, CAST or PING: `rid` is who sent it (a ROUTER routing id,
+        or LocalReturn for an in-process call, whose `role` is INTERNAL)."""
+        if self._bulk_calls.holding and self._bulk_calls.hold(rid, header, buffers, role):
+            return  # behind a call of the same caller whose frames are being fetched
+        try:
+            if buffers:
+                if bulk_calls.is_table(buffers[-1]):  # big frames on the bulk path: fetch
+                    return self._bulk_calls.receive(rid, header, buffers, role)
+                buffers = shm.resolve(buffers)
+            msg = messages.decode(header, buffers)
+        except ProtocolError as exc:
+            self.stats.malformed += 1
+            _log.debug("node %s dropped a malformed message: %s", self.id, exc)
+            peek = messages.peek_call(header) if buffers else None
+            if peek is not None and peek[0] == messages.CALL:  # say why, not time out
+                self.send_reply(rid, messages.encode_error(peek[1], messages.E_PROTOCOL,
+                                                           str(exc)))
+            return
+        kind = msg[1]
+        if kind == messages.CALL or kind == messages.CAST:
+            call = messages.call_from(msg, buffers)
+            if role is not None:
+                call.role = role
+            elif call.auth:
+                call.role, call.principal = self._grants.get(call.auth, _CLIENT)
+            self.stats.calls_received += 1
+            hosted = self._actors.get(call.actor)
+            if hosted is None:
+                known = ", ".join(sorted(self._actors)) or "none"
+                if not call.oneway:
+                    self.send_reply(rid, messages.encode_error(
+                        call.call_id, messages.E_ACTOR_NOT_FOUND,
+                        f"no actor {call.actor!r} at {self.address} (serving: {known})"))
+                return
+            hosted.dispatch(rid, call, self.now() + call.timeout_ms / 1000)
+        elif kind == messages.PING:
+            self.send_reply(rid, messages.encode_pong(msg[2]))
+        else:
+            self.stats.malformed += 1  # replies belong on DEALERs, not here

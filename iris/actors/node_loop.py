@@ -1,113 +1,174 @@
-"""The half of a Node that runs on its loop thread: posted work, sends, socket drains, the
-dispatch of requests and replies, and the periodic sweep of deadlines and peers.
+"""NodeLoop: a node's event loop and what it owns — the ROUTER, one DEALER per peer, the calls
+waiting on them with their deadlines, work posted by other threads, and the periodic sweep.
 
-Not the Node's public face (node.py: lifecycle, hosting, calls from any thread, shared
-memory). `NodeLoop` is a mixin of Node and reads the state Node.__init__ makes; nothing here
-is called from another thread.
+Not what arrives means (requests are handed to the node through the `Inbound` interface
+below; replies complete their futures in peers.Peer.on_reply) nor lifecycle, hosting or
+shared memory (node.py). Every socket is read on the loop thread with `add_reader` on its ZeroMQ FD
+and drained with NOBLOCK loops: on this machine that did ~100k calls/s where zmq.asyncio did
+~25k. Other threads reach the loop through `post` / `call_in_loop` (work appended to the
+outbox, the loop woken at most once per batch); they never touch a socket.
+
+The ZeroMQ FD is edge-triggered: after any send, incoming messages may be waiting without a
+new wake-up, so every socket we send on is drained again before the loop sleeps.
 """
 
 from __future__ import annotations
 
+import collections
 import logging
+import threading
 from collections.abc import Callable
+from typing import Any, Protocol
 
+import uvloop
 import zmq
 
-from iris.actors import bulk_calls, shm, shm_scope
+from iris.actors import sockio, wakers
+from iris.actors.config import NodeConfig
 from iris.actors.future import ActorFuture
 from iris.actors.hosting import INTERNAL
-from iris.actors.peers import LocalPeer, LocalReturn, Peer
+from iris.actors.peers import DeadlineQueue, LocalPeer, LocalReturn, Peer
+from iris.actors.stats import NodeStats
 from iris.base.errors import (
     DeadlineExceededError,
     PeerUnavailableError,
-    ProtocolError,
 )
-from iris.wire import messages, remote_errors
 
 _log = logging.getLogger(__name__)
-# Plain ints, not the flag enums: pyzmq's send_multipart/recv_multipart wrappers combine
-# enum flags and query RCVMORE per frame, which cost 2.5-3.6 us a message against 1.2-1.3
-# us for these loops (measured here on a 2-frame message).
-_NOBLOCK = int(zmq.NOBLOCK)
-_SNDMORE = int(zmq.SNDMORE)
 # A sweep this much later than its interval is the loop's own stall, not peers' silence.
 _STALL_S = 1.0
 
 
-_zget = zmq.backend.Socket.get
-_EVENTS = zmq.EVENTS
-_POLLIN = int(zmq.POLLIN)
-_CLIENT = ("client", None)  # the role of a call whose auth this node does not know
+class Inbound(Protocol):
+    """What a NodeLoop hands up to its node (Node implements it): requests, and the few
+    questions about them only the node can answer."""
 
+    def on_request(self, rid: Any, header: bytes, buffers: list,
+                   role: str | None = None) -> None:
+        """A CALL, CAST or PING arrived from `rid` (loop thread)."""
 
-def _waiting(sock: zmq.Socket) -> bool:
-    """Is a message waiting on `sock`? (ZMQ_EVENTS; False once the socket is closed.)"""
-    try:
-        return bool(_zget(sock, _EVENTS) & _POLLIN)
-    except zmq.ZMQError:
-        return False
+    def serves(self, actor: str) -> bool:
+        """Is `actor` hosted here (a call to it goes through its mailbox, not a socket)?"""
 
+    def on_bulk_reply(self, peer: Peer, header: bytes, buffers: list) -> None:
+        """A reply whose big frames wait on the bulk path (bulk_calls.is_table)."""
 
-def _messages(sock: zmq.Socket, ask_first: bool, after_first: Callable[[], None]):
-    """Every message waiting on `sock`, as frames. "Anything waiting?" costs less asked
-    with ZMQ_EVENTS than by a recv that fails (pyzmq builds and raises an Again each time;
-    bench/call_costs.py), so it is asked that way before the first recv when nothing may be
-    there (`ask_first`: a check after our own sends), and after the first message (one a
-    wake-up is the 1:1 call's case), once `after_first()` has run (it wakes the thread the
-    message was for, which gets going while we look for more). A burst is then read until
-    Again."""
-    if ask_first and not _waiting(sock):
-        return
-    first = True
-    while True:
-        try:
-            frames = _recv_frames(sock)
-        except zmq.Again:
-            return
-        yield frames
-        if first:
-            first = False
-            after_first()
-            if not _waiting(sock):
-                return
-
-
-def _recv_frames(sock: zmq.Socket) -> list:
-    """One whole message as zmq Frames; raises zmq.Again when none is waiting."""
-    frame = sock.recv(_NOBLOCK, copy=False)
-    frames = [frame]
-    while frame.more:
-        frame = sock.recv(_NOBLOCK, copy=False)
-        frames.append(frame)
-    return frames
-
-
-# Frames below this are copied into the ZeroMQ message: cheaper than the zero-copy hand-off
-# (a Frame object and a release callback) up to about pyzmq's own copy_threshold of 64 KiB.
-_COPY_BELOW = 64 * 1024
-# pyzmq's Socket.send is a Python wrapper (for DRAFT sockets' routing_id and group keywords)
-# around its backend's, called with keywords: the backend's own, called positionally, costs
-# 0.25 us a frame against 0.42 us (bench/call_costs.py).
-_zsend = zmq.backend.Socket.send
-
-
-def _send_frames(sock: zmq.Socket, frames: list, first: bytes | None = None) -> None:
-    """Send one message, `first` (a routing id) before `frames` if given; small bytes are
-    copied, big frames are not."""
-    if first is not None:
-        _zsend(sock, first, _NOBLOCK | _SNDMORE, True)  # may raise: nothing sent then
-    last = len(frames) - 1
-    for i, frame in enumerate(frames):
-        _zsend(sock, frame, _NOBLOCK | _SNDMORE if i < last else _NOBLOCK,
-               type(frame) is bytes and len(frame) < _COPY_BELOW)
+    def on_sweep(self, now: float) -> None:
+        """The periodic sweep ran (loop thread): the node's own housekeeping."""
 
 
 class NodeLoop:
-    """Node's loop-thread methods (see the module docstring)."""
+    """The loop thread's side of one node (see the module docstring). Methods run on the
+    loop thread unless their docstring says "any thread"."""
 
     # A pass is one callback of the loop (posted work, a socket readable, the sweep). What it
     # leaves to do is done when it ends (_end_pass), not in a callback of its own: each extra
     # callback is another turn of the loop (an epoll_wait) before a woken thread can run.
+
+    def __init__(self, node_id: str, config: NodeConfig, stats: NodeStats,
+                 now: Callable[[], float], new_socket: Callable[[int], zmq.Socket],
+                 inbound: Inbound):
+        self.id = node_id
+        self.config = config
+        self.stats = stats  # shared with the node: each counts its own fields
+        self.now = now
+        self.new_socket = new_socket
+        self._inbound = inbound
+        self.on_bulk_reply = inbound.on_bulk_reply  # for Peer.on_reply
+        self.loop = uvloop.new_event_loop()
+        self.thread_id = 0  # the loop thread's ident, once it runs
+        self.address = ""
+        self._router: zmq.Socket | None = None
+        self.peers: dict[str, Peer] = {}
+        self._local: LocalPeer | None = None  # made on the first in-process call
+        # Seconds this loop could not run (sweeps late by more than a second), kept so that
+        # its own stall is never counted as a peer's silence (_note_stall).
+        self.stalled_s = 0.0
+        self._last_sweep: float | None = None
+        self._deadlines = DeadlineQueue()
+        self._outbox: collections.deque = collections.deque()
+        self._wake_pending = False
+        self._waker = wakers.Waker()  # wakes the loop without the GIL (post, idle=True)
+        self._wakes_due: list = []  # Wakers to wake when this pass of the loop ends
+        self._dirty_peers: set[Peer] = set()
+        self._router_dirty = False
+        self._drain_scheduled = False
+        self._in_pass = False  # a loop callback runs; it ends with _end_pass
+
+    # ------------------------------------------------------------ lifecycle
+
+    def run(self, router: zmq.Socket, address: str, ready: Callable[[], None]) -> None:
+        """(The loop thread) Serve `router`, bound at `address`, until stop(); `ready()` is
+        called once everything is registered."""
+        self.thread_id = threading.get_ident()
+        self._router, self.address = router, address
+        self.loop.add_reader(router.getsockopt(zmq.FD), self._on_router_readable)
+        self.loop.add_reader(self._waker.fileno(), self._on_waker)
+        self.loop.call_later(self.config.sweep_interval_s, self._sweep)
+        ready()
+        try:
+            self.loop.run_forever()
+        finally:
+            self.loop.close()
+
+    def in_loop_thread(self) -> bool:
+        """(Any thread.)"""
+        return threading.get_ident() == self.thread_id
+
+    def fail_pending(self) -> None:
+        """Fail every call waiting for a reply (the node is stopping)."""
+        for peer in [*self.peers.values(), *([self._local] if self._local else [])]:
+            peer.fail_all("this node is stopping", counted=False)
+
+    def close_sockets(self) -> None:
+        """Send what is posted, fail what waits, close every socket (the node is stopping)."""
+        self._flush_outbox()
+        for peer in self.peers.values():
+            peer.fail_all("this node is stopping", counted=False)
+            peer.close()
+        self.peers.clear()
+        self.loop.remove_reader(self._waker.fileno())  # its fd closes with the node
+        if self._router is not None:
+            self.loop.remove_reader(self._router.getsockopt(zmq.FD))
+            self._router.close(linger=0)
+
+    def stop(self) -> None:
+        """End the loop, waking the threads still owed a wake-up (their calls failed)."""
+        self._wake_due_now()
+        self.loop.stop()
+
+    # ------------------------------------------------------------ from other threads
+
+    def post(self, fn: Callable, *args: Any, idle: bool = False) -> None:
+        """(Any thread) Run fn(*args) on the loop. `idle`: the posting thread sleeps right
+        after, so wake the loop without the GIL (wakers.py says why); otherwise wake it
+        holding the GIL, and the poster goes on adding to the same batch (a caller sending
+        many calls)."""
+        self._outbox.append((fn, args))
+        if not self._wake_pending:
+            self._wake_pending = True
+            if idle:
+                self._waker.wake()
+                return
+            try:
+                self.loop.call_soon_threadsafe(self._flush_outbox)
+            except RuntimeError:  # loop closed: the node stopped under a racing caller
+                pass
+
+    def call_in_loop(self, fn: Callable, *args: Any) -> None:
+        """(Any thread) Run fn(*args) on the loop thread (soon, or now when already on it)."""
+        if threading.get_ident() == self.thread_id:
+            fn(*args)
+        else:
+            self.post(fn, *args)
+
+    def defer_wakes(self, due: list) -> None:
+        """Wake these Wakers when this pass of the loop ends: a thread woken in the middle
+        of a drain takes the GIL and holds the rest of the drain up."""
+        self._wakes_due.extend(due)
+        self._schedule_drain()
+
+    # ------------------------------------------------------------ passes
 
     def _on_waker(self) -> None:
         self._waker.clear()
@@ -141,14 +202,16 @@ class NodeLoop:
         finally:
             self._end_pass()
 
-    def _send_call(self, address: str, call_id: int, fut: ActorFuture, frames: list,
-                   timeout_s: float, oneway: bool) -> None:
-        if address == self.address and fut.actor in self._actors:
+    # ------------------------------------------------------------ sending
+
+    def send_call(self, address: str, call_id: int, fut: ActorFuture, frames: list,
+                  timeout_s: float, oneway: bool) -> None:
+        if address == self.address and self._inbound.serves(fut.actor):
             return self._call_local(call_id, fut, frames, timeout_s, oneway)
-        peer = self._peers.get(address)
+        peer = self.peers.get(address)
         if peer is None:
             try:
-                peer = self._peers[address] = Peer(self, address)
+                peer = self.peers[address] = Peer(self, address)
             except zmq.ZMQError as exc:
                 fut.set_exception(PeerUnavailableError(
                     f"cannot connect to {address!r}: {exc}", actor=fut.actor,
@@ -184,13 +247,13 @@ class NodeLoop:
         self.stats.calls_sent += 1
         # The frames as encoded, not copied: buffers reach the codec as the caller's own
         # objects, which it reads through read-only views (codec._view).
-        self._on_request(LocalReturn(local), frames[0], frames[1:], INTERNAL)
+        self._inbound.on_request(LocalReturn(local), frames[0], frames[1:], INTERNAL)
         if oneway:
             fut.set_result(None)
 
     def send_to_peer(self, peer: Peer, frames: list) -> bool:
         try:
-            _send_frames(peer.dealer, frames)
+            sockio.send_frames(peer.dealer, frames)
         except zmq.Again:
             return False
         finally:
@@ -199,19 +262,14 @@ class NodeLoop:
                 self._schedule_drain()
         return True
 
-    def send_reply(self, rid: bytes, frames: list, spilled: bool = False) -> None:
-        if len(frames) > 1 and self._shm_replies and not spilled and type(rid) is bytes \
-                and shm_scope.shares_with_caller(rid):
-            frames = self._spill_reply(frames)
-        elif len(frames) > 1 and not spilled and type(rid) is bytes \
-                and self._bulk_calls.wants_reply(frames):
-            frames = self._bulk_calls.spill_reply(frames, self.config.shm_hold_s)
+    def send_reply(self, rid: bytes | LocalReturn, frames: list) -> None:
+        """Send a reply as it is (big frames already placed: Node.send_reply)."""
         if type(rid) is LocalReturn:  # an in-process call: straight back to its future
             rid.peer.heard(self.now())
-            self._on_reply(rid.peer, frames[0], frames[1:], self.now())
+            rid.peer.on_reply(frames[0], frames[1:], self.now())
             return
         try:
-            _send_frames(self._router, frames, rid)
+            sockio.send_frames(self._router, frames, rid)
         except (zmq.Again, zmq.ZMQError):  # caller vanished or is flooding: it will time out
             self.stats.replies_dropped += 1
         self._router_dirty = True
@@ -259,63 +317,24 @@ class NodeLoop:
         for waker in due:
             waker.wake()
 
+    # ------------------------------------------------------------ receiving
+
     def _drain_router(self, ask_first: bool = False) -> None:
-        """Handle every request waiting on the ROUTER (its FD fired, or `ask_first`: we sent
-        on it, see the module docstring)."""
+        """Hand every request waiting on the ROUTER to the node (its FD fired, or
+        `ask_first`: we sent on it, see the module docstring)."""
         router = self._router
         if router is None or router.closed:
             return
-        for frames in _messages(router, ask_first, self._wake_early):
+        on_request = self._inbound.on_request
+        for frames in sockio.messages(router, ask_first, self._wake_early):
             if len(frames) < 2:
                 self.stats.malformed += 1
                 continue
             try:
-                self._on_request(frames[0].bytes, frames[1].bytes, frames[2:])
+                on_request(frames[0].bytes, frames[1].bytes, frames[2:])
             except Exception:  # never let one message kill the loop
                 self.stats.malformed += 1
                 _log.exception("node %s: failed handling a request", self.id)
-
-    def _on_request(self, rid: bytes | LocalReturn, header: bytes, buffers: list,
-                    role: str | None = None) -> None:
-        """One CALL, CAST or PING: `rid` is who sent it (a ROUTER routing id, or LocalReturn
-        for an in-process call, whose `role` is INTERNAL)."""
-        if self._bulk_calls.holding and self._bulk_calls.hold(rid, header, buffers, role):
-            return  # behind a call of the same caller whose frames are being fetched
-        try:
-            if buffers:
-                if bulk_calls.is_table(buffers[-1]):  # big frames on the bulk path: fetch
-                    return self._bulk_calls.receive(rid, header, buffers, role)
-                buffers = shm.resolve(buffers)
-            msg = messages.decode(header, buffers)
-        except ProtocolError as exc:
-            self.stats.malformed += 1
-            _log.debug("node %s dropped a malformed message: %s", self.id, exc)
-            peek = messages.peek_call(header) if buffers else None
-            if peek is not None and peek[0] == messages.CALL:  # say why, not time out
-                self.send_reply(rid, messages.encode_error(peek[1], messages.E_PROTOCOL,
-                                                           str(exc)))
-            return
-        kind = msg[1]
-        if kind == messages.CALL or kind == messages.CAST:
-            call = messages.call_from(msg, buffers)
-            if role is not None:
-                call.role = role
-            elif call.auth:
-                call.role, call.principal = self._grants.get(call.auth, _CLIENT)
-            self.stats.calls_received += 1
-            hosted = self._actors.get(call.actor)
-            if hosted is None:
-                known = ", ".join(sorted(self._actors)) or "none"
-                if not call.oneway:
-                    self.send_reply(rid, messages.encode_error(
-                        call.call_id, messages.E_ACTOR_NOT_FOUND,
-                        f"no actor {call.actor!r} at {self.address} (serving: {known})"))
-                return
-            hosted.dispatch(rid, call, self.now() + call.timeout_ms / 1000)
-        elif kind == messages.PING:
-            self.send_reply(rid, messages.encode_pong(msg[2]))
-        else:
-            self.stats.malformed += 1  # replies belong on DEALERs, not here
 
     def drain_peer(self, peer: Peer, ask_first: bool = False) -> None:
         """Handle every reply waiting on the peer's DEALER (as _drain_router)."""
@@ -323,56 +342,17 @@ class NodeLoop:
         if dealer.closed:
             return
         now = None
-        for frames in _messages(dealer, ask_first, self._wake_early):
+        for frames in sockio.messages(dealer, ask_first, self._wake_early):
             if now is None:
                 now = self.now()
                 peer.heard(now)
             try:
-                self._on_reply(peer, frames[0].bytes, frames[1:], now)
+                peer.on_reply(frames[0].bytes, frames[1:], now)
             except Exception:
                 self.stats.malformed += 1
                 _log.exception("node %s: failed handling a reply from %s", self.id, peer.address)
 
-    def _on_reply(self, peer: Peer, header: bytes, buffers: list, now: float) -> None:
-        try:
-            if buffers:
-                if bulk_calls.is_table(buffers[-1]):  # big frames on the bulk path: fetch
-                    return self._bulk_calls.receive_reply(peer, header, buffers)
-                buffers = shm.resolve(buffers)
-            msg = messages.decode(header, buffers)
-        except ProtocolError as exc:
-            self.stats.malformed += 1
-            peek = messages.peek_call(header) if buffers else None
-            fut = peer.pending.pop(peek[1], None) if peek else None
-            if fut is not None:  # its buffers are gone (shared memory of a dead sender)
-                fut.set_exception(ProtocolError(f"reply of {fut.actor}.{fut.method} from "
-                                                f"{peer.address} cannot be read: {exc}"))
-            _log.debug("node %s dropped a malformed reply from %s: %s", self.id, peer.address, exc)
-            return
-        kind = msg[1]
-        if kind == messages.PONG:
-            return
-        fut = peer.pending.pop(msg[2], None) if kind in (messages.REPLY, messages.ERROR) else None
-        stats = self.stats
-        if fut is None:
-            stats.late_replies += 1  # answered after its deadline, or a stray
-            return
-        stats.call_latency.observe(now - fut.sent_at)
-        if kind == messages.REPLY:
-            try:
-                value = messages.decode_payload(msg[3], msg[4], buffers)
-            except Exception as exc:
-                stats.calls_error += 1
-                fut.set_exception(ProtocolError(
-                    f"reply of {fut.actor}.{fut.method} from {peer.address} cannot be "
-                    f"decoded here: {exc}"))
-                return
-            stats.calls_ok += 1
-            fut.set_result(value)
-        else:
-            stats.calls_error += 1
-            fut.set_exception(remote_errors.error_from(
-                msg[3], msg[4], msg[5], actor=fut.actor, method=fut.method, address=peer.address))
+    # ------------------------------------------------------------ sweep
 
     def _note_stall(self, now: float) -> None:
         """A sweep far later than asked means this loop could not run (a starved process,
@@ -394,7 +374,7 @@ class NodeLoop:
                 actor=fut.actor, method=fut.method, address=peer.address))
         cfg = self.config
         self._note_stall(now)
-        for address, peer in list(self._peers.items()):
+        for address, peer in list(self.peers.items()):
             if not peer.check_liveness(now, cfg.heartbeat_interval_s, cfg.peer_dead_after_s):
                 self.drain_peer(peer, ask_first=True)  # an answer read late is not silence
                 if peer.check_liveness(now, cfg.heartbeat_interval_s, cfg.peer_dead_after_s):
@@ -402,9 +382,8 @@ class NodeLoop:
                 peer.fail_all(f"no reply or heartbeat for {cfg.peer_dead_after_s} s "
                               "(the peer is dead or unreachable)")
                 peer.close()
-                del self._peers[address]
+                del self.peers[address]
                 stats.peers_declared_dead += 1
-        if self._pool.busy():
-            self._pool.sweep(now)
+        self._inbound.on_sweep(now)
         self._drain_dirty()
         self.loop.call_later(cfg.sweep_interval_s, self._sweep)

@@ -1,6 +1,7 @@
-"""Outgoing connections: one DEALER per peer address, its pending calls, and its liveness.
+"""Outgoing connections: one DEALER per peer address, its pending calls (completed by its
+replies), and its liveness.
 
-Not the loop or the ROUTER (node.py). Everything here runs on the node's loop thread.
+Not the loop or the ROUTER (node_loop.py). Everything here runs on the node's loop thread.
 
 Liveness, Paranoid-Pirate style: any message from a peer refreshes it. A peer that owes us
 replies and has been silent for `heartbeat_interval_s` gets a PING; silent for
@@ -19,13 +20,13 @@ from typing import TYPE_CHECKING
 import zmq
 from zmq.utils.monitor import parse_monitor_message
 
-from iris.actors import shm_scope
-from iris.base.errors import PeerUnavailableError
-from iris.wire import messages
+from iris.actors import bulk_calls, shm, shm_scope
+from iris.base.errors import PeerUnavailableError, ProtocolError
+from iris.wire import messages, remote_errors
 
 if TYPE_CHECKING:
     from iris.actors.future import ActorFuture
-    from iris.actors.node import Node
+    from iris.actors.node_loop import NodeLoop
 
 _log = logging.getLogger(__name__)
 
@@ -37,21 +38,21 @@ class Peer:
     """One remote node we call. `pending` maps call id -> (future, actor, method)."""
 
     __slots__ = ("address", "dealer", "monitor", "pending", "last_heard", "ping_sent",
-                 "stalled_at_heard", "_node")
+                 "stalled_at_heard", "_io")
 
-    def __init__(self, node: Node, address: str):
-        self._node = node
+    def __init__(self, io: NodeLoop, address: str):
+        self._io = io
         self.address = address
         self.pending: dict[int, ActorFuture] = {}
         self.last_heard = 0.0
-        self.stalled_at_heard = node.stalled_s
+        self.stalled_at_heard = io.stalled_s
         self.ping_sent = False
-        self.dealer = node.new_socket(zmq.DEALER)
+        self.dealer = io.new_socket(zmq.DEALER)
         self.dealer.setsockopt(zmq.ROUTING_ID, shm_scope.routing_id())  # says our PID namespace
         self.dealer.connect(address)
         self.monitor = self.dealer.get_monitor_socket(_MONITORED)
-        loop = node.loop
-        loop.add_reader(self.dealer.getsockopt(zmq.FD), node.on_peer_readable, self)
+        loop = io.loop
+        loop.add_reader(self.dealer.getsockopt(zmq.FD), io.on_peer_readable, self)
         loop.add_reader(self.monitor.getsockopt(zmq.FD), self._on_monitor)
         # ZMQ_FD is edge-triggered and is only re-armed by reading the socket's events:
         # without one read now, the first DISCONNECTED would never wake the loop.
@@ -60,20 +61,63 @@ class Peer:
     def track(self, call_id: int, fut: ActorFuture, now: float) -> None:
         if not self.pending:
             self.last_heard = now  # the silence clock starts when we start waiting
-            self.stalled_at_heard = self._node.stalled_s
+            self.stalled_at_heard = self._io.stalled_s
             self.ping_sent = False
         fut.sent_at = now
         self.pending[call_id] = fut
 
     def heard(self, now: float) -> None:
         self.last_heard = now
-        self.stalled_at_heard = self._node.stalled_s
+        self.stalled_at_heard = self._io.stalled_s
         self.ping_sent = False
+
+    def on_reply(self, header: bytes, buffers: list, now: float) -> None:
+        """A REPLY, ERROR or PONG from this peer (loop thread): complete the call's future."""
+        io = self._io
+        try:
+            if buffers:
+                if bulk_calls.is_table(buffers[-1]):  # big frames on the bulk path: fetch
+                    return io.on_bulk_reply(self, header, buffers)
+                buffers = shm.resolve(buffers)
+            msg = messages.decode(header, buffers)
+        except ProtocolError as exc:
+            io.stats.malformed += 1
+            peek = messages.peek_call(header) if buffers else None
+            fut = self.pending.pop(peek[1], None) if peek else None
+            if fut is not None:  # its buffers are gone (shared memory of a dead sender)
+                fut.set_exception(ProtocolError(f"reply of {fut.actor}.{fut.method} from "
+                                                f"{self.address} cannot be read: {exc}"))
+            _log.debug("node %s dropped a malformed reply from %s: %s", io.id, self.address, exc)
+            return
+        kind = msg[1]
+        if kind == messages.PONG:
+            return
+        fut = self.pending.pop(msg[2], None) if kind in (messages.REPLY, messages.ERROR) else None
+        stats = io.stats
+        if fut is None:
+            stats.late_replies += 1  # answered after its deadline, or a stray
+            return
+        stats.call_latency.observe(now - fut.sent_at)
+        if kind == messages.REPLY:
+            try:
+                value = messages.decode_payload(msg[3], msg[4], buffers)
+            except Exception as exc:
+                stats.calls_error += 1
+                fut.set_exception(ProtocolError(
+                    f"reply of {fut.actor}.{fut.method} from {self.address} cannot be "
+                    f"decoded here: {exc}"))
+                return
+            stats.calls_ok += 1
+            fut.set_result(value)
+        else:
+            stats.calls_error += 1
+            fut.set_exception(remote_errors.error_from(
+                msg[3], msg[4], msg[5], actor=fut.actor, method=fut.method, address=self.address))
 
     def silent_s(self, now: float) -> float:
         """Seconds without a word from the peer while this node could listen: time its own
-        loop stood still (Node.stalled_s) is not the peer's silence."""
-        return now - self.last_heard - (self._node.stalled_s - self.stalled_at_heard)
+        loop stood still (NodeLoop.stalled_s) is not the peer's silence."""
+        return now - self.last_heard - (self._io.stalled_s - self.stalled_at_heard)
 
     def check_liveness(self, now: float, interval_s: float, dead_after_s: float) -> bool:
         """PING if quiet; return False when the peer must be declared dead."""
@@ -84,7 +128,7 @@ class Peer:
             return False
         if silent >= interval_s and not self.ping_sent:
             self.ping_sent = True
-            self._node.send_to_peer(self, messages.encode_ping(0))
+            self._io.send_to_peer(self, messages.encode_ping(0))
         return True
 
     def fail_all(self, reason: str, counted: bool = True) -> None:
@@ -92,14 +136,14 @@ class Peer:
         node itself is stopping)."""
         pending, self.pending = self.pending, {}
         if counted:
-            self._node.stats.calls_peer_unavailable += len(pending)
+            self._io.stats.calls_peer_unavailable += len(pending)
         for fut in pending.values():
             fut.set_exception(PeerUnavailableError(
                 f"call {fut.actor}.{fut.method} to {self.address} failed: {reason}",
                 actor=fut.actor, method=fut.method, address=self.address))
 
     def close(self) -> None:
-        loop = self._node.loop
+        loop = self._io.loop
         for sock in (self.dealer, self.monitor):
             try:
                 loop.remove_reader(sock.getsockopt(zmq.FD))
@@ -163,12 +207,12 @@ class LocalPeer(Peer):
 
     __slots__ = ()
 
-    def __init__(self, node: Node):  # no socket: nothing to connect, monitor or close
-        self._node = node
-        self.address = node.address
+    def __init__(self, io: NodeLoop):  # no socket: nothing to connect, monitor or close
+        self._io = io
+        self.address = io.address
         self.pending = {}
         self.last_heard = 0.0
-        self.stalled_at_heard = node.stalled_s
+        self.stalled_at_heard = io.stalled_s
         self.ping_sent = False
         self.dealer = self.monitor = None
 
