@@ -1,7 +1,7 @@
 """Benchmark: one real controller holding a fleet of N simulated hosts (issue 21).
 
     python -m bench.fleet [--quick] [--hosts 1000,5000,10000] [--procs 4] [--window 60]
-                          [--rate JOBS_PER_S]
+                          [--rate JOBS_PER_S] [--profile DIR]
 
 Not a test: it asserts nothing. For each N, a fresh `iris controller serve` process and N
 simulated hosts in --procs helper processes (bench/_fleet_hosts.py: a DEALER, so a TCP
@@ -19,7 +19,9 @@ seconds a client submits small command jobs one after another and waits for each
 - reports_per_s, cpu_us_per_report: reports the controller handled a second in that window
   (its own counter; a controller from before batching has none: N a second is assumed, its
   fixed interval), and its CPU divided by them (all of it: ticks and snapshots included).
-  The figure the machine's load moves least.
+  The figure the machine's load moves least. zmq_us_per_report: the part of it spent in
+  libzmq's I/O threads (TCP reads and writes, framing; /proc's per-thread CPU), which no
+  Python profile sees.
 - reports_per_batch, interval_s: how many reports one turn handled; the interval told.
 - controller_cpu: the controller process's CPU over the window (jobs submitted one after
   another, each a scheduling pass over every host), 100 = one core.
@@ -78,6 +80,20 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / _TICKS
 
 
+def _zmq_cpu_s(pid: int) -> float:
+    """CPU seconds of the process's libzmq I/O threads (named ZMQbg/IO/n by libzmq)."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            if not (task / "comm").read_text().startswith("ZMQbg"):
+                continue
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # the thread ended
+            continue
+        total += int(fields[11]) + int(fields[12])
+    return total / _TICKS
+
+
 def _rss_mb(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -121,8 +137,18 @@ def _port() -> int:
         return s.getsockname()[1]
 
 
+def _py_spy(pid: int, seconds: float, out: Path | None) -> subprocess.Popen | None:
+    """py-spy recording the controller for `seconds` (raw folded stacks to `out`), or None."""
+    if out is None:
+        return None
+    spy = Path(sys.executable).with_name("py-spy")
+    return subprocess.Popen([str(spy), "record", "-r", "50", "-f", "raw", "-d",
+                             str(int(seconds)), "-p", str(pid), "-o", str(out)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
 def run(n: int, procs: int, window: float, controller_root: Path = ROOT,
-        rate: float = 0.0) -> dict:
+        rate: float = 0.0, profile: Path | None = None) -> dict:
     state = Path(tempfile.mkdtemp(prefix="iris-fleet-"))
     address = f"tcp://127.0.0.1:{_port()}"
     ctl = subprocess.Popen([sys.executable, "-m", "iris", "controller", "serve", "--state-dir",
@@ -153,16 +179,19 @@ def run(n: int, procs: int, window: float, controller_root: Path = ROOT,
             late = _LateSampler(ctx)
             late.start()
             reports0 = _reports(ctx)
-            idle0, i0 = _cpu_s(ctl.pid), time.monotonic()
+            spies = [_py_spy(ctl.pid, IDLE_S, profile and profile / f"idle-{n}.txt")]
+            idle0, zmq0, i0 = _cpu_s(ctl.pid), _zmq_cpu_s(ctl.pid), time.monotonic()
             time.sleep(IDLE_S)  # heartbeats only: what holding the fleet costs
             idle_s = time.monotonic() - i0
             idle_cpu_s = _cpu_s(ctl.pid) - idle0
+            idle_zmq_s = _zmq_cpu_s(ctl.pid) - zmq0
             reports1 = _reports(ctx)
             reports = reports1["reports"] - reports0["reports"] or n * idle_s  # see above
             batches = reports1["batches"] - reports0["batches"]
             cpu0, rss0, t0 = _cpu_s(ctl.pid), _rss_mb(ctl.pid), time.monotonic()
             sampler = _RssSampler(ctl.pid)
             sampler.start()
+            spies.append(_py_spy(ctl.pid, window, profile and profile / f"jobs-{n}.txt"))
             latencies, not_done = _jobs(window, rate)
             cpu = (_cpu_s(ctl.pid) - cpu0) / (time.monotonic() - t0) * 100
             rss1 = _rss_mb(ctl.pid)
@@ -170,6 +199,8 @@ def run(n: int, procs: int, window: float, controller_root: Path = ROOT,
             lateness = late.stop()
             listed = len(_controller(ctx, "list_workers", timeout_s=120))
             passes = _controller(ctx, "snapshot").get("scheduling_passes", {})
+            for spy in filter(None, spies):
+                spy.wait(60)
         for h in hosts:
             h.terminate()
         counts = [json.loads(h.stdout.read().strip().splitlines()[-1] or "{}") for h in hosts]
@@ -178,6 +209,7 @@ def run(n: int, procs: int, window: float, controller_root: Path = ROOT,
                 "controller_cpu_idle": idle_cpu_s / idle_s * 100,
                 "reports_per_s": reports / idle_s,
                 "cpu_us_per_report": idle_cpu_s / reports * 1e6 if reports else None,
+                "zmq_us_per_report": idle_zmq_s / reports * 1e6 if reports else None,
                 "reports_per_batch": reports / batches if batches else None,
                 "interval_s": reports1.get("interval_s"),
                 "controller_cpu": cpu,
@@ -293,12 +325,16 @@ def main() -> None:
                          "one after another)")
     ap.add_argument("--controller-root", type=Path, default=ROOT,
                     help="run the controller from this checkout (figures 'before' a change)")
+    ap.add_argument("--profile", type=Path,
+                    help="py-spy (in this venv) records the controller over the heartbeat-only "
+                         "and the job windows: DIR/idle-N.txt, DIR/jobs-N.txt (folded stacks)")
     args = ap.parse_args()
     hosts = args.hosts or ("500,2000" if args.quick else "1000,5000,10000")
     sizes = [int(x) for x in hosts.split(",")]
     window = args.window or (15.0 if args.quick else 60.0)
     rows = []
     cols = ["hosts", "register_s", "controller_cpu_idle", "reports_per_s", "cpu_us_per_report",
+            "zmq_us_per_report",
             "reports_per_batch", "interval_s", "controller_cpu", "rss_mb_start", "rss_mb_end",
             "rss_mb_per_min_last5", "submit_done_ms_p50", "submit_done_ms_p90",
             "submit_done_ms_max", "jobs", "jobs_per_s", "jobs_not_done", "false_losses",
@@ -307,7 +343,8 @@ def main() -> None:
     for n in sizes:
         step(f"{n:,} simulated hosts")
         try:
-            rows.append(run(n, args.procs, window, args.controller_root, args.rate))
+            rows.append(run(n, args.procs, window, args.controller_root, args.rate,
+                            args.profile))
         except Exception as exc:  # the controller stopped answering: that is the figure
             rows.append({"hosts": n, "failed": f"{type(exc).__name__}: {exc}"[:300]})
         print(" | ".join(cols), flush=True)
