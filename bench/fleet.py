@@ -205,9 +205,10 @@ def run(n: int, procs: int, window: float, controller_root: Path = ROOT,
                  str(life)], stdout=subprocess.PIPE, text=True, cwd=ROOT,
                 env={**os.environ, "IRIS_CLUSTER_TOKEN": token}))
         with iris.connect(address) as ctx:
-            while _listed(ctx) < n:
-                if time.monotonic() - started > life - window:
-                    break
+            while (listed := _listed(ctx)) < n:
+                if time.monotonic() - started > life - window - 30:  # then the helpers end
+                    raise RuntimeError(f"registration unfinished: {max(listed, 0)} of {n} "
+                                       f"hosts listed after {time.monotonic() - started:.0f} s")
                 time.sleep(3.0)  # each answer lists every host: ~0.1 s of the controller
             register_s = time.monotonic() - started
             time.sleep(5.0)  # every host has had an answer telling it its interval
