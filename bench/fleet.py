@@ -173,11 +173,14 @@ def _port() -> int:
 
 
 def _py_spy(pid: int, seconds: float, out: Path | None) -> subprocess.Popen | None:
-    """py-spy recording the controller for `seconds` (raw folded stacks to `out`), or None."""
+    """py-spy recording the controller for `seconds` (raw folded stacks to `out`, by thread,
+    only stacks holding the GIL: on a loaded machine a thread waiting for it is not
+    working), or None."""
     if out is None:
         return None
     spy = Path(sys.executable).with_name("py-spy")
-    return subprocess.Popen([str(spy), "record", "-r", "50", "-f", "raw", "-d",
+    return subprocess.Popen([str(spy), "record", "-r", "50", "-f", "raw", "--gil", "--threads",
+                             "-d",
                              str(int(seconds)), "-p", str(pid), "-o", str(out)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
