@@ -114,7 +114,7 @@ def reports(svc: Any, msgs: list[control.WorkerReport]) -> list:
         if msg.running is not None:
             check.append(msg)
         if not msg.updates:
-            answers.append(plain.copy())
+            answers.append({**plain, "acked": []})  # nothing shared between answers
             continue
         changed.append(len(answers))
         events += [_update_event(svc, msg.worker_id, u) for u in msg.updates]
