@@ -1,7 +1,7 @@
 """Benchmark: one real controller holding a fleet of N simulated hosts (issue 21).
 
     python -m bench.fleet [--quick] [--hosts 1000,5000,10000] [--procs 4] [--window 60]
-                          [--rate JOBS_PER_S]
+                          [--rate JOBS_PER_S] [--profile DIR]
 
 Not a test: it asserts nothing. For each N, a fresh `iris controller serve` process and N
 simulated hosts in --procs helper processes (bench/_fleet_hosts.py: a DEALER, so a TCP
@@ -19,7 +19,11 @@ seconds a client submits small command jobs one after another and waits for each
 - reports_per_s, cpu_us_per_report: reports the controller handled a second in that window
   (its own counter; a controller from before batching has none: N a second is assumed, its
   fixed interval), and its CPU divided by them (all of it: ticks and snapshots included).
-  The figure the machine's load moves least.
+  The figure the machine's load moves least. threads_us_per_report: the same split by
+  thread (/proc's per-thread CPU, threads named by py-spy): "loop" (the node's: receive,
+  decode, check, send), "controller" (the actor's turns: reports, ticks, the snapshot's
+  build), "zmq" (libzmq's I/O threads: TCP reads and writes, which no Python profile sees),
+  "other".
 - reports_per_batch, interval_s: how many reports one turn handled; the interval told.
 - controller_cpu: the controller process's CPU over the window (jobs submitted one after
   another, each a scheduling pass over every host), 100 = one core.
@@ -78,6 +82,53 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / _TICKS
 
 
+def _thread_cpu_s(pid: int) -> dict[int, float]:
+    """CPU seconds of each thread of the process, by thread id (/proc's per-thread stat)."""
+    out = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # the thread ended
+            continue
+        out[int(task.name)] = (int(fields[11]) + int(fields[12])) / _TICKS
+    return out
+
+
+def _thread_kinds(pid: int) -> dict[int, str]:
+    """Thread id -> what it is: "zmq" (libzmq's I/O threads, named by libzmq), "loop" (the
+    node's), "controller" (the controller actor's turn), else "other". Python threads are
+    named through py-spy (this venv's), which reads them from the live process."""
+    kinds = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            if (task / "comm").read_text().startswith("ZMQbg"):
+                kinds[int(task.name)] = "zmq"
+        except OSError:
+            continue
+    spy = Path(sys.executable).with_name("py-spy")
+    try:
+        dump = subprocess.run([str(spy), "dump", "-p", str(pid)], capture_output=True,
+                              text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        dump = ""
+    for line in dump.splitlines():  # Thread 3501 (idle): "iris-node-79c9f669161f"
+        parts = line.split(maxsplit=2)
+        if len(parts) == 3 and parts[0] == "Thread" and parts[1].isdigit():
+            name = parts[2].split(":", 1)[-1].strip().strip('"')
+            kinds[int(parts[1])] = ("loop" if name.startswith("iris-node") else "controller"
+                                    if name == "iris-actor-/iris/controller" else "other")
+    return kinds
+
+
+def _per_thread(kinds: dict, before: dict, after: dict, per: float) -> dict[str, float]:
+    """CPU microseconds per `per` (reports) of each kind of thread between two readings."""
+    out: dict[str, float] = {}
+    for tid, cpu in after.items():
+        kind = kinds.get(tid, "other")
+        out[kind] = out.get(kind, 0.0) + (cpu - before.get(tid, 0.0)) / per * 1e6
+    return {k: round(v, 1) for k, v in sorted(out.items())}
+
+
 def _rss_mb(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -121,8 +172,21 @@ def _port() -> int:
         return s.getsockname()[1]
 
 
+def _py_spy(pid: int, seconds: float, out: Path | None) -> subprocess.Popen | None:
+    """py-spy recording the controller for `seconds` (raw folded stacks to `out`, by thread,
+    only stacks holding the GIL: on a loaded machine a thread waiting for it is not
+    working), or None."""
+    if out is None:
+        return None
+    spy = Path(sys.executable).with_name("py-spy")
+    return subprocess.Popen([str(spy), "record", "-r", "50", "-f", "raw", "--gil", "--threads",
+                             "-d",
+                             str(int(seconds)), "-p", str(pid), "-o", str(out)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
 def run(n: int, procs: int, window: float, controller_root: Path = ROOT,
-        rate: float = 0.0) -> dict:
+        rate: float = 0.0, profile: Path | None = None) -> dict:
     state = Path(tempfile.mkdtemp(prefix="iris-fleet-"))
     address = f"tcp://127.0.0.1:{_port()}"
     ctl = subprocess.Popen([sys.executable, "-m", "iris", "controller", "serve", "--state-dir",
@@ -144,25 +208,30 @@ def run(n: int, procs: int, window: float, controller_root: Path = ROOT,
                  str(life)], stdout=subprocess.PIPE, text=True, cwd=ROOT,
                 env={**os.environ, "IRIS_CLUSTER_TOKEN": token}))
         with iris.connect(address) as ctx:
-            while len(_controller(ctx, "list_workers", timeout_s=120)) < n:
-                if time.monotonic() - started > life - window:
-                    break
+            while (listed := _listed(ctx)) < n:
+                if time.monotonic() - started > life - window - 30:  # then the helpers end
+                    raise RuntimeError(f"registration unfinished: {max(listed, 0)} of {n} "
+                                       f"hosts listed after {time.monotonic() - started:.0f} s")
                 time.sleep(3.0)  # each answer lists every host: ~0.1 s of the controller
             register_s = time.monotonic() - started
             time.sleep(5.0)  # every host has had an answer telling it its interval
             late = _LateSampler(ctx)
             late.start()
             reports0 = _reports(ctx)
-            idle0, i0 = _cpu_s(ctl.pid), time.monotonic()
+            spies = [_py_spy(ctl.pid, IDLE_S, profile and profile / f"idle-{n}.txt")]
+            kinds = _thread_kinds(ctl.pid)
+            idle0, threads0, i0 = _cpu_s(ctl.pid), _thread_cpu_s(ctl.pid), time.monotonic()
             time.sleep(IDLE_S)  # heartbeats only: what holding the fleet costs
             idle_s = time.monotonic() - i0
             idle_cpu_s = _cpu_s(ctl.pid) - idle0
+            threads1 = _thread_cpu_s(ctl.pid)
             reports1 = _reports(ctx)
             reports = reports1["reports"] - reports0["reports"] or n * idle_s  # see above
             batches = reports1["batches"] - reports0["batches"]
             cpu0, rss0, t0 = _cpu_s(ctl.pid), _rss_mb(ctl.pid), time.monotonic()
             sampler = _RssSampler(ctl.pid)
             sampler.start()
+            spies.append(_py_spy(ctl.pid, window, profile and profile / f"jobs-{n}.txt"))
             latencies, not_done = _jobs(window, rate)
             cpu = (_cpu_s(ctl.pid) - cpu0) / (time.monotonic() - t0) * 100
             rss1 = _rss_mb(ctl.pid)
@@ -170,6 +239,8 @@ def run(n: int, procs: int, window: float, controller_root: Path = ROOT,
             lateness = late.stop()
             listed = len(_controller(ctx, "list_workers", timeout_s=120))
             passes = _controller(ctx, "snapshot").get("scheduling_passes", {})
+            for spy in filter(None, spies):
+                spy.wait(60)
         for h in hosts:
             h.terminate()
         counts = [json.loads(h.stdout.read().strip().splitlines()[-1] or "{}") for h in hosts]
@@ -178,6 +249,8 @@ def run(n: int, procs: int, window: float, controller_root: Path = ROOT,
                 "controller_cpu_idle": idle_cpu_s / idle_s * 100,
                 "reports_per_s": reports / idle_s,
                 "cpu_us_per_report": idle_cpu_s / reports * 1e6 if reports else None,
+                "threads_us_per_report": _per_thread(kinds, threads0, threads1, reports)
+                if reports else None,
                 "reports_per_batch": reports / batches if batches else None,
                 "interval_s": reports1.get("interval_s"),
                 "controller_cpu": cpu,
@@ -198,6 +271,17 @@ def run(n: int, procs: int, window: float, controller_root: Path = ROOT,
             if p.poll() is None:
                 p.kill()
             p.wait(30)
+
+
+def _listed(ctx) -> int:
+    """Hosts the controller lists; -1 when it did not answer (on a loaded machine a
+    controller registering thousands of hosts can go silent past a client's 3 s liveness
+    rule: that is the registration storm, not the figure, so the bench asks again)."""
+    try:
+        return len(_controller(ctx, "list_workers", timeout_s=120))
+    except IrisError as exc:
+        print(f"  list_workers while registering: {type(exc).__name__}", flush=True)
+        return -1
 
 
 def _jobs(window: float, rate: float) -> tuple[list, list]:
@@ -293,12 +377,16 @@ def main() -> None:
                          "one after another)")
     ap.add_argument("--controller-root", type=Path, default=ROOT,
                     help="run the controller from this checkout (figures 'before' a change)")
+    ap.add_argument("--profile", type=Path,
+                    help="py-spy (in this venv) records the controller over the heartbeat-only "
+                         "and the job windows: DIR/idle-N.txt, DIR/jobs-N.txt (folded stacks)")
     args = ap.parse_args()
     hosts = args.hosts or ("500,2000" if args.quick else "1000,5000,10000")
     sizes = [int(x) for x in hosts.split(",")]
     window = args.window or (15.0 if args.quick else 60.0)
     rows = []
     cols = ["hosts", "register_s", "controller_cpu_idle", "reports_per_s", "cpu_us_per_report",
+            "threads_us_per_report",
             "reports_per_batch", "interval_s", "controller_cpu", "rss_mb_start", "rss_mb_end",
             "rss_mb_per_min_last5", "submit_done_ms_p50", "submit_done_ms_p90",
             "submit_done_ms_max", "jobs", "jobs_per_s", "jobs_not_done", "false_losses",
@@ -307,7 +395,8 @@ def main() -> None:
     for n in sizes:
         step(f"{n:,} simulated hosts")
         try:
-            rows.append(run(n, args.procs, window, args.controller_root, args.rate))
+            rows.append(run(n, args.procs, window, args.controller_root, args.rate,
+                            args.profile))
         except Exception as exc:  # the controller stopped answering: that is the figure
             rows.append({"hosts": n, "failed": f"{type(exc).__name__}: {exc}"[:300]})
         print(" | ".join(cols), flush=True)

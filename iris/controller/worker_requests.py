@@ -6,6 +6,7 @@ components' interfaces and its one path of change (`run_many`).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Any
 
@@ -24,10 +25,42 @@ _log = logging.getLogger(__name__)
 def check_report(worker_id: Any, updates: Any, stats: Any = None,
                  running: Any = None, usage: Any = ()) -> control.WorkerReport:
     """A worker's report, checked whole (InvalidRequestError names the bad field). Runs on
-    the node's loop thread for batched reports (actor.py), off the controller's turn."""
+    the node's loop thread for batched reports (actor.py), off the controller's turn.
+
+    Most reports at a big fleet are an idle host's heartbeat: no updates, no usage, its
+    figures and its (empty) list of attempts. Those are checked here against the same
+    bounds (read from WorkerReport's fields) in ~1/4 of the generic decode's time; any
+    other report, and any value this check doubts, goes through `control.decode`, which
+    gives the same message or names the fault."""
+    if (type(updates) in _SEQ and type(usage) in _SEQ and not updates and not usage
+            and type(worker_id) is str and 0 < len(worker_id) <= _ID_LEN
+            and (stats is None or _figures_ok(stats))
+            and (running is None or _attempt_ids_ok(running))):
+        return control.WorkerReport(worker_id, (), stats,
+                                    None if running is None else tuple(running), ())
     return control.decode(control.WorkerReport, {
         "worker_id": worker_id, "updates": updates, "stats": stats, "running": running,
         "usage": usage})
+
+
+_SEQ = (list, tuple)
+_LIMITS = {f.name: f.metadata for f in dataclasses.fields(control.WorkerReport)}
+_ID_LEN = _LIMITS["worker_id"]["max_len"]
+_STATS_ITEMS = _LIMITS["stats"]["max_items"]
+_RUNNING_ITEMS, _RUNNING_LEN = _LIMITS["running"]["max_items"], _LIMITS["running"]["max_len"]
+_KEY_LEN = 1024  # schema.py's bound on the keys of a dict[str, Any]
+assert _LIMITS["worker_id"]["non_empty"] and _LIMITS["running"]["non_empty"]
+
+
+def _figures_ok(stats: Any) -> bool:
+    """A report's `stats` as schema.py takes a dict[str, Any]: string keys, bounded."""
+    return type(stats) is dict and len(stats) <= _STATS_ITEMS and all(
+        type(k) is str and len(k) <= _KEY_LEN for k in stats)
+
+
+def _attempt_ids_ok(running: Any) -> bool:
+    return type(running) in _SEQ and len(running) <= _RUNNING_ITEMS and all(
+        type(a) is str and 0 < len(a) <= _RUNNING_LEN for a in running)
 
 
 def register_worker(svc: Any, worker_id: Any, address: Any, attributes: Any, running: Any,
@@ -63,21 +96,28 @@ def reports(svc: Any, msgs: list[control.WorkerReport]) -> list:
     worker sends them again) and the rest are answered as usual."""
     now = now_mono(svc)
     interval = svc.desk.report_interval(now)
+    heard, note_stats = svc.desk.workers.heard, svc.desk.note_stats
+    # The answer to a report that carried no updates (most of them): the same every time
+    # within a turn, so encoded once and copied.
+    plain = control.encode(control.ReportAnswer(interval_s=interval))
     answers: list = []
     events, changed, check = [], [], []
     for msg in msgs:
-        if not svc.desk.workers.heard(msg.worker_id, now, interval):
+        if not heard(msg.worker_id, now, interval):
             answers.append(control.encode(control.ReportAnswer(reregister=True,
                                                                interval_s=interval)))
             continue
         if msg.stats is not None:
-            svc.desk.note_stats(msg.worker_id, msg.stats)
-        svc.usage.observe(msg.worker_id, msg.updates, msg.usage, svc.state)  # usage.py
-        if msg.updates:
-            changed.append(len(answers))
-            events += [_update_event(svc, msg.worker_id, u) for u in msg.updates]
+            note_stats(msg.worker_id, msg.stats)
+        if msg.updates or msg.usage:
+            svc.usage.observe(msg.worker_id, msg.updates, msg.usage, svc.state)  # usage.py
         if msg.running is not None:
             check.append(msg)
+        if not msg.updates:
+            answers.append({**plain, "acked": []})  # nothing shared between answers
+            continue
+        changed.append(len(answers))
+        events += [_update_event(svc, msg.worker_id, u) for u in msg.updates]
         answers.append(control.encode(control.ReportAnswer(
             acked=tuple(u.attempt_id for u in msg.updates), interval_s=interval)))
     if events:
