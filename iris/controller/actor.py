@@ -65,7 +65,7 @@ class Controller:
         self._upkeep = Upkeep(self._svc, self._out, self._creds,
                               RegionReclaim(2 * config.worker_dead_after_s), self._scaling,
                               lambda region: node.unhost(region_key(region)),
-                              node.clock.monotonic())
+                              node.clock.monotonic(), node.call_in_loop)
         self._checkpoints = None
         if config.checkpoints is not None:  # google-cloud-storage is imported only then
             from iris.controller.checkpoint.desk import CheckpointDesk
@@ -365,17 +365,18 @@ class Controller:
     # ------------------------------------------------------------ hooks
 
     async def snapshot(self) -> dict:
-        """Live state as of the last tick (<= 50 ms old): workers, pending reasons, counts.
+        """Live state: workers, pending reasons, counts; at most 0.5 s old (2 s at 10,000
+        workers), built on the tick while someone reads it (upkeep.py).
 
         Runs on the node's loop and returns an immutable, already-built dict, so dashboards
-        and metrics never wait for (or slow) the controller's own thread.
+        and metrics never hold (or slow) the controller's own thread.
         """
-        return self._upkeep.snapshot
+        return await self._upkeep.read(self._node.clock.monotonic())
 
     async def figures(self, hours: float = 24.0) -> dict:
         """The live figures (live_figures.py): now's summary and the series of the last
         `hours` (1, 6 or 24). Built on the tick when a sample lands, returned from the loop."""
-        return self._upkeep.figures(hours)
+        return await self._upkeep.figures(hours, self._node.clock.monotonic())
 
     def state_dir(self) -> str:
         return str(self._svc.config.state_dir)

@@ -8,6 +8,7 @@ Not the decisions (the service's `tick`, reclaim.py) nor the sending (effects_ou
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -27,6 +28,12 @@ _SNAPSHOT_EVERY_S = 0.5
 # ...times one per this many workers: it lists every worker too (~10 us each: 100 ms at
 # 10,000, a fifth of a core every 0.5 s), so a big fleet's dashboard is up to 2 s old.
 _SNAPSHOT_WORKERS = 2500
+# The snapshot is kept fresh while someone read it this recently...
+_READERS_S = 10.0
+# ...and a read that finds it older than its interval plus this waits for the next build
+# (at most _READ_WAIT_S: past that it gets what there is).
+_STALE_MARGIN_S = 0.25
+_READ_WAIT_S = 5.0
 # Windows of the live figures a page may ask for: a chart of the last hour, of a shift, of
 # the whole day the ring holds.
 FIGURE_WINDOWS_H = (1.0, 6.0, 24.0)
@@ -42,30 +49,63 @@ class Upkeep:
     reclaimed region's actor; `scaling`: the autoscaled regions, never reclaimed."""
 
     def __init__(self, svc: Any, out: EffectsOut, creds: Any, reclaim: RegionReclaim,
-                 scaling: Mapping[str, Any], unhost: Callable[[str], None], now: float):
+                 scaling: Mapping[str, Any], unhost: Callable[[str], None], now: float,
+                 call_in_loop: Callable[..., None] = lambda fn, *args: fn(*args)):
         self._svc, self._out, self._creds, self._reclaim = svc, out, creds, reclaim
-        self._scaling, self._unhost = scaling, unhost
+        self._scaling, self._unhost, self._call_in_loop = scaling, unhost, call_in_loop
         self._creds_swept = self._last_prune = now
         self.snapshot: dict = {}  # replaced whole, never mutated; read from the loop
-        self._snapshot_at = 0.0
+        self._snapshot_at = self._regions_at = float("-inf")
+        self._read_at = float("-inf")  # written by readers on the loop, read on the tick
+        self._fresh: list[asyncio.Future] = []  # readers waiting for a build (loop only)
         self.figure_series: dict = {}  # hours -> live_figures.series, replaced whole
         self._figures_at = float("-inf")
 
-    def figures(self, hours: float) -> dict:
+    def _every(self) -> float:
+        return _SNAPSHOT_EVERY_S * max(1.0, len(self._svc.workers.workers) / _SNAPSHOT_WORKERS)
+
+    async def read(self, now: float) -> dict:
+        """The snapshot, on the node's loop: a recent one at once, else the next tick's."""
+        self._read_at = now
+        if now - self._snapshot_at > self._every() + _STALE_MARGIN_S:
+            fresh = asyncio.get_running_loop().create_future()
+            self._fresh.append(fresh)  # woken by `_built`, queued to the loop after a build
+            try:
+                await asyncio.wait_for(asyncio.shield(fresh), _READ_WAIT_S)
+            except TimeoutError:
+                pass
+            finally:
+                if fresh in self._fresh:
+                    self._fresh.remove(fresh)
+        return self.snapshot
+
+    def _built(self) -> None:
+        fresh, self._fresh = self._fresh, []
+        for waiter in fresh:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def figures(self, hours: float, now: float) -> dict:
         """The live figures of the last snapshot and the series of the last `hours`."""
         if hours not in FIGURE_WINDOWS_H:
             raise InvalidRequestError(f"hours: expected one of 1, 6 or 24, got {hours!r}",
                                       "hours")
+        await self.read(now)
         return {**self.snapshot.get("figures", {}), "series": self.figure_series.get(
             hours, {"now": None, "hours": hours, "pools": [], "fragmented_chips": []})}
 
     def tick(self, now: float, reports: dict) -> None:
         """`reports`: the actor's own figures of report batches, for the snapshot."""
         svc = self._svc
-        every = _SNAPSHOT_EVERY_S * max(1.0, len(svc.workers.workers) / _SNAPSHOT_WORKERS)
-        if now - self._snapshot_at >= every:
+        every = self._every()
+        if now - self._regions_at >= every:  # decisions use them: kept whether read or not
+            self._regions_at = now
+            svc.set_region_reports(dict(self._out.region_stats))
+            self._out.ask_region_stats()
+        if now - self._snapshot_at >= every and now - self._read_at < _READERS_S:
             self._snapshot_at = now
             self._snap(reports)
+            self._call_in_loop(self._built)
         if now - svc.usage.flushed_at >= FLUSH_EVERY_S:  # usage series to disk
             svc.usage.flushed_at = now
             try:
@@ -85,7 +125,6 @@ class Upkeep:
 
     def _snap(self, reports: dict) -> None:
         svc, out = self._svc, self._out
-        svc.set_region_reports(dict(out.region_stats))
         self.snapshot = {**svc.snapshot(),
                          "gang_reservations": sum_stats(out.region_stats.values()),
                          "reports": reports}
@@ -93,7 +132,6 @@ class Upkeep:
             self._figures_at = svc.figures.last_sample
             self.figure_series = {h: series(svc.figures, self.snapshot["at"], h)
                                   for h in FIGURE_WINDOWS_H}
-        out.ask_region_stats()
 
     def _reclaim_regions(self, now: float) -> None:
         """Stop and forget the Region actors no host has named for a while (their threads
