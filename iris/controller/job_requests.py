@@ -60,7 +60,7 @@ def kill(svc: Any, job_id: str, reason: str = "killed by user") -> dict:
 
 def status(svc: Any, job_id: str) -> dict:
     view = views.job_view(svc.state, job_id)
-    reasons = svc.placement.pending_reasons
+    reasons = svc.placement.reasons(svc.state)
     if job_id in reasons:
         view["pending_reason"] = reasons[job_id]
     return view
@@ -68,7 +68,7 @@ def status(svc: Any, job_id: str) -> dict:
 
 def list_jobs(svc: Any, prefix: str | None = None, include_finished: bool = True) -> list[dict]:
     rows = views.list_jobs(svc.state, prefix=prefix, include_finished=include_finished)
-    reasons = svc.placement.pending_reasons
+    reasons = svc.placement.reasons(svc.state)
     for row in rows:
         if row["job_id"] in reasons:
             row["pending_reason"] = reasons[row["job_id"]]
@@ -103,7 +103,7 @@ def snapshot(svc: Any) -> dict:
         counts[job.state.value] = counts.get(job.state.value, 0) + 1
     return {
         "at": now_wall(svc), "workers": list_workers(svc),
-        "pending_reasons": dict(svc.placement.pending_reasons), "jobs_by_state": counts,
+        "pending_reasons": dict(svc.placement.reasons(svc.state)), "jobs_by_state": counts,
         "summary": svc.state.summary(), "pending_tasks": len(svc.state.pending),
         "log_shipping": svc.desk.log_shipping(),
         "scheduling_passes": svc.placement.pass_seconds.as_dict(),
