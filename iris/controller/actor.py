@@ -34,6 +34,7 @@ from iris.controller.gangs.coordinator import (
 )
 from iris.controller.gangs.runner import GangRunner
 from iris.controller.inspect import locate, summary
+from iris.controller.job_requests import check_submission
 from iris.controller.jobs.model import TERMINAL_JOB
 from iris.controller.live_figures import series
 from iris.controller.preemption_notices import apply_notice
@@ -98,7 +99,8 @@ class Controller:
         # of backoff) before a refused gang goes back to the scheduler, which then shows
         # the regions' reasons and asks again with a fresher view.
         self._gang_outcomes: deque = deque()  # Placed / Unplaceable not yet applied
-        self._pass_posted = False  # a scheduling pass waits at the end of the mailbox
+        # Passes asked for while more requests wait run at the end of the queue (_after).
+        self._svc.later.queued = lambda: node.backlog(CONTROLLER_KEY) > 0
         self._gangs = GangRunner(node, self._post, node.clock,
                                  config=CoordinatorConfig(max_attempts=3),
                                  on_outcome=self._gang_outcomes.append, auth=self._token)
@@ -116,21 +118,18 @@ class Controller:
 
     # ------------------------------------------------------------ jobs
 
+    @batched("_submits", check=check_submission)
     def submit(self, raw: dict) -> dict:
-        """Alone, a submit is placed in its own turn and transaction (one fsync per job). In
-        a burst (more calls queued behind it) the pass waits for the end of the queue: one
-        pass places the whole burst, where a pass per submit cost ~40 ms each at 150
-        pending gangs."""
-        burst = self._node.backlog(CONTROLLER_KEY) > 0
-        answer = self._svc.submit(raw, schedule=not burst)
-        if burst and not self._pass_posted:
-            self._pass_posted = True
-            self._post(self._deferred_pass)
-        return self._after(answer)
+        """Over the wire, submits that arrive together are decoded on the loop thread and
+        handled in one turn (`_submits`)."""
+        return self._after(self._svc.submit(raw))
 
-    def _deferred_pass(self) -> None:
-        self._pass_posted = False
-        self._svc.schedule_now()
+    def _submits(self, raws: list) -> list:
+        """A batch of submissions (batching.py): one turn, one transaction (one fsync), and
+        one pass, which waits for the end of the queue while more requests wait there
+        (a pass per submit cost ~40 ms each at 150 pending gangs). Answered after the
+        commit."""
+        return self._after(self._svc.submits(raws))
 
     def dry_run(self, raw: dict) -> dict:
         return self._svc.dry_run(raw)
@@ -441,6 +440,9 @@ class Controller:
         while True:
             self._out.send(self._svc.take_effects())
             if not self._gang_outcomes and self._node.backlog(CONTROLLER_KEY) == 0:
+                if self._svc.later.wanted:  # the end of the queue: the pass left for it
+                    self._svc.schedule_now()
+                    continue
                 self._gangs.flush()  # the end of the queue: its gang requests go out together
             if not self._gang_outcomes:
                 return answer
