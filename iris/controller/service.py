@@ -253,7 +253,8 @@ class ControllerService:
         for worker_id in lost:  # its processes are gone with it
             self.forget_stops(worker_id)
         self.pushes.undrain(lost)
-        self._placement_due = self._placement_due or bool(lost)
+        # A gang every region refused is asked for again once its cooling ends.
+        self._placement_due = self._placement_due or bool(lost) or self.gangs.cooled(now)
         overdue = self.desk.overdue(now)
         events += [ev.WorkerLost(new_id("ev-"), w, "did not come back after a controller "
                                  "restart") for w in overdue]
