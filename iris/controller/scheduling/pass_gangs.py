@@ -42,6 +42,7 @@ class GangSteps:
         self._max_regions = max_gang_regions
         self._failed_gangs: dict[tuple[object, ...], PendingReason] = {}
         self._failed_free: dict[tuple[object, ...], PendingReason] = {}  # fallbacks, no evicting
+        self._slice_views: dict = {}  # gang_placement._SliceView per slice shape, this pass
         # id(Resources) -> (it, its alternatives); holding `it` keeps the id from reuse.
         self._alternatives: dict[int, tuple[Resources, list[Resources]]] = {}
         self._forms: dict[tuple[int, int, int], tuple] = {}  # (res, need, shape, pool)
@@ -112,7 +113,8 @@ class GangSteps:
             return known
         ask = GangRequest(gang_id, job.job_id, job.band, tuple(t.task_id for t in tasks),
                           shape, need=need, pool=pool)
-        result = place_gang(ledger.fleet, ledger.pre, ask, self._max_regions, failed)
+        result = place_gang(ledger.fleet, ledger.pre, ask, self._max_regions, failed,
+                            self._slice_views)
         if isinstance(result, GangRequest):
             ledger.plan.gang_requests.append(result)
             ledger.charge(job.user, job.band, need, len(tasks))
