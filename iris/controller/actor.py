@@ -4,8 +4,9 @@ Not the decisions (service.py, jobs/kernel.py). Sync methods run one at a time o
 actor's thread, which is the controller's single mailbox: the service is only ever touched
 there. `wait` is async so that thousands of clients can wait for jobs without holding that
 thread; it is woken from the actor thread through the node's loop. Gang placement runs on
-this same thread (gangs/runner.py): the Region actors' replies, and a scheduling pass left
-for the end of a burst of submits, come back as messages posted to this mailbox.
+this same thread (gangs/runner.py): the Region actors' replies come back as messages posted
+to this mailbox. Submits that arrive together are one turn (batching.py); a scheduling pass
+asked for while more waits in the mailbox runs when it runs dry (`_after`).
 """
 
 from __future__ import annotations

@@ -25,7 +25,8 @@ def submit(svc: Any, raw: Any, schedule: bool = True) -> dict:
     """Accept a job (a control.Submission, or its plain data from the wire); with
     `schedule`, place it in the same turn and transaction."""
     spec = _checked(svc, raw)
-    # The submit and its placement commit in one transaction: one fsync per job.
+    # The submit and its placement commit in one transaction (one at a time: `submits`
+    # is the path from the wire, one transaction for all that arrive together).
     effects = svc.run_many([ev.Submit(new_id("ev-"), spec)], schedule=schedule)
     accepted = next(e for e in effects if isinstance(e, ev.Accepted))
     return {"job_id": accepted.job_id, "duplicate": accepted.duplicate}
