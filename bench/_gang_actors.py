@@ -1,8 +1,8 @@
 """Gangs through real Region actors, and Ray placement groups, for bench/gang.py.
 
 gangs_per_s: three Region actors, each in its own process with 200 v5litepod-16 slices
-(4 hosts each); a GangRunner on an actor's turn in this process runs the two-phase
-coordinator over ZeroMQ:
+(4 hosts each); the controller's gangs object (GangTracker) on an actor's turn in this
+process runs the two-phase coordinator, its frames carried over ZeroMQ (RegionCarrier):
 reserve in all 3 regions at once, commit the best offer, abort the others, and release as
 soon as placed. 64 gangs in flight. Figure = gangs placed AND released / wall time.
 multislice_gangs_per_s (`slices=2`): the same, each gang 2 whole slices (8 hosts) reserved
@@ -24,8 +24,10 @@ from pathlib import Path
 
 import iris
 from iris.base.clock import SYSTEM_CLOCK
-from iris.controller.gangs.runner import GangRunner
-from iris.controller.scheduling.model import GangShape
+from iris.controller.effects_out import RegionCarrier
+from iris.controller.gangs.tracking import GangTracker
+from iris.controller.scheduling.gang_placement import GangRequest
+from iris.controller.scheduling.model import Band, GangShape
 
 # Regions in their own processes grant this token; the placer presents it (roles).
 TOKEN = secrets.token_bytes(32)
@@ -72,10 +74,11 @@ OWNER_KEY = "/bench/gangs"
 
 @iris.actor
 class GangOwner:
-    """The runner's owner, as the Controller actor is in production: region replies come
-    back through this actor's mailbox; a turn with nothing queued behind it, and its tick,
-    flush the runner's requests; its tick fires the coordinator's timers. A placed gang is
-    released on the next turn; released gangs land in `released`."""
+    """The gangs object's owner, as the Controller actor and its service are in production:
+    region replies come back through this actor's mailbox as events of the gangs object; a
+    turn with nothing queued behind it, and its tick, send the frames (one call per region);
+    its tick fires the coordinator's timers. A placed gang is released on the next turn;
+    released gangs land in `released`."""
 
     tick_interval_s = 0.05
 
@@ -83,29 +86,42 @@ class GangOwner:
         self.released: queue.SimpleQueue = queue.SimpleQueue()
         self.failed: list = []
         self._node = node
-        self.runner = GangRunner(node, self.post, node.clock, regions=regions,
-                                 on_outcome=self._outcome, auth=TOKEN)
+        self._gangs = GangTracker()
+        self._carrier = RegionCarrier(node, self.post, self, regions=regions, auth=TOKEN)
 
     def post(self, fn, *args) -> None:
         self._node.post_to(OWNER_KEY, self._turn, fn, args)
 
-    def _turn(self, fn, args) -> None:
-        fn(*args)
-        if self._node.backlog(OWNER_KEY) == 0:  # the end of the queue, as the Controller
-            self.runner.flush()
+    def place(self, gang_id: str, shape: GangShape, regions: tuple[str, ...]) -> None:
+        tasks = tuple(f"{gang_id}-job[{i}]" for i in range(shape.hosts))
+        self._gangs.request(GangRequest(gang_id, f"{gang_id}-job", Band.BATCH, tasks, shape,
+                                        regions))
 
-    def _outcome(self, outcome) -> None:
-        kind = type(outcome).__name__
-        if kind == "Placed":
-            self.post(self.runner.release, outcome.gang_id)
-        elif kind == "GangReleased":
-            self.released.put(outcome.gang_id)
-        else:
-            self.failed.append(outcome)
+    def gang_replies(self, region: str, replies) -> None:
+        self._gangs.replied(region, replies, self._node.clock.monotonic())
+
+    def gang_region_down(self, region: str, why) -> None:
+        self._gangs.region_down(region, why, self._node.clock.monotonic())
+
+    def _turn(self, fn, args, last: bool | None = None) -> None:
+        fn(*args)
+        now = self._node.clock.monotonic()
+        # The end of the queue, as the Controller: the frames of every turn before go together.
+        last = self._node.backlog(OWNER_KEY) == 0 if last is None else last
+        for send in self._gangs.take_sends(now, flush=last):
+            self._carrier.send(send)
+        for outcome in self._gangs.take_outcomes():
+            kind = type(outcome).__name__
+            if kind == "Placed":
+                gang_id = outcome.gang_id.split("@")[0]
+                self.post(self._gangs.release, self._gangs.reserving[gang_id].round_id)
+            elif kind == "GangReleased":
+                self.released.put(outcome.gang_id)
+            else:
+                self.failed.append(outcome)
 
     def on_tick(self) -> None:
-        self.runner.fire_due(self._node.clock.monotonic())
-        self.runner.flush()
+        self._turn(self._gangs.fire_due, (self._node.clock.monotonic(),), last=True)
 
 
 def _run(cluster, addresses: dict, n_gangs: int, in_flight: int, slices: int) -> dict:
@@ -118,7 +134,7 @@ def _run(cluster, addresses: dict, n_gangs: int, in_flight: int, slices: int) ->
         while done < n_gangs:
             while started < n_gangs and started - done < in_flight:
                 regions = tuple(REGIONS[(started + k) % 3] for k in range(3))
-                owner.instance.post(owner.instance.runner.place, f"g{started}", shape, regions)
+                owner.instance.post(owner.instance.place, f"g{started}", shape, regions)
                 started += 1
             released.get(timeout=60)
             done += 1

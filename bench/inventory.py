@@ -9,14 +9,14 @@ Region actors in its own process, so both sides are the controller's CPU). Each 
 --changes changes: hosts whose attempts start or end, and one host that re-registers.
 
 - whole_build_ms: before this change, every push: `region_inventory` over every worker
-  (tracking.py), as GangTracker.sync_regions did, plus comparing it with the last push.
+  (inventory.py), as GangTracker.sync_regions did, plus comparing it with the last push.
 - whole_encode_ms / whole_bytes: msgpack of the call's arguments (what goes on the wire).
 - whole_apply_ms: the Region's `sync`: checking the whole message (control.RegionSync),
   then ReservationLedger.set_inventory.
 - whole_push_ms: the three together, one push's CPU on the controller's process.
 - delta_build_ms / delta_encode_ms / delta_bytes / delta_apply_ms / delta_push_ms: the same
   for the delta the incremental inventory (gangs/inventory.py) pushes after the same
-  changes: the touched hosts' facts (tracking.host_facts), `inventory.push`, the Region's
+  changes: the touched hosts' facts (inventory.host_facts), `inventory.push`, the Region's
   `sync_delta` (control.RegionDelta, ReservationLedger.apply_delta).
 - speedup: whole_push_ms / delta_push_ms.
 
@@ -39,7 +39,8 @@ import msgpack
 from bench._report import fmt, step
 from iris.base.clock import FakeClock
 from iris.controller.gangs import inventory as inv
-from iris.controller.gangs.tracking import GangTracker, host_facts, region_inventory
+from iris.controller.gangs.inventory import host_facts, region_inventory
+from iris.controller.gangs.tracking import GangTracker
 from iris.controller.jobs.state import KernelState
 from iris.controller.regions.region import Region
 from iris.controller.workers import WorkerInfo

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from queue import Empty
 from typing import TYPE_CHECKING, Any
 
-from iris.actors import wakers
+from iris.actors import tokens, wakers
 from iris.actors.batching import Batch
 from iris.actors.current import context, current_context
 from iris.base.errors import OverloadedError, ProtocolError
@@ -450,8 +450,14 @@ def named_in(call: messages.Call) -> Any:
 def _denied(hosted: HostedActor, call: messages.Call) -> str:
     allowed = sorted(hosted.spec.roles[call.method]) or ["this process itself"]
     where = f"{hosted.key}.{call.method} at {hosted.node.address}"
+    if call.role == tokens.REVOKED:
+        return (f"{where}: the credential of worker {call.principal!r} was revoked and "
+                "this caller presents it (the worker left, was lost, or an operator revoked "
+                "it; a worker joins again with the cluster token): not permitted")
     if call.role in allowed and call.principal is not None:
         return (f"{where}: a {call.role} may speak only as itself; this caller is "
                 f"{call.principal!r} and the call names {named_in(call)!r:.80} (not permitted)")
-    return (f"{where} is for {' or '.join(allowed)} only; this caller is a {call.role} "
-            "(not permitted)")
+    unknown = (" presenting a token not known here (issued before this node restarted, "
+               "revoked, or never issued)") if call.auth and call.role == "client" else ""
+    return (f"{where} is for {' or '.join(allowed)} only; this caller is a {call.role}"
+            f"{unknown} (not permitted)")

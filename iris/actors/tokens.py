@@ -10,7 +10,9 @@ across restarts (workers must keep working through one):
 Each worker then holds two secrets of its own (controller/credentials.py): its credential
 ("worker" role, naming its id: it may speak only as itself) and the token the controller
 presents on the commands it sends that worker ("controller" role there). Clients hold
-none. Region actors live in the controller's process and are called in process
+none. Beside the secrets the state directory keeps `revoked_workers` (ids an operator
+barred) and `worker_credentials` (the sha256 of each worker's credential: no secret).
+Region actors live in the controller's process and are called in process
 ("internal"), which no token can claim. Tokens are 32 random bytes, written 0600.
 
 A worker gets the cluster token from `--token-file`, from `IRIS_CLUSTER_TOKEN` (hex; removed
@@ -31,9 +33,11 @@ from iris.base.errors import SecurityError
 MEMBER, ADMIN = "member", "admin"
 WORKER = "worker"  # one worker, speaking as itself (its credential names it)
 CONTROLLER = "controller"  # the controller: commands to workers, Region changes
+REVOKED = "revoked"  # a worker credential revoked: no method names it; the refusal says so
 CLUSTER_TOKEN_FILE, ADMIN_TOKEN_FILE = "cluster.token", "admin.token"
 CONTROLLER_SECRET_FILE = "controller.secret"
 REVOKED_WORKERS_FILE = "revoked_workers"  # ids an operator revoked, one a line
+WORKER_CREDENTIALS_FILE = "worker_credentials"  # which credential owns which id (hashes)
 ENV_TOKEN = "IRIS_CLUSTER_TOKEN"
 
 

@@ -225,6 +225,10 @@ def worker_revoke(args: argparse.Namespace) -> int:
         print(json.dumps(told))
     print(f"worker {told['worker_id']} revoked; {len(told['attempts'])} attempts requeued",
           file=sys.stderr)
+    if told.get("was") == "unknown":  # lost over a minute ago, or never joined (a typo?)
+        print(f"note: {told['worker_id']} was neither registered nor holding a credential; "
+              "its id is barred from joining all the same (remove it from "
+              "STATE_DIR/revoked_workers and restart the controller to undo)", file=sys.stderr)
     return 0
 
 

@@ -3,10 +3,12 @@
 Not the decisions (service.py, jobs/kernel.py). Sync methods run one at a time on the
 actor's thread, which is the controller's single mailbox: the service is only ever touched
 there. `wait` is async so that thousands of clients can wait for jobs without holding that
-thread; it is woken from the actor thread through the node's loop. Gang placement runs on
-this same thread (gangs/runner.py): the Region actors' replies come back as messages posted
-to this mailbox. Submits that arrive together are one turn (batching.py); a scheduling pass
-asked for while more waits in the mailbox runs when it runs dry (`_after`).
+thread; it is woken from the actor thread through the node's loop. Gangs are the service's
+(gangs/tracking.py); this actor only carries their frames to the Region actors
+(effects_out.py), whose replies come back as messages into this mailbox and are handed to
+the service as they are. The tick's periodic work is upkeep.py's. Submits that arrive
+together are one turn (batching.py); a scheduling pass asked for while more waits in the
+mailbox runs when it runs dry (`_after`).
 """
 
 from __future__ import annotations
@@ -15,7 +17,6 @@ import asyncio
 import dataclasses
 import logging
 import re
-from collections import deque
 from typing import Any
 
 from iris.actors import Node, actor, tokens
@@ -23,45 +24,21 @@ from iris.actors.batching import batched
 from iris.actors.hosting import requires
 from iris.actors.keys import CONTROLLER_KEY, region_key, worker_key
 from iris.base.errors import ConfigError, InvalidRequestError, IrisError, NotFoundError
-from iris.controller.credentials import (
-    Credentials,
-    check_id,
-    controller_token,
-    load_secret,
-)
-from iris.controller.effects_out import EffectsOut, sum_stats
-from iris.controller.gangs.coordinator import (
-    CoordinatorConfig,
-)
-from iris.controller.gangs.runner import GangRunner
+from iris.controller.credentials import Credentials, grant_roles
+from iris.controller.effects_out import EffectsOut
 from iris.controller.inspect import locate, summary
 from iris.controller.job_requests import check_submission
 from iris.controller.jobs.model import TERMINAL_JOB
-from iris.controller.live_figures import series
 from iris.controller.preemption_notices import apply_notice
 from iris.controller.reclaim import RegionReclaim
 from iris.controller.regions.region import STOP_ALL_SLICES_S
 from iris.controller.service import ControllerConfig, ControllerService
-from iris.controller.usage import FLUSH_EVERY_S
+from iris.controller.upkeep import Upkeep
+from iris.controller.waiters import JobWaiters
 from iris.controller.worker_requests import check_report
 from iris.wire import schema
 
 _log = logging.getLogger(__name__)
-
-# Dashboards see live state at most this old; rebuilding it walks every job (~2 ms at
-# 10,000 jobs), so not on every 50 ms tick...
-_SNAPSHOT_EVERY_S = 0.5
-# ...times one per this many workers: it lists every worker too (~10 us each: 100 ms at
-# 10,000, a fifth of a core every 0.5 s), so a big fleet's dashboard is up to 2 s old.
-_SNAPSHOT_WORKERS = 2500
-# Windows of the live figures a page may ask for: a chart of the last hour, of a shift, of
-# the whole day the ring holds.
-FIGURE_WINDOWS_H = (1.0, 6.0, 24.0)
-# Finished jobs are pruned from the database about once an hour.
-_PRUNE_EVERY_S = 3600.0
-# Credentials, figures and regions of workers no longer registered (lost) are looked for
-# this often (reclaim.py).
-_SWEEP_CREDENTIALS_S = 1.0
 
 
 @actor
@@ -73,43 +50,26 @@ class Controller:
     def __init__(self, config: ControllerConfig, node: Node):
         self._node = node
         self._svc = ControllerService(config, node.address, node.clock)
-        # Roles (docs/protocol.md): a host joins with the cluster token and then speaks
-        # with its own credential (credentials.py); operators hold the admin token; the
-        # controller's secret is its own. All live in the state directory across restarts.
-        node.grant(tokens.load_or_create(config.state_dir / tokens.CLUSTER_TOKEN_FILE),
-                   tokens.MEMBER)
-        node.grant(tokens.load_or_create(config.state_dir / tokens.ADMIN_TOKEN_FILE),
-                   tokens.ADMIN)
-        secret = load_secret(config.state_dir)
-        self._token = controller_token(secret)  # on its calls to its own Regions
-        node.grant(self._token, tokens.CONTROLLER)
-        self._creds = Credentials(config.state_dir, node.grant, node.revoke)
-        self._creds_swept = node.clock.monotonic()
-        # Regions no host names any more are stopped: after twice the silence that loses one.
-        self._reclaim = RegionReclaim(2 * config.worker_dead_after_s)
-        self._waiters: dict[str, list[asyncio.Future]] = {}  # touched on the loop thread only
-        self._last_prune = node.clock.monotonic()
-        self._snapshot: dict = {}  # replaced whole, never mutated; read by `snapshot()`
-        self._snapshot_at = 0.0
-        self._figure_series: dict = {}  # hours -> live_figures.series, replaced whole
-        self._figures_at = float("-inf")
+        grant_roles(node.grant, config.state_dir)  # the cluster, admin and controller tokens
+        self._creds = Credentials(config.state_dir, node.grant, node.revoke,
+                                  now=node.clock.monotonic())
+        self._waiters = JobWaiters(self._svc.job_state, _TERMINAL)  # on the loop thread only
         self.report_batches = self.reports_batched = 0  # for the snapshot: batch sizes
-        # One Region actor per region the workers name, served by this node; the runner
-        # drives the two-phase gang coordinator against them on this actor's own turn (the
-        # regions' replies come back as messages in its mailbox). Three tries (about 3.5 s
-        # of backoff) before a refused gang goes back to the scheduler, which then shows
-        # the regions' reasons and asks again with a fresher view.
-        self._gang_outcomes: deque = deque()  # Placed / Unplaceable not yet applied
         # Passes asked for while more requests wait run at the end of the queue (_after).
         self._svc.later.queued = lambda: node.backlog(CONTROLLER_KEY) > 0
-        self._gangs = GangRunner(node, self._post, node.clock,
-                                 config=CoordinatorConfig(max_attempts=3),
-                                 on_outcome=self._gang_outcomes.append, auth=self._token)
+        # One Region actor per region the workers name, served by this node: the gang frames
+        # and inventories the service decides are carried onto their turns, their replies
+        # come back as messages in this mailbox.
         self._scaling = {r.region: r for r in config.autoscale}
-        self._out = EffectsOut(node, self._command_token, self._gangs, self._scaling, self._post,
-                               self._wake, self._svc.inventory_push_failed)
+        self._out = EffectsOut(node, self._command_token, self._scaling, self._post,
+                               self._waiters.wake, self._svc)
         for region in sorted(self._scaling):  # they may grow before any worker exists
             self._out.ensure_region(region)
+        # Regions no host names any more are stopped: after twice the silence that loses one.
+        self._upkeep = Upkeep(self._svc, self._out, self._creds,
+                              RegionReclaim(2 * config.worker_dead_after_s), self._scaling,
+                              lambda region: node.unhost(region_key(region)),
+                              node.clock.monotonic())
         self._checkpoints = None
         if config.checkpoints is not None:  # google-cloud-storage is imported only then
             from iris.controller.checkpoint.desk import CheckpointDesk
@@ -200,26 +160,7 @@ class Controller:
         """The job's state once it has ended, or its current state after `timeout_s`."""
         schema.text(job_id, "job_id")
         schema.number(timeout_s, "timeout_s", optional=True, min_value=0.0, max_value=86400.0)
-        waiter = asyncio.get_running_loop().create_future()
-        self._waiters.setdefault(job_id, []).append(waiter)
-        try:
-            # A read-only peek from the loop thread: registering first, then reading, means
-            # a finish on the actor thread either is seen here or wakes the waiter.
-            state = self._svc.job_state(job_id)
-            if state is None:
-                raise NotFoundError(f"no job {job_id}")
-            if state not in _TERMINAL:
-                try:
-                    await asyncio.wait_for(asyncio.shield(waiter), timeout_s)
-                except TimeoutError:
-                    pass
-        finally:
-            waiters = self._waiters.get(job_id, [])
-            if waiter in waiters:
-                waiters.remove(waiter)
-            if not waiters:
-                self._waiters.pop(job_id, None)
-        return self._svc.job_state(job_id)
+        return await self._waiters.wait(job_id, timeout_s)
 
     # ------------------------------------------------------------ checkpoints (checkpoint/)
 
@@ -254,16 +195,13 @@ class Controller:
     # ------------------------------------------------------------ workers
 
     @requires(tokens.MEMBER)
-    def join(self, worker_id: str) -> dict:
+    def join(self, worker_id: str, proof: bytes | None = None) -> dict:
         """A new host, holding the cluster token, gets its own credential and the token
         the controller will present on its commands (credentials.py). Refused for an id
-        an operator revoked, and for one a live worker holds."""
-        check_id(worker_id)
-        info = self._svc.workers.workers.get(worker_id)
-        now = self._node.clock.monotonic()
-        if info is None:
-            return self._creds.issue(worker_id, now, None)
-        return self._creds.issue(worker_id, now, now - info.last_heard, info.address)
+        an operator revoked, and for one a live worker holds or one held since before a
+        restart (unless `proof` is the credential it was issued: its holder joining again)."""
+        return self._creds.join(worker_id, self._worker(worker_id), self._node.clock.monotonic(),
+                                proof)
 
     @requires(tokens.WORKER)  # as itself: the id its credential names (credentials.py)
     def register_worker(self, worker_id: str, address: str, attributes: dict,
@@ -296,22 +234,19 @@ class Controller:
     def goodbye(self, worker_id: str, address: str) -> None:
         """A worker stopped, its attempts with it: requeue them now. Its credential ends."""
         self._after(self._svc.worker_gone(worker_id, address, "its worker stopped"))
-        self._revoke_unless_elsewhere(worker_id, address)
+        self._creds.ended(worker_id, address, self._worker(worker_id))
 
     @requires(tokens.WORKER)
     def worker_crashed(self, worker_id: str, address: str) -> None:
         """From a worker's watchdog: the worker process died and its attempts are stopped."""
         self._after(self._svc.worker_gone(worker_id, address, "its worker process died (the "
                                           "watchdog stopped its attempts)"))
-        self._revoke_unless_elsewhere(worker_id, address)
+        self._creds.ended(worker_id, address, self._worker(worker_id))
 
-    def _revoke_unless_elsewhere(self, worker_id: str, address: str) -> None:
-        """The credential ends with the process at `address`; not when the worker already
-        registered again elsewhere (a restarted process on the same work dir, whose
-        credential file the old one's watchdog then reads): worker_gone left that alone."""
-        info = self._svc.workers.workers.get(worker_id)
-        if info is None or info.address == address:
-            self._creds.revoke(worker_id)
+    def _worker(self, worker_id: str) -> Any:
+        """The worker registered under `worker_id`; None for none (or an id that is not a
+        string: the caller's own check names that)."""
+        return self._svc.workers.workers.get(worker_id) if type(worker_id) is str else None
 
     @requires(tokens.WORKER)
     def preemption_notice(self, worker_id: str, address: str, reason: str,
@@ -342,7 +277,7 @@ class Controller:
         """An operator's `iris worker drain`: the worker is told to leave as on SIGTERM (it
         gives notice, hands its attempts back, says goodbye and stops). Its attempts now."""
         schema.text(worker_id, "worker_id", max_len=256)
-        info = self._svc.workers.workers.get(worker_id)
+        info = self._worker(worker_id)
         if info is None:
             raise NotFoundError(f"worker_id: no worker {worker_id!r} is registered "
                                 "(iris worker list names them)")
@@ -357,30 +292,13 @@ class Controller:
         """An operator's `iris worker revoke`: the worker's credential is revoked (its next
         call is refused), its id may not join again, and its attempts are requeued now
         (its lease lapses, so its watchdog stops them there). Other workers are untouched."""
-        check_id(worker_id)
-        info = self._svc.workers.workers.get(worker_id)
-        held = worker_id in self._creds.banned or self._creds.revoke(worker_id)
-        if info is None and not held:
-            raise NotFoundError(f"worker_id: no worker {worker_id!r} is registered "
-                                "(iris worker list names them)")
-        self._creds.ban(worker_id)
+        info = self._worker(worker_id)
+        was = self._creds.revoke_by_operator(worker_id, info is not None)
         attempts = sorted(self._svc.state.by_worker.get(worker_id, ()))
         if info is not None:
             self._after(self._svc.worker_gone(worker_id, info.address,
                                               "its worker was revoked by an operator"))
-        return {"worker_id": worker_id, "attempts": attempts}
-
-    def _reclaim_regions(self, now: float) -> None:
-        """Stop and forget the Region actors no host has named for a while (their threads
-        end): reclaim.py."""
-        hosts = {r: inv.hosts for r, inv in self._svc.gangs.inventory.regions.items()}
-        for region in self._reclaim.due(self._out.regions, hosts, self._scaling, now):
-            _log.info("region %s: no host for %.0f s; its actor is stopped", region,
-                      self._reclaim.idle_s)
-            self._gangs.remove_region(region)
-            self._svc.forget_region(region)
-            self._out.forget_region(region)
-            self._node.unhost(region_key(region))
+        return {"worker_id": worker_id, "attempts": attempts, "was": was}
 
     def _command_token(self, worker_id: str) -> bytes | None:
         """What this controller presents on its commands to that worker (EffectsOut)."""
@@ -405,66 +323,47 @@ class Controller:
     async def slices(self) -> list[dict]:
         """Every autoscaled region's slices, as its provider lists them (Region.slices): the
         slices of providers that live in this process too, which nothing else can list."""
-        return [row for rows in await self._each_region("slices", (), 30.0) for row in rows]
+        return [row for rows in await self._out.each_region("slices", (), 30.0) for row in rows]
 
     @requires(tokens.ADMIN)
     async def stop_slices(self, timeout_s: float = STOP_ALL_SLICES_S) -> list[dict]:
         """`iris cluster stop`: every region stops scaling and deletes every slice of its
         provider (Region.stop_slices); what each deleted and what it could not."""
         schema.number(timeout_s, "timeout_s", min_value=1.0, max_value=86400.0)
-        return await self._each_region("stop_slices", (False,), timeout_s)
-
-    async def _each_region(self, method: str, args: tuple, timeout_s: float) -> list:
-        """One call to every autoscaled region's actor (in process), their answers in order."""
-        futures = [self._node.call(self._node.address, region_key(r), method, args,
-                                   timeout_s=timeout_s) for r in sorted(self._scaling)]
-        return [await fut for fut in futures]
+        return await self._out.each_region("stop_slices", (False,), timeout_s)
 
     def regions(self) -> dict[str, str]:
         """Region name -> address of the node serving its Region actor."""
         return {r: self._node.address for r in sorted(self._out.regions)}
 
-    # ------------------------------------------------------------ gangs, on this turn
+    # ------------------------------------------------------------ acting, on this turn
 
     def _post(self, fn: Any, *args: Any) -> None:
-        """A region's reply (any thread) becomes a message in this actor's mailbox."""
+        """A message in this actor's mailbox: a region's reply (from its thread), or the
+        pass left for the end of a burst of submits."""
         self._node.post_to(CONTROLLER_KEY, self._turn, fn, args)
 
     def _turn(self, fn: Any, args: tuple) -> None:
-        fn(*args)
+        try:
+            fn(*args)
+        except IrisError as exc:  # a halted store: the request that follows says so
+            _log.error("%s: %s", getattr(fn, "__name__", fn), exc)
         self._after(None)
 
-    def _after(self, answer: Any) -> Any:
+    def _after(self, answer: Any, gang_frames: bool = False) -> Any:
         """Act on what the service decided (one effect list: region inventories and gang
-        rounds, commands to workers, finished jobs); apply the gang outcomes those rounds
-        produced, which decide more, until none are left; then answer."""
+        frames, commands to workers, finished jobs) until nothing is left; then answer. The
+        gang frames go at the end of the queue (or with `gang_frames`, on the tick), so
+        under load every reply waiting in the mailbox is handled first and their frames go
+        out together, one `handle_many` per region."""
         while True:
-            self._out.send(self._svc.take_effects())
-            if not self._gang_outcomes and self._node.backlog(CONTROLLER_KEY) == 0:
-                if self._svc.later.wanted:  # the end of the queue: the pass left for it
-                    self._svc.schedule_now()
-                    continue
-                self._gangs.flush()  # the end of the queue: its gang requests go out together
-            if not self._gang_outcomes:
+            if self._svc.later.wanted and self._node.backlog(CONTROLLER_KEY) == 0:
+                self._svc.schedule_now()  # the end of the queue: the pass left for it
+            last = gang_frames or self._node.backlog(CONTROLLER_KEY) == 0
+            effects = self._svc.take_effects(gang_frames=last)
+            if not effects:
                 return answer
-            outcomes = list(self._gang_outcomes)
-            self._gang_outcomes.clear()
-            self._settle_gangs(outcomes)
-
-    def _wake(self, job_ids: list[str]) -> None:  # on the loop thread
-        for job_id in job_ids:
-            for waiter in self._waiters.get(job_id, []):
-                if not waiter.done():
-                    waiter.set_result(None)
-
-    def _settle_gangs(self, outcomes: list) -> None:
-        """Hand one turn's coordinator outcomes to the service, which maps them to its
-        rounds, assigns placed gangs, shows why refused ones wait, and releases a gang
-        nobody waits for (a ReleaseGang among its next effects)."""
-        try:
-            self._svc.gang_outcomes(outcomes)
-        except IrisError as exc:  # a halted store: the request that follows says so
-            _log.error("applying %d gang outcomes: %s", len(outcomes), exc)
+            self._out.send(effects)
 
     # ------------------------------------------------------------ hooks
 
@@ -474,59 +373,26 @@ class Controller:
         Runs on the node's loop and returns an immutable, already-built dict, so dashboards
         and metrics never wait for (or slow) the controller's own thread.
         """
-        return self._snapshot
+        return self._upkeep.snapshot
 
     async def figures(self, hours: float = 24.0) -> dict:
         """The live figures (live_figures.py): now's summary and the series of the last
         `hours` (1, 6 or 24). Built on the tick when a sample lands, returned from the loop."""
-        if hours not in FIGURE_WINDOWS_H:
-            raise InvalidRequestError(f"hours: expected one of 1, 6 or 24, got {hours!r}",
-                                      "hours")
-        return {**self._snapshot.get("figures", {}), "series": self._figure_series.get(
-            hours, {"now": None, "hours": hours, "pools": [], "fragmented_chips": []})}
+        return self._upkeep.figures(hours)
 
     def state_dir(self) -> str:
         return str(self._svc.config.state_dir)
 
     def on_tick(self) -> None:
-        self._svc.tick()
-        now = self._node.clock.monotonic()
-        self._gangs.fire_due(now)
-        self._gangs.flush()  # what a turn left for the end of a queue that never ran dry
-        every = _SNAPSHOT_EVERY_S * max(1.0, len(self._svc.workers.workers) / _SNAPSHOT_WORKERS)
-        if now - self._snapshot_at >= every:
-            self._snapshot_at = now
-            self._svc.set_region_reports(dict(self._out.region_stats))
-            self._snapshot = {**self._svc.snapshot(),
-                              "gang_reservations": sum_stats(self._out.region_stats.values()),
-                              "reports": {"batches": self.report_batches,
-                                          "reports": self.reports_batched,
-                                          "interval_s": self._svc.report_interval()}}
-            if self._svc.figures.last_sample != self._figures_at:  # a new point: every 10 s
-                self._figures_at = self._svc.figures.last_sample
-                self._figure_series = {h: series(self._svc.figures, self._snapshot["at"], h)
-                                       for h in FIGURE_WINDOWS_H}
-            self._out.ask_region_stats()
-        if now - self._svc.usage.flushed_at >= FLUSH_EVERY_S:  # usage series to disk
-            self._svc.usage.flushed_at = now
-            try:
-                self._svc.store.put_usage(self._svc.usage.flush(self._svc.state))
-            except IrisError as exc:  # observation only: the job store halts elsewhere
-                _log.error("usage series not stored: %s", exc)
-        if now - self._creds_swept >= _SWEEP_CREDENTIALS_S:  # lost workers' credentials end
-            self._creds_swept = now
-            self._creds.sweep(self._svc.workers.workers, now)
-            self._svc.drop_absent_stats()
-            self._reclaim_regions(now)
-        if now - self._last_prune > _PRUNE_EVERY_S:
-            self._last_prune = now
-            self._svc.prune()
-            self._svc.bundles.reclaim({j.spec.bundle for j in self._svc.state.jobs.values()
-                                       if j.state not in TERMINAL_JOB})  # bundle_store.py
-        self._after(None)
+        self._svc.tick()  # the coordinator's timers fire there too
+        self._upkeep.tick(self._node.clock.monotonic(), {
+            "batches": self.report_batches, "reports": self.reports_batched,
+            "interval_s": self._svc.report_interval()})
+        self._after(None, gang_frames=True)  # what turns left for the end of a busy queue
 
     def on_stop(self) -> None:
-        self._gangs.close()
+        self._out.close()
+        self._creds.close()
         if self._checkpoints is not None:
             self._checkpoints.stop()
         self._svc.close()

@@ -1,60 +1,167 @@
 """The Controller actor's side of effects: acting on the one list of effects the service
 hands out after each turn (controller/service.py `take_effects`).
 
-Not decisions: region inventories go to the Region actors this node hosts (made on first
-use), gang rounds to the coordinator (gangs/runner.py) in one batch per turn, start and stop
-commands to workers with the cluster token, finished jobs wake their waiters on the loop.
-An object the Controller actor owns: it holds the Region actors it made and their last
-stats, and reaches the actor only through what it was handed (node, the command token
-per worker, gang runner,
-`post` onto the actor's turn, `wake` for waiters, `push_failed` for the service).
+Not decisions: region inventories and gang frames go to the Region actors this node hosts
+(made on first use), start and stop commands to workers with the cluster token, finished
+jobs wake their waiters on the loop. An object the Controller actor owns: it holds the
+Region actors it made and their last stats, and reaches the actor only through what it was
+handed (node, the command token per worker, `post` onto the actor's turn, `wake` for
+waiters, and `back`: the service's requests that replies and failures come back as).
+
+`RegionCarrier` carries frames to Region actors and their replies back, nothing more: onto
+the turn of a Region actor this node hosts (no call through the node's own address), or as
+a call to one in another process. Each reply comes back through `post` as a message into
+the owner's mailbox; a failure known at once (no such region, its actor stopping) is
+reported on the spot, and a Region actor found stopped is forgotten (EffectsOut makes it
+anew on the next push).
 """
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import logging
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
+from iris.actors.hosting import HostedActor
 from iris.actors.keys import region_key, worker_key
-from iris.controller.gangs.coordinator import PlaceGang, ReleaseGang
-from iris.controller.gangs.runner import GangRunner
-from iris.controller.gangs.tracking import PlaceRound, ReleaseRound, SyncDelta, SyncRegion
+from iris.base.errors import PeerUnavailableError
+from iris.controller.gangs.tracking import SendRegion, SyncDelta, SyncRegion
 from iris.controller.regions.region import Region, RegionScaling
 from iris.controller.service_types import Command, JobsFinished
 from iris.wire import control
 
 _log = logging.getLogger(__name__)
+# Region calls fail after this long; the coordinator resends on its own schedule anyway.
+_CALL_TIMEOUT_S = 10.0
+
+
+class RegionReplies(Protocol):
+    """Where a region's answers go: the service's requests (on the owner's turn)."""
+
+    def gang_replies(self, region: str, replies: Any) -> None: ...
+
+    def gang_region_down(self, region: str, why: Any) -> None: ...
+
+    def inventory_push_failed(self, region: str, seq: int, why: str) -> None: ...
+
+
+class RegionCarrier:
+    """Frames to Region actors, replies back (see the module docstring). `regions`: region
+    -> the actor this node hosts, or the address of the node serving it; `auth`: what a
+    Region actor in another process requires (the controller's token)."""
+
+    def __init__(self, node: Any, post: Callable[..., Any], back: RegionReplies,
+                 regions: Mapping[str, str | HostedActor] | None = None,
+                 auth: bytes | None = None):
+        self._node, self._post, self._back, self._auth = node, post, back, auth
+        self.regions: dict[str, str | HostedActor] = dict(regions or {})
+        self._closed = False
+
+    def close(self) -> None:
+        """Carry nothing more (the owner is stopping)."""
+        self._closed = True
+
+    def send(self, msg: SendRegion) -> None:
+        """Gang frames to a region's ledger (`handle_many`); its replies come back as
+        `gang_replies`, a failure as `gang_region_down`."""
+        self._deliver(msg.region, "handle_many", (list(msg.requests),),
+                      self._back.gang_replies, self._back.gang_region_down)
+
+    def push(self, msg: SyncRegion | SyncDelta) -> None:
+        """A region's inventory, whole or what changed (`region_push`), in order with the
+        gang frames that rely on it; refused or lost: `inventory_push_failed`."""
+        method, args = region_push(msg)
+        self._deliver(msg.region, method, args, None,
+                      lambda region, error, seq=msg.seq: self._push_failed(region, seq, error))
+
+    def _deliver(self, region: str, method: str, args: tuple, answered: Callable | None,
+                 failed: Callable) -> None:
+        target = self.regions.get(region)
+        if self._closed:
+            return
+        if target is None:
+            failed(region, f"no Region actor for {region!r}")
+        elif isinstance(target, str):  # a Region actor in another process: a call
+            fut = self._node.call(target, region_key(region), method, args,
+                                  timeout_s=_CALL_TIMEOUT_S, auth=self._auth)
+            fut.add_done_callback(lambda f: self._post(self._called, region, f, answered,
+                                                       failed))
+        elif not target.post(self._on_region_turn, target, region, method, args, answered,
+                             failed):
+            # It stopped under us: forgotten here, so that its owner may make it anew (a
+            # restarted region, sent its whole inventory: the failure asks for it).
+            self.regions.pop(region, None)
+            failed(region, f"the Region actor for {region!r} has stopped")
+
+    def ask(self, region: str, method: str, args: tuple = ()) -> concurrent.futures.Future:
+        """One request to a Region actor this node hosts, run on its turn (no call through
+        the node's own address): its answer, as a future any thread may wait on."""
+        fut: concurrent.futures.Future = concurrent.futures.Future()
+        target = self.regions.get(region)
+
+        def run() -> None:
+            try:
+                fut.set_result(getattr(target.instance, method)(*args))
+            except Exception as exc:  # the caller sees it, as a failed call
+                fut.set_exception(exc)
+        if target is None or isinstance(target, str) or not target.post(run):
+            fut.set_exception(PeerUnavailableError(f"no Region actor for {region!r} here"))
+        return fut
+
+    def _push_failed(self, region: str, seq: int | None, error: object) -> None:
+        if seq is not None:
+            why = f"{type(error).__name__}: {error}" if isinstance(error, BaseException) \
+                else str(error)
+            self._back.inventory_push_failed(region, seq, why)
+
+    def _on_region_turn(self, hosted: HostedActor, region: str, method: str, args: tuple,
+                        answered: Callable | None, failed: Callable) -> None:
+        """On the turn of a Region actor this node hosts: its answer (or failure) comes back
+        as a message into the owner's mailbox."""
+        try:
+            answer = getattr(hosted.instance, method)(*args)
+        except Exception as exc:  # as a failed call
+            self._post(failed, region, exc)
+            return
+        if answered is not None:
+            self._post(answered, region, answer)
+
+    def _called(self, region: str, fut: Any, answered: Callable | None,
+                failed: Callable) -> None:  # on the owner's turn
+        error = fut.exception()
+        if error is not None:
+            failed(region, error)
+        elif answered is not None:
+            answered(region, fut.result())
 
 
 class EffectsOut:
     """Sends what the service decided (see the module docstring)."""
 
-    def __init__(self, node: Any, command_token: Callable[[str], bytes], gangs: GangRunner,
+    def __init__(self, node: Any, command_token: Callable[[str], bytes],
                  scaling: Mapping[str, RegionScaling], post: Callable[..., None],
-                 wake: Callable[[list[str]], None],
-                 push_failed: Callable[[str, int, str], None]):
+                 wake: Callable[[list[str]], None], back: RegionReplies):
         self._node = node
         self._command_token = command_token  # what it presents to each worker
-        self._gangs = gangs
         self._scaling = scaling
-        self._post = post
         self._wake = wake
-        self._push_failed = push_failed
-        self.regions: set[str] = set()  # one Region actor each, served by this node
-        self.region_stats: dict[str, dict] = {}  # written on the loop by call callbacks
+        self.carrier = RegionCarrier(node, post, back)
+        self.region_stats: dict[str, dict] = {}  # each replaced whole by its region
+
+    @property
+    def regions(self) -> set[str]:
+        """The regions with a Region actor, served by this node."""
+        return set(self.carrier.regions)
 
     def send(self, effects: list) -> None:
-        rounds = []  # one coordinator batch: one handle_many per region for a whole pass
         for effect in effects:
             if isinstance(effect, SyncRegion | SyncDelta):
-                self._sync_region(effect)
-            elif isinstance(effect, PlaceRound):
-                rounds.append(PlaceGang(effect.round_id.key, effect.shape, effect.regions))
-            elif isinstance(effect, ReleaseRound):
-                rounds.append(ReleaseGang(effect.round_id.key))
-            elif isinstance(effect, ReleaseGang):  # a gang placed for a round since gone
-                rounds.append(effect)
+                self.ensure_region(effect.region)
+                self.carrier.push(effect)
+            elif isinstance(effect, SendRegion):
+                self.carrier.send(effect)
             elif isinstance(effect, Command):
                 fut = self._node.call(effect.address, worker_key(effect.worker_id),
                                       effect.method, (control.encode(effect.message),),
@@ -65,48 +172,37 @@ class EffectsOut:
                 self._node.call_in_loop(self._wake, list(effect.job_ids))
             else:
                 raise TypeError(f"the controller cannot act on {type(effect).__name__}")
-        if rounds:
-            self._gangs.handle(rounds)
-
-    def _sync_region(self, msg: SyncRegion | SyncDelta) -> None:
-        """Send a region its inventory, whole (`sync`) or what changed (`sync_delta`). A
-        push refused (the region restarted, or missed one) or lost is followed by the whole
-        inventory (service: inventory_push_failed)."""
-        self.ensure_region(msg.region)
-        method, args = region_push(msg)
-        fut = self._node.call(self._node.address, region_key(msg.region), method, args,
-                              timeout_s=30.0)
-        fut.add_done_callback(lambda f, m=msg: self._pushed(m, f))
-
-    def _pushed(self, msg: SyncRegion | SyncDelta, fut: Any) -> None:  # any thread
-        error = fut.exception()
-        if error is not None and msg.seq is not None:
-            self._post(self._push_failed, msg.region, msg.seq,
-                       f"{type(error).__name__}: {error}")
 
     def ensure_region(self, region: str) -> None:
-        if region not in self.regions:
+        if region not in self.carrier.regions:
             kwargs = {"scaling": self._scaling.get(region),
                       "controller_address": self._node.address, "node": self._node}
-            hosted = self._node.host(region_key(region), Region,
-                                     (region, [], self._node.clock), kwargs)
-            self._gangs.add_region(region, hosted)  # in process: onto its turn, no call
-            self.regions.add(region)
+            self.carrier.regions[region] = self._node.host(
+                region_key(region), Region, (region, [], self._node.clock), kwargs)
+
+    async def each_region(self, method: str, args: tuple, timeout_s: float) -> list:
+        """One request to every autoscaled region's actor, on its turn; answers in order."""
+        futures = [asyncio.wrap_future(self.carrier.ask(r, method, args))
+                   for r in sorted(self._scaling)]
+        return list(await asyncio.wait_for(asyncio.gather(*futures), timeout_s))
 
     def ask_region_stats(self) -> None:
-        for region in self.regions:
-            fut = self._node.call(self._node.address, region_key(region), "stats",
-                                  timeout_s=5.0)
+        for region in self.carrier.regions:
+            fut = self.carrier.ask(region, "stats")
             fut.add_done_callback(lambda f, r=region: self._got_region_stats(r, f))
 
-    def _got_region_stats(self, region: str, fut: Any) -> None:  # on the loop thread
-        if fut.exception() is None and region in self.regions:  # (not one reclaimed since)
+    def _got_region_stats(self, region: str, fut: Any) -> None:  # on the region's thread
+        if fut.exception() is None and region in self.carrier.regions:  # not one reclaimed
             self.region_stats[region] = fut.result()
 
     def forget_region(self, region: str) -> None:
-        """A region reclaimed (reclaim.py): its actor is stopped by the caller."""
-        self.regions.discard(region)
+        """A region reclaimed (reclaim.py): its actor is stopped by the caller; frames that
+        still name it are refused there (the coordinator counts it as down)."""
+        self.carrier.regions.pop(region, None)
         self.region_stats.pop(region, None)
+
+    def close(self) -> None:
+        self.carrier.close()
 
 
 def region_push(msg: SyncRegion | SyncDelta) -> tuple[str, tuple]:

@@ -1,13 +1,13 @@
 """Per-peer state reclaimed, not only capped (docs/architecture.md, Per-peer state).
 
 Regions: a Region actor no host has named for a while is stopped and forgotten. Not the
-stopping itself (the controller actor: `Controller._reclaim_regions`). Any worker may
+stopping itself (the controller actor's tick: `upkeep.Upkeep`). Any worker may
 name a new region at registration (attributes.region), and each region becomes an actor with
 a thread of its own, bounded by `max_regions`. A region that is not autoscaled (its slices
 come only from registered hosts) and has had no registered host for IDLE_S holds nothing:
 no slice, no host, and no gang hold (a hold lasts the coordinator's lease, 10 s, far less).
 It is then stopped and forgotten everywhere the controller keeps it (the actor and its
-thread, the gang runner's address, the inventory pushes, the stats, the region count of
+thread, the carrier's entry, the inventory pushes, the stats, the region count of
 `max_regions`); a host naming it later makes it anew, as on first sight.
 
 Pure: `now` is passed in.

@@ -11,7 +11,7 @@ import logging
 from collections.abc import Iterable, Mapping
 
 from iris.controller.gangs import inventory
-from iris.controller.gangs.tracking import GangTracker, host_facts
+from iris.controller.gangs.tracking import GangTracker
 from iris.controller.jobs import events as ev
 from iris.controller.jobs.state import KernelState
 from iris.controller.regions import demand
@@ -77,7 +77,7 @@ class RegionPushes:
             return
         touched, self._touched = self._touched, set()
         gangs.note_hosts(
-            inventory.HostIs(h, host_facts(state, workers[h], stopping, self.draining))
+            inventory.HostIs(h, inventory.host_facts(state, workers[h], stopping, self.draining))
             if h in workers else inventory.HostGone(h) for h in sorted(touched))
         fulls = [r for r, hosts in gangs.full_due({*self.unmet, *self.region_groups}).items()
                  if force or now - self._full_at.get(r, float("-inf"))

@@ -1,5 +1,5 @@
-"""What the Region actors and the gang runner tell the controller: drains, deleted hosts, placed or
-refused gang rounds, region reports. Requests that ControllerService (service.py) runs in its
+"""What the Region actors tell the controller: drains, deleted hosts, their replies to gang
+frames (placed or refused rounds follow), region reports. Requests that ControllerService (service.py) runs in its
 turn: each takes the service and goes through its components' interfaces (region_pushes.py
 above all) and its one path of change (`run_many`).
 """
@@ -76,10 +76,24 @@ def hosts_gone(svc: Any, gone: Any) -> None:
                  schedule=True)
 
 
-def gang_outcomes(svc: Any, outcomes: list) -> None:
-    """One turn's coordinator outcomes, as events of the service: sorted by round by the
-    tracker (which releases a gang nobody waits for), then settled together."""
-    placed, refused = svc.gangs.sort_outcomes(outcomes)
+def gang_replies(svc: Any, region: str, replies: Any) -> None:
+    """A region's replies to the gang frames it was carried: events of the gangs object,
+    whose outcomes are settled in this turn."""
+    svc.gangs.replied(region, replies, now_mono(svc))
+    settle_gangs(svc)
+
+
+def gang_region_down(svc: Any, region: str, why: Any) -> None:
+    """Gang frames for `region` were not delivered or not answered."""
+    svc.gangs.region_down(region, why, now_mono(svc))
+    settle_gangs(svc)
+
+
+def settle_gangs(svc: Any) -> None:
+    """The coordinator's outcomes so far, sorted by round by the tracker (which releases a
+    gang nobody waits for), then settled together."""
+    outcomes = svc.gangs.take_outcomes()
+    placed, refused = svc.gangs.sort_outcomes(outcomes) if outcomes else ([], [])
     if placed or refused:
         gangs_settled(svc, placed, refused)
 

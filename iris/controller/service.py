@@ -30,7 +30,8 @@ from iris.controller import job_requests, region_requests, scheduler_view, worke
 from iris.controller.budget_book import BudgetBook
 from iris.controller.bundle_store import BundleStore
 from iris.controller.figures_feed import FiguresFeed
-from iris.controller.gangs.tracking import GangTracker, PlaceRound
+from iris.controller.gangs.coordinator import CoordinatorConfig
+from iris.controller.gangs.tracking import GangTracker
 from iris.controller.jobs import event_log, kernel
 from iris.controller.jobs import events as ev
 from iris.controller.jobs.spec import JobSpec
@@ -87,9 +88,10 @@ class ControllerService:
                                (r.region for r in config.autoscale), clock.monotonic())
         self.pushes = RegionPushes(config.autoscale, clock.monotonic())
         self.placement = PlacementPass(clock)
-        # Multi-host gangs are reserved through the Region actors; this is the controller's
-        # half (rounds in flight, hosts held, what each region's ledger should own).
-        self.gangs = GangTracker(incarnation=new_id("inc-"))
+        # The gangs object (gangs/tracking.py). Three tries (about 3.5 s of backoff) before a
+        # refused gang goes back to the pass, which shows the regions' reasons and asks again.
+        self.gangs = GangTracker(incarnation=new_id("inc-"),
+                                 config=CoordinatorConfig(max_attempts=3))
         self.budget_book = BudgetBook(self.store, config.retention_s)
         # The day-trace figures for this cluster (live_figures.py), fed after each commit
         # and on the tick.
@@ -129,7 +131,7 @@ class ControllerService:
         if effects or passed:
             # Rounds whose gang ended are released; each region's ledger learns its hosts.
             self.gangs.release_ended(self.state)
-            self.sync_regions(force=any(isinstance(m, PlaceRound) for m in self.gangs.outbox))
+            self.sync_regions(force=self.gangs.asked())
         if not effects:
             return effects
         self._commit([e for e in effects if isinstance(e, ev.Persist)], log)
@@ -261,6 +263,8 @@ class ControllerService:
         for worker_id in overdue:  # nor did what it was stopping
             self.forget_stops(worker_id)
         self.run_many(events, schedule=True, later=True)
+        self.gangs.fire_due(now)  # the coordinator's timers: gathers, resends, backoffs
+        region_requests.settle_gangs(self)
         self.figures_feed.tick(self.state, self.desk.workers.workers.values(), now_wall(self))
         self.sync_regions()  # what changed since the last push, at most every SYNC_EVERY_S
 
@@ -313,11 +317,14 @@ class ControllerService:
         """Seconds between reports this controller asks of its workers now."""
         return self.desk.report_interval(now_mono(self))
 
-    def take_effects(self) -> list:
+    def take_effects(self, gang_frames: bool = True) -> list:
         """Everything the turns since the last call decided for the world outside, in the
-        order the shell acts on it: region inventories and gang rounds (inventory first: a
-        round relies on it), commands to workers, then the jobs that finished."""
+        order the shell acts on it: region inventories, then the gang frames for each region
+        (a round relies on its inventory; without `gang_frames` they wait to go out with a
+        later turn's, as the actor does until the end of its queue), commands to workers,
+        then the jobs that finished."""
         effects: list = self.gangs.take_outbox()
+        effects += self.gangs.take_sends(now_mono(self), flush=gang_frames)
         effects += self.take_commands()
         finished, self._finished = self._finished, []
         if finished:
@@ -425,13 +432,13 @@ class ControllerService:
         region_requests.hosts_gone(self, gone)
 
     @turn
-    def gang_outcomes(self, outcomes: list) -> None:
-        """The coordinator's Placed / Unplaceable of one turn (region_requests.py)."""
-        region_requests.gang_outcomes(self, outcomes)
+    def gang_replies(self, region: str, replies: Any) -> None:
+        """A region's replies to its gang frames (region_requests.py)."""
+        region_requests.gang_replies(self, region, replies)
 
     @turn
-    def gangs_settled(self, placed: list, refused: list) -> None:
-        region_requests.gangs_settled(self, placed, refused)
+    def gang_region_down(self, region: str, why: Any) -> None:
+        region_requests.gang_region_down(self, region, why)
 
     @turn
     def inventory_push_failed(self, region: str, seq: int, why: str) -> None:

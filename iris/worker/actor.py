@@ -99,6 +99,7 @@ class Worker:
         # The token is found at the first join when not handed in.
         self._token = token
         self._cred = credential.read(root, worker_id, controller_address)
+        self._rejoin = credential.Rejoin.start(root, worker_id, self._cred)
         if self._cred is not None:
             node.grant(self._cred.command_token, tokens.CONTROLLER)
         self._root = root
@@ -312,30 +313,42 @@ class Worker:
         self._acknowledge(sent, {update.attempt_id for _, (_, update) in sent})
 
     def _join(self) -> bool:
-        """With the cluster token, get this worker's own credential (credential.py)."""
+        """With the cluster token (and the credential it held, if refused), get this
+        worker's own credential (credential.py)."""
+        now = self._node.clock.monotonic()
+        if now < self._rejoin.after:
+            return False  # barred: not every heartbeat (credential.barred_backoff)
         if self._token is None:
             self._discover_token()
         if self._token is None:
             return False
         try:
-            cred = credential.from_answer(self._call("join", self.worker_id, auth=self._token),
-                                          self._controller[0])
+            cred = credential.from_answer(
+                self._call("join", self.worker_id, *self._rejoin.proof(), auth=self._token),
+                self._controller[0])
+        except PermissionDeniedError as exc:  # barred (or a wrong token): not soon better
+            wait_s = self._rejoin.barred(now)
+            _log.warning("worker %s: barred from joining: %s; trying to join again in "
+                         "%.0f s", self.worker_id, exc, wait_s)
+            return False
         except (IrisError, ValueError) as exc:
             _log.warning("worker %s: cannot join yet: %s", self.worker_id, exc)
             return False
         credential.write(self._root, cred)
         self._node.grant(cred.command_token, tokens.CONTROLLER)
-        self._cred = cred
+        self._cred, self._rejoin = cred, credential.Rejoin()
         return True
 
     def _refused(self, exc: IrisError) -> None:
         """The controller no longer knows this worker's credential (revoked, lost, or the
-        controller restarted): join again from the next tick."""
+        controller restarted): join again from the next tick, showing the credential it
+        held (its file stays until the join replaces it: a restart of this process shows
+        it too)."""
         _log.warning("worker %s: refused (%s); joining again", self.worker_id, exc)
         if self._cred is not None:
             self._node.revoke(self._cred.command_token)
+            self._rejoin.held = self._cred.credential
         self._cred, self._registered = None, False
-        credential.forget(self._root)
 
     def _discover_token(self) -> None:
         """On the controller's own host: read the token from the state directory it names

@@ -5,7 +5,9 @@ its credential (it speaks as itself with it) and the controller's command token 
 only token its start/stop/drain and inspector methods accept). Both are written here so
 that a restarted worker process, its watchdog (`worker_crashed`) and its preemption notice
 speak as this worker without joining again; the file names the worker and the controller,
-and is ignored for any other.
+and is ignored for any other. A refused credential stays until a join replaces it: the
+worker shows it at that join (`proof`), so a restarted controller, which keeps only
+hashes of credentials, gives its id to it and to no stranger.
 """
 
 from __future__ import annotations
@@ -16,6 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 FILE = "credential"
+# A join refused for good (an operator barred this id; or the token is wrong) is tried
+# again after 30 s, then twice as long each time up to 10 min: a barred host asks the
+# controller ~6 times an hour, not every heartbeat, and one let back in (its line removed,
+# the controller restarted) is back within 10 min.
+BARRED_RETRY_S, BARRED_RETRY_MAX_S = 30.0, 600.0
 
 
 @dataclass(frozen=True)
@@ -64,5 +71,35 @@ def read(root: Path, worker_id: str | None = None, controller: str | None = None
     return cred
 
 
-def forget(root: Path) -> None:
-    (Path(root) / FILE).unlink(missing_ok=True)
+@dataclass
+class Rejoin:
+    """What a worker without a credential brings to its next join, and when it may ask:
+    the credential it held (a restarted controller, which keeps only hashes, gives the id
+    to its holder alone), and after joins refused for good, a wait (barred_backoff)."""
+
+    held: bytes | None = None  # the credential this worker held, if any
+    refusals: int = 0  # joins refused for good in a row
+    after: float = 0.0  # monotonic s: no join before
+
+    @classmethod
+    def start(cls, root: Path, worker_id: str, cred: Credential | None) -> Rejoin:
+        """At start: none needed while `cred` (this controller's) is held; else the one
+        kept for another address (a local cluster restarted on its state dir, new port)."""
+        kept = read(root, worker_id) if cred is None else None
+        return cls(kept.credential if kept is not None else None)
+
+    def proof(self) -> tuple[bytes, ...]:
+        """The join's extra arguments: the credential held, or none."""
+        return () if self.held is None else (self.held,)
+
+    def barred(self, now: float) -> float:
+        """A join refused for good at `now`: the seconds until the next may be made."""
+        self.refusals += 1
+        wait_s = barred_backoff(self.refusals)
+        self.after = now + wait_s
+        return wait_s
+
+
+def barred_backoff(refusals: int) -> float:
+    """Seconds to wait before joining again after `refusals` joins refused for good."""
+    return min(BARRED_RETRY_MAX_S, BARRED_RETRY_S * 2 ** min(refusals - 1, 16))

@@ -15,9 +15,11 @@ import pytest
 
 import iris
 from iris.actors.keys import region_key
+from iris.controller.effects_out import RegionCarrier
 from iris.controller.gangs.coordinator import CoordinatorConfig
-from iris.controller.gangs.runner import GangRunner
-from iris.controller.scheduling.model import GangShape
+from iris.controller.gangs.tracking import GangTracker
+from iris.controller.scheduling.gang_placement import GangRequest
+from iris.controller.scheduling.model import Band, GangShape
 
 # Regions in their own processes grant this token; the placer presents it (roles).
 TOKEN = secrets.token_bytes(32)
@@ -44,24 +46,45 @@ OWNER_KEY = "/test/gangs"
 
 @iris.actor
 class GangOwner:
-    """The runner's owner here, as the Controller actor is in production: the runner
-    lives on this actor's turn, region replies come back through its mailbox, and its
-    tick fires the coordinator's timers and flushes the runner's requests (the Controller
-    also flushes at the end of a turn with nothing queued). Outcomes land in `outcomes`
-    (thread-safe)."""
+    """The gangs object's owner here, as the Controller actor and its service are in
+    production: the gangs object lives on this actor's turn, a RegionCarrier carries its
+    frames to the Region actors, their replies come back through this mailbox as events of
+    the gangs object, and the frames go out at the end of each turn; the tick fires the
+    coordinator's timers. Outcomes (round key) land in `outcomes` (thread-safe)."""
 
     tick_interval_s = 0.05
 
     def __init__(self, node, regions: dict, config: CoordinatorConfig | None = None):
         self.outcomes: queue.Queue = queue.Queue()
         self._clock = node.clock
-        self.runner = GangRunner(node, lambda fn, *a: node.post_to(OWNER_KEY, fn, *a),
-                                 node.clock, regions=regions, config=config,
-                                 on_outcome=self.outcomes.put, auth=TOKEN)
+        self.gangs = GangTracker(config=config)
+        self._carrier = RegionCarrier(node, lambda fn, *a: node.post_to(OWNER_KEY, self._turn,
+                                                                       fn, a),
+                                      self, regions=regions, auth=TOKEN)
+
+    def place(self, gang_id: str, shape: GangShape, regions: tuple[str, ...]) -> None:
+        tasks = tuple(f"{gang_id}-job[{i}]" for i in range(shape.hosts))
+        self._turn(self.gangs.request, (GangRequest(gang_id, f"{gang_id}-job", Band.BATCH,
+                                                    tasks, shape, regions),))
+
+    def release(self, gang_id: str) -> None:
+        self._turn(self.gangs.release, (self.gangs.reserving[gang_id].round_id,))
+
+    def gang_replies(self, region: str, replies) -> None:
+        self.gangs.replied(region, replies, self._clock.monotonic())
+
+    def gang_region_down(self, region: str, why) -> None:
+        self.gangs.region_down(region, why, self._clock.monotonic())
+
+    def _turn(self, fn, args) -> None:
+        fn(*args)
+        for send in self.gangs.take_sends(self._clock.monotonic()):
+            self._carrier.send(send)
+        for outcome in self.gangs.take_outcomes():
+            self.outcomes.put(outcome)
 
     def on_tick(self) -> None:
-        self.runner.fire_due(self._clock.monotonic())
-        self.runner.flush()
+        self._turn(self.gangs.fire_due, (self._clock.monotonic(),))
 
 
 def _owner(cluster, regions: dict, config: CoordinatorConfig | None = None):
@@ -91,7 +114,7 @@ def three_regions(cluster):
 
 def test_gang_lands_whole_in_one_region_and_release_frees_it(cluster, three_regions):
     owner = _owner(cluster, three_regions)
-    events, placer = owner.instance.outcomes, owner.instance.runner
+    events, placer = owner.instance.outcomes, owner.instance
     try:
         regions = ("us-east", "us-central", "eu-west")
         owner.post(placer.place, "g1", SHAPE, regions)
@@ -112,7 +135,7 @@ def test_gang_lands_whole_in_one_region_and_release_frees_it(cluster, three_regi
 def test_more_gangs_than_slices_the_extra_one_is_unplaceable_with_reasons(cluster, three_regions):
     config = CoordinatorConfig(max_attempts=2, backoff_initial_s=0.05, backoff_max_s=0.1)
     owner = _owner(cluster, three_regions, config)
-    events, placer = owner.instance.outcomes, owner.instance.runner
+    events, placer = owner.instance.outcomes, owner.instance
     try:
         regions = ("us-east", "us-central", "eu-west")
         for i in range(4):  # 3 slices in all: the fourth gang cannot be placed

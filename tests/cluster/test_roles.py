@@ -41,7 +41,7 @@ pytestmark = pytest.mark.xdist_group("roles")  # one cluster, these tests in fil
 
 FAKE = "w-matrix"  # a worker that joined: it holds its own credential, nothing more
 ROLES = ("client", "member", "admin", "worker", "worker-as-other", "controller",
-         "controller-of-other")
+         "controller-of-other", "revoked")
 ANY = frozenset(ROLES)
 ADMIN, MEMBER, WORKER, CONTROLLER = (frozenset({r}) for r in
                                      ("admin", "member", "worker", "controller"))
@@ -97,11 +97,16 @@ def world(tmp_path_factory):
         secret = load_secret(state)
         [real] = client.node.call(cluster.address, CONTROLLER_KEY, "list_workers").result(60)
         fake = joining.join(client.node, cluster.address, FAKE)
+        # A worker that joined and left: its credential is revoked (goodbye), nothing more.
+        gone = joining.join(client.node, cluster.address, "w-gone")
+        client.node.call(cluster.address, CONTROLLER_KEY, "goodbye", ("w-gone", "tcp://x:1"),
+                         auth=gone["credential"]).result(60)
         # What the controller presents on its commands to the real worker (its work dir).
         commands = credential.read(root / "worker-0", real["worker_id"]).command_token
         yield {
             "cluster": cluster, "node": client.node, "db": state / "jobs.sqlite3",
-            "worker": real, "fake": fake, "secret": secret, "commands": commands,
+            "worker": real, "fake": fake, "gone": gone, "secret": secret,
+            "commands": commands,
             "cluster_token": tokens.read(state / tokens.CLUSTER_TOKEN_FILE),
             "admin_token": tokens.read(state / tokens.ADMIN_TOKEN_FILE),
         }
@@ -122,7 +127,8 @@ def _auth(world, role: str, at_worker: bool) -> bytes | None:
             # The controller's own token at its node; at a worker, its command token for it.
             "controller": world["commands"] if at_worker else controller_token(secret),
             # Another worker's command token (what that worker holds): no role here.
-            "controller-of-other": world["fake"]["command_token"]}[role]
+            "controller-of-other": world["fake"]["command_token"],
+            "revoked": world["gone"]["credential"]}[role]
 
 
 def _state(world) -> dict:
@@ -229,7 +235,10 @@ def test_a_revoked_worker_is_refused_at_its_next_call_and_the_others_are_not(wor
     told = call("revoke_worker", "w-revoked", auth=world["admin_token"])
     revoked_at = time.monotonic()
     assert told["worker_id"] == "w-revoked"
-    with pytest.raises(PermissionDeniedError):  # its very next report, well within one interval
+    # Its very next report, well within one interval; told it was revoked, not taken for
+    # a client.
+    with pytest.raises(PermissionDeniedError, match="credential of worker 'w-revoked' was "
+                                                    "revoked"):
         call("report", "w-revoked", [])
     assert time.monotonic() - revoked_at < interval + 30  # (a busy machine: generous)
     with pytest.raises(PermissionDeniedError, match="revoked by an operator"):
@@ -271,3 +280,15 @@ def test_a_goodbye_or_crash_for_an_old_address_leaves_the_new_registration_its_c
     call("goodbye", "w-twice", "tcp://127.0.0.1:11")
     with pytest.raises(PermissionDeniedError):
         call("report", "w-twice", [])
+
+
+def test_revoking_a_worker_lost_long_ago_still_bars_its_id(world):
+    """A worker lost more than 60 s ago holds no credential and no registration any more;
+    an operator revoking it still bars its id, and is told it was not known."""
+    node, address = world["node"], world["cluster"].address
+    told = node.call(address, CONTROLLER_KEY, "revoke_worker", ("w-lost-long-ago",),
+                     timeout_s=30, auth=world["admin_token"]).result(60)
+    assert told == {"worker_id": "w-lost-long-ago", "attempts": [], "was": "unknown"}
+    with pytest.raises(PermissionDeniedError, match="revoked by an operator"):
+        node.call(address, CONTROLLER_KEY, "join", ("w-lost-long-ago",), timeout_s=30,
+                  auth=world["cluster_token"]).result(60)

@@ -361,3 +361,27 @@ def test_gcs_outage_fails_the_checkpoint_clearly_and_the_next_one_succeeds(tmp_p
         assert [m["name"] for m in bucket.list()] == [ok["name"]]
     finally:
         server.stop()
+
+
+def test_checkpoint_carries_which_credential_owns_which_worker_and_the_bars(tmp_path, bucket):
+    """On a new machine, a stranger with the cluster token cannot take a live worker's id
+    either, and a barred id stays barred."""
+    from iris.base.errors import ConflictError, PermissionDeniedError
+    from iris.controller.credentials import Credentials
+
+    store, _ = _store_with_jobs(tmp_path / "old", 1)
+    old = Credentials(tmp_path / "old", lambda *a: None, lambda t: None)
+    live = old.issue("w-live", 0.0, None)
+    old.issue("w-bad", 0.0, None)
+    old.ban("w-bad")
+    _take(tmp_path / "old", bucket)
+    store.close()
+    old.close()
+    prepare(tmp_path / "new", bucket, "latest", SYSTEM_CLOCK.wall())
+    new = Credentials(tmp_path / "new", lambda *a: None, lambda t: None, now=100.0)
+    with pytest.raises(ConflictError, match="restarted"):
+        new.issue("w-live", 200.0, None)
+    with pytest.raises(PermissionDeniedError, match="revoked by an operator"):
+        new.issue("w-bad", 200.0, None)
+    assert new.issue("w-live", 200.0, None, proof=live["credential"])["worker_id"] == "w-live"
+    assert (tmp_path / "new" / "worker_credentials").stat().st_mode & 0o777 == 0o600

@@ -148,9 +148,22 @@ def test_service_is_composed_not_inherited():
     ("iris.controller.effects_out", "EffectsOut"),
     ("iris.controller.regions.autoscaler", "Autoscaler"),
     ("iris.controller.scheduling.scheduler", "_Pass"),
-    ("iris.controller.scheduling.pass_gangs", "GangSteps"),
+    ("iris.controller.scheduling.gang_placement", "GangSteps"),
 ])
 def test_no_class_is_split_by_a_mixin(module, name):
     """Classes once split across files by mixins for size alone now inherit nothing: one
     class with one job, or objects with an interface between them."""
     assert _class(importlib.import_module(module), name).bases == []
+
+
+@pytest.mark.parametrize("module", ["iris.controller.actor", "iris.controller.effects_out",
+                                    "iris.controller.upkeep"])
+def test_the_controller_calls_nothing_through_its_own_nodes_address(module):
+    """No loopback (issue 30): the Region actors this node hosts are reached on their turn
+    (effects_out.RegionCarrier), never by a call to the node's own address."""
+    tree = ast.parse(Path(inspect.getfile(importlib.import_module(module))).read_text())
+    loopback = [ast.unparse(n) for n in ast.walk(tree)
+                if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+                and n.func.attr == "call" and n.args
+                and ast.unparse(n.args[0]).endswith("_node.address")]
+    assert loopback == []

@@ -1,18 +1,14 @@
-"""The controller's half of gang placement: rounds, held hosts, checks before assigning,
-releases when a gang ends, and the inventory each region's ledger is sent. Pure."""
+"""The controller's gangs object: rounds, held hosts, checks before assigning, releases when a
+gang ends (frames to the regions through its coordinator), and the inventory each region's
+ledger is sent. Pure."""
 
 from __future__ import annotations
 
-from iris.controller.gangs.coordinator import Placed, ReleaseGang, Unplaceable
+from iris.controller.gangs.coordinator import Placed, Unplaceable
+from iris.controller.gangs.inventory import region_inventory
 from iris.controller.gangs.ledger import ReservationLedger, SliceSpec
-from iris.controller.gangs.protocol import Refused, Reserved
-from iris.controller.gangs.tracking import (
-    GangTracker,
-    PlaceRound,
-    ReleaseRound,
-    SyncRegion,
-    region_inventory,
-)
+from iris.controller.gangs.protocol import Refused, Reserved, decode_message
+from iris.controller.gangs.tracking import GangTracker, SyncRegion
 from iris.controller.jobs import events as ev
 from iris.controller.scheduling.constraints import parse_constraints
 from iris.controller.scheduling.gang_placement import GangRequest
@@ -44,6 +40,21 @@ def _request(job_id: str, hosts=HOSTS) -> GangRequest:
                        tuple(hosts))
 
 
+def _frames(tracker: GangTracker) -> dict[str, list[tuple[str, str]]]:
+    """What the gangs object sends each region now: (message type, round key) in order."""
+    return {s.region: [(type(m).__name__, m.gang_id) for m in map(decode_message, s.requests)]
+            for s in tracker.take_sends(0.0)}
+
+
+def _round(tracker: GangTracker, job: str):
+    return tracker.reserving[f"{job}#g0"].round_id
+
+
+def _aborted(round_id) -> dict[str, list[tuple[str, str]]]:
+    """A round given up while its regions were still asked: both are told to let go."""
+    return {r: [("AbortRequest", round_id.key)] for r in ("r1", "r2")}
+
+
 def _placed(tracker: GangTracker, h: Harness, round_id: str, hosts=HOSTS):
     return tracker.placed_round(round_id, "r1", hosts, h.state, WORKERS, {},
                                 iter(f"att-{i}" for i in range(100)).__next__)
@@ -53,10 +64,10 @@ def test_tracker_request_holds_the_set_aside_hosts_until_the_round_settles():
     h, tracker = Harness(), GangTracker()
     job = _gang_job(h)
     tracker.request(_request(job))
-    [place] = tracker.take_outbox()
-    assert isinstance(place, PlaceRound) and place.regions == ("r1", "r2")
+    round_id = _round(tracker, job)
+    assert _frames(tracker) == {r: [("ReserveRequest", round_id.key)] for r in ("r1", "r2")}
     assert tracker.held_hosts() == set(HOSTS)
-    placements, problem = _placed(tracker, h, place.round_id)
+    placements, problem = _placed(tracker, h, round_id)
     assert problem is None and tracker.held_hosts() == set()
     assert [(p.task_index, p.worker_id) for p in placements] == list(enumerate(HOSTS))
 
@@ -65,25 +76,29 @@ def test_tracker_stale_round_is_released_not_assigned():
     h, tracker = Harness(), GangTracker()
     job = _gang_job(h)
     tracker.request(_request(job))
-    old = tracker.take_outbox()[0].round_id
+    old = _round(tracker, job)
+    _frames(tracker)
     tracker.unplaceable(old, {"r1": "full"}, now=0.0)
     placements, _ = _placed(tracker, h, old)  # a late Placed for a round already given up
-    assert placements == [] and tracker.take_outbox() == [ReleaseRound(old)]
+    assert placements == [] and _frames(tracker) == _aborted(old)
 
 
 def test_tracker_sorts_outcomes_by_round_and_releases_a_gang_nobody_waits_for():
     h, tracker = Harness(), GangTracker()
     job = _gang_job(h)
     tracker.request(_request(job))
-    round_id = tracker.take_outbox()[0].round_id
+    gone = _round(tracker, job)
+    tracker.request(_request(job))  # asked again: the first round is nobody's now
+    round_id = _round(tracker, job)
+    _frames(tracker)
     placed, refused = tracker.sort_outcomes([
         Placed(round_id.key, "r1", "tok", tuple(HOSTS)),
         Unplaceable(round_id.key, {"r2": "full"}),
-        Placed("gone@9", "r2", "tok", ("x-h0",)),  # its round ended meanwhile
+        Placed(gone.key, "r2", "tok", ("x-h0",)),  # its round ended meanwhile
     ])
     assert placed == [(round_id, "r1", tuple(HOSTS))]
     assert refused == [(round_id, {"r2": "full"})]
-    assert tracker.take_outbox() == [ReleaseGang("gone@9")]
+    assert _frames(tracker) == _aborted(gone)
 
 
 def test_tracker_offer_on_a_host_that_filled_meanwhile_is_released_with_a_reason():
@@ -92,17 +107,18 @@ def test_tracker_offer_on_a_host_that_filled_meanwhile_is_released_with_a_reason
     other = h.submit(spec("single", resources={"cpu": 8}))
     h.assign(other, 0, worker="s1-h1")  # the region's view lagged: h1 is taken
     tracker.request(_request(job))
-    round_id = tracker.take_outbox()[0].round_id
+    round_id = _round(tracker, job)
+    _frames(tracker)
     placements, problem = _placed(tracker, h, round_id)
     assert placements == [] and "s1-h1 is busy" in problem["message"]
-    assert tracker.take_outbox() == [ReleaseRound(round_id)]
+    assert _frames(tracker) == _aborted(round_id)
 
 
 def test_tracker_refused_gang_waits_before_being_asked_again_and_says_why():
     h, tracker = Harness(), GangTracker(retry_after_s=5.0)
     job = _gang_job(h)
     tracker.request(_request(job))
-    round_id = tracker.take_outbox()[0].round_id
+    round_id = _round(tracker, job)
     tracker.unplaceable(round_id, {"r1": "no free slice", "r2": "no free slice"}, now=100.0)
     reason = tracker.waiting(f"{job}#g0", now=101.0)
     assert reason["code"] == "NO_CAPACITY" and "r2: no free slice" in reason["message"]
@@ -113,16 +129,17 @@ def test_tracker_releases_a_round_once_its_gang_no_longer_runs_there():
     h, tracker = Harness(), GangTracker()
     job = _gang_job(h)
     tracker.request(_request(job))
-    round_id = tracker.take_outbox()[0].round_id
+    round_id = _round(tracker, job)
+    _frames(tracker)
     placements, _ = _placed(tracker, h, round_id)
     h.send(ev.Assign(h.eid(), tuple(placements)))
     tracker.release_ended(h.state)
-    assert tracker.take_outbox() == []  # running: the hold stays
+    assert _frames(tracker) == {}  # running: the hold stays
     for p in placements:
         h.send(ev.AttemptRunning(h.eid(), p.attempt_id))
         h.exit(p.attempt_id, 0)
     tracker.release_ended(h.state)
-    assert tracker.take_outbox() == [ReleaseRound(round_id)] and tracker.placed == {}
+    assert _frames(tracker) == _aborted(round_id) and tracker.placed == {}
 
 
 def test_tracker_syncs_a_region_only_when_its_inventory_changed():
@@ -171,3 +188,14 @@ def test_a_gang_constrained_on_any_worker_attribute_is_reserved_where_it_matches
     assert isinstance(offer, Reserved) and all(h.startswith("s1-") for h in offer.hosts)
     nobody = GangShape("v5litepod-16", 4, 1, parse_constraints({"team": "nobody"}))
     assert isinstance(ledger.reserve("g2", 1, nobody, 10, now=0), Refused)
+
+
+def test_the_gang_request_is_one_schema_type_from_the_pass_to_the_tracker():
+    """GangRequest is the only gang request type (no GangAsk, no codec of its own): a schema
+    dataclass, whole through wire/schema.py's encode and decode."""
+    from iris.controller.scheduling.model import Demand
+    from iris.wire import schema
+
+    req = GangRequest("j#g0", "j", Band.BATCH, ("j[0]", "j[1]"), SHAPE, ("r1",), ("h0", "h1"),
+                      Demand(1.0, 2**30, 4), ("tpu", "v5litepod"))
+    assert schema.decode(GangRequest, schema.encode(req)) == req

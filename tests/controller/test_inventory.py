@@ -14,14 +14,9 @@ from iris.base.clock import FakeClock
 from iris.base.errors import ConflictError
 from iris.base.resources import Resources
 from iris.controller.gangs import inventory as inv
+from iris.controller.gangs.inventory import host_facts, region_inventory
 from iris.controller.gangs.ledger import ReservationLedger, SliceSpec
-from iris.controller.gangs.tracking import (
-    GangTracker,
-    SyncDelta,
-    SyncRegion,
-    host_facts,
-    region_inventory,
-)
+from iris.controller.gangs.tracking import GangTracker, SyncDelta, SyncRegion
 from iris.controller.jobs.state import KernelState
 from iris.controller.regions.region import Region
 from iris.controller.scheduling.model import GangShape

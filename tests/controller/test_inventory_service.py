@@ -13,7 +13,8 @@ import pytest
 
 from iris.base.clock import FakeClock
 from iris.controller.gangs import inventory as inv
-from iris.controller.gangs.tracking import SyncDelta, SyncRegion, region_inventory
+from iris.controller.gangs.inventory import region_inventory
+from iris.controller.gangs.tracking import SyncDelta, SyncRegion
 from iris.controller.preemption_notices import apply_notice
 from iris.controller.regions.region import Region
 from iris.controller.service import ControllerConfig, ControllerService

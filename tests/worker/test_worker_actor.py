@@ -5,6 +5,7 @@ updates, in order; a stop that arrives while the attempt is still starting is no
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from iris.base.resources import Resources
 from iris.logstore.reader import read_logs
 from iris.logstore.sinks import LocalDirSink
 from iris.wire.bundles import pack
-from iris.worker.actor import Worker
+from iris.worker.actor import HEARTBEAT_S, Worker
 
 WAIT_S = 120.0  # generous: six agents share two cores, and the first start builds a venv
 TOKEN = b"t" * 32  # the cluster token: it buys the worker its own credential (join)
@@ -37,13 +38,18 @@ class FakeController:
         self.gate.set()
         self.registered = threading.Event()
         self.joins = 0
+        self.proofs: list[bytes | None] = []  # what each join proved it held
         self.refuse_reports = False  # as a controller that revoked (or forgot) the credential
+        self.barred = False  # as a controller whose operator revoked this worker
 
-    def join(self, worker_id):
+    def join(self, worker_id, proof=None):
         with self.cond:
             self.joins += 1
-            self.refuse_reports = False
+            self.proofs.append(proof)
             self.cond.notify_all()
+            if self.barred:
+                raise PermissionDeniedError(f"worker {worker_id!r} was revoked by an operator")
+            self.refuse_reports = False
         return {"worker_id": worker_id, "credential": CREDENTIAL, "command_token": COMMANDS}
 
     def register_worker(self, worker_id, address, attributes, running, updates=()):
@@ -184,6 +190,48 @@ def test_a_refused_worker_joins_again_and_keeps_its_credential_in_its_work_dir(w
     fake.registered.clear()
     fake.refuse_reports = True  # its next report is refused: it joins with the cluster token
     assert fake.registered.wait(WAIT_S) and fake.joins >= 2, fake.joins
+    # It proved it held its credential (a controller restarted since it joined knows
+    # which id that credential owns, and gives the id to no one else).
+    assert fake.proofs[0] is None and fake.proofs[-1] == CREDENTIAL
     # Registered again with a new credential: the controller's command token works again.
     assert call("stop_attempt", {"attempt_id": "att-none", "grace_s": 1.0,
                                  "reason": "r"}) is False
+
+
+def test_a_barred_worker_stops_joining_every_heartbeat_and_says_why(worker, caplog):
+    fake, _, _ = worker
+    caplog.set_level(logging.WARNING, logger="iris.worker.actor")
+    fake.barred = fake.refuse_reports = True  # an operator revoked it: refused, then barred
+    with fake.cond:
+        assert fake.cond.wait_for(lambda: fake.joins >= 2, WAIT_S), fake.joins
+    told = threading.Event()
+    told.wait(3 * HEARTBEAT_S + 1.0)  # several heartbeats: no join in them
+    assert fake.joins == 2
+    said = [r.getMessage() for r in caplog.records if "barred" in r.getMessage()]
+    assert said and "revoked by an operator" in said[0] and "again in" in said[0], said
+
+
+def test_a_worker_shows_the_credential_it_kept_for_another_address_at_its_first_join(
+        tmp_path, envs_dir):
+    """A local cluster restarted on its state directory serves at a new port: the worker's
+    kept credential names the old address, and still proves the id is its own."""
+    from iris.worker import credential
+
+    root = tmp_path / "worker"
+    root.mkdir()
+    (root / "envs").symlink_to(envs_dir)
+    old = b"o" * 32
+    credential.write(root, credential.Credential("w-test", "tcp://127.0.0.1:1", old, b"x" * 32))
+    controller_node = Node(NodeConfig()).start()
+    worker_node = Node(NodeConfig()).start()
+    try:
+        fake = controller_node.host(CONTROLLER_KEY, FakeController).instance
+        worker_node.host(worker_key("w-test"), Worker, (
+            "w-test", controller_node.address, CONTROLLER_KEY, {"region": "local"}, root,
+            worker_node, Resources(cpu=2, memory="1GB"), 2.0, TOKEN))
+        assert fake.registered.wait(WAIT_S)
+        assert fake.proofs == [old]
+        assert credential.read(root, "w-test", controller_node.address).credential == CREDENTIAL
+    finally:
+        worker_node.stop()
+        controller_node.stop()

@@ -5,7 +5,9 @@ transaction, so the copy is exactly one committed state; in WAL mode the control
 committing meanwhile), then writes a gzip'd tar of the copy and the role secrets: a new
 controller must accept the cluster token the workers already hold, or none of them could
 join again, and keep its `controller.secret` (the token on its calls to its own Regions);
-the ids an operator revoked stay barred. `unpack` checks an archive fully (size, sha256, members, SQLite integrity,
+the ids an operator revoked stay barred, and which credential owns which worker id (only
+hashes: credential_log.py) is kept, so a stranger with the cluster token cannot take a
+live worker's id on the new controller either. `unpack` checks an archive fully (size, sha256, members, SQLite integrity,
 schema version) in a scratch directory before anything is put where a controller reads it.
 
 The manifest (a small dict) travels with the archive as object metadata: name, when, which
@@ -34,7 +36,8 @@ FORMAT = 1  # of the archive and manifest; bump when either changes shape
 # ~30% larger for ~40% less CPU, and the upload, not the CPU, is what a big state waits on.
 COMPRESS_LEVEL = 6
 MEMBERS = (DB_NAME, tokens.CLUSTER_TOKEN_FILE, tokens.ADMIN_TOKEN_FILE,
-           tokens.CONTROLLER_SECRET_FILE, tokens.REVOKED_WORKERS_FILE)
+           tokens.CONTROLLER_SECRET_FILE, tokens.REVOKED_WORKERS_FILE,
+           tokens.WORKER_CREDENTIALS_FILE)
 _CHUNK = 1 << 20
 # The copy and compression run in a child process at this niceness: measured at 10,000
 # jobs on a loaded 2-core machine, packing on a thread of the controller raised submit p50

@@ -188,7 +188,8 @@ def _move_aside(state_dir: Path, name: str) -> None:
     """The local store (and tokens) a restore replaces go to replaced-<name>/, whole."""
     present = [f for f in (DB_NAME, *(DB_NAME + s for s in _SIDE_FILES),
                            tokens.CLUSTER_TOKEN_FILE, tokens.ADMIN_TOKEN_FILE,
-                           tokens.CONTROLLER_SECRET_FILE, tokens.REVOKED_WORKERS_FILE)
+                           tokens.CONTROLLER_SECRET_FILE, tokens.REVOKED_WORKERS_FILE,
+                           tokens.WORKER_CREDENTIALS_FILE)
                if (state_dir / f).exists()]
     if not present:
         return

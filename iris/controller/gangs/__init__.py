@@ -1,11 +1,13 @@
 """Gangs, with one owner: multi-host jobs placed whole in one region, by two-phase reservation.
 
 Modules: protocol (the reserve/commit/abort/release messages, and them as plain data through
-the schema of wire/schema.py); ledger (one region's reservations, run by the Region actor); coordinator
-(the pure two-phase state machine); tracking (the controller's rounds: hosts held, checks
-before assigning, releases, region inventories); runner (the coordinator against the Region
-actors, on its owner's turn: no thread of its own). Where a gang could go in a pass is the
-scheduler's (scheduling/gang_placement.py).
+the schema of wire/schema.py); ledger (one region's reservations, run by the Region actor);
+coordinator (the pure two-phase state machine); tracking (the service's gangs object: rounds,
+hosts held, checks before assigning, releases, the coordinator and its timers, frames out as
+SendRegion effects and replies in as events, region inventories); inventory (each region's
+inventory kept between pushes). Where a gang could go in a pass is the scheduler's
+(scheduling/gang_placement.py); carrying the frames is the Controller actor's
+(effects_out.py).
 """
 
 __all__: list[str] = []

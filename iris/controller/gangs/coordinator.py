@@ -3,8 +3,8 @@
 `handle(event, now) -> effects`. Events are requests from the controller (PlaceGang,
 ReleaseGang), replies from regions (protocol.py), fired timers, and RegionDown (a call to
 the region failed). Effects are messages to send, timers to arm, and outcomes to record.
-No sockets, no clock: runner.GangRunner, on the controller's turn, passes `now` and applies
-the effects.
+No sockets, no clock: the gangs object (tracking.GangTracker), on the controller's turn,
+passes `now` and applies the effects.
 
 One attempt: ask every candidate region to reserve at once; when all have answered (or
 the gather timeout fires) commit the best offer and abort every other one; resend the

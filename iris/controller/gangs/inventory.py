@@ -2,7 +2,7 @@
 the last push. Pure: no sockets, no clock; state and events in, pushes out.
 
 Not the ledger (ledger.py, the region's side) nor the decision of when to push (the service,
-controller/region_pushes.py). The inventory of a region is what `tracking.region_inventory`
+controller/region_pushes.py). The inventory of a region is what `region_inventory` (below)
 computes from scratch (slices of registered hosts, hosts busy with attempts running or
 stopping) plus the hosts that are draining and run nothing; here it is kept from one fact per
 host, given again whenever something about the host may have changed:
@@ -29,8 +29,14 @@ a slice's row is sent whole whenever its hosts or its first host's attributes ch
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the controller's records, read here by field only
+    from iris.base.resources import Resources
+    from iris.controller.jobs.state import KernelState
+    from iris.controller.workers import WorkerInfo
 
 _HOST_INDEX = re.compile(r"^(.*)-[hw](\d+)$")
 
@@ -281,3 +287,39 @@ def _flip(pushed: set[str], host: str, now: bool, on: list[str], off: list[str])
         pushed.discard(host)
         off.append(host)
 
+
+# ---- from the controller's records (the facts of one worker; a whole region from scratch)
+
+def host_facts(state: KernelState, w: WorkerInfo, stopping: Mapping[str, Mapping],
+               draining: Collection[str]) -> Facts:
+    """One registered worker as its region's inventory sees it (inventory.Facts)."""
+    return Facts(w.region, w.attributes.get("slice_id") or w.worker_id, w.attributes,
+                     bool(state.by_worker.get(w.worker_id) or stopping.get(w.worker_id)),
+                     w.worker_id in draining)
+
+
+def region_inventory(state: KernelState, workers: Iterable[WorkerInfo],
+                     stopping: dict[str, dict[str, Resources]],
+                     ) -> dict[str, tuple[list[dict], list[str]]]:
+    """Per region: its slices ({"slice_id", "accelerator", "hosts", "attributes"}; a worker
+    outside any slice is a slice of one) and the hosts running or stopping attempts."""
+    slices: dict[str, dict[str, list[WorkerInfo]]] = {}
+    busy: dict[str, list[str]] = {}
+    for w in workers:
+        sid = w.attributes.get("slice_id") or w.worker_id
+        slices.setdefault(w.region, {}).setdefault(sid, []).append(w)
+        if state.by_worker.get(w.worker_id) or stopping.get(w.worker_id):
+            busy.setdefault(w.region, []).append(w.worker_id)
+    out = {}
+    for region, by_slice in slices.items():
+        rows = []
+        for sid, hosts in sorted(by_slice.items()):
+            hosts.sort(key=lambda w: host_order(w.worker_id))
+            # Every attribute: a gang's constraints may name any of them ("team": "a"), and a
+            # region that does not know one could never match it (it waited forever).
+            attrs = dict(hosts[0].attributes)
+            rows.append({"slice_id": sid,
+                         "accelerator": hosts[0].attributes.get("accelerator_type") or None,
+                         "hosts": [w.worker_id for w in hosts], "attributes": attrs})
+        out[region] = (rows, sorted(busy.get(region, [])))
+    return out

@@ -1,40 +1,61 @@
-"""The controller's side of gang placement: rounds being reserved, rounds holding hosts, and
-what each region's ledger should own. Pure: no sockets, no clock reads (`now` is passed).
+"""The controller's gangs object: rounds being reserved, rounds holding hosts, the two-phase
+coordinator that reserves them in the regions, its timers, and what each region's ledger
+should own. Pure: no sockets, no clock reads (`now` is passed).
 
-Not the coordinator (coordinator.py, run against the Region actors by runner.GangRunner on
-the controller's turn) nor the ledgers. The scheduler asks for a gang (a GangRequest); the
-tracker starts a placement *round* under its own typed id (RoundId), because a gang requeued whole is
-placed again while the release of its previous round may still be travelling. The hosts
-the scheduler set aside stay held until the round settles, so later passes do not give
-them to smaller work. When the coordinator reports a placement, the tracker checks that the
-gang still waits and that the hosts still have room (the regions' view lags the
-controller's by a message) before the controller assigns the tasks; a round that no longer
-fits, or whose gang has ended, is released so its region frees the hosts.
+Not the coordinator's decisions (coordinator.py) nor the ledgers, nor the carrying of frames
+(the Controller actor's effects_out.py). The scheduler asks for a gang (a GangRequest); the
+tracker starts a placement *round* under its own typed id (RoundId), because a gang requeued
+whole is placed again while the release of its previous round may still be travelling, and
+hands it to the coordinator. The hosts the scheduler set aside stay held until the round
+settles, so later passes do not give them to smaller work. What the coordinator sends comes
+out as `SendRegion` effects (one per region, the frames of a whole queue of turns together:
+`take_sends`); the regions' replies come back as events (`replied`, `region_down`), the
+timers fire on the owner's tick (`fire_due`), and the coordinator's outcomes wait for
+`take_outcomes`. When the coordinator reports a placement, the tracker checks that the gang
+still waits and that the hosts still have room (the regions' view lags the controller's by a
+message) before the controller assigns the tasks; a round that no longer fits, or whose gang
+has ended, is released so its region frees the hosts.
 
-Everything the controller must send is left in `outbox` (SyncRegion or SyncDelta,
-PlaceRound, ReleaseRound), in the order it must go out: a region's inventory before a round
-that relies on it. Each region's inventory is kept incrementally (inventory.py) from the
-facts of the hosts that changed (`note_hosts`); `region_inventory` computes it from scratch.
+Region inventories (SyncRegion or SyncDelta) wait in `outbox`, to go before any round that
+relies on them. Each region's inventory is kept incrementally (inventory.py) from the facts
+of the hosts that changed (`note_hosts`); `inventory.whole` reads it from scratch.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Mapping
+import heapq
+import logging
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
+from iris.base.errors import ProtocolError
 from iris.base.resources import Resources
 from iris.controller.gangs import inventory as inv
-from iris.controller.gangs.coordinator import Placed, ReleaseGang, Unplaceable
+from iris.controller.gangs.coordinator import (
+    CoordinatorConfig,
+    GangCoordinator,
+    GangReleased,
+    Placed,
+    PlaceGang,
+    RegionDown,
+    ReleaseGang,
+    Send,
+    SetTimer,
+    Timer,
+    Unplaceable,
+)
 from iris.controller.gangs.inventory import Delta as SyncDelta
+from iris.controller.gangs.protocol import decode_message, encode_message
 from iris.controller.jobs.events import Placement
 from iris.controller.jobs.model import ACTIVE_ATTEMPT
 from iris.controller.jobs.state import KernelState
 from iris.controller.scheduler_view import parse_task_id
 from iris.controller.scheduling.gang_placement import GangRequest
-from iris.controller.scheduling.model import GangShape, per_host_demand
+from iris.controller.scheduling.model import per_host_demand
 from iris.controller.scheduling.reasons import ReasonCode
 from iris.controller.workers import WorkerInfo
 
+_log = logging.getLogger(__name__)
 # After every candidate region refused a gang (the coordinator already retried with
 # backoff), the scheduler waits this long before asking again, so a gang the regions keep
 # refusing costs a few calls a minute, not one per scheduling pass.
@@ -53,6 +74,16 @@ class SyncRegion:
 
 
 @dataclass(frozen=True, slots=True)
+class SendRegion:
+    """Gang frames for one region's ledger, in order (each `protocol.encode_message`): what
+    the actor carries to that Region actor (`handle_many`); its replies come back as
+    `GangTracker.replied`, a failure to deliver as `region_down`."""
+
+    region: str
+    requests: tuple[dict, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class RoundId:
     """One placement round of one gang. `key` is how the coordinator and the regions name
     it on the wire; the controller never parses it back (it looks the round up)."""
@@ -64,18 +95,6 @@ class RoundId:
     @property
     def key(self) -> str:
         return f"{self.gang_id}@{self.seq}"
-
-
-@dataclass(frozen=True)
-class PlaceRound:
-    round_id: RoundId
-    shape: GangShape
-    regions: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class ReleaseRound:
-    round_id: RoundId
 
 
 @dataclass
@@ -90,16 +109,25 @@ class Round:
 
 
 class GangTracker:
-    def __init__(self, retry_after_s: float = RETRY_AFTER_S, incarnation: str = "c0"):
+    """The gangs object (see the module docstring)."""
+
+    def __init__(self, retry_after_s: float = RETRY_AFTER_S, incarnation: str = "c0",
+                 config: CoordinatorConfig | None = None):
         self.retry_after_s = retry_after_s
         # `incarnation` names this controller's pushes apart from a previous one's.
         self.inventory = inv.InventoryState(incarnation)
         self.reserving: dict[str, Round] = {}  # gang id -> its round in flight
         self.placed: dict[RoundId, Round] = {}  # rounds whose gang holds hosts
         self.cooling: dict[str, tuple[float, dict]] = {}  # gang id -> (until, pending reason)
-        self.outbox: list[SyncRegion | SyncDelta | PlaceRound | ReleaseRound] = []
+        self.outbox: list[SyncRegion | SyncDelta] = []  # inventories not pushed yet
         self._seq = 0
         self._by_key: dict[str, Round] = {}  # wire key -> round in `reserving`
+        self._coordinator = GangCoordinator(config or CoordinatorConfig())
+        self._asks: list[PlaceGang | ReleaseGang] = []  # for the coordinator, at the next take
+        self._frames: dict[str, list[dict]] = {}  # region -> frames not taken yet
+        self._timers: list[tuple[float, int, Timer]] = []
+        self._timer_seq = 0
+        self._outcomes: list[Placed | Unplaceable | GangReleased] = []
 
     # ---- asking -----------------------------------------------------------------------
 
@@ -113,7 +141,11 @@ class GangTracker:
         rnd = self.reserving[req.gang_id] = Round(round_id, req.gang_id, req.job_id, indices,
                                                   req.hosts)
         self._by_key[round_id.key] = rnd
-        self.outbox.append(PlaceRound(round_id, req.shape, req.regions))
+        self._asks.append(PlaceGang(round_id.key, req.shape, req.regions))
+
+    def asked(self) -> bool:
+        """A round was asked for since the last take (its regions' inventories go first)."""
+        return any(isinstance(a, PlaceGang) for a in self._asks)
 
     def held_hosts(self) -> set[str]:
         return {h for r in self.reserving.values() for h in r.set_aside}
@@ -146,13 +178,13 @@ class GangTracker:
         """The coordinator's outcomes (Placed, Unplaceable) by round: (placed: round,
         region, hosts; refused: round, region -> why). A gang placed for a round nobody
         waits for any more (it ended, or was asked again) gets its hosts back now: a
-        ReleaseGang in the outbox."""
+        ReleaseGang to the coordinator."""
         placed, refused = [], []
         for outcome in outcomes:
             round_id = self.round_of(outcome.gang_id)
             if round_id is None:
                 if isinstance(outcome, Placed):
-                    self.outbox.append(ReleaseGang(outcome.gang_id))
+                    self._asks.append(ReleaseGang(outcome.gang_id))
             elif isinstance(outcome, Placed):
                 placed.append((round_id, outcome.region, tuple(outcome.hosts)))
             elif isinstance(outcome, Unplaceable):
@@ -167,11 +199,11 @@ class GangTracker:
         hosts = tuple(hosts)
         rnd = self._take_reserving(round_id)
         if rnd is None:  # the gang ended or was re-asked meanwhile: give the hosts back
-            self.outbox.append(ReleaseRound(round_id))
+            self.release(round_id)
             return [], None
         problem = _misfit(rnd, hosts, state, workers, stopping)
         if problem is not None:
-            self.outbox.append(ReleaseRound(round_id))
+            self.release(round_id)
             return [], {"code": ReasonCode.WAITING_FOR_GANG.value,
                         "message": f"gang {rnd.gang_id}: region {region} offered hosts that "
                                    f"no longer fit ({problem}); asking again",
@@ -193,6 +225,10 @@ class GangTracker:
             "details": {"gang": rnd.gang_id, "regions": dict(reasons)}})
         return rnd.job_id
 
+    def release(self, round_id: RoundId) -> None:
+        """Give back whatever the round holds in its region, in any phase."""
+        self._asks.append(ReleaseGang(round_id.key))
+
     def _take_reserving(self, round_id: RoundId) -> Round | None:
         rnd = self.reserving.get(round_id.gang_id)
         if rnd is None or rnd.round_id != round_id:
@@ -208,12 +244,12 @@ class GangTracker:
         for round_id, rnd in list(self.placed.items()):
             if not any(_runs_on(state, rnd.job_id, i, rnd.hosts) for i in rnd.indices):
                 del self.placed[round_id]
-                self.outbox.append(ReleaseRound(round_id))
+                self.release(round_id)
         for gang_id, rnd in list(self.reserving.items()):
             if not all((rnd.job_id, i) in state.pending for i in rnd.indices):
                 del self.reserving[gang_id]
                 self._by_key.pop(rnd.round_id.key, None)
-                self.outbox.append(ReleaseRound(rnd.round_id))
+                self.release(rnd.round_id)
 
     def note_hosts(self, events: Iterable[inv.HostIs | inv.HostGone]) -> None:
         """What is true now of hosts that may have changed (inventory.handle), O(1) each."""
@@ -263,7 +299,7 @@ class GangTracker:
         workers, draining = list(workers), set(draining)
         here = {w.worker_id for w in workers}
         self.note_hosts([inv.HostGone(h) for h in list(self.inventory.hosts) if h not in here])
-        self.note_hosts(inv.HostIs(w.worker_id, host_facts(state, w, stopping, draining))
+        self.note_hosts(inv.HostIs(w.worker_id, inv.host_facts(state, w, stopping, draining))
                         for w in workers)
         unmet = unmet or {}
         self.push_regions(unmet, regions, fulls=self.full_due({*unmet, *regions}))
@@ -271,45 +307,72 @@ class GangTracker:
     def regions(self) -> list[str]:
         return sorted(self.inventory.regions)
 
-    def take_outbox(self) -> list[SyncRegion | SyncDelta | PlaceRound | ReleaseRound]:
-        """Inventory first: a round asked for in the same pass relies on it."""
+    def take_outbox(self) -> list[SyncRegion | SyncDelta]:
+        """The inventory pushes queued since the last take, in order."""
         out, self.outbox = self.outbox, []
-        return sorted(out, key=lambda m: not isinstance(m, SyncRegion | SyncDelta))
+        return out
 
+    # ---- the coordinator's side: frames out, replies and timers in ----------------------
 
-def host_facts(state: KernelState, w: WorkerInfo, stopping: Mapping[str, Mapping],
-               draining: Collection[str]) -> inv.Facts:
-    """One registered worker as its region's inventory sees it (inventory.Facts)."""
-    return inv.Facts(w.region, w.attributes.get("slice_id") or w.worker_id, w.attributes,
-                     bool(state.by_worker.get(w.worker_id) or stopping.get(w.worker_id)),
-                     w.worker_id in draining)
+    def take_sends(self, now: float, flush: bool = True) -> list[SendRegion]:
+        """Hand the rounds asked and released since the last take to the coordinator; with
+        `flush`, what it asked of each region since the last flush, one SendRegion each (the
+        owner flushes at the end of its queue and on its tick, so under load the frames of
+        many turns go out together: one `handle_many` per region)."""
+        asks, self._asks = self._asks, []
+        self._handle(asks, now)
+        if not flush:
+            return []
+        frames, self._frames = self._frames, {}
+        return [SendRegion(region, tuple(msgs)) for region, msgs in frames.items()]
 
+    def replied(self, region: str, replies: object, now: float) -> None:
+        """A region's replies to one SendRegion, in order (None where a frame needs none)."""
+        if not isinstance(replies, list):
+            self.region_down(region, f"expected a list of replies, got {type(replies).__name__}",
+                             now)
+            return
+        events = []
+        for reply in replies:
+            if reply is None:
+                continue
+            try:
+                events.append(decode_message(reply))
+            except ProtocolError as exc:  # one bad reply must not lose the others
+                _log.warning("region %s sent a malformed gang reply: %s", region, exc)
+        self._handle(events, now)
 
-def region_inventory(state: KernelState, workers: Iterable[WorkerInfo],
-                     stopping: dict[str, dict[str, Resources]],
-                     ) -> dict[str, tuple[list[dict], list[str]]]:
-    """Per region: its slices ({"slice_id", "accelerator", "hosts", "attributes"}; a worker
-    outside any slice is a slice of one) and the hosts running or stopping attempts."""
-    slices: dict[str, dict[str, list[WorkerInfo]]] = {}
-    busy: dict[str, list[str]] = {}
-    for w in workers:
-        sid = w.attributes.get("slice_id") or w.worker_id
-        slices.setdefault(w.region, {}).setdefault(sid, []).append(w)
-        if state.by_worker.get(w.worker_id) or stopping.get(w.worker_id):
-            busy.setdefault(w.region, []).append(w.worker_id)
-    out = {}
-    for region, by_slice in slices.items():
-        rows = []
-        for sid, hosts in sorted(by_slice.items()):
-            hosts.sort(key=lambda w: inv.host_order(w.worker_id))
-            # Every attribute: a gang's constraints may name any of them ("team": "a"), and a
-            # region that does not know one could never match it (it waited forever).
-            attrs = dict(hosts[0].attributes)
-            rows.append({"slice_id": sid,
-                         "accelerator": hosts[0].attributes.get("accelerator_type") or None,
-                         "hosts": [w.worker_id for w in hosts], "attributes": attrs})
-        out[region] = (rows, sorted(busy.get(region, [])))
-    return out
+    def region_down(self, region: str, why: object, now: float) -> None:
+        """A SendRegion was not delivered or not answered: gathers waiting on that region
+        stop waiting; the coordinator's resends cover commits and releases, and the
+        regions' leases free any hold whose abort was lost."""
+        _log.warning("gang requests to region %s failed: %s", region, why)
+        self._handle([RegionDown(region)], now)
+
+    def fire_due(self, now: float) -> None:
+        """Fire the coordinator timers due by `now` (the owner's tick: its delays are 0.5 s
+        and up, so a 50 ms tick is fine-grained enough)."""
+        due = []
+        while self._timers and self._timers[0][0] <= now:
+            due.append(heapq.heappop(self._timers)[2])
+        self._handle(due, now)
+
+    def take_outcomes(self) -> list[Placed | Unplaceable | GangReleased]:
+        """The coordinator's outcomes since the last take (for `sort_outcomes`)."""
+        out, self._outcomes = self._outcomes, []
+        return out
+
+    def _handle(self, events: Iterable[object], now: float) -> None:
+        for event in events:
+            for effect in self._coordinator.handle(event, now):
+                if isinstance(effect, Send):
+                    self._frames.setdefault(effect.region, []).append(
+                        encode_message(effect.request))
+                elif isinstance(effect, SetTimer):
+                    self._timer_seq += 1
+                    heapq.heappush(self._timers, (effect.at, self._timer_seq, effect.timer))
+                else:  # Placed, Unplaceable, GangReleased
+                    self._outcomes.append(effect)
 
 
 def _runs_on(state: KernelState, job_id: str, index: int, hosts: tuple[str, ...]) -> bool:

@@ -1,18 +1,38 @@
-"""Where a gang could go this pass: regions with whole free slices (or N idle hosts alike).
+"""A pass's gangs: each gang's tasks asked for whole, and where a gang could go this pass
+(regions with whole free slices, or N idle hosts alike).
 
-Not the reservation itself: the scheduler names candidate regions, best first, and the
-coordinator reserves there. Topology-aware: when no slice is free, a gang may evict
-lower-band work from a slice, counting every small job on its hosts, because evicting
-several small jobs is what frees a large slice. Candidate slices are blocked for the
-rest of the pass so two gangs are never pointed at the same slice.
+`GangSteps` is an object of one pass (scheduler.py's `_Pass` makes it): it owns the gang
+caches of that pass (refusals, the forms of each ask, each request's alternatives) and the
+gang requests it made, and reaches the pass only through the `PassLedger` interface (`mark`,
+`charge`, `over_quota`, `scaling_reason`); the fleet and the preemptor are handed to it.
+With fallbacks, the first alternative with free room is asked for before evicting for any.
+
+Not the reservation itself: the pass names candidate regions, best first, and the gangs
+object (gangs/tracking.py) reserves there through the coordinator. Topology-aware: when no
+slice is free, a gang may evict lower-band work from a slice, counting every small job on
+its hosts, because evicting several small jobs is what frees a large slice. Candidate
+slices are blocked for the rest of the pass so two gangs are never pointed at the same
+slice. Pure, like the pass.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
+from typing import Protocol
 
+from iris.base.resources import Resources
+from iris.controller.scheduling.fallbacks import combined_reason
 from iris.controller.scheduling.fleet import Fleet, Pool
-from iris.controller.scheduling.model import Band, Demand, GangShape, pool_of
+from iris.controller.scheduling.model import (
+    Band,
+    Demand,
+    GangShape,
+    TaskDemand,
+    gang_shape,
+    per_host_demand,
+    pool_of,
+)
 from iris.controller.scheduling.preemption import Preemptor, Victim
 from iris.controller.scheduling.reasons import PendingReason, ReasonCode
 
@@ -34,6 +54,127 @@ class GangRequest:
     hosts: tuple[str, ...] = ()
     need: Demand = Demand()  # per host
     pool: Pool = ("cpu", None)
+
+
+def task_pool(resources: Resources) -> Pool:
+    shape = resources.tpu_slice
+    if shape is not None:
+        return ("tpu", shape.family)
+    if resources.gpu:
+        return ("gpu", resources.gpu)
+    return ("cpu", None)
+
+
+class PassLedger(Protocol):
+    """What the gang steps may ask of their pass: its accounting and its reasons."""
+
+    def mark(self, tasks: Sequence[TaskDemand], reason: PendingReason) -> None: ...
+
+    def charge(self, user: str, band: Band, d: Demand, n: int) -> None: ...
+
+    def over_quota(self, user: str, d: Demand, n: int) -> PendingReason | None: ...
+
+    def scaling_reason(self, accel: str) -> PendingReason | None: ...
+
+
+class GangSteps:
+    """One pass's gang steps (see the module docstring). `requests`: the gangs it asked for."""
+
+    def __init__(self, ledger: PassLedger, fleet: Fleet, pre: Preemptor,
+                 reserving: Collection[str], max_gang_regions: int):
+        self._ledger, self._fleet, self._pre = ledger, fleet, pre
+        self._reserving = set(reserving)
+        self._max_regions = max_gang_regions
+        self.requests: list[GangRequest] = []
+        self._failed_gangs: dict[tuple[object, ...], PendingReason] = {}
+        self._failed_free: dict[tuple[object, ...], PendingReason] = {}  # fallbacks, no evicting
+        self._slice_views: dict = {}  # a _SliceView per slice shape, this pass
+        # id(Resources) -> (it, its alternatives); holding `it` keeps the id from reuse.
+        self._alternatives: dict[int, tuple[Resources, list[Resources]]] = {}
+        self._forms: dict[tuple[int, int, int], tuple] = {}  # (res, need, shape, pool)
+
+    def place(self, job_id: str, user: str, band: Band, gang_id: str,
+              tasks: list[TaskDemand]) -> None:
+        """Ask for one gang of a job: a request, or its tasks marked with why not."""
+        first = tasks[0]
+        mark = self._ledger.mark
+        if gang_id in self._reserving:
+            mark(tasks, PendingReason(ReasonCode.WAITING_FOR_GANG,
+                                      f"gang {gang_id} is being reserved", {"gang": gang_id}))
+            return
+        if len(tasks) < first.gang_size:
+            mark(tasks, PendingReason(
+                ReasonCode.WAITING_FOR_GANG,
+                f"only {len(tasks)} of the {first.gang_size} tasks of gang {gang_id} are "
+                "pending; a gang starts whole", {"gang": gang_id, "pending": len(tasks)}))
+            return
+        who = (job_id, user, band)
+        if not first.resources.has_fallbacks:
+            result = self._gang_on(who, gang_id, tasks, first.resources, self._failed_gangs)
+            if not isinstance(result, GangRequest):
+                mark(tasks, result)
+            return
+        options = self._options(first.resources)
+        # Free room on any alternative beats evicting for the preferred one: a round with
+        # no eviction budget first (its refusals cached apart: they are not final).
+        with self._pre.no_evictions():
+            for res in options:
+                if isinstance(self._gang_on(who, gang_id, tasks, res, self._failed_free),
+                              GangRequest):
+                    return
+        reasons = []
+        for res in options:
+            result = self._gang_on(who, gang_id, tasks, res, self._failed_gangs)
+            if isinstance(result, GangRequest):
+                return
+            if result.code is ReasonCode.PREEMPTING:
+                mark(tasks, result)
+                return
+            reasons.append(result)
+        mark(tasks, combined_reason(first.resources.tpu_alternatives, reasons))
+
+    def _options(self, res: Resources) -> list[Resources]:
+        """Each alternative of a fallback request as its own Resources, once per pass."""
+        found = self._alternatives.get(id(res))
+        if found is None:
+            found = self._alternatives[id(res)] = (res, [res.choose(a) for a in
+                                                        res.tpu_alternatives])
+        return found[1]
+
+    def _gang_on(self, who: tuple[str, str, Band], gang_id: str, tasks: list[TaskDemand],
+                 res: Resources, failed: dict[tuple[object, ...], PendingReason]
+                 ) -> GangRequest | PendingReason:
+        """Ask for the gang on one accelerator type; a request is recorded (and its tasks
+        marked) here, a refusal is returned for the caller to show."""
+        job_id, user, band = who
+        form_key = (id(res), len(tasks), id(tasks[0].constraints))
+        form = self._forms.get(form_key)
+        if form is None or form[0] is not res:
+            form = self._forms[form_key] = (res, per_host_demand(res), gang_shape(
+                res, len(tasks), tasks[0].constraints), task_pool(res))
+        _, need, shape, pool = form
+        ledger = self._ledger
+        quota = ledger.over_quota(user, need, len(tasks))
+        if quota is not None:
+            return quota
+        known = failed.get((shape, band, need, pool))
+        if known is not None:  # what place_gang would answer from its cache, sooner
+            return known
+        ask = GangRequest(gang_id, job_id, band, tuple(t.task_id for t in tasks),
+                          shape, need=need, pool=pool)
+        result = place_gang(self._fleet, self._pre, ask, self._max_regions, failed,
+                            self._slice_views)
+        if isinstance(result, GangRequest):
+            self.requests.append(result)
+            ledger.charge(user, band, need, len(tasks))
+            ledger.mark(tasks, PendingReason(
+                ReasonCode.WAITING_FOR_GANG,
+                f"reserving gang {gang_id} in {', '.join(result.regions)}",
+                {"gang": gang_id, "regions": list(result.regions)}))
+            return result
+        if result.code is ReasonCode.NO_CAPACITY:
+            result = ledger.scaling_reason(shape.accelerator or "cpu") or result
+        return result
 
 
 def place_gang(fleet: Fleet, pre: Preemptor, ask: GangRequest, max_regions: int,

@@ -26,7 +26,7 @@ from iris.base.resources import human_bytes
 from iris.controller.scheduling.constraints import Constraint
 from iris.controller.scheduling.fallbacks import Alternatives, combined_reason, demoted_reason
 from iris.controller.scheduling.fleet import Fleet, Pool
-from iris.controller.scheduling.gang_placement import GangRequest
+from iris.controller.scheduling.gang_placement import GangRequest, GangSteps, task_pool
 from iris.controller.scheduling.model import (
     Band,
     Demand,
@@ -35,7 +35,6 @@ from iris.controller.scheduling.model import (
     TaskDemand,
     per_host_demand,
 )
-from iris.controller.scheduling.pass_gangs import GangSteps, task_pool
 from iris.controller.scheduling.preemption import Preemption, Preemptor
 from iris.controller.scheduling.reasons import PendingReason, ReasonCode
 
@@ -125,14 +124,15 @@ class _Pass:
         self.plan = SchedulePlan([], [], [], {})
         self.classes: dict[tuple[object, ...], _Class] = {}
         self.pool_order: dict[Pool, list[int]] = {}
-        self.gangs = GangSteps(self, reserving, config.max_gang_regions)
+        self.gangs = GangSteps(self, self.fleet, self.pre, reserving,
+                               config.max_gang_regions)
         self.used: dict[str, Demand] = {}                # user -> all bands, for quotas
         self.band_used: dict[tuple[Band, str], list[float]] = {}  # for fair share
         for h in hosts:
             for a in h.running:
                 self.charge(a.user, a.band, a.demand, 1)
 
-    # ---- accounting: the ledger the gang steps reach the pass through ----------------
+    # ---- accounting: the PassLedger the gang steps reach the pass through -----------
 
     def charge(self, user: str, band: Band, d: Demand, n: int) -> None:
         u = self.used.get(user, Demand())
@@ -185,6 +185,7 @@ class _Pass:
         for band in sorted(bands):
             self._run_band(band, bands[band])
         self.plan.preemptions = self.pre.records
+        self.plan.gang_requests = self.gangs.requests
         if demoted:
             demoted_reason(self.plan.reasons, pending, demoted)
         return self.plan
@@ -207,7 +208,7 @@ class _Pass:
     def _step(self, job: _Job) -> None:
         if job.gangs:
             gang_id = next(iter(job.gangs))
-            self.gangs.place(job, gang_id, job.gangs.pop(gang_id))
+            self.gangs.place(job.job_id, job.user, job.band, gang_id, job.gangs.pop(gang_id))
         else:
             self._place_single(job)
 
