@@ -6,15 +6,11 @@ from __future__ import annotations
 
 from iris.base.clock import FakeClock
 from iris.base.resources import Resources
-from iris.controller.gangs.coordinator import Unplaceable
-from iris.controller.gangs.tracking import RETRY_AFTER_S, PlaceRound
+from iris.controller import region_requests
+from iris.controller.gangs.tracking import RETRY_AFTER_S
 from iris.controller.service import ControllerConfig, ControllerService
 
 ACCEL = "v5litepod-16"
-
-
-def _rounds(svc: ControllerService) -> list[PlaceRound]:
-    return [e for e in svc.take_effects() if isinstance(e, PlaceRound)]
 
 
 def test_a_refused_gang_is_asked_for_again_when_its_cooling_ends(tmp_path):
@@ -27,15 +23,16 @@ def test_a_refused_gang_is_asked_for_again_when_its_cooling_ends(tmp_path):
     svc.submit({"name": "/alice/gang", "user": "alice", "replicas": 1,
                 "resources": Resources(tpu=ACCEL, cpu=1).to_dict(),
                 "entrypoint": {"kind": "command", "argv": ["true"]}})
-    [first] = _rounds(svc)
-    svc.gang_outcomes([Unplaceable(first.round_id.key, {"us-east": "no free slice"})])
+    [(gang, first)] = svc.gangs.reserving.items()
+    region_requests.gangs_settled(svc, [], [(first.round_id, {"us-east": "no free slice"})])
+    assert gang not in svc.gangs.reserving
     assert "refused by every candidate region" in svc.status("/alice/gang")["pending_reason"][
         "message"]
     clock.advance(RETRY_AFTER_S / 2)
     svc.tick()
-    assert _rounds(svc) == []  # still cooling
+    assert gang not in svc.gangs.reserving  # still cooling
     clock.advance(RETRY_AFTER_S / 2)
     svc.tick()  # nothing else changed: the end of the cooling alone asks again
-    [again] = _rounds(svc)
+    again = svc.gangs.reserving[gang]
     assert again.round_id.job_id == "/alice/gang" and again.round_id != first.round_id
     svc.close()
