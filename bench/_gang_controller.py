@@ -7,7 +7,9 @@ node that hosts no worker, so each start_attempt is refused at once and costs no
 further). Then `n_slices` gang jobs (one v5litepod-16 slice each, 4 tasks) are submitted at
 once, every call in flight together. Figure = gangs whose 4 tasks are all assigned / wall
 time from the first submit to the last assignment, read by polling `list_jobs` every 20 ms
-(one cheap call; it is the same for before and after). Each placement goes through the
+(one cheap call; it is the same for before and after). controller_cpu_ms_per_gang: CPU
+time of the Controller actor's thread over the same span, per gang placed (the polling
+included): on a loaded machine it moves much less than the rate does. Each placement goes through the
 scheduler pass, a reserve in every region, a commit in one and aborts in the others.
 
 multislice_gangs_per_s_controller (`slices=2`): the same fleet, but each job asks for 2
@@ -18,7 +20,9 @@ reserved in one round in one region.
 from __future__ import annotations
 
 import logging
+import os
 import tempfile
+import threading
 import uuid
 from pathlib import Path
 
@@ -32,6 +36,7 @@ from iris.controller.service import ControllerConfig
 REGIONS = ("us-east", "us-central", "eu-west")
 _GB = 10**9
 _ACCEL = "v5litepod-16"
+_CONTROLLER_THREAD = "iris-actor-/iris/controller"  # the Controller actor's thread
 
 
 def bench_gangs_controller(n_slices: int, timeout_s: float = 300.0, slices: int = 1) -> dict:
@@ -78,8 +83,23 @@ def _register(client: Node, address: str, token: bytes, per_region: int) -> None
             SYSTEM_CLOCK.sleep(0.2)
 
 
+def _thread_cpu_s(name: str) -> float:
+    """CPU seconds the named thread of this process has used (Linux /proc; 0 elsewhere):
+    a figure a busy machine changes much less than wall time."""
+    for t in threading.enumerate():
+        if t.name == name and t.native_id is not None:
+            try:
+                fields = Path(f"/proc/self/task/{t.native_id}/stat").read_text()
+            except OSError:
+                return 0.0
+            utime, stime = fields.rsplit(")", 1)[1].split()[11:13]
+            return (int(utime) + int(stime)) / os.sysconf("SC_CLK_TCK")
+    return 0.0
+
+
 def _place(client: Node, address: str, n_gangs: int, timeout_s: float, slices: int) -> dict:
     resources = Resources(tpu=_ACCEL, cpu=1, count=slices).to_dict()
+    cpu0 = _thread_cpu_s(_CONTROLLER_THREAD)
     t0 = SYSTEM_CLOCK.monotonic()
     futs = [client.call(address, CONTROLLER_KEY, "submit", ({
         "name": f"gang-{i}", "entrypoint": {"kind": "command", "argv": ["true"]},
@@ -96,8 +116,10 @@ def _place(client: Node, address: str, n_gangs: int, timeout_s: float, slices: i
             break
         SYSTEM_CLOCK.sleep(0.02)
     elapsed = SYSTEM_CLOCK.monotonic() - t0
+    cpu = _thread_cpu_s(_CONTROLLER_THREAD) - cpu0
     pre = "multislice_" if slices > 1 else ""
     return {f"{pre}gangs_per_s_controller": round(placed / elapsed, 1),
+            f"{pre}controller_cpu_ms_per_gang": round(1000 * cpu / max(placed, 1), 3),
             f"{pre}controller_gangs": n_gangs, f"{pre}controller_gangs_placed": placed,
             f"{pre}controller_place_s": round(elapsed, 3)}
 

@@ -6,7 +6,9 @@ there. `wait` is async so that thousands of clients can wait for jobs without ho
 thread; it is woken from the actor thread through the node's loop. Gangs are the service's
 (gangs/tracking.py); this actor only carries their frames to the Region actors
 (effects_out.py), whose replies come back as messages into this mailbox and are handed to
-the service as they are. The tick's periodic work is upkeep.py's.
+the service as they are. The tick's periodic work is upkeep.py's. Submits that arrive
+together are one turn (batching.py); a scheduling pass asked for while more waits in the
+mailbox runs when it runs dry (`_after`).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from iris.base.errors import ConfigError, InvalidRequestError, IrisError, NotFou
 from iris.controller.credentials import Credentials, grant_roles
 from iris.controller.effects_out import EffectsOut
 from iris.controller.inspect import locate, summary
+from iris.controller.job_requests import check_submission
 from iris.controller.jobs.model import TERMINAL_JOB
 from iris.controller.preemption_notices import apply_notice
 from iris.controller.reclaim import RegionReclaim
@@ -52,7 +55,8 @@ class Controller:
                                   now=node.clock.monotonic())
         self._waiters = JobWaiters(self._svc.job_state, _TERMINAL)  # on the loop thread only
         self.report_batches = self.reports_batched = 0  # for the snapshot: batch sizes
-        self._pass_posted = False  # a scheduling pass waits at the end of the mailbox
+        # Passes asked for while more requests wait run at the end of the queue (_after).
+        self._svc.later.queued = lambda: node.backlog(CONTROLLER_KEY) > 0
         # One Region actor per region the workers name, served by this node: the gang frames
         # and inventories the service decides are carried onto their turns, their replies
         # come back as messages in this mailbox.
@@ -75,21 +79,18 @@ class Controller:
 
     # ------------------------------------------------------------ jobs
 
+    @batched("_submits", check=check_submission)
     def submit(self, raw: dict) -> dict:
-        """Alone, a submit is placed in its own turn and transaction (one fsync per job). In
-        a burst (more calls queued behind it) the pass waits for the end of the queue: one
-        pass places the whole burst, where a pass per submit cost ~40 ms each at 150
-        pending gangs."""
-        burst = self._node.backlog(CONTROLLER_KEY) > 0
-        answer = self._svc.submit(raw, schedule=not burst)
-        if burst and not self._pass_posted:
-            self._pass_posted = True
-            self._post(self._deferred_pass)
-        return self._after(answer)
+        """Over the wire, submits that arrive together are decoded on the loop thread and
+        handled in one turn (`_submits`)."""
+        return self._after(self._svc.submit(raw))
 
-    def _deferred_pass(self) -> None:
-        self._pass_posted = False
-        self._svc.schedule_now()
+    def _submits(self, raws: list) -> list:
+        """A batch of submissions (batching.py): one turn, one transaction (one fsync), and
+        one pass, which waits for the end of the queue while more requests wait there
+        (a pass per submit cost ~40 ms each at 150 pending gangs). Answered after the
+        commit."""
+        return self._after(self._svc.submits(raws))
 
     def dry_run(self, raw: dict) -> dict:
         return self._svc.dry_run(raw)
@@ -356,6 +357,8 @@ class Controller:
         under load every reply waiting in the mailbox is handled first and their frames go
         out together, one `handle_many` per region."""
         while True:
+            if self._svc.later.wanted and self._node.backlog(CONTROLLER_KEY) == 0:
+                self._svc.schedule_now()  # the end of the queue: the pass left for it
             last = gang_frames or self._node.backlog(CONTROLLER_KEY) == 0
             effects = self._svc.take_effects(gang_frames=last)
             if not effects:

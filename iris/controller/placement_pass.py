@@ -28,8 +28,11 @@ class PlacementPass:
     def __init__(self, clock: Clock):
         self._clock = clock  # a pass's own duration is measured, not a decision
         self.pass_seconds = Histogram()
-        # Why each job with pending tasks waits, as of the last pass (and gang outcomes).
+        # Why each job with pending tasks waits, as of the last pass (and gang outcomes),
+        # without places in line: those are added when someone reads them (`reasons`).
         self.pending_reasons: dict[str, dict] = {}
+        self._line: tuple = ((), ())  # (hosts, demoted) of the last pass, for `reasons`
+        self._shown: dict[str, dict] | None = None  # `reasons` since the last change
         # The hosts as the scheduler sees them, kept between passes (scheduler_view.py).
         self.fleet_view = scheduler_view.FleetView()
 
@@ -41,7 +44,7 @@ class PlacementPass:
         and gang requests, which the tracker turns into reservation rounds through the
         Region actors; with them, the work no region has room for (spec, tasks): the
         autoscalers' demand. `held`: hosts nothing new goes to (gang holds, drains)."""
-        self.pending_reasons = {}
+        self.pending_reasons, self._shown = {}, None
         if not state.pending:
             return [], []
         demands, unplaced = self._demands(state, workers, stopping, gangs, mono)
@@ -61,17 +64,29 @@ class PlacementPass:
                     self.pending_reasons[job_id] = demand.hold_existing(reason.to_dict())
                     continue
                 unplaced[job_id] = unplaced.get(job_id, 0) + 1
-        self.pending_reasons = queue_view.annotate(self.pending_reasons, state,
-                                                   fleet.hosts, demoted)
+        self._line = (fleet.hosts, frozenset(demoted))
         return _plan_events(plan), [(state.jobs[j].spec, n) for j, n in unplaced.items()]
+
+    def reasons(self, state: KernelState) -> dict[str, dict]:
+        """Why each job waits, with places in line (queue_view.annotate). Computed when read
+        (status, listings, the snapshot), at most once per pass or change: ranking every
+        waiting job cost ~8% of the controller's thread when done on every pass, and the
+        pass does not need it. The line is the kernel's as read now, the hosts as of the
+        last pass (the one the reasons come from). Not to be mutated by the caller."""
+        if self._shown is None:
+            hosts, demoted = self._line
+            self._shown = queue_view.annotate(self.pending_reasons, state, hosts, demoted)
+        return self._shown
 
     def note_reason(self, job_id: str, reason: dict) -> None:
         """Why a job waits, learnt outside a pass (a gang round that did not fit)."""
         self.pending_reasons[job_id] = reason
+        self._shown = None
 
     def forget(self, job_id: str) -> None:
         """The job finished: it waits for nothing."""
-        self.pending_reasons.pop(job_id, None)
+        if self.pending_reasons.pop(job_id, None) is not None:
+            self._shown = None
 
     def _demands(self, state: KernelState, workers: Mapping[str, WorkerInfo],
                  stopping: Mapping[str, Mapping], gangs: GangTracker,

@@ -120,7 +120,7 @@ def gangs_settled(svc: Any, placed: list[tuple[RoundId, str, tuple[str, ...]]],
     for round_id, reasons in refused:
         svc.gangs.unplaceable(round_id, reasons, now_mono(svc))
     svc.replan()
-    svc.run_many(events, schedule=True)
+    svc.run_many(events, schedule=True, later=True)  # the pass: at the end of the queue
 
 
 def inventory_push_failed(svc: Any, region: str, seq: int, why: str) -> None:

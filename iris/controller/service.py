@@ -42,7 +42,7 @@ from iris.controller.placement_pass import PlacementPass
 from iris.controller.region_pushes import SYNC_EVERY_S, RegionPushes
 from iris.controller.service_types import Command, ControllerConfig, JobsFinished
 from iris.controller.stop_book import StopBook
-from iris.controller.turns import now_mono, now_wall, turn
+from iris.controller.turns import PassLater, now_mono, now_wall, turn
 from iris.controller.usage import UsageBook
 from iris.controller.worker_desk import REGISTRATIONS_PER_S, WorkerDesk
 from iris.controller.workers import WorkerInfo, WorkerTable
@@ -76,6 +76,8 @@ class ControllerService:
         # Placement runs only after something changed (an event, a worker came or went):
         # a pass over 7,500 pending tasks cost 17-77 ms, too much for every 50 ms tick.
         self._placement_due = True
+        # A pass asked for with `later` waits for the end of the shell's queue (turns.py).
+        self.later = PassLater()
         # Attempts told to stop whose exit is not reported yet (stop_book.py).
         self.stop_book = StopBook(self.store, clock.monotonic())
         # Workers that had attempts (running, or stopping) before a restart are unclaimed
@@ -99,18 +101,26 @@ class ControllerService:
 
     # ------------------------------------------------------------ the one path of change
 
-    def run_many(self, events: list, schedule: bool = False) -> list:
+    def run_many(self, events: list, schedule: bool = False, later: bool = False,
+                 each: list | None = None) -> list:
         """Apply events (then, with `schedule`, the placements they make possible), commit
-        everything in one transaction, and only then act."""
+        everything in one transaction, and only then act. `later`: the pass may wait for
+        the end of the shell's queue (`later`, turns.py). `each`: the events are separate
+        requests (a batch of submits): one the kernel refuses is left out (it changed
+        nothing) and `each` gets, per event, its effects or the error."""
         if self._broken:
             raise IrisError(f"controller halted after a storage failure: {self._broken}")
         now = now_wall(self)
         effects: list = []
         log: list[tuple[float, str, bytes]] = []  # the events that changed state, for replay
-        self._handle_all(events, now, effects, log)
+        self._handle_all(events, now, effects, log, each)
         self.pushes.touch_effects(effects)
         if log:
             self._placement_due = True
+        if schedule and later and self._placement_due and self.later.wait(now_mono(self)):
+            schedule = False
+        elif schedule:
+            self.later.ran()  # this pass is the one wanted
         passed = schedule and self._placement_due
         if passed:
             self._placement_due = False
@@ -166,9 +176,18 @@ class ControllerService:
                 self.config.on_fatal(f"the job store failed: {self._broken}")
             raise
 
-    def _handle_all(self, events: list, now: float, effects: list, log: list) -> None:
+    def _handle_all(self, events: list, now: float, effects: list, log: list,
+                    each: list | None = None) -> None:
         for event in events:
-            _, out = kernel.handle(self.state, event, now)
+            try:
+                _, out = kernel.handle(self.state, event, now)
+            except IrisError as exc:  # the kernel changed nothing
+                if each is None:
+                    raise
+                each.append(exc)
+                continue
+            if each is not None:
+                each.append(out)
             effects.extend(out)
             if event_log.changed_state(out):
                 log.append((now, *event_log.encode(event)))
@@ -236,13 +255,14 @@ class ControllerService:
         for worker_id in lost:  # its processes are gone with it
             self.forget_stops(worker_id)
         self.pushes.undrain(lost)
-        self._placement_due = self._placement_due or bool(lost)
+        # A gang every region refused is asked for again once its cooling ends.
+        self._placement_due = self._placement_due or bool(lost) or self.gangs.cooled(now)
         overdue = self.desk.overdue(now)
         events += [ev.WorkerLost(new_id("ev-"), w, "did not come back after a controller "
                                  "restart") for w in overdue]
         for worker_id in overdue:  # nor did what it was stopping
             self.forget_stops(worker_id)
-        self.run_many(events, schedule=True)
+        self.run_many(events, schedule=True, later=True)
         self.gangs.fire_due(now)  # the coordinator's timers: gathers, resends, backoffs
         region_requests.settle_gangs(self)
         self.figures_feed.tick(self.state, self.desk.workers.workers.values(), now_wall(self))
@@ -324,6 +344,11 @@ class ControllerService:
     @turn
     def submit(self, raw: Any, schedule: bool = True) -> dict:
         return job_requests.submit(self, raw, schedule)
+
+    @turn
+    def submits(self, raws: list) -> list:
+        """Many submissions in one turn and transaction (job_requests.submits)."""
+        return job_requests.submits(self, raws)
 
     @turn
     def schedule_now(self) -> None:

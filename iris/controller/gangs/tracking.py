@@ -160,6 +160,11 @@ class GangTracker:
             return None
         return entry[1]
 
+    def cooled(self, now: float) -> bool:
+        """Some refused gang may be asked for again: the next pass must run (nothing else
+        changes when a cooling ends, and passes run only after a change)."""
+        return any(now >= until for until, _ in self.cooling.values())
+
     # ---- outcomes -----------------------------------------------------------------------
 
     def round_of(self, key: str) -> RoundId | None:

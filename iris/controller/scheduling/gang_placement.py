@@ -88,6 +88,7 @@ class GangSteps:
         self.requests: list[GangRequest] = []
         self._failed_gangs: dict[tuple[object, ...], PendingReason] = {}
         self._failed_free: dict[tuple[object, ...], PendingReason] = {}  # fallbacks, no evicting
+        self._slice_views: dict = {}  # a _SliceView per slice shape, this pass
         # id(Resources) -> (it, its alternatives); holding `it` keeps the id from reuse.
         self._alternatives: dict[int, tuple[Resources, list[Resources]]] = {}
         self._forms: dict[tuple[int, int, int], tuple] = {}  # (res, need, shape, pool)
@@ -161,7 +162,8 @@ class GangSteps:
             return known
         ask = GangRequest(gang_id, job_id, band, tuple(t.task_id for t in tasks),
                           shape, need=need, pool=pool)
-        result = place_gang(self._fleet, self._pre, ask, self._max_regions, failed)
+        result = place_gang(self._fleet, self._pre, ask, self._max_regions, failed,
+                            self._slice_views)
         if isinstance(result, GangRequest):
             self.requests.append(result)
             ledger.charge(user, band, need, len(tasks))
@@ -176,16 +178,19 @@ class GangSteps:
 
 
 def place_gang(fleet: Fleet, pre: Preemptor, ask: GangRequest, max_regions: int,
-               failed: dict[tuple[object, ...], PendingReason]) -> GangRequest | PendingReason:
+               failed: dict[tuple[object, ...], PendingReason],
+               views: dict | None = None) -> GangRequest | PendingReason:
     """`failed` remembers shapes that found no room this pass: capacity and the eviction
     budget only shrink during a pass, so the next gang of that shape and band would fail
-    the same way (without it 2,000 waiting gangs each scanned every slice: 2 s a pass)."""
+    the same way (without it 2,000 waiting gangs each scanned every slice: 2 s a pass).
+    `views` (one dict per pass): each slice shape's matching slices and those still free
+    (`_SliceView`), so a gang looks at the free slices left, not at every slice."""
     key = (ask.shape, ask.band, ask.need, ask.pool)
     known = failed.get(key)
     if known is not None:
         return known
     if ask.shape.whole_slices:
-        result = _slices(fleet, pre, ask, max_regions)
+        result = _slices(fleet, pre, ask, max_regions, {} if views is None else views)
     else:
         result = _hosts_alike(fleet, ask, max_regions)
     if isinstance(result, PendingReason) and result.code is not ReasonCode.PREEMPTING:
@@ -197,28 +202,58 @@ def _request(ask: GangRequest, regions: list[str], hosts: list[str]) -> GangRequ
     return replace(ask, regions=tuple(regions), hosts=tuple(hosts))
 
 
-def _slices(fleet: Fleet, pre: Preemptor, ask: GangRequest,
-            max_regions: int) -> GangRequest | PendingReason:
+class _SliceView:
+    """One slice shape (accelerator, hosts per slice, constraints) in one pass: the slices
+    that match it and, by region, those still free. A pass only ever takes hosts (usable
+    hosts become unusable, never the other way), so the free slices now are those of the
+    last look still free: each look filters the last one's (order kept), and the result
+    equals a scan of every matching slice, at the cost of the free ones left."""
+
+    __slots__ = ("free", "reason", "slices")
+
+    def __init__(self, fleet: Fleet, shape: GangShape):
+        self.slices: list[str] = []
+        self.free: dict[str, list[str]] = {}
+        self.reason: PendingReason | None = None
+        per_slice = shape.hosts // shape.whole_slices
+        typed = [s for s in fleet.slices_by_type.get(shape.accelerator, ())
+                 if len(fleet.slices[s]) == per_slice]
+        if not typed:
+            self.reason = PendingReason(
+                ReasonCode.NO_CAPACITY, f"no complete {shape.accelerator} slice in any region",
+                {"accelerator": shape.accelerator, "slices": shape.whole_slices})
+            return
+        matching, bad = fleet.matching(shape.constraints,
+                                       within={fleet.slices[s][0] for s in typed})
+        self.slices = [s for s in typed if fleet.slices[s][0] in matching]
+        if not self.slices:
+            what = bad.describe() if bad else "the constraints"
+            self.reason = PendingReason(
+                ReasonCode.CONSTRAINT_UNMATCHED,
+                f"constraint {what} matches no {shape.accelerator} slice",
+                {"constraint": what, "accelerator": shape.accelerator})
+        for s in self.slices:
+            self.free.setdefault(_region(fleet, s), []).append(s)
+
+    def free_now(self, fleet: Fleet) -> dict[str, list[str]]:
+        slices, usable = fleet.slices, fleet.usable_whole
+        free = {r: [s for s in ss if all(usable(i) for i in slices[s])]
+                for r, ss in self.free.items()}
+        self.free = {r: ss for r, ss in free.items() if ss}
+        return self.free
+
+
+def _slices(fleet: Fleet, pre: Preemptor, ask: GangRequest, max_regions: int,
+            views: dict) -> GangRequest | PendingReason:
     shape = ask.shape
-    per_slice = shape.hosts // shape.whole_slices
-    typed = [s for s in fleet.slices_by_type.get(shape.accelerator, ())
-             if len(fleet.slices[s]) == per_slice]
-    if not typed:
-        return PendingReason(ReasonCode.NO_CAPACITY,
-                             f"no complete {shape.accelerator} slice in any region",
-                             {"accelerator": shape.accelerator, "slices": shape.whole_slices})
-    matching, bad = fleet.matching(shape.constraints,
-                                   within={fleet.slices[s][0] for s in typed})
-    slices = [s for s in typed if fleet.slices[s][0] in matching]
-    if not slices:
-        what = bad.describe() if bad else "the constraints"
-        return PendingReason(ReasonCode.CONSTRAINT_UNMATCHED,
-                             f"constraint {what} matches no {shape.accelerator} slice",
-                             {"constraint": what, "accelerator": shape.accelerator})
-    free: dict[str, list[str]] = {}
-    for s in slices:
-        if all(fleet.usable_whole(i) for i in fleet.slices[s]):
-            free.setdefault(_region(fleet, s), []).append(s)
+    key = (shape.accelerator, shape.hosts // shape.whole_slices, shape.constraints)
+    view = views.get(key)
+    if view is None:
+        view = views[key] = _SliceView(fleet, shape)
+    if view.reason is not None:
+        return view.reason
+    slices = view.slices
+    free = {r: list(ss) for r, ss in view.free_now(fleet).items()}
     want = shape.whole_slices
     regions = sorted((r for r, ss in free.items() if len(ss) >= want),
                      key=lambda r: (-len(free[r]), r))[:max_regions]

@@ -1,0 +1,38 @@
+"""A gang every region refused waits out its cooling and is then asked for again, even when
+nothing else changes in the meantime (a pass runs only after a change: the end of the
+cooling is one). A real ControllerService (SQLite in a temp dir) with a FakeClock."""
+
+from __future__ import annotations
+
+from iris.base.clock import FakeClock
+from iris.base.resources import Resources
+from iris.controller import region_requests
+from iris.controller.gangs.tracking import RETRY_AFTER_S
+from iris.controller.service import ControllerConfig, ControllerService
+
+ACCEL = "v5litepod-16"
+
+
+def test_a_refused_gang_is_asked_for_again_when_its_cooling_ends(tmp_path):
+    clock = FakeClock()
+    svc = ControllerService(ControllerConfig(state_dir=tmp_path), "tcp://127.0.0.1:1", clock)
+    for h in range(4):
+        svc.register_worker(f"s0-h{h}", f"tcp://127.0.0.1:{h + 2}", {
+            "region": "us-east", "slice_id": "s0", "accelerator_type": ACCEL,
+            "accelerator_count": "4", "cpu": "8", "memory": str(2**36)}, [])
+    svc.submit({"name": "/alice/gang", "user": "alice", "replicas": 1,
+                "resources": Resources(tpu=ACCEL, cpu=1).to_dict(),
+                "entrypoint": {"kind": "command", "argv": ["true"]}})
+    [(gang, first)] = svc.gangs.reserving.items()
+    region_requests.gangs_settled(svc, [], [(first.round_id, {"us-east": "no free slice"})])
+    assert gang not in svc.gangs.reserving
+    assert "refused by every candidate region" in svc.status("/alice/gang")["pending_reason"][
+        "message"]
+    clock.advance(RETRY_AFTER_S / 2)
+    svc.tick()
+    assert gang not in svc.gangs.reserving  # still cooling
+    clock.advance(RETRY_AFTER_S / 2)
+    svc.tick()  # nothing else changed: the end of the cooling alone asks again
+    again = svc.gangs.reserving[gang]
+    assert again.round_id.job_id == "/alice/gang" and again.round_id != first.round_id
+    svc.close()
