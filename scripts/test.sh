@@ -49,14 +49,14 @@ if ! command -v slurmctld >/dev/null 2>&1 || ! command -v munged >/dev/null 2>&1
         echo "warning: slurm-wlm/munge missing and not root; the Slurm tests will skip" >&2
     fi
 fi
+# Python writes no .pyc files where PYTHONDONTWRITEBYTECODE is set (some shells and CI images
+# set it): then every process the suite starts (hundreds: controllers, workers, CLI commands,
+# tasks) compiles what it imports again, ~0.45 CPU-s each for Iris's own modules, and each
+# pytest worker rewrites every test module again. Each is compiled once instead.
+unset PYTHONDONTWRITEBYTECODE
 bash scripts/setup.sh test
 .venv/bin/ruff check iris tests bench examples
 .venv/bin/lint-imports
-# Python writes no .pyc files where PYTHONDONTWRITEBYTECODE is set (some shells and CI images
-# set it): then every process the suite starts (hundreds: controllers, workers, CLI commands,
-# tasks) compiles the Iris modules it imports again, ~0.45 CPU-s each, and each pytest worker
-# rewrites every test module again. Compile once here instead.
-unset PYTHONDONTWRITEBYTECODE
 .venv/bin/python -m compileall -q -j 0 iris tests >/dev/null
 # Four workers on the machine's two cores: three quarters of the suite's test time is waiting
 # (clusters' intervals, processes starting), which the other workers' tests fill. Units of
