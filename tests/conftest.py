@@ -16,7 +16,7 @@ from census import (  # noqa: F401 - the --census plugin (tests/census.py)
     pytest_runtest_makereport,
     pytest_runtest_protocol,
 )
-from scheduling import longest_units_first, make_scheduler
+from scheduling import finish_unit_fixtures, longest_units_first, make_scheduler
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -28,6 +28,15 @@ def pytest_collection_modifyitems(config, items) -> None:
     workers idle."""
     _check_xdist_groups(config, items)
     longest_units_first(items)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    """A unit's session fixtures stop when the worker leaves the unit (tests/scheduling.py)."""
+    try:
+        return (yield)
+    finally:
+        finish_unit_fixtures(item, nextitem)
 
 
 @pytest.hookimpl(optionalhook=True)
