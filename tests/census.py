@@ -143,7 +143,7 @@ if __name__ == "__main__":
         from scheduling import DURATIONS, durations_from_census
 
         with open(DURATIONS, "w") as f:
-            json.dump(durations_from_census(sys.argv[2]), f, indent=0)
+            json.dump(durations_from_census(*sys.argv[2:]), f, indent=0)
             f.write("\n")
     else:
         print(_report(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 30))

@@ -86,12 +86,21 @@ def make_scheduler(config, log):
     return UnitScheduling(config, log)
 
 
-def durations_from_census(path: str) -> dict[str, float]:
-    """Seconds per unit from a census file (`pytest --census FILE`), longest first."""
-    totals: dict[str, float] = {}
-    with open(path) as f:
-        for line in f:
-            row = json.loads(line)
-            unit = unit_of(row["test"])
-            totals[unit] = totals.get(unit, 0.0) + row["wall"]
-    return {k: round(v, 1) for k, v in sorted(totals.items(), key=lambda kv: -kv[1])}
+def durations_from_census(*paths: str) -> dict[str, float]:
+    """Seconds per unit from census files (`pytest --census FILE`), longest first. With
+    several runs, a unit's share of each run's total is averaged (a loaded machine's peak
+    slows whichever units run then), times the runs' mean total."""
+    runs = []
+    for path in paths:
+        totals: dict[str, float] = {}
+        with open(path) as f:
+            for line in f:
+                row = json.loads(line)
+                unit = unit_of(row["test"])
+                totals[unit] = totals.get(unit, 0.0) + row["wall"]
+        runs.append(totals)
+    mean_total = sum(sum(t.values()) for t in runs) / len(runs)
+    units = {u for t in runs for u in t}
+    seconds = {u: mean_total * sum(t.get(u, 0.0) / (sum(t.values()) or 1.0) for t in runs)
+               / len(runs) for u in units}
+    return {k: round(v, 1) for k, v in sorted(seconds.items(), key=lambda kv: -kv[1])}
