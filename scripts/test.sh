@@ -49,15 +49,21 @@ if ! command -v slurmctld >/dev/null 2>&1 || ! command -v munged >/dev/null 2>&1
         echo "warning: slurm-wlm/munge missing and not root; the Slurm tests will skip" >&2
     fi
 fi
+# Python writes no .pyc files where PYTHONDONTWRITEBYTECODE is set (some shells and CI images
+# set it): then every process the suite starts (hundreds: controllers, workers, CLI commands,
+# tasks) compiles what it imports again, ~0.45 CPU-s each for Iris's own modules, and each
+# pytest worker rewrites every test module again. Each is compiled once instead.
+unset PYTHONDONTWRITEBYTECODE
 bash scripts/setup.sh test
 .venv/bin/ruff check iris tests bench examples
 .venv/bin/lint-imports
-# Two workers: the machine has 2 cores. --timeout keeps a hung socket from eating CI's hour.
-# --dist loadgroup: the tests marked xdist_group("ray") share one worker, so one Ray head
-# starts per run (tests/backends), not one per worker.
-# IRIS_TEST_WORKERS=3 tries a third worker (two thirds of test time is waiting; see
-# tests/README.md): measure before making it the default.
-pytest_cmd=(.venv/bin/python -m pytest -n "${IRIS_TEST_WORKERS:-2}" --dist loadgroup -q
+.venv/bin/python -m compileall -q -j 0 iris tests >/dev/null
+# Four workers on the machine's two cores: three quarters of the suite's test time is waiting
+# (clusters' intervals, processes starting), which the other workers' tests fill. Units of
+# work are whole modules, or a directory sharing one session fixture, or an xdist_group
+# ("ray", "slurm"): tests/scheduling.py, tests/README.md. --timeout keeps a hung socket from
+# eating CI's hour.
+pytest_cmd=(.venv/bin/python -m pytest -n "${IRIS_TEST_WORKERS:-4}" --dist loadgroup -q
             --timeout 300)
 [ "$soak" = 1 ] && pytest_cmd+=(-m soak)
 if [ "$busy" = 1 ]; then

@@ -139,4 +139,11 @@ def _report(path: str, top: int = 30) -> str:
 
 
 if __name__ == "__main__":
-    print(_report(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 30))
+    if sys.argv[1:2] == ["--durations"]:  # refresh tests/durations.json from a census file
+        from scheduling import DURATIONS, durations_from_census
+
+        with open(DURATIONS, "w") as f:
+            json.dump(durations_from_census(*sys.argv[2:]), f, indent=0)
+            f.write("\n")
+    else:
+        print(_report(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 30))

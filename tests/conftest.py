@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -17,25 +16,35 @@ from census import (  # noqa: F401 - the --census plugin (tests/census.py)
     pytest_runtest_makereport,
     pytest_runtest_protocol,
 )
+from scheduling import finish_unit_fixtures, longest_units_first, make_scheduler
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# Seconds per test module from a census run (tests/README.md says how to refresh it).
-DURATIONS = os.path.join(ROOT, "tests", "durations.json")
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config, items) -> None:
-    """The longest modules first: xdist hands out tests in this order (after its groups, the
-    biggest first), so a long test does not start last and leave the other worker idle.
-    A module moves whole (a stable sort): its module-scoped fixtures still start once per
-    worker. A module missing from the file keeps its place after the known ones."""
+    """Each unit of work's tests together, the longest units first (tests/scheduling.py): xdist
+    hands units out in this order, so a long one does not start last and leave the other
+    workers idle."""
     _check_xdist_groups(config, items)
+    longest_units_first(items)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    """A unit's session fixtures stop when the worker leaves the unit (tests/scheduling.py)."""
     try:
-        with open(DURATIONS) as f:
-            seconds = json.load(f)
-    except (OSError, ValueError):
-        return
-    items.sort(key=lambda item: -seconds.get(item.nodeid.split("::")[0], 0.0))
+        return (yield)
+    finally:
+        finish_unit_fixtures(item, nextitem)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """Under `--dist loadgroup`, whole modules and directories are units (tests/scheduling.py)."""
+    if config.getvalue("dist") == "loadgroup":
+        return make_scheduler(config, log)
+    return None
 
 
 def _check_xdist_groups(config, items) -> None:

@@ -49,8 +49,8 @@ def test_a_peer_that_answered_while_the_caller_was_stopped_is_not_declared_dead(
             os.kill(caller.pid, signal.SIGSTOP)
             threading.Event().wait(NodeConfig().peer_dead_after_s + 3)
             os.kill(caller.pid, signal.SIGCONT)
-            out = caller.stdout.readline().split()
-            assert out == ["answer", "7", "0"], out  # its answer, no peer declared dead
+            line = caller.stdout.readline()
+            assert line.split() == ["answer", "7", "0"], line  # no peer declared dead
         finally:
             os.kill(caller.pid, signal.SIGCONT)
             caller.kill()

@@ -20,16 +20,19 @@ import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import requests
 from google.api_core import exceptions as gexc
 from google.api_core.client_options import ClientOptions
 from google.auth.credentials import AnonymousCredentials
-from google.cloud import compute_v1
 
 from iris.base.errors import CapacityError, ConfigError, ConflictError, IrisError, ProviderError
 from iris.controller.config import ClusterConfig
 from iris.controller.config_vm import ControllerVmConfig
+
+if TYPE_CHECKING:
+    from google.cloud import compute_v1
 
 STARTUP_TEMPLATE = Path(__file__).resolve().parents[3] / "deploy" / "controller-startup.sh"
 # Anonymous credentials against this endpoint instead of Google's (an emulator or a fake).
@@ -40,6 +43,15 @@ _PLACEHOLDER = re.compile(r"\{\{([A-Z_]+)\}\}")
 _CAPACITY_WORDS = re.compile(r"quota|capacity|stockout|resource_exhausted|ZONE_RESOURCE", re.I)
 # A VM insert usually finishes in 20-60 s; 10 min before giving up. Deletes take 1-2 min.
 OPERATION_TIMEOUT_S = 600.0
+
+
+def _compute_v1():
+    """google.cloud.compute_v1, imported on first use: the import takes ~3.5 CPU-s, which a
+    process that only reads CONFIG_KEY (the tests' collection, in every xdist worker) or never
+    reaches Compute Engine should not pay."""
+    from google.cloud import compute_v1
+
+    return compute_v1
 
 
 @dataclass(frozen=True)
@@ -58,6 +70,7 @@ def make_compute_clients(endpoint: str | None = None) -> tuple[compute_v1.Instan
                                                                compute_v1.ZoneOperationsClient]:
     """Instances and zone-operations clients: application default credentials, or anonymous
     against `endpoint` (default $IRIS_GCP_COMPUTE_ENDPOINT)."""
+    compute_v1 = _compute_v1()
     endpoint = endpoint or os.environ.get(ENV_ENDPOINT)
     if not endpoint:
         return compute_v1.InstancesClient(), compute_v1.ZoneOperationsClient()
@@ -151,6 +164,7 @@ class ControllerVm:
 
     def serial_output(self, start: int = 0) -> str:
         """What the VM wrote on its serial console (boot and startup script)."""
+        compute_v1 = _compute_v1()
         try:
             out = self._instances.get_serial_port_output(
                 request=compute_v1.GetSerialPortOutputInstanceRequest(
@@ -165,6 +179,7 @@ class ControllerVm:
             client.transport.close()
 
     def _spec(self) -> compute_v1.Instance:
+        compute_v1 = _compute_v1()
         vm, gcp = self.vm, self._config.gcp
         bind = self._config.controller.bind or self._config.controller.address
         script = render_controller_startup(_read(STARTUP_TEMPLATE), {
@@ -195,6 +210,7 @@ class ControllerVm:
 
     def _wait(self, op: compute_v1.Operation, what: str) -> None:
         """Follow a zone operation to DONE (wait returns after <= 2 min each time)."""
+        compute_v1 = _compute_v1()
         deadline_polls = max(1, int(self._timeout_s / 120) + 1)
         for _ in range(deadline_polls + 1):
             if op.status == compute_v1.Operation.Status.DONE:
