@@ -79,9 +79,19 @@ class Book:
     # Why the machine is going away, once its scheduler said so (Slurm's SIGTERM reaches
     # the tasks as well as the worker): their exits are then the machine's end, not theirs.
     ending: str = ""
+    # When the lease last lapsed before a renewal came (a partition that healed): an
+    # attempt running then was stopped by the watchdog, even if its exit is handled only
+    # after the renewal (a loaded host), so its end is the fence's, not its own.
+    lapsed_at: float | None = None
 
     def lease_held(self, now: float) -> bool:
         return self.lease_until is None or now < self.lease_until
+
+    def fenced(self, held: Held | None, now: float) -> bool:
+        """True if the attempt `held` was running when the lease lapsed."""
+        if not self.lease_held(now):
+            return True
+        return held is not None and self.lapsed_at is not None and self.lapsed_at >= held.since
 
 
 # ------------------------------------------------------------ events
@@ -200,6 +210,8 @@ def _stop(book: Book, event: Stop, now: float) -> list[Effect]:
 
 
 def _lease_renewed(book: Book, event: LeaseRenewed, now: float) -> list[Effect]:
+    if book.lease_until is not None and now >= book.lease_until:
+        book.lapsed_at = book.lease_until
     book.lease_until = event.until
     effects: list[Effect] = []
     if book.lease_held(now):
@@ -231,12 +243,12 @@ def _start_failed(book: Book, event: StartFailed, now: float) -> list[Effect]:
 
 
 def _exited(book: Book, event: Exited, now: float) -> list[Effect]:
-    book.held.pop(event.attempt_id, None)  # an adopted attempt may end unheld: still said
+    held = book.held.pop(event.attempt_id, None)  # an adopted attempt may end unheld
     outcome = event.outcome
     if outcome.kind is OutcomeKind.SUCCEEDED:
         _queue(book, event.attempt_id, "exited", exit_code=0, result=event.result,
                usage=event.usage)
-    elif not book.lease_held(now):  # the watchdog fenced it
+    elif book.fenced(held, now):  # the watchdog fenced it
         _queue(book, event.attempt_id, "preempted", usage=event.usage, error=(
             f"stopped by fencing: no acknowledged report for {FENCE_AFTER_S:.0f} s "
             "(this worker was cut off from the controller)"))

@@ -161,6 +161,27 @@ def test_failure_after_the_lease_lapsed_is_preempted_by_fencing_not_a_failure():
     assert (status, code) == ("preempted", None) and "fencing" in error
 
 
+def test_an_exit_handled_after_the_lease_was_renewed_is_still_the_fence_s():
+    """A partition heals while the watchdog's SIGTERM is ending the attempt: on a loaded
+    host its exit may be handled after the renewal, and it is still a preemption."""
+    book = running(leased())
+    healed = LEASE_UNTIL + 3
+    handle(book, LeaseRenewed(healed + FENCE_AFTER_S), healed)
+    handle(book, Exited("a1", classify_exit(-15)), healed + 1)
+    [(attempt_id, status, code, error)] = [u for u in updates(book) if u[1] != "running"]
+    assert (status, code) == ("preempted", None) and "fencing" in error
+
+
+def test_a_failure_of_an_attempt_begun_after_the_lapse_is_its_own():
+    book = leased()
+    healed = LEASE_UNTIL + 3
+    handle(book, LeaseRenewed(healed + FENCE_AFTER_S), healed)
+    handle(book, Start(launch()), healed + 1)
+    handle(book, PhaseReached("a1", "running"), healed + 1)
+    handle(book, Exited("a1", classify_exit(-15)), healed + 2)
+    assert updates(book)[-1][:3] == ("a1", "exited", 143)
+
+
 def test_success_after_the_lease_lapsed_is_still_a_success():
     book = running(leased())
     handle(book, Exited("a1", classify_exit(0), b"r"), LEASE_UNTIL + 5)
