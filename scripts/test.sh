@@ -58,12 +58,12 @@ bash scripts/setup.sh test
 .venv/bin/ruff check iris tests bench examples
 .venv/bin/lint-imports
 .venv/bin/python -m compileall -q -j 0 iris tests >/dev/null
-# Four workers on the machine's two cores: three quarters of the suite's test time is waiting
+# Five workers on the machine's two cores: three quarters of the suite's test time is waiting
 # (clusters' intervals, processes starting), which the other workers' tests fill. Units of
 # work are whole modules, or a directory sharing one session fixture, or an xdist_group
 # ("ray", "slurm"): tests/scheduling.py, tests/README.md. --timeout keeps a hung socket from
 # eating CI's hour.
-pytest_cmd=(.venv/bin/python -m pytest -n "${IRIS_TEST_WORKERS:-4}" --dist loadgroup -q
+pytest_cmd=(.venv/bin/python -m pytest -n "${IRIS_TEST_WORKERS:-5}" --dist loadgroup -q
             --timeout 300)
 [ "$soak" = 1 ] && pytest_cmd+=(-m soak)
 if [ "$busy" = 1 ]; then
