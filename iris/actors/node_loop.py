@@ -85,6 +85,7 @@ class NodeLoop:
         # its own stall is never counted as a peer's silence (_note_stall).
         self.stalled_s = 0.0
         self._last_sweep: float | None = None
+        self._judge_from = float("-inf")  # no peer is declared dead before (_note_stall)
         self._deadlines = DeadlineQueue()
         self._outbox: collections.deque = collections.deque()
         self._wake_pending = False
@@ -360,6 +361,9 @@ class NodeLoop:
         last, self._last_sweep = self._last_sweep, now
         if last is not None and now - last > _STALL_S:
             self.stalled_s += now - last - self.config.sweep_interval_s
+            # What peers sent meanwhile may still sit in the kernel: libzmq's I/O thread was
+            # stopped too and reads it only now, so no peer is judged until it has had time.
+            self._judge_from = now + _STALL_S
 
     def _sweep(self) -> None:
         # Runs until the loop stops, even while the node is stopping: actor threads blocked
@@ -374,7 +378,7 @@ class NodeLoop:
                 actor=fut.actor, method=fut.method, address=peer.address))
         cfg = self.config
         self._note_stall(now)
-        for address, peer in list(self.peers.items()):
+        for address, peer in list(self.peers.items()) if now >= self._judge_from else ():
             if not peer.check_liveness(now, cfg.heartbeat_interval_s, cfg.peer_dead_after_s):
                 self.drain_peer(peer, ask_first=True)  # an answer read late is not silence
                 if peer.check_liveness(now, cfg.heartbeat_interval_s, cfg.peer_dead_after_s):
