@@ -26,7 +26,8 @@ from typing import Any, Protocol
 
 from iris.actors.hosting import HostedActor
 from iris.actors.keys import region_key, worker_key
-from iris.base.errors import PeerUnavailableError
+from iris.base.errors import PeerUnavailableError, ProtocolError
+from iris.controller.gangs.protocol import decode_message, encode_message
 from iris.controller.gangs.tracking import SendRegion, SyncDelta, SyncRegion
 from iris.controller.regions.region import Region, RegionScaling
 from iris.controller.service_types import Command, JobsFinished
@@ -64,10 +65,32 @@ class RegionCarrier:
         self._closed = True
 
     def send(self, msg: SendRegion) -> None:
-        """Gang frames to a region's ledger (`handle_many`); its replies come back as
-        `gang_replies`, a failure as `gang_region_down`."""
-        self._deliver(msg.region, "handle_many", (list(msg.requests),),
-                      self._back.gang_replies, self._back.gang_region_down)
+        """Gang requests to a region's ledger: onto the turn of one this node hosts as they
+        are (`handle_requests`), as frames to one elsewhere (`handle_many`, protocol.py's
+        codec both ways). Its typed replies come back as `gang_replies`, a failure as
+        `gang_region_down`."""
+        if isinstance(self.regions.get(msg.region), str):
+            self._deliver(msg.region, "handle_many",
+                          ([encode_message(r) for r in msg.requests],), self._decoded,
+                          self._back.gang_region_down)
+        else:
+            self._deliver(msg.region, "handle_requests", (list(msg.requests),),
+                          self._back.gang_replies, self._back.gang_region_down)
+
+    def _decoded(self, region: str, replies: Any) -> None:  # on the owner's turn
+        """A remote region's reply frames, decoded; one malformed reply is dropped, not the
+        others with it."""
+        if not isinstance(replies, list):
+            self._back.gang_region_down(
+                region, f"expected a list of replies, got {type(replies).__name__}")
+            return
+        typed = []
+        for reply in replies:
+            try:
+                typed.append(decode_message(reply) if reply is not None else None)
+            except ProtocolError as exc:
+                _log.warning("region %s sent a malformed gang reply: %s", region, exc)
+        self._back.gang_replies(region, typed)
 
     def push(self, msg: SyncRegion | SyncDelta) -> None:
         """A region's inventory, whole or what changed (`region_push`), in order with the

@@ -1,20 +1,17 @@
-"""What the Region actors tell the controller: drains, deleted hosts, their replies to gang
-frames (placed or refused rounds follow), region reports. Requests that ControllerService (service.py) runs in its
-turn: each takes the service and goes through its components' interfaces (region_pushes.py
-above all) and its one path of change (`run_many`).
+"""What the Region actors tell the controller: drains, deleted hosts, failed inventory pushes,
+region reports (their replies to gang frames go straight to the gangs object: service.py).
+Requests that ControllerService (service.py) runs in its turn: each takes the service and
+goes through its components' interfaces (region_pushes.py above all) and its one path of
+change (`run_many`).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from typing import Any
 
 from iris.base.ids import new_id
-from iris.controller import scheduler_view
-from iris.controller.gangs.tracking import RoundId
 from iris.controller.jobs import events as ev
-from iris.controller.turns import now_mono
 from iris.wire import control
 
 _log = logging.getLogger(__name__)
@@ -74,53 +71,6 @@ def hosts_gone(svc: Any, gone: Any) -> None:
     svc.replan()
     svc.run_many([ev.WorkerLost(new_id("ev-"), w, why) for w, why in sorted(gone.items())],
                  schedule=True)
-
-
-def gang_replies(svc: Any, region: str, replies: Any) -> None:
-    """A region's replies to the gang frames it was carried: events of the gangs object,
-    whose outcomes are settled in this turn."""
-    svc.gangs.replied(region, replies, now_mono(svc))
-    settle_gangs(svc)
-
-
-def gang_region_down(svc: Any, region: str, why: Any) -> None:
-    """Gang frames for `region` were not delivered or not answered."""
-    svc.gangs.region_down(region, why, now_mono(svc))
-    settle_gangs(svc)
-
-
-def settle_gangs(svc: Any) -> None:
-    """The coordinator's outcomes so far, sorted by round by the tracker (which releases a
-    gang nobody waits for), then settled together."""
-    outcomes = svc.gangs.take_outcomes()
-    placed, refused = svc.gangs.sort_outcomes(outcomes) if outcomes else ([], [])
-    if placed or refused:
-        gangs_settled(svc, placed, refused)
-
-
-def gangs_settled(svc: Any, placed: list[tuple[RoundId, str, tuple[str, ...]]],
-                  refused: list[tuple[RoundId, dict[str, str]]]) -> None:
-    """Rounds the coordinator committed (round, region, hosts: assign the gang's tasks
-    there) or that every candidate region refused (round, region -> why: the pass shows
-    the reasons). All of one turn's outcomes, then ONE scheduling pass: a pass over
-    every pending task costs milliseconds, a pass per gang capped gangs per second."""
-    events = []
-    workers = svc.desk.workers.workers
-    for round_id, region, hosts in placed:
-        placements, problem = svc.gangs.placed_round(
-            round_id, region, hosts, svc.state, workers, svc.stopping,
-            lambda: new_id("att-"))
-        if problem is not None:
-            svc.placement.note_reason(round_id.job_id, problem)
-        if placements:
-            spec = svc.state.jobs[round_id.job_id].spec
-            placements = [dataclasses.replace(p, accelerator=scheduler_view.chosen_accelerator(
-                spec, workers.get(p.worker_id))) for p in placements]
-            events.append(ev.Assign(new_id("ev-"), tuple(placements)))
-    for round_id, reasons in refused:
-        svc.gangs.unplaceable(round_id, reasons, now_mono(svc))
-    svc.replan()
-    svc.run_many(events, schedule=True, later=True)  # the pass: at the end of the queue
 
 
 def inventory_push_failed(svc: Any, region: str, seq: int, why: str) -> None:

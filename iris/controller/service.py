@@ -264,7 +264,7 @@ class ControllerService:
             self.forget_stops(worker_id)
         self.run_many(events, schedule=True, later=True)
         self.gangs.fire_due(now)  # the coordinator's timers: gathers, resends, backoffs
-        region_requests.settle_gangs(self)
+        self._settle_gangs()
         self.figures_feed.tick(self.state, self.desk.workers.workers.values(), now_wall(self))
         self.sync_regions()  # what changed since the last push, at most every SYNC_EVERY_S
 
@@ -433,12 +433,27 @@ class ControllerService:
 
     @turn
     def gang_replies(self, region: str, replies: Any) -> None:
-        """A region's replies to its gang frames (region_requests.py)."""
-        region_requests.gang_replies(self, region, replies)
+        """A region's replies to its gang frames: events of the gangs object, whose
+        outcomes are settled in this turn."""
+        self.gangs.replied(region, replies, now_mono(self))
+        self._settle_gangs()
 
     @turn
     def gang_region_down(self, region: str, why: Any) -> None:
-        region_requests.gang_region_down(self, region, why)
+        """Gang frames for `region` were not delivered or not answered."""
+        self.gangs.region_down(region, why, now_mono(self))
+        self._settle_gangs()
+
+    def _settle_gangs(self) -> None:
+        """The gangs object's outcomes as this turn's events, then ONE pass at the end of
+        the queue: a pass per gang capped gangs per second."""
+        settled = self.gangs.settle(self.state, self.desk.workers.workers, self.stopping,
+                                    now_mono(self))
+        if settled is not None:
+            for job_id, reason in settled[1].items():
+                self.placement.note_reason(job_id, reason)
+            self.replan()
+            self.run_many(settled[0], schedule=True, later=True)
 
     @turn
     def inventory_push_failed(self, region: str, seq: int, why: str) -> None:

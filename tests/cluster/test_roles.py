@@ -72,7 +72,7 @@ EXPECTED: dict[str, dict[str, frozenset]] = {
     "region": {
         **dict.fromkeys(["inventory", "stats", "live_reservations", "slices"], ANY),
         **dict.fromkeys(["sync", "sync_delta", "handle", "handle_many"], CONTROLLER),
-        "stop_slices": INTERNAL,
+        **dict.fromkeys(["stop_slices", "handle_requests"], INTERNAL),
     },
     "registry": dict.fromkeys(["register", "unregister", "renew", "resolve", "resolve_any",
                                "list"], ANY),

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from iris.base.clock import FakeClock
 from iris.base.resources import Resources
-from iris.controller import region_requests
-from iris.controller.gangs.tracking import RETRY_AFTER_S
+from iris.controller.gangs.protocol import Refused, ReserveRequest
+from iris.controller.gangs.tracking import RETRY_AFTER_S, SendRegion
 from iris.controller.service import ControllerConfig, ControllerService
 
 ACCEL = "v5litepod-16"
@@ -24,7 +24,7 @@ def test_a_refused_gang_is_asked_for_again_when_its_cooling_ends(tmp_path):
                 "resources": Resources(tpu=ACCEL, cpu=1).to_dict(),
                 "entrypoint": {"kind": "command", "argv": ["true"]}})
     [(gang, first)] = svc.gangs.reserving.items()
-    region_requests.gangs_settled(svc, [], [(first.round_id, {"us-east": "no free slice"})])
+    _refuse_every_attempt(svc, clock, gang)
     assert gang not in svc.gangs.reserving
     assert "refused by every candidate region" in svc.status("/alice/gang")["pending_reason"][
         "message"]
@@ -36,3 +36,18 @@ def test_a_refused_gang_is_asked_for_again_when_its_cooling_ends(tmp_path):
     again = svc.gangs.reserving[gang]
     assert again.round_id.job_id == "/alice/gang" and again.round_id != first.round_id
     svc.close()
+
+
+def _refuse_every_attempt(svc, clock: FakeClock, gang: str) -> None:
+    """The region refuses each reserve the gangs object sends, until it gives the gang up
+    (its backoff waited out on the service's tick)."""
+    for _ in range(20):
+        for send in [e for e in svc.take_effects() if isinstance(e, SendRegion)]:
+            svc.gang_replies(send.region, [
+                Refused(send.region, r.gang_id, r.attempt, "NO_CAPACITY", "no free slice")
+                for r in send.requests if isinstance(r, ReserveRequest)])
+        if gang not in svc.gangs.reserving:
+            return
+        clock.advance(1.0)
+        svc.tick()
+    raise AssertionError("the gang was never given up")

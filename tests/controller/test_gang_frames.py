@@ -195,10 +195,9 @@ class FakeHosted:
         self.turns.append((fn, args))
         return True
 
-    def handle_many(self, messages: list[dict]) -> list:
-        replies = [self._ledger.handle(decode_message(m), self._clock.monotonic())
-                   for m in messages]
-        return [encode_message(r) if r is not None else None for r in replies]
+    def handle_requests(self, requests: list) -> list:
+        """Region.handle_requests: typed requests in, typed replies out (no frames)."""
+        return [self._ledger.handle(r, self._clock.monotonic()) for r in requests]
 
 
 def test_a_hosted_region_is_reached_on_its_turn_without_a_call():

@@ -7,7 +7,7 @@ from __future__ import annotations
 from iris.controller.gangs.coordinator import Placed, Unplaceable
 from iris.controller.gangs.inventory import region_inventory
 from iris.controller.gangs.ledger import ReservationLedger, SliceSpec
-from iris.controller.gangs.protocol import Refused, Reserved, decode_message
+from iris.controller.gangs.protocol import Refused, Reserved
 from iris.controller.gangs.tracking import GangTracker, SyncRegion
 from iris.controller.jobs import events as ev
 from iris.controller.scheduling.constraints import parse_constraints
@@ -42,7 +42,7 @@ def _request(job_id: str, hosts=HOSTS) -> GangRequest:
 
 def _frames(tracker: GangTracker) -> dict[str, list[tuple[str, str]]]:
     """What the gangs object sends each region now: (message type, round key) in order."""
-    return {s.region: [(type(m).__name__, m.gang_id) for m in map(decode_message, s.requests)]
+    return {s.region: [(type(m).__name__, m.gang_id) for m in s.requests]
             for s in tracker.take_sends(0.0)}
 
 

@@ -23,12 +23,13 @@ of the hosts that changed (`note_hosts`); `inventory.whole` reads it from scratc
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from iris.base.errors import ProtocolError
+from iris.base.ids import new_id
 from iris.base.resources import Resources
 from iris.controller.gangs import inventory as inv
 from iris.controller.gangs.coordinator import (
@@ -45,11 +46,11 @@ from iris.controller.gangs.coordinator import (
     Unplaceable,
 )
 from iris.controller.gangs.inventory import Delta as SyncDelta
-from iris.controller.gangs.protocol import decode_message, encode_message
-from iris.controller.jobs.events import Placement
+from iris.controller.gangs.protocol import RegionReply, RegionRequest
+from iris.controller.jobs import events as ev
 from iris.controller.jobs.model import ACTIVE_ATTEMPT
 from iris.controller.jobs.state import KernelState
-from iris.controller.scheduler_view import parse_task_id
+from iris.controller.scheduler_view import chosen_accelerator, parse_task_id
 from iris.controller.scheduling.gang_placement import GangRequest
 from iris.controller.scheduling.model import per_host_demand
 from iris.controller.scheduling.reasons import ReasonCode
@@ -75,12 +76,12 @@ class SyncRegion:
 
 @dataclass(frozen=True, slots=True)
 class SendRegion:
-    """Gang frames for one region's ledger, in order (each `protocol.encode_message`): what
-    the actor carries to that Region actor (`handle_many`); its replies come back as
-    `GangTracker.replied`, a failure to deliver as `region_down`."""
+    """Gang requests for one region's ledger, in order, typed: what the actor carries to
+    that Region actor (handed over as they are on its turn; as frames to one in another
+    process). Its replies come back as `GangTracker.replied`, a failure as `region_down`."""
 
     region: str
-    requests: tuple[dict, ...]
+    requests: tuple[RegionRequest, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,7 +125,7 @@ class GangTracker:
         self._by_key: dict[str, Round] = {}  # wire key -> round in `reserving`
         self._coordinator = GangCoordinator(config or CoordinatorConfig())
         self._asks: list[PlaceGang | ReleaseGang] = []  # for the coordinator, at the next take
-        self._frames: dict[str, list[dict]] = {}  # region -> frames not taken yet
+        self._frames: dict[str, list[RegionRequest]] = {}  # region -> not taken yet
         self._timers: list[tuple[float, int, Timer]] = []
         self._timer_seq = 0
         self._outcomes: list[Placed | Unplaceable | GangReleased] = []
@@ -194,7 +195,7 @@ class GangTracker:
     def placed_round(self, round_id: RoundId, region: str, hosts: Iterable[str],
                      state: KernelState, workers: Mapping[str, WorkerInfo],
                      stopping: dict[str, dict[str, Resources]],
-                     new_attempt_id: Callable[[], str]) -> tuple[list[Placement], dict | None]:
+                     new_attempt_id: Callable[[], str]) -> tuple[list[ev.Placement], dict | None]:
         """The placements to assign for a reserved round, or none and why (then released)."""
         hosts = tuple(hosts)
         rnd = self._take_reserving(round_id)
@@ -210,7 +211,7 @@ class GangTracker:
                         "details": {"gang": rnd.gang_id, "region": region}}
         rnd.region, rnd.hosts = region, hosts
         self.placed[round_id] = rnd
-        return [Placement(rnd.job_id, i, h, new_attempt_id())
+        return [ev.Placement(rnd.job_id, i, h, new_attempt_id())
                 for i, h in zip(sorted(rnd.indices), hosts, strict=True)], None
 
     def unplaceable(self, round_id: RoundId, reasons: Mapping[str, str], now: float) -> str | None:
@@ -224,6 +225,32 @@ class GangTracker:
             "message": f"gang {rnd.gang_id} was refused by every candidate region ({said})",
             "details": {"gang": rnd.gang_id, "regions": dict(reasons)}})
         return rnd.job_id
+
+    def settle(self, state: KernelState, workers: Mapping[str, WorkerInfo],
+               stopping: dict[str, dict[str, Resources]], now: float
+               ) -> tuple[list[ev.Assign], dict[str, dict]] | None:
+        """The coordinator's outcomes so far, settled in the owner's turn: an Assign per
+        round placed whose hosts still fit (each task on the accelerator its host has),
+        and job -> why it waits for a round that no longer fit; rounds every region
+        refused cool (`waiting`). None when there was nothing to settle."""
+        outcomes = self.take_outcomes()
+        placed, refused = self.sort_outcomes(outcomes) if outcomes else ([], [])
+        if not placed and not refused:
+            return None
+        events, reasons = [], {}
+        for round_id, region, hosts in placed:
+            placements, problem = self.placed_round(round_id, region, hosts, state, workers,
+                                                    stopping, lambda: new_id("att-"))
+            if problem is not None:
+                reasons[round_id.job_id] = problem
+            if placements:
+                spec = state.jobs[round_id.job_id].spec
+                events.append(ev.Assign(new_id("ev-"), tuple(
+                    dataclasses.replace(p, accelerator=chosen_accelerator(
+                        spec, workers.get(p.worker_id))) for p in placements)))
+        for round_id, why in refused:
+            self.unplaceable(round_id, why, now)
+        return events, reasons
 
     def release(self, round_id: RoundId) -> None:
         """Give back whatever the round holds in its region, in any phase."""
@@ -326,21 +353,10 @@ class GangTracker:
         frames, self._frames = self._frames, {}
         return [SendRegion(region, tuple(msgs)) for region, msgs in frames.items()]
 
-    def replied(self, region: str, replies: object, now: float) -> None:
-        """A region's replies to one SendRegion, in order (None where a frame needs none)."""
-        if not isinstance(replies, list):
-            self.region_down(region, f"expected a list of replies, got {type(replies).__name__}",
-                             now)
-            return
-        events = []
-        for reply in replies:
-            if reply is None:
-                continue
-            try:
-                events.append(decode_message(reply))
-            except ProtocolError as exc:  # one bad reply must not lose the others
-                _log.warning("region %s sent a malformed gang reply: %s", region, exc)
-        self._handle(events, now)
+    def replied(self, region: str, replies: Iterable[RegionReply | None], now: float) -> None:
+        """A region's replies to one SendRegion, in order (None where a request needs none),
+        typed (the carrier decoded those that crossed processes)."""
+        self._handle([r for r in replies if r is not None], now)
 
     def region_down(self, region: str, why: object, now: float) -> None:
         """A SendRegion was not delivered or not answered: gathers waiting on that region
@@ -366,8 +382,7 @@ class GangTracker:
         for event in events:
             for effect in self._coordinator.handle(event, now):
                 if isinstance(effect, Send):
-                    self._frames.setdefault(effect.region, []).append(
-                        encode_message(effect.request))
+                    self._frames.setdefault(effect.region, []).append(effect.request)
                 elif isinstance(effect, SetTimer):
                     self._timer_seq += 1
                     heapq.heappush(self._timers, (effect.at, self._timer_seq, effect.timer))
