@@ -433,20 +433,18 @@ class ControllerService:
 
     @turn
     def gang_replies(self, region: str, replies: Any) -> None:
-        """A region's replies to its gang frames: events of the gangs object, whose
-        outcomes are settled in this turn."""
+        """A region's typed replies to its gang requests, settled in this turn."""
         self.gangs.replied(region, replies, now_mono(self))
         self._settle_gangs()
 
     @turn
     def gang_region_down(self, region: str, why: Any) -> None:
-        """Gang frames for `region` were not delivered or not answered."""
         self.gangs.region_down(region, why, now_mono(self))
         self._settle_gangs()
 
     def _settle_gangs(self) -> None:
-        """The gangs object's outcomes as this turn's events, then ONE pass at the end of
-        the queue: a pass per gang capped gangs per second."""
+        """The gangs object's outcomes as events, then ONE pass, at the end of the queue
+        (a pass per gang capped gangs per second)."""
         settled = self.gangs.settle(self.state, self.desk.workers.workers, self.stopping,
                                     now_mono(self))
         if settled is not None:
