@@ -4,7 +4,7 @@ Not the decisions (service.py, jobs/kernel.py). Sync methods run one at a time o
 actor's thread, which is the controller's single mailbox: the service is only ever touched
 there. `wait` is async so that thousands of clients can wait for jobs without holding that
 thread; it is woken from the actor thread through the node's loop. Gangs are the service's
-(gangs/tracking.py); this actor only carries their frames to the Region actors
+(gangs/tracking.py); this actor only carries their requests to the Region actors
 (effects_out.py), whose replies come back as messages into this mailbox and are handed to
 the service as they are. The tick's periodic work is upkeep.py's. Submits that arrive
 together are one turn (batching.py); a scheduling pass asked for while more waits in the

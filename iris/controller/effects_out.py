@@ -8,9 +8,10 @@ Region actors it made and their last stats, and reaches the actor only through w
 handed (node, the command token per worker, `post` onto the actor's turn, `wake` for
 waiters, and `back`: the service's requests that replies and failures come back as).
 
-`RegionCarrier` carries frames to Region actors and their replies back, nothing more: onto
-the turn of a Region actor this node hosts (no call through the node's own address), or as
-a call to one in another process. Each reply comes back through `post` as a message into
+`RegionCarrier` carries gang requests to Region actors and their replies back, nothing more:
+onto the turn of a Region actor this node hosts as they are (typed, nothing encoded; no call
+through the node's own address), or as frames in a call to one in another process (the one
+place they are encoded, and the replies decoded, with gangs/protocol.py). Each reply comes back through `post` as a message into
 the owner's mailbox; a failure known at once (no such region, its actor stopping) is
 reported on the spot, and a Region actor found stopped is forgotten (EffectsOut makes it
 anew on the next push).

@@ -3,11 +3,12 @@
 Modules: protocol (the reserve/commit/abort/release messages, and them as plain data through
 the schema of wire/schema.py); ledger (one region's reservations, run by the Region actor);
 coordinator (the pure two-phase state machine); tracking (the service's gangs object: rounds,
-hosts held, checks before assigning, releases, the coordinator and its timers, frames out as
-SendRegion effects and replies in as events, region inventories); inventory (each region's
+hosts held, checks before assigning, releases, the coordinator and its timers, typed requests
+out as SendRegion effects, replies in as events and settled into Assign events, region
+inventories); inventory (each region's
 inventory kept between pushes). Where a gang could go in a pass is the scheduler's
-(scheduling/gang_placement.py); carrying the frames is the Controller actor's
-(effects_out.py).
+(scheduling/gang_placement.py); carrying the requests is the Controller actor's
+(effects_out.py), which makes frames of them only for a Region in another process.
 """
 
 __all__: list[str] = []

@@ -9,7 +9,9 @@ Abort is keyed by attempt, not token, so an attempt whose offer was lost can sti
 aborted. A region actor wraps `ReservationLedger.handle`; a controller actor wraps
 `GangCoordinator.handle`.
 
-On the wire each message is its fields as plain data (wire/schema.py `encode`, the shape's
+A Region actor the controller's node hosts is handed these types as they are
+(`Region.handle_requests`); only one in another process gets frames. On the wire each
+message is its fields as plain data (wire/schema.py `encode`, the shape's
 constraints included) plus "type", its class name; `decode_message` checks a peer's dict
 completely with the same schema as every control message, and a malformed one raises
 ProtocolError naming the field (never pickle: a peer's bytes are never unpickled).

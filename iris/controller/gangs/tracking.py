@@ -2,19 +2,20 @@
 coordinator that reserves them in the regions, its timers, and what each region's ledger
 should own. Pure: no sockets, no clock reads (`now` is passed).
 
-Not the coordinator's decisions (coordinator.py) nor the ledgers, nor the carrying of frames
+Not the coordinator's decisions (coordinator.py) nor the ledgers, nor the carrying of requests
 (the Controller actor's effects_out.py). The scheduler asks for a gang (a GangRequest); the
 tracker starts a placement *round* under its own typed id (RoundId), because a gang requeued
 whole is placed again while the release of its previous round may still be travelling, and
 hands it to the coordinator. The hosts the scheduler set aside stay held until the round
 settles, so later passes do not give them to smaller work. What the coordinator sends comes
-out as `SendRegion` effects (one per region, the frames of a whole queue of turns together:
-`take_sends`); the regions' replies come back as events (`replied`, `region_down`), the
-timers fire on the owner's tick (`fire_due`), and the coordinator's outcomes wait for
-`take_outcomes`. When the coordinator reports a placement, the tracker checks that the gang
-still waits and that the hosts still have room (the regions' view lags the controller's by a
-message) before the controller assigns the tasks; a round that no longer fits, or whose gang
-has ended, is released so its region frees the hosts.
+out as `SendRegion` effects (one per region, the typed requests of a whole queue of turns
+together: `take_sends`; frames are made only by the carrier, for a Region in another
+process); the regions' typed replies come back as events (`replied`, `region_down`), the
+timers fire on the owner's tick (`fire_due`), and the coordinator's outcomes are settled in
+the owner's turn (`settle`): for a placement the tracker checks that the gang still waits
+and that the hosts still have room (the regions' view lags the controller's by a message)
+and hands back the Assign to make; a round that no longer fits, or whose gang has ended, is
+released so its region frees the hosts.
 
 Region inventories (SyncRegion or SyncDelta) wait in `outbox`, to go before any round that
 relies on them. Each region's inventory is kept incrementally (inventory.py) from the facts

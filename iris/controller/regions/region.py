@@ -1,8 +1,9 @@
 """The Region actor: one per region, the owner of its reservation ledger and its slices.
 
-Not the decisions (gangs/ledger.py and autoscaler.py are pure). Requests and replies
-travel as plain dicts (gangs/protocol.py `encode_message`); a malformed one raises ProtocolError
-at the caller and changes nothing. Leases lapse on the region's own clock, checked every
+Not the decisions (gangs/ledger.py and autoscaler.py are pure). Gang requests and replies
+are handed over as their types by a controller in this process (`handle_requests`) and
+travel as plain dicts (gangs/protocol.py `encode_message`) from one elsewhere (`handle`,
+`handle_many`); a malformed one raises ProtocolError at the caller and changes nothing. Leases lapse on the region's own clock, checked every
 tick, so a hold the coordinator forgot (it crashed, a message was lost) is released
 without anyone asking.
 
