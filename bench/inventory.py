@@ -9,7 +9,7 @@ Region actors in its own process, so both sides are the controller's CPU). Each 
 --changes changes: hosts whose attempts start or end, and one host that re-registers.
 
 - whole_build_ms: before this change, every push: `region_inventory` over every worker
-  (inventory.py), as GangTracker.sync_regions did, plus comparing it with the last push.
+  (inventory.py), as RegionPushes.sync_regions does, plus comparing it with the last push.
 - whole_encode_ms / whole_bytes: msgpack of the call's arguments (what goes on the wire).
 - whole_apply_ms: the Region's `sync`: checking the whole message (control.RegionSync),
   then ReservationLedger.set_inventory.
@@ -40,8 +40,8 @@ from bench._report import fmt, step
 from iris.base.clock import FakeClock
 from iris.controller.gangs import inventory as inv
 from iris.controller.gangs.inventory import host_facts, region_inventory
-from iris.controller.gangs.tracking import GangTracker
 from iris.controller.jobs.state import KernelState
+from iris.controller.region_pushes import RegionPushes
 from iris.controller.regions.region import Region
 from iris.controller.workers import WorkerInfo
 
@@ -97,10 +97,10 @@ def run(hosts: int, changes: int, repeat: int) -> dict:
     last = region_inventory(state, workers.values(), {})[REGION]
     old_region.sync(*last, {}, [])
     # After: the kept inventory, a full push first, then deltas.
-    tracker = GangTracker(incarnation="inc-bench")
+    pushes = RegionPushes((), 0.0, incarnation="inc-bench")
     new_region = Region(REGION, [], FakeClock())
-    tracker.sync_regions(state, workers.values(), {})
-    [full] = tracker.take_outbox()
+    pushes.sync_regions(state, workers.values(), {})
+    [full] = pushes.take_outbox()
     new_region.sync(full.slices, full.busy, full.unmet, full.drained, full.incarnation,
                     full.seq)
     rows: dict[str, list[float]] = {}
@@ -118,10 +118,10 @@ def run(hosts: int, changes: int, repeat: int) -> dict:
         last = now
 
         def delta(t=touched):
-            tracker.note_hosts(inv.HostIs(h, host_facts(state, workers[h], {}, ()))
+            pushes.note_hosts(inv.HostIs(h, host_facts(state, workers[h], {}, ()))
                                for h in t)
-            tracker.push_regions({}, (), ())
-            return tracker.take_outbox()[0]
+            pushes.push_regions({}, (), ())
+            return pushes.take_outbox()[0]
         msg, d_build = _timed(delta)
         body = {"incarnation": msg.incarnation, "seq": msg.seq, "slices": msg.slices,
                 "removed": msg.removed, "busy": msg.busy, "free": msg.free,

@@ -29,7 +29,8 @@ from iris.actors.hosting import HostedActor
 from iris.actors.keys import region_key, worker_key
 from iris.base.errors import PeerUnavailableError, ProtocolError
 from iris.controller.gangs.protocol import decode_message, encode_message
-from iris.controller.gangs.tracking import SendRegion, SyncDelta, SyncRegion
+from iris.controller.gangs.tracking import SendRegion
+from iris.controller.region_pushes import SyncDelta, SyncRegion
 from iris.controller.regions.region import Region, RegionScaling
 from iris.controller.service_types import Command, JobsFinished
 from iris.wire import control

@@ -31,7 +31,6 @@ def forget_region(svc: Any, region: str) -> None:
     reports are forgotten, and it counts towards max_regions again only when a host names
     it anew."""
     svc.desk.forget_region(region)
-    svc.gangs.forget_region(region)
     svc.pushes.forget_region(region)
 
 
@@ -76,7 +75,7 @@ def hosts_gone(svc: Any, gone: Any) -> None:
 def inventory_push_failed(svc: Any, region: str, seq: int, why: str) -> None:
     """A region refused (or never answered) push `seq`: it gets its whole inventory
     next (unless a whole one went after that push). A reclaimed region's are moot."""
-    if region in svc.gangs.inventory.regions and svc.gangs.push_failed(region, seq):
+    if region in svc.pushes.inventory.regions and svc.pushes.push_failed(region, seq):
         _log.warning("region %s: inventory push %d failed (%s); sending it whole",
                      region, seq, why)
         svc.sync_regions()

@@ -86,12 +86,11 @@ class ControllerService:
                                config.restart_grace_s,
                                set(self.state.by_worker) | set(self.stop_book.by_worker),
                                (r.region for r in config.autoscale), clock.monotonic())
-        self.pushes = RegionPushes(config.autoscale, clock.monotonic())
+        self.pushes = RegionPushes(config.autoscale, clock.monotonic(), new_id("inc-"))
         self.placement = PlacementPass(clock)
         # The gangs object (gangs/tracking.py). Three tries (about 3.5 s of backoff) before a
         # refused gang goes back to the pass, which shows the regions' reasons and asks again.
-        self.gangs = GangTracker(incarnation=new_id("inc-"),
-                                 config=CoordinatorConfig(max_attempts=3))
+        self.gangs = GangTracker(config=CoordinatorConfig(max_attempts=3))
         self.budget_book = BudgetBook(self.store, config.retention_s)
         # The day-trace figures for this cluster (live_figures.py), fed after each commit
         # and on the tick.
@@ -270,8 +269,8 @@ class ControllerService:
 
     def sync_regions(self, force: bool = False) -> None:
         """Push each region what changed in its inventory (region_pushes.py)."""
-        self.pushes.sync(self.gangs, self.state, self.desk.workers.workers, self.stopping,
-                         now_mono(self), force)
+        self.pushes.sync(self.state, self.desk.workers.workers, self.stopping, now_mono(self),
+                         force)
 
     @turn
     def prune(self) -> None:
@@ -323,7 +322,7 @@ class ControllerService:
         (a round relies on its inventory; without `gang_frames` they wait to go out with a
         later turn's, as the actor does until the end of its queue), commands to workers,
         then the jobs that finished."""
-        effects: list = self.gangs.take_outbox()
+        effects: list = self.pushes.take_outbox()
         effects += self.gangs.take_sends(now_mono(self), flush=gang_frames)
         effects += self.take_commands()
         finished, self._finished = self._finished, []

@@ -136,7 +136,7 @@ class Upkeep:
     def _reclaim_regions(self, now: float) -> None:
         """Stop and forget the Region actors no host has named for a while (their threads
         end): reclaim.py."""
-        hosts = {r: inv.hosts for r, inv in self._svc.gangs.inventory.regions.items()}
+        hosts = {r: inv.hosts for r, inv in self._svc.pushes.inventory.regions.items()}
         for region in self._reclaim.due(self._out.regions, hosts, self._scaling, now):
             _log.info("region %s: no host for %.0f s; its actor is stopped", region,
                       self._reclaim.idle_s)

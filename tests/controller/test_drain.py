@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from iris.base.clock import FakeClock
-from iris.controller.gangs.tracking import SyncDelta, SyncRegion
+from iris.controller.region_pushes import SyncDelta, SyncRegion
 from iris.controller.service import ControllerConfig, ControllerService
 
 ATTRS = {"cpu": "4", "memory": str(2**33), "region": "east", "slice_id": "s1"}
@@ -33,7 +33,7 @@ def _drained(service: ControllerService) -> list[str] | None:
     """The hosts the region was told run nothing, from the pushes since the last look (None:
     no push)."""
     drained = None
-    for m in service.gangs.take_outbox():
+    for m in service.pushes.take_outbox():
         if isinstance(m, SyncRegion):
             drained = set(m.drained)
         elif isinstance(m, SyncDelta):
@@ -42,7 +42,7 @@ def _drained(service: ControllerService) -> list[str] | None:
 
 
 def test_draining_host_takes_no_new_work_and_is_reported_drained(svc):
-    svc.gangs.take_outbox()
+    svc.pushes.take_outbox()
     svc.drain_hosts({"s1-h0": "s1"})
     assert _drained(svc) == ["s1-h0"]  # it runs nothing: the region may delete the slice
     job = _submit(svc, "late")
@@ -55,13 +55,13 @@ def test_draining_host_takes_no_new_work_and_is_reported_drained(svc):
 
 def test_busy_host_is_not_reported_drained(svc):
     _submit(svc, "running")
-    svc.gangs.take_outbox()
+    svc.pushes.take_outbox()
     svc.drain_hosts({"s1-h0": "s1"})
     assert _drained(svc) in (None, [])  # busy: the region keeps the slice
 
 
 def test_drain_of_an_unknown_host_changes_nothing(svc):
-    svc.gangs.take_outbox()
+    svc.pushes.take_outbox()
     svc.drain_hosts({"nobody": "s9"})
     assert svc.draining == {}
     with pytest.raises(Exception, match="hosts"):

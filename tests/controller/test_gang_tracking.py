@@ -1,6 +1,6 @@
 """The controller's gangs object: rounds, held hosts, checks before assigning, releases when a
-gang ends (frames to the regions through its coordinator), and the inventory each region's
-ledger is sent. Pure."""
+gang ends (requests to the regions through its coordinator); and the inventory each region's
+ledger is sent (RegionPushes). Pure."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ from iris.controller.gangs.coordinator import Placed, Unplaceable
 from iris.controller.gangs.inventory import region_inventory
 from iris.controller.gangs.ledger import ReservationLedger, SliceSpec
 from iris.controller.gangs.protocol import Refused, Reserved
-from iris.controller.gangs.tracking import GangTracker, SyncRegion
+from iris.controller.gangs.tracking import GangTracker
 from iris.controller.jobs import events as ev
+from iris.controller.region_pushes import RegionPushes, SyncRegion
 from iris.controller.scheduling.constraints import parse_constraints
 from iris.controller.scheduling.gang_placement import GangRequest
 from iris.controller.scheduling.model import Band, GangShape
@@ -142,8 +143,8 @@ def test_tracker_releases_a_round_once_its_gang_no_longer_runs_there():
     assert _frames(tracker) == _aborted(round_id) and tracker.placed == {}
 
 
-def test_tracker_syncs_a_region_only_when_its_inventory_changed():
-    h, tracker = Harness(), GangTracker()
+def test_region_pushes_sync_a_region_only_when_its_inventory_changed():
+    h, tracker = Harness(), RegionPushes((), 0.0)
     tracker.sync_regions(h.state, WORKERS.values(), {})
     [sync] = tracker.take_outbox()
     assert isinstance(sync, SyncRegion) and sync.region == "r1" and sync.busy == []

@@ -16,8 +16,8 @@ from iris.base.resources import Resources
 from iris.controller.gangs import inventory as inv
 from iris.controller.gangs.inventory import host_facts, region_inventory
 from iris.controller.gangs.ledger import ReservationLedger, SliceSpec
-from iris.controller.gangs.tracking import GangTracker, SyncDelta, SyncRegion
 from iris.controller.jobs.state import KernelState
+from iris.controller.region_pushes import RegionPushes, SyncDelta, SyncRegion
 from iris.controller.regions.region import Region
 from iris.controller.scheduling.model import GangShape
 from iris.controller.workers import WorkerInfo
@@ -28,7 +28,7 @@ REGIONS = ["r1", "r2"]
 
 
 class World:
-    """The controller's side: workers, the kernel's by_worker, stops, drains; a tracker fed
+    """The controller's side: workers, the kernel's by_worker, stops, drains; RegionPushes fed
     the touched hosts' facts as the service feeds it; one Region per region fed its pushes."""
 
     def __init__(self) -> None:
@@ -36,7 +36,7 @@ class World:
         self.workers: dict[str, WorkerInfo] = {}
         self.stopping: dict[str, dict[str, Resources]] = {}
         self.draining: set[str] = set()
-        self.tracker = GangTracker(incarnation="inc-test")
+        self.pushes = RegionPushes((), 0.0, incarnation="inc-test")
         self.regions = {r: Region(r, [], FakeClock()) for r in REGIONS}
         self.touched: set[str] = set()
         self.sent: list[SyncRegion | SyncDelta] = []
@@ -95,13 +95,13 @@ class World:
 
     def push(self, keepalive: bool = False) -> None:
         touched, self.touched = sorted(self.touched), set()
-        self.tracker.note_hosts(
+        self.pushes.note_hosts(
             inv.HostIs(h, host_facts(self.state, self.workers[h], self.stopping,
                                      self.draining))
             if h in self.workers else inv.HostGone(h) for h in touched)
-        self.tracker.push_regions({}, REGIONS, fulls=self.tracker.full_due(REGIONS),
+        self.pushes.push_regions({}, REGIONS, fulls=self.pushes.full_due(REGIONS),
                                   keepalive=keepalive)
-        for msg in self.tracker.take_outbox():
+        for msg in self.pushes.take_outbox():
             self.sent.append(msg)
             try:
                 deliver(self.regions[msg.region], msg)
@@ -109,7 +109,7 @@ class World:
                     self.stale.discard(msg.region)
             except ConflictError:
                 self.refusals += 1
-                self.tracker.push_failed(msg.region, msg.seq)
+                self.pushes.push_failed(msg.region, msg.seq)
 
     def reference(self) -> dict:
         return region_inventory(self.state, self.workers.values(), self.stopping)
@@ -200,7 +200,7 @@ def _inventory_case(first, steps) -> None:
 def _check(world: World) -> None:
     reference = world.reference()
     for region in REGIONS:
-        rows, busy, drained = inv.whole(world.tracker.inventory, region)
+        rows, busy, drained = inv.whole(world.pushes.inventory, region)
         assert (rows, busy) == reference.get(region, ([], []))
         assert set(drained) == _drained(world, region)
         if region in world.stale:
@@ -244,11 +244,11 @@ def test_inventory_late_refusal_of_a_push_older_than_the_whole_one_is_ignored():
     world = World()
     world.register("c-1", "r1", False, "a")
     world.push()
-    state = world.tracker.inventory
-    assert world.tracker.push_failed("r1", 1)  # the whole push itself was lost: again
+    state = world.pushes.inventory
+    assert world.pushes.push_failed("r1", 1)  # the whole push itself was lost: again
     world.push()
     assert inv.region(state, "r1").full_seq == 2
-    assert not world.tracker.push_failed("r1", 1)  # older than the whole push 2
+    assert not world.pushes.push_failed("r1", 1)  # older than the whole push 2
     assert not inv.region(state, "r1").full_due
 
 

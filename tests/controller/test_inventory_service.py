@@ -14,8 +14,8 @@ import pytest
 from iris.base.clock import FakeClock
 from iris.controller.gangs import inventory as inv
 from iris.controller.gangs.inventory import region_inventory
-from iris.controller.gangs.tracking import SyncDelta, SyncRegion
 from iris.controller.preemption_notices import apply_notice
+from iris.controller.region_pushes import SyncDelta, SyncRegion
 from iris.controller.regions.region import Region
 from iris.controller.service import ControllerConfig, ControllerService
 
@@ -107,7 +107,7 @@ class Day:
     def push_and_check(self) -> None:
         svc = self.svc
         svc.sync_regions(force=True)
-        for msg in svc.gangs.take_outbox():
+        for msg in svc.pushes.take_outbox():
             if isinstance(msg, SyncRegion):
                 self.regions[msg.region] = Region(msg.region, [], svc.clock)
                 self.regions[msg.region].sync(msg.slices, msg.busy, msg.unmet,
@@ -119,7 +119,7 @@ class Day:
                     "unmet": msg.unmet, "drained": msg.drained, "undrained": msg.undrained})
         reference = region_inventory(svc.state, svc.workers.workers.values(), svc.stopping)
         for region, actor in self.regions.items():
-            slices, busy, drained = inv.whole(svc.gangs.inventory, region)
+            slices, busy, drained = inv.whole(svc.pushes.inventory, region)
             assert (slices, busy) == reference.get(region, ([], [])), region
             assert drained == sorted(
                 h for h in svc.draining if h in svc.workers.workers
@@ -139,4 +139,4 @@ def test_service_keeps_each_region_inventory_as_region_inventory_computes_it(svc
         if i % 3 == 2:
             day.push_and_check()
     day.push_and_check()
-    assert svc.gangs.inventory.hosts  # the day did register hosts
+    assert svc.pushes.inventory.hosts  # the day did register hosts

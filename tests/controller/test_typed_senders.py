@@ -8,7 +8,7 @@ import pytest
 
 from iris.base.clock import FakeClock
 from iris.controller.effects_out import region_push
-from iris.controller.gangs.tracking import SyncDelta, SyncRegion
+from iris.controller.region_pushes import SyncDelta, SyncRegion
 from iris.controller.service import ControllerConfig, ControllerService
 from iris.wire import control
 

@@ -3,10 +3,10 @@
 Modules: protocol (the reserve/commit/abort/release messages, and them as plain data through
 the schema of wire/schema.py); ledger (one region's reservations, run by the Region actor);
 coordinator (the pure two-phase state machine); tracking (the service's gangs object: rounds,
-hosts held, checks before assigning, releases, the coordinator and its timers, typed requests
-out as SendRegion effects, replies in as events and settled into Assign events, region
-inventories); inventory (each region's
-inventory kept between pushes). Where a gang could go in a pass is the scheduler's
+hosts held, checks before assigning, releases, the coordinator and its timers, typed
+requests out as SendRegion effects, replies in as events and settled into Assign events);
+inventory (each region's inventory kept between pushes, by RegionPushes:
+controller/region_pushes.py). Where a gang could go in a pass is the scheduler's
 (scheduling/gang_placement.py); carrying the requests is the Controller actor's
 (effects_out.py), which makes frames of them only for a Region in another process.
 """

@@ -65,7 +65,7 @@ class HostGone:
 
 @dataclass(frozen=True)
 class Full:
-    """The whole inventory of a region (tracking.SyncRegion carries it to the Region)."""
+    """The whole inventory of a region (region_pushes.SyncRegion carries it to the Region)."""
 
     region: str
     incarnation: str

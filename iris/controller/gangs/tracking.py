@@ -1,6 +1,5 @@
 """The controller's gangs object: rounds being reserved, rounds holding hosts, the two-phase
-coordinator that reserves them in the regions, its timers, and what each region's ledger
-should own. Pure: no sockets, no clock reads (`now` is passed).
+coordinator that reserves them in the regions, and its timers. Pure: no sockets, no clock reads (`now` is passed).
 
 Not the coordinator's decisions (coordinator.py) nor the ledgers, nor the carrying of requests
 (the Controller actor's effects_out.py). The scheduler asks for a gang (a GangRequest); the
@@ -17,9 +16,8 @@ and that the hosts still have room (the regions' view lags the controller's by a
 and hands back the Assign to make; a round that no longer fits, or whose gang has ended, is
 released so its region frees the hosts.
 
-Region inventories (SyncRegion or SyncDelta) wait in `outbox`, to go before any round that
-relies on them. Each region's inventory is kept incrementally (inventory.py) from the facts
-of the hosts that changed (`note_hosts`); `inventory.whole` reads it from scratch.
+Not the regions' inventories either: what each region's ledger should own is pushed by
+RegionPushes (region_pushes.py), before any round that relies on it.
 """
 
 from __future__ import annotations
@@ -32,7 +30,6 @@ from dataclasses import dataclass
 
 from iris.base.ids import new_id
 from iris.base.resources import Resources
-from iris.controller.gangs import inventory as inv
 from iris.controller.gangs.coordinator import (
     CoordinatorConfig,
     GangCoordinator,
@@ -46,7 +43,6 @@ from iris.controller.gangs.coordinator import (
     Timer,
     Unplaceable,
 )
-from iris.controller.gangs.inventory import Delta as SyncDelta
 from iris.controller.gangs.protocol import RegionReply, RegionRequest
 from iris.controller.jobs import events as ev
 from iris.controller.jobs.model import ACTIVE_ATTEMPT
@@ -62,17 +58,6 @@ _log = logging.getLogger(__name__)
 # backoff), the scheduler waits this long before asking again, so a gang the regions keep
 # refusing costs a few calls a minute, not one per scheduling pass.
 RETRY_AFTER_S = 5.0
-
-
-@dataclass(frozen=True)
-class SyncRegion:
-    region: str
-    slices: list[dict]
-    busy: list[str]
-    unmet: dict[str, int]  # scale group -> more slices wanted (autoscaled regions only)
-    drained: list[str] = ()  # hosts asked to drain that take no work and run nothing now
-    incarnation: str | None = None  # the push this is: deltas that follow build on it
-    seq: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,15 +98,12 @@ class Round:
 class GangTracker:
     """The gangs object (see the module docstring)."""
 
-    def __init__(self, retry_after_s: float = RETRY_AFTER_S, incarnation: str = "c0",
+    def __init__(self, retry_after_s: float = RETRY_AFTER_S,
                  config: CoordinatorConfig | None = None):
         self.retry_after_s = retry_after_s
-        # `incarnation` names this controller's pushes apart from a previous one's.
-        self.inventory = inv.InventoryState(incarnation)
         self.reserving: dict[str, Round] = {}  # gang id -> its round in flight
         self.placed: dict[RoundId, Round] = {}  # rounds whose gang holds hosts
         self.cooling: dict[str, tuple[float, dict]] = {}  # gang id -> (until, pending reason)
-        self.outbox: list[SyncRegion | SyncDelta] = []  # inventories not pushed yet
         self._seq = 0
         self._by_key: dict[str, Round] = {}  # wire key -> round in `reserving`
         self._coordinator = GangCoordinator(config or CoordinatorConfig())
@@ -278,67 +260,6 @@ class GangTracker:
                 del self.reserving[gang_id]
                 self._by_key.pop(rnd.round_id.key, None)
                 self.release(rnd.round_id)
-
-    def note_hosts(self, events: Iterable[inv.HostIs | inv.HostGone]) -> None:
-        """What is true now of hosts that may have changed (inventory.handle), O(1) each."""
-        for event in events:
-            inv.handle(self.inventory, event)
-
-    def full_due(self, also: Iterable[str] = ()) -> dict[str, int]:
-        """Regions that must be sent their whole inventory -> how many hosts that is.
-        `also`: regions to know of even without hosts (new ones are due a full push)."""
-        for region in also:
-            inv.region(self.inventory, region)
-        return {r: inv.size(self.inventory, r) for r in inv.full_due(self.inventory)}
-
-    def forget_region(self, region: str) -> None:
-        """A region reclaimed (reclaim.py): its inventory and push numbers are forgotten."""
-        self.inventory.regions.pop(region, None)
-
-    def push_failed(self, region: str, seq: int) -> bool:
-        """A push to `region` was refused or lost: True if a full one is now due."""
-        return inv.refused(self.inventory, region, seq)
-
-    def push_regions(self, unmet: Mapping[str, dict[str, int]], regions: Iterable[str] = (),
-                     fulls: Iterable[str] = (), keepalive: bool = False) -> None:
-        """Queue what changed in each region since its last push (a SyncDelta), or its whole
-        inventory (a SyncRegion) for those in `fulls` that need one. A region due a full
-        push that is not in `fulls` waits (it would refuse a delta). `regions`: ones to push
-        even without hosts (autoscaled regions not grown yet). `keepalive`: an empty delta
-        to a region with no change (one that lost our pushes refuses it)."""
-        fulls, state = set(fulls), self.inventory
-        for region in sorted(set(state.regions) | set(unmet) | set(regions)):
-            due = inv.region(state, region).full_due
-            if due and region not in fulls:
-                continue
-            out = inv.push(state, region, unmet.get(region, {}), full=due, keepalive=keepalive)
-            if isinstance(out, inv.Full):
-                self.outbox.append(SyncRegion(region, out.slices, out.busy, out.unmet,
-                                              out.drained, out.incarnation, out.seq))
-            elif out is not None:
-                self.outbox.append(out)
-
-    def sync_regions(self, state: KernelState, workers: Iterable[WorkerInfo],
-                     stopping: dict[str, dict[str, Resources]],
-                     unmet: Mapping[str, dict[str, int]] | None = None,
-                     regions: Iterable[str] = (), draining: Iterable[str] = ()) -> None:
-        """Push every region from scratch: every worker's facts (O(fleet); the service
-        feeds `note_hosts` with the hosts that changed instead), then `push_regions`."""
-        workers, draining = list(workers), set(draining)
-        here = {w.worker_id for w in workers}
-        self.note_hosts([inv.HostGone(h) for h in list(self.inventory.hosts) if h not in here])
-        self.note_hosts(inv.HostIs(w.worker_id, inv.host_facts(state, w, stopping, draining))
-                        for w in workers)
-        unmet = unmet or {}
-        self.push_regions(unmet, regions, fulls=self.full_due({*unmet, *regions}))
-
-    def regions(self) -> list[str]:
-        return sorted(self.inventory.regions)
-
-    def take_outbox(self) -> list[SyncRegion | SyncDelta]:
-        """The inventory pushes queued since the last take, in order."""
-        out, self.outbox = self.outbox, []
-        return out
 
     # ---- the coordinator's side: frames out, replies and timers in ----------------------
 
