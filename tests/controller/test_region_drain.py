@@ -57,7 +57,7 @@ def _step(r: Region, clock: FakeClock, seconds: float = 1.0) -> None:
     """One decide, its provider calls finished, their outcome folded in."""
     clock.advance(seconds)
     r.on_tick()
-    assert r._manager.settle(30)
+    assert r._slices.manager.settle(30)
     clock.advance(seconds)
     r.on_tick()
 
@@ -82,7 +82,7 @@ def test_region_idle_slice_is_drained_then_deleted(region):
     [info] = provider.list_slices()
     r.sync([{"slice_id": info.slice_id, "hosts": hosts}], [], {}, drained=hosts)
     assert heard.get(timeout=30) == ("gone", hosts)
-    assert r._manager.settle(30) and provider.list_slices() == []
+    assert r._slices.manager.settle(30) and provider.list_slices() == []
 
 
 def test_region_keeps_a_draining_slice_that_work_reached_first(region):
@@ -92,7 +92,7 @@ def test_region_keeps_a_draining_slice_that_work_reached_first(region):
     [info] = provider.list_slices()
     r.sync([{"slice_id": info.slice_id, "hosts": hosts}], busy=hosts, unmet={})
     assert heard.get(timeout=30) == ("undrain", hosts)
-    assert r._manager.settle(30) and len(provider.list_slices()) == 1
+    assert r._slices.manager.settle(30) and len(provider.list_slices()) == 1
 
 
 def test_region_retires_a_draining_slice_after_its_work_ends_never_before(region):
@@ -115,4 +115,4 @@ def test_region_retires_a_draining_slice_after_its_work_ends_never_before(region
     assert "retired: Slurm node n3 is drained" in retired[-1]["reason"]
     r.sync([{"slice_id": info.slice_id, "hosts": hosts}], [], {}, drained=hosts)
     assert heard.get(timeout=30) == ("gone", hosts)
-    assert r._manager.settle(30) and provider.list_slices() == []
+    assert r._slices.manager.settle(30) and provider.list_slices() == []
