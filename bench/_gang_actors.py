@@ -24,8 +24,8 @@ from pathlib import Path
 
 import iris
 from iris.base.clock import SYSTEM_CLOCK
-from iris.controller.effects_out import RegionCarrier
 from iris.controller.gangs.tracking import GangTracker
+from iris.controller.regions.region import RegionCarrier
 from iris.controller.scheduling.gang_placement import GangRequest
 from iris.controller.scheduling.model import Band, GangShape
 

@@ -5,7 +5,7 @@ actor's thread, which is the controller's single mailbox: the service is only ev
 there. `wait` is async so that thousands of clients can wait for jobs without holding that
 thread; it is woken from the actor thread through the node's loop. Gangs are the service's
 (gangs/tracking.py); this actor only carries their requests to the Region actors
-(effects_out.py), whose replies come back as messages into this mailbox and are handed to
+(regions/region.py's RegionCarrier) and its commands to workers, and the regions' replies come back as messages into this mailbox and are handed to
 the service as they are. The tick's periodic work is upkeep.py's. Submits that arrive
 together are one turn (batching.py); a scheduling pass asked for while more waits in the
 mailbox runs when it runs dry (`_after`).
@@ -25,18 +25,18 @@ from iris.actors.hosting import requires
 from iris.actors.keys import CONTROLLER_KEY, region_key, worker_key
 from iris.base.errors import ConfigError, InvalidRequestError, IrisError, NotFoundError
 from iris.controller.credentials import Credentials, grant_roles
-from iris.controller.effects_out import EffectsOut
 from iris.controller.inspect import locate, summary
 from iris.controller.job_requests import check_submission
 from iris.controller.jobs.model import TERMINAL_JOB
 from iris.controller.preemption_notices import apply_notice
 from iris.controller.reclaim import RegionReclaim
-from iris.controller.regions.region import STOP_ALL_SLICES_S
+from iris.controller.regions.region import STOP_ALL_SLICES_S, RegionCarrier
 from iris.controller.service import ControllerConfig, ControllerService
+from iris.controller.service_types import Command, JobsFinished
 from iris.controller.upkeep import Upkeep
 from iris.controller.waiters import JobWaiters
 from iris.controller.worker_requests import check_report
-from iris.wire import schema
+from iris.wire import control, schema
 
 _log = logging.getLogger(__name__)
 
@@ -61,12 +61,11 @@ class Controller:
         # and inventories the service decides are carried onto their turns, their replies
         # come back as messages in this mailbox.
         self._scaling = {r.region: r for r in config.autoscale}
-        self._out = EffectsOut(node, self._command_token, self._scaling, self._post,
-                               self._waiters.wake, self._svc)
+        self._regions = RegionCarrier(node, self._post, self._svc, scaling=self._scaling)
         for region in sorted(self._scaling):  # they may grow before any worker exists
-            self._out.ensure_region(region)
+            self._regions.ensure_region(region)
         # Regions no host names any more are stopped: after twice the silence that loses one.
-        self._upkeep = Upkeep(self._svc, self._out, self._creds,
+        self._upkeep = Upkeep(self._svc, self._regions, self._creds,
                               RegionReclaim(2 * config.worker_dead_after_s), self._scaling,
                               lambda region: node.unhost(region_key(region)),
                               node.clock.monotonic(), node.call_in_loop)
@@ -301,7 +300,7 @@ class Controller:
         return {"worker_id": worker_id, "attempts": attempts, "was": was}
 
     def _command_token(self, worker_id: str) -> bytes | None:
-        """What this controller presents on its commands to that worker (EffectsOut)."""
+        """What this controller presents on its commands to that worker (`_command`)."""
         return self._creds.command_token(worker_id)
 
     # ------------------------------------------------------------ from the Region actors
@@ -323,18 +322,18 @@ class Controller:
     async def slices(self) -> list[dict]:
         """Every autoscaled region's slices, as its provider lists them (Region.slices): the
         slices of providers that live in this process too, which nothing else can list."""
-        return [row for rows in await self._out.each_region("slices", (), 30.0) for row in rows]
+        return [row for rows in await self._regions.each_region("slices", (), 30.0) for row in rows]
 
     @requires(tokens.ADMIN)
     async def stop_slices(self, timeout_s: float = STOP_ALL_SLICES_S) -> list[dict]:
         """`iris cluster stop`: every region stops scaling and deletes every slice of its
         provider (Region.stop_slices); what each deleted and what it could not."""
         schema.number(timeout_s, "timeout_s", min_value=1.0, max_value=86400.0)
-        return await self._out.each_region("stop_slices", (False,), timeout_s)
+        return await self._regions.each_region("stop_slices", (False,), timeout_s)
 
     def regions(self) -> dict[str, str]:
         """Region name -> address of the node serving its Region actor."""
-        return {r: self._node.address for r in sorted(self._out.regions)}
+        return {r: self._node.address for r in sorted(self._regions.regions)}
 
     # ------------------------------------------------------------ acting, on this turn
 
@@ -352,10 +351,10 @@ class Controller:
 
     def _after(self, answer: Any, gang_frames: bool = False) -> Any:
         """Act on what the service decided (one effect list: region inventories and gang
-        frames, commands to workers, finished jobs) until nothing is left; then answer. The
-        gang frames go at the end of the queue (or with `gang_frames`, on the tick), so
-        under load every reply waiting in the mailbox is handled first and their frames go
-        out together, one `handle_many` per region."""
+        requests, carried by RegionCarrier; commands to workers; finished jobs) until nothing
+        is left; then answer. The gang requests go at the end of the queue (or with
+        `gang_frames`, on the tick), so under load every reply waiting in the mailbox is
+        handled first and a region's requests go out together, one turn of it each."""
         while True:
             if self._svc.later.wanted and self._node.backlog(CONTROLLER_KEY) == 0:
                 self._svc.schedule_now()  # the end of the queue: the pass left for it
@@ -363,7 +362,20 @@ class Controller:
             effects = self._svc.take_effects(gang_frames=last)
             if not effects:
                 return answer
-            self._out.send(effects)
+            for effect in effects:
+                if isinstance(effect, Command):
+                    self._command(effect)
+                elif isinstance(effect, JobsFinished):
+                    self._node.call_in_loop(self._waiters.wake, list(effect.job_ids))
+                else:  # region inventories and gang requests, in order
+                    self._regions.carry(effect)
+
+    def _command(self, command: Command) -> None:
+        """A start or stop to a worker, typed until here, with that worker's token."""
+        self._node.call(command.address, worker_key(command.worker_id), command.method,
+                        (control.encode(command.message),), timeout_s=30.0,
+                        auth=self._command_token(command.worker_id)
+                        ).add_done_callback(_log_failure)
 
     # ------------------------------------------------------------ hooks
 
@@ -392,7 +404,7 @@ class Controller:
         self._after(None, gang_frames=True)  # what turns left for the end of a busy queue
 
     def on_stop(self) -> None:
-        self._out.close()
+        self._regions.close()
         self._creds.close()
         if self._checkpoints is not None:
             self._checkpoints.stop()
@@ -406,3 +418,9 @@ def _digest(digest: object) -> None:
     if not isinstance(digest, str) or not re.fullmatch(r"[0-9a-f]{64}", digest):
         raise InvalidRequestError(f"digest: expected a sha256 hex digest, got {digest!r:.80}",
                                   "digest")
+
+
+def _log_failure(fut: Any) -> None:
+    error = fut.exception()
+    if error is not None:  # the worker's heartbeat and reconcile repair what a lost call missed
+        _log.warning("command to worker failed: %s", error)

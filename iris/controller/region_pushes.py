@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from iris.base.resources import Resources
 from iris.controller.gangs import inventory
@@ -19,8 +20,11 @@ from iris.controller.gangs.inventory import Delta as SyncDelta
 from iris.controller.jobs import events as ev
 from iris.controller.jobs.state import KernelState
 from iris.controller.regions import demand
-from iris.controller.regions.region import RegionScaling
 from iris.controller.workers import WorkerInfo
+from iris.wire import control
+
+if TYPE_CHECKING:
+    from iris.controller.regions.region import RegionScaling
 
 _log = logging.getLogger(__name__)
 # What changed in region inventories is pushed at most this often (and before any gang
@@ -210,3 +214,17 @@ class RegionPushes:
 
     def capacity(self) -> list:
         return [rep["capacity"] for _, rep in sorted(self.reports.items()) if "capacity" in rep]
+
+
+def region_push(msg: SyncRegion | SyncDelta) -> tuple[str, tuple]:
+    """The call that sends a region its inventory: `sync` (control.RegionSync's fields by
+    position, as RegionPushes built them: a whole push is O(fleet), so no copy is made) or
+    `sync_delta` (a control.RegionDelta, built typed and encoded here)."""
+    if isinstance(msg, SyncRegion):
+        return "sync", (msg.slices, msg.busy, msg.unmet, list(msg.drained), msg.incarnation,
+                        msg.seq)
+    return "sync_delta", (control.encode(control.RegionDelta(
+        incarnation=msg.incarnation, seq=msg.seq,
+        slices=tuple(control.InventorySlice(**row) for row in msg.slices),
+        removed=tuple(msg.removed), busy=tuple(msg.busy), free=tuple(msg.free),
+        unmet=msg.unmet, drained=tuple(msg.drained), undrained=tuple(msg.undrained))),)

@@ -3,7 +3,8 @@ dashboard's snapshot and the live figures' series, usage series to disk, lost wo
 credentials and idle regions, finished jobs pruned. An object the actor owns (on its
 thread); it holds when each job last ran and what the snapshot readers see.
 
-Not the decisions (the service's `tick`, reclaim.py) nor the sending (effects_out.py).
+Not the decisions (the service's `tick`, reclaim.py) nor the carrying (regions/region.py's
+RegionCarrier, the actor's `_after`).
 """
 
 from __future__ import annotations
@@ -14,10 +15,10 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from iris.base.errors import InvalidRequestError, IrisError
-from iris.controller.effects_out import EffectsOut, sum_stats
 from iris.controller.jobs.model import TERMINAL_JOB
 from iris.controller.live_figures import series
 from iris.controller.reclaim import RegionReclaim
+from iris.controller.regions.region import RegionCarrier
 from iris.controller.usage import FLUSH_EVERY_S
 
 _log = logging.getLogger(__name__)
@@ -48,7 +49,7 @@ class Upkeep:
     """The tick's periodic jobs (see the module docstring). `unhost(region)` stops a
     reclaimed region's actor; `scaling`: the autoscaled regions, never reclaimed."""
 
-    def __init__(self, svc: Any, out: EffectsOut, creds: Any, reclaim: RegionReclaim,
+    def __init__(self, svc: Any, out: RegionCarrier, creds: Any, reclaim: RegionReclaim,
                  scaling: Mapping[str, Any], unhost: Callable[[str], None], now: float,
                  call_in_loop: Callable[..., None] = lambda fn, *args: fn(*args)):
         self._svc, self._out, self._creds, self._reclaim = svc, out, creds, reclaim
@@ -143,3 +144,12 @@ class Upkeep:
             self._svc.forget_region(region)
             self._out.forget_region(region)
             self._unhost(region)
+
+
+def sum_stats(per_region: Any) -> dict:
+    """Reservation outcomes over every region (iris_gang_reservations_total)."""
+    total = dict.fromkeys(("reserved", "committed", "aborted", "expired", "released"), 0)
+    for stats in list(per_region):
+        for key in total:
+            total[key] += int(stats.get(key, 0))
+    return total

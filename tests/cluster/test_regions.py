@@ -15,9 +15,9 @@ import pytest
 
 import iris
 from iris.actors.keys import region_key
-from iris.controller.effects_out import RegionCarrier
 from iris.controller.gangs.coordinator import CoordinatorConfig
 from iris.controller.gangs.tracking import GangTracker
+from iris.controller.regions.region import RegionCarrier
 from iris.controller.scheduling.gang_placement import GangRequest
 from iris.controller.scheduling.model import Band, GangShape
 

@@ -145,7 +145,7 @@ def test_service_is_composed_not_inherited():
 @pytest.mark.parametrize("module, name", [
     ("iris.controller.service", "ControllerService"),
     ("iris.controller.actor", "Controller"),
-    ("iris.controller.effects_out", "EffectsOut"),
+    ("iris.controller.regions.region", "RegionCarrier"),
     ("iris.controller.regions.autoscaler", "Autoscaler"),
     ("iris.controller.scheduling.scheduler", "_Pass"),
     ("iris.controller.scheduling.gang_placement", "GangSteps"),
@@ -156,11 +156,11 @@ def test_no_class_is_split_by_a_mixin(module, name):
     assert _class(importlib.import_module(module), name).bases == []
 
 
-@pytest.mark.parametrize("module", ["iris.controller.actor", "iris.controller.effects_out",
+@pytest.mark.parametrize("module", ["iris.controller.actor", "iris.controller.regions.region",
                                     "iris.controller.upkeep"])
 def test_the_controller_calls_nothing_through_its_own_nodes_address(module):
     """No loopback (issue 30): the Region actors this node hosts are reached on their turn
-    (effects_out.RegionCarrier), never by a call to the node's own address."""
+    (regions/region.py RegionCarrier), never by a call to the node's own address."""
     tree = ast.parse(Path(inspect.getfile(importlib.import_module(module))).read_text())
     loopback = [ast.unparse(n) for n in ast.walk(tree)
                 if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)

@@ -13,11 +13,11 @@ from __future__ import annotations
 from iris.actors import ActorFuture
 from iris.base.clock import FakeClock
 from iris.base.errors import PeerUnavailableError
-from iris.controller.effects_out import RegionCarrier
 from iris.controller.gangs.coordinator import CoordinatorConfig, Placed, Unplaceable
 from iris.controller.gangs.ledger import ReservationLedger, SliceSpec
 from iris.controller.gangs.protocol import ReserveRequest, decode_message, encode_message
 from iris.controller.gangs.tracking import GangTracker
+from iris.controller.regions.region import RegionCarrier
 from iris.controller.scheduling.gang_placement import GangRequest
 from iris.controller.scheduling.model import Band, GangShape
 

@@ -7,8 +7,7 @@ from __future__ import annotations
 import pytest
 
 from iris.base.clock import FakeClock
-from iris.controller.effects_out import region_push
-from iris.controller.region_pushes import SyncDelta, SyncRegion
+from iris.controller.region_pushes import SyncDelta, SyncRegion, region_push
 from iris.controller.service import ControllerConfig, ControllerService
 from iris.wire import control
 
@@ -57,7 +56,7 @@ def test_commands_to_workers_decode_with_their_schema_type(svc):
     assert {c.method for c in commands} == {"start_attempt", "stop_attempt"}
     for command in commands:
         assert isinstance(command.message, control.Launch | control.StopRequest)
-        wire = control.encode(command.message)  # what effects_out sends
+        wire = control.encode(command.message)  # what the actor sends (Controller._command)
         assert control.decode(type(command.message), wire) == command.message
     launch = next(c.message for c in commands if c.method == "start_attempt")
     assert launch.pip == ("numpy",) and launch.entrypoint.argv == ("true",)

@@ -8,7 +8,8 @@ requests out as SendRegion effects, replies in as events and settled into Assign
 inventory (each region's inventory kept between pushes, by RegionPushes:
 controller/region_pushes.py). Where a gang could go in a pass is the scheduler's
 (scheduling/gang_placement.py); carrying the requests is the Controller actor's
-(effects_out.py), which makes frames of them only for a Region in another process.
+(regions/region.py's RegionCarrier), which makes frames of them only for a Region in another
+process.
 """
 
 __all__: list[str] = []

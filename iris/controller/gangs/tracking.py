@@ -2,7 +2,7 @@
 coordinator that reserves them in the regions, and its timers. Pure: no sockets, no clock reads (`now` is passed).
 
 Not the coordinator's decisions (coordinator.py) nor the ledgers, nor the carrying of requests
-(the Controller actor's effects_out.py). The scheduler asks for a gang (a GangRequest); the
+(the Controller actor's RegionCarrier, regions/region.py). The scheduler asks for a gang (a GangRequest); the
 tracker starts a placement *round* under its own typed id (RoundId), because a gang requeued
 whole is placed again while the release of its previous round may still be travelling, and
 hands it to the coordinator. The hosts the scheduler set aside stay held until the round

@@ -20,14 +20,23 @@ this actor's turn.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+import concurrent.futures
+import logging
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from iris.actors import Node, actor, tokens
-from iris.actors.hosting import requires
+from iris.actors.hosting import HostedActor, requires
+from iris.actors.keys import region_key
 from iris.base.clock import SYSTEM_CLOCK, Clock
-from iris.base.errors import ConflictError, InvalidRequestError
+from iris.base.errors import (
+    ConflictError,
+    InvalidRequestError,
+    PeerUnavailableError,
+    ProtocolError,
+)
 from iris.controller.config import ScaleGroupConfig
 from iris.controller.gangs.ledger import ReservationLedger, SliceSpec
 from iris.controller.gangs.protocol import (
@@ -36,10 +45,16 @@ from iris.controller.gangs.protocol import (
     decode_message,
     encode_message,
 )
+from iris.controller.gangs.tracking import SendRegion
 from iris.controller.providers.base import Provider
+from iris.controller.region_pushes import SyncDelta, SyncRegion, region_push
 from iris.controller.regions.autoscaler import AutoscalerConfig, SliceUsage
 from iris.controller.regions.region_slices import RegionSlices
 from iris.wire import control
+
+_log = logging.getLogger(__name__)
+# Region calls fail after this long; the coordinator resends on its own schedule anyway.
+_CALL_TIMEOUT_S = 10.0
 
 # How long a stop waits for its slices: a local slice stops within its tasks' stop grace
 # (10 s) plus its worker's goodbye, a minute covers several on a loaded machine; a cloud
@@ -223,3 +238,168 @@ class Region:
                                                 or self._ledger.holder(h) is not None))
                 for sid, hosts in self._hosts.items()}
 
+
+
+class RegionReplies(Protocol):
+    """Where a region's answers go: the service's requests (on the owner's turn)."""
+
+    def gang_replies(self, region: str, replies: Any) -> None: ...
+
+    def gang_region_down(self, region: str, why: Any) -> None: ...
+
+    def inventory_push_failed(self, region: str, seq: int, why: str) -> None: ...
+
+
+class RegionCarrier:
+    """The controller's Region actors, made on first use (`ensure_region`, hosted by this
+    node) or elsewhere (`regions`: their addresses; `auth`: what they require): carries
+    their inventories (`push`) and gang requests (`send`) and the answers back. To a Region
+    actor this node hosts, onto its turn as they are (no call through the node's own
+    address); to one in another process, frames in a call: the one place they are encoded
+    and the replies decoded (gangs/protocol.py). Answers come back through `post` as
+    messages into the owner's mailbox; a failure known at once is reported on the spot, a
+    Region actor found stopped is forgotten (made anew on the next push)."""
+
+    def __init__(self, node: Any, post: Callable[..., Any], back: RegionReplies,
+                 regions: Mapping[str, str | HostedActor] | None = None,
+                 auth: bytes | None = None,
+                 scaling: Mapping[str, RegionScaling] | None = None):
+        self._node, self._post, self._back, self._auth = node, post, back, auth
+        self._scaling = scaling or {}
+        self.regions: dict[str, str | HostedActor] = dict(regions or {})
+        self.region_stats: dict[str, dict] = {}  # each replaced whole by its region
+        self._closed = False
+
+    def close(self) -> None:
+        """Carry nothing more (the owner is stopping)."""
+        self._closed = True
+
+    def carry(self, effect: SendRegion | SyncRegion | SyncDelta) -> None:
+        """One of the service's effects for a region, in the order it came."""
+        if isinstance(effect, SendRegion):
+            self.send(effect)
+        else:
+            self.ensure_region(effect.region)
+            self.push(effect)
+
+    def send(self, msg: SendRegion) -> None:
+        """Gang requests to a region's ledger: as they are onto the turn of one this node
+        hosts (`handle_requests`), as frames to one elsewhere (`handle_many`). Its typed
+        replies come back as `gang_replies`, a failure as `gang_region_down`."""
+        if isinstance(self.regions.get(msg.region), str):
+            self._deliver(msg.region, "handle_many",
+                          ([encode_message(r) for r in msg.requests],), self._decoded,
+                          self._back.gang_region_down)
+        else:
+            self._deliver(msg.region, "handle_requests", (list(msg.requests),),
+                          self._back.gang_replies, self._back.gang_region_down)
+
+    def _decoded(self, region: str, replies: Any) -> None:  # on the owner's turn
+        """A remote region's reply frames, decoded; one malformed reply is dropped, not the
+        others with it."""
+        if not isinstance(replies, list):
+            self._back.gang_region_down(
+                region, f"expected a list of replies, got {type(replies).__name__}")
+            return
+        typed = []
+        for reply in replies:
+            try:
+                typed.append(decode_message(reply) if reply is not None else None)
+            except ProtocolError as exc:
+                _log.warning("region %s sent a malformed gang reply: %s", region, exc)
+        self._back.gang_replies(region, typed)
+
+    def push(self, msg: SyncRegion | SyncDelta) -> None:
+        """A region's inventory, whole or what changed (`region_push`), in order with the
+        gang requests that rely on it; refused or lost: `inventory_push_failed`."""
+        method, args = region_push(msg)
+        self._deliver(msg.region, method, args, None,
+                      lambda region, error, seq=msg.seq: self._push_failed(region, seq, error))
+
+    def _deliver(self, region: str, method: str, args: tuple, answered: Callable | None,
+                 failed: Callable) -> None:
+        target = self.regions.get(region)
+        if self._closed:
+            return
+        if target is None:
+            failed(region, f"no Region actor for {region!r}")
+        elif isinstance(target, str):  # a Region actor in another process: a call
+            fut = self._node.call(target, region_key(region), method, args,
+                                  timeout_s=_CALL_TIMEOUT_S, auth=self._auth)
+            fut.add_done_callback(lambda f: self._post(self._called, region, f, answered,
+                                                       failed))
+        elif not target.post(self._on_region_turn, target, region, method, args, answered,
+                             failed):
+            # It stopped under us: forgotten here, so that its owner may make it anew (a
+            # restarted region, sent its whole inventory: the failure asks for it).
+            self.regions.pop(region, None)
+            failed(region, f"the Region actor for {region!r} has stopped")
+
+    def ask(self, region: str, method: str, args: tuple = ()) -> concurrent.futures.Future:
+        """One request to a Region actor this node hosts, run on its turn (no call through
+        the node's own address): its answer, as a future any thread may wait on."""
+        fut: concurrent.futures.Future = concurrent.futures.Future()
+        target = self.regions.get(region)
+
+        def run() -> None:
+            try:
+                fut.set_result(getattr(target.instance, method)(*args))
+            except Exception as exc:  # the caller sees it, as a failed call
+                fut.set_exception(exc)
+        if target is None or isinstance(target, str) or not target.post(run):
+            fut.set_exception(PeerUnavailableError(f"no Region actor for {region!r} here"))
+        return fut
+
+    def _push_failed(self, region: str, seq: int | None, error: object) -> None:
+        if seq is not None:
+            why = f"{type(error).__name__}: {error}" if isinstance(error, BaseException) \
+                else str(error)
+            self._back.inventory_push_failed(region, seq, why)
+
+    def _on_region_turn(self, hosted: HostedActor, region: str, method: str, args: tuple,
+                        answered: Callable | None, failed: Callable) -> None:
+        """On the turn of a Region actor this node hosts: its answer (or failure) comes back
+        as a message into the owner's mailbox."""
+        try:
+            answer = getattr(hosted.instance, method)(*args)
+        except Exception as exc:  # as a failed call
+            self._post(failed, region, exc)
+            return
+        if answered is not None:
+            self._post(answered, region, answer)
+
+    def _called(self, region: str, fut: Any, answered: Callable | None,
+                failed: Callable) -> None:  # on the owner's turn
+        error = fut.exception()
+        if error is not None:
+            failed(region, error)
+        elif answered is not None:
+            answered(region, fut.result())
+
+    def ensure_region(self, region: str) -> None:
+        """A Region actor for `region`, hosted by this node, unless there is one."""
+        if region not in self.regions:
+            kwargs = {"scaling": self._scaling.get(region),
+                      "controller_address": self._node.address, "node": self._node}
+            self.regions[region] = self._node.host(
+                region_key(region), Region, (region, [], self._node.clock), kwargs)
+
+    async def each_region(self, method: str, args: tuple, timeout_s: float) -> list:
+        """One request to every autoscaled region's actor, on its turn; answers in order."""
+        futures = [asyncio.wrap_future(self.ask(r, method, args)) for r in sorted(self._scaling)]
+        return list(await asyncio.wait_for(asyncio.gather(*futures), timeout_s))
+
+    def ask_region_stats(self) -> None:
+        for region in self.regions:
+            fut = self.ask(region, "stats")
+            fut.add_done_callback(lambda f, r=region: self._got_region_stats(r, f))
+
+    def _got_region_stats(self, region: str, fut: Any) -> None:  # on the region's thread
+        if fut.exception() is None and region in self.regions:  # not one reclaimed
+            self.region_stats[region] = fut.result()
+
+    def forget_region(self, region: str) -> None:
+        """A region reclaimed (reclaim.py): its actor is stopped by the caller; requests
+        that still name it are refused there (the coordinator counts it as down)."""
+        self.regions.pop(region, None)
+        self.region_stats.pop(region, None)
