@@ -157,6 +157,9 @@ class EnvironmentCache:
         return env
 
     def _version(self) -> str:
+        if self._python_version is None and \
+                os.path.realpath(self.config.python) == os.path.realpath(sys.executable):
+            self._python_version = sys.version  # the same interpreter: no process to ask
         if self._python_version is None:
             out = subprocess.run([self.config.python, "-c", "import sys; print(sys.version)"],
                                  capture_output=True, text=True, check=True)
