@@ -90,7 +90,8 @@ class CliServer:
         if not reply:
             os.killpg(pid, 9)
             waiter.join(30)
-            raise subprocess.TimeoutExpired(["iris", *argv], timeout)
+            raise subprocess.TimeoutExpired(["iris", *argv], timeout, out.read_text(),
+                                            err.read_text())  # what it said, to see why
         code = json.loads(reply[0])["code"]
         return subprocess.CompletedProcess(["iris", *argv], code, out.read_text(),
                                            err.read_text())

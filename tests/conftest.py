@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -19,6 +20,14 @@ from census import (  # noqa: F401 - the --census plugin (tests/census.py)
 from scheduling import finish_unit_fixtures, longest_units_first, make_scheduler
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# bash ignores SIGINT in a job it starts in the background without job control (`cmd &` in
+# a script; some CI runners), and an ignored signal stays ignored through exec: every `iris`
+# command the suite starts would then shrug off the Ctrl-C a test sends it
+# (test_job_run_names_the_exit_code_and_ctrl_c_stops_the_job waited out its 120 s so). The
+# suite's children get SIGINT as a terminal gives it.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.hookimpl(trylast=True)

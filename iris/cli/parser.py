@@ -50,11 +50,20 @@ def _fill(text: str) -> str:
 _RAW = _Formatter
 
 
+class _Version(argparse.Action):
+    """`--version`: reads the installed version (importlib.metadata, ~40 ms) only when asked,
+    not in every command."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"iris {iris.__version__}")
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="iris", description=DESCRIPTION, epilog=EPILOG,
                                      formatter_class=_RAW)
     parser.add_argument("--address", metavar="ADDR", help=_ADDRESS_HELP)
-    parser.add_argument("--version", action="version", version=f"iris {iris.__version__}",
+    parser.add_argument("--version", action=_Version, nargs=0,
                         help="print the version of Iris and exit")
     verbs = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
     _cluster(verbs)

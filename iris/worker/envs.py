@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
-import importlib.metadata
 import json
 import os
 import re
@@ -48,6 +47,8 @@ class EnvironmentBuildError(IrisError):
 
 
 def _pinned_runtime() -> tuple[str, ...]:
+    import importlib.metadata  # here: ~15 ms a worker start, and only env builds need it
+
     pins = []
     for name in _RUNTIME_PACKAGES:
         try:
@@ -156,6 +157,9 @@ class EnvironmentCache:
         return env
 
     def _version(self) -> str:
+        if self._python_version is None and \
+                os.path.realpath(self.config.python) == os.path.realpath(sys.executable):
+            self._python_version = sys.version  # the same interpreter: no process to ask
         if self._python_version is None:
             out = subprocess.run([self.config.python, "-c", "import sys; print(sys.version)"],
                                  capture_output=True, text=True, check=True)

@@ -56,6 +56,11 @@ def default_base_env() -> tuple[tuple[str, str], ...]:
     return _DEFAULT_ENV + (((CLUSTER_MARK_ENV, mark),) if mark else ())
 
 
+# What a zygote imports before it forks attempts: Iris's public API, which `import iris` loads
+# on first use only, so each forked attempt that calls it does not import it again.
+TASK_API = ("iris.actors", "iris.backends", "iris.client")
+
+
 class AttemptState(enum.Enum):
     BUILDING = "building"
     RUNNING = "running"
@@ -119,7 +124,7 @@ class AttemptRunner:
         self._cgroups = cgroups
         self._clock = clock
         self._fetch_bundle = fetch_bundle
-        self._zygotes = ZygotePool(dict(config.base_env))
+        self._zygotes = ZygotePool(dict(config.base_env), preload=TASK_API)
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)  # an attempt registered or ended
         self._table = AttemptTable()

@@ -115,14 +115,24 @@ def backend(request) -> Iterator[str]:
 
 
 def _kill_live_jobs(cluster) -> None:
-    """Kill what the test left running, then wait for their names to leave the registry
-    (a 3 s lease), so the next test's actor of the same name is not mistaken for them."""
+    """Kill what the test left running, then wait for their names to leave the registry,
+    so the next test's actor of the same name is not mistaken for them: `iris.spawn` returns
+    whichever actor the registry names, and a killed one that is still listed there answers
+    nothing (the next test's calls then fail after the 3 s peer-dead rule, as if its own
+    actor were starved). A killed task leaves at once; a dead one's name lapses after the
+    registry's lease, so the bound is that lease many times over, and past it this fails
+    here, naming them, not in the next test."""
+    from iris.actors.registry import LEASE_S
     from iris.client.retry import call_controller
 
     for row in call_controller(cluster.node, cluster.address, "list_jobs", (None, False)):
         call_controller(cluster.node, cluster.address, "kill", (row["job_id"],))
     gate = threading.Event()
-    for _ in range(200):
-        if not [a for a in cluster.list_actors("/") if not a["name"].startswith("/iris")]:
+    deadline = time.monotonic() + 20 * LEASE_S
+    while True:
+        left = [a["name"] for a in cluster.list_actors("/") if not a["name"].startswith("/iris")]
+        if not left:
             return
+        assert time.monotonic() < deadline, \
+            f"killed actors still registered {20 * LEASE_S:.0f} s later: {left}"
         gate.wait(0.1)

@@ -79,8 +79,14 @@ def cli_server():
 
 def _iris(world: GcpWorld, *argv: str, check: bool = True,
           timeout: float = 300) -> subprocess.CompletedProcess:
-    out = _cli[0].run(list(argv), {**os.environ, "PYTHONPATH": str(ROOT), **world.env},
-                      timeout=timeout)
+    try:
+        out = _cli[0].run(list(argv), {**os.environ, "PYTHONPATH": str(ROOT), **world.env},
+                          timeout=timeout)
+    except subprocess.TimeoutExpired as exc:  # say what the command and the fake VMs said
+        logs = {path.name: path.read_text()[-3000:]
+                for path in sorted((world.root / "processes").rglob("*.log"))}
+        raise AssertionError(f"{argv} timed out after {timeout} s; its stderr:\n{exc.stderr}"
+                             f"\nthe fake cloud's processes: {logs}") from exc
     if check:
         assert out.returncode == 0, (argv, out.stdout, out.stderr)
     return out

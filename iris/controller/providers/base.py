@@ -27,10 +27,12 @@ from __future__ import annotations
 import enum
 import re
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from iris.base.errors import InvalidRequestError
-from iris.controller.config import ScaleGroupConfig
+
+if TYPE_CHECKING:  # annotations only: the CLI's slice verbs load this module without a config
+    from iris.controller.config import ScaleGroupConfig
 
 # TPU node ids: lowercase letters, digits and '-', starting with a letter, <= 63 chars.
 _SLICE_ID = re.compile(r"^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$")
