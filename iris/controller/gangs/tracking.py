@@ -2,23 +2,22 @@
 reservation, one record per placement round from the scheduler's ask to the release of its
 hosts. Pure: no sockets, no clock reads (`now` is passed).
 
-A round (`GangRound`, named on the wire by its key `gang@seq`: a gang requeued whole is placed
-again while the release of its previous round may still be travelling) asks every candidate
-region to reserve at once; when all have answered (or the gather timeout fires) it commits
-the best offer and aborts the others, resending the commit until the region answers. An
-attempt with no offer, or whose commit is refused, backs off exponentially and tries again;
-after `max_attempts` the gang cools (`waiting`) with the regions' reasons. The hosts the
-scheduler set aside stay held until the round settles. Requests go out as `SendRegion`
-effects (one per region for a whole queue of turns: `take_sends`); replies come back as
-events (`replied`, `region_down`), timers fire on the owner's tick (`fire_due`), and rounds
-placed are settled in the owner's turn (`settle`): if the gang no longer waits or its hosts
-filled meanwhile (the regions' view lags by a message) the round is released instead.
+A round (`GangRound`, named on the wire `gang@seq`: a gang requeued whole is placed again
+while its previous round's release may still be travelling) asks every candidate region to
+reserve at once; when all have answered (or the gather timeout fires) it commits the best
+offer and aborts the others, resending the commit until answered. An attempt with no offer,
+or whose commit is refused, backs off and tries again; after `max_attempts` the gang cools
+(`waiting`) with the regions' reasons. The hosts the pass set aside stay held until the round
+settles. Requests go out as `SendRegion` effects (`take_sends`); replies come back as events
+(`replied`, `region_down`), timers fire on the owner's tick (`fire_due`), and rounds placed
+are settled in the owner's turn (`settle`): one whose gang no longer waits or whose hosts
+filled meanwhile (the regions' view lags by a message) is released instead.
 
-Nothing leaks: every hold is a reservation with a lease, aborted as soon as it is not wanted
-and lapsing if the abort is lost; a gang is placed only by one region's commit of all its
-hosts. Nothing is persisted: after a restart every hold lapses and the gangs, still pending
-in the job store, are asked for again. Not the ledgers (ledger.py), nor the carrying
-(regions/region.py's RegionCarrier), nor the inventories (region_pushes.py's RegionPushes).
+Nothing leaks: every hold has a lease, is aborted as soon as it is not wanted and lapses if
+the abort is lost; a gang is placed only by one region's commit of all its hosts. Nothing is
+persisted: after a restart the holds lapse and the gangs, still pending, are asked again.
+Not the ledgers (ledger.py), the carrying (regions/region.py) or the inventories
+(region_pushes.py).
 """
 
 from __future__ import annotations
@@ -54,9 +53,8 @@ class CoordinatorConfig:
     gather_timeout_s: float = 2.0
     # Resend commit / release if unanswered after this (seconds), doubling up to backoff_max_s.
     resend_s: float = 1.0
-    # Retry after a failed attempt: 0.5 s, 1 s, 2 s ... capped at 30 s.
     backoff_initial_s: float = 0.5
-    backoff_max_s: float = 30.0
+    backoff_max_s: float = 30.0  # retries after 0.5 s, 1 s, 2 s ... capped at 30 s
     # After this many failed attempts the round is given up with the regions' reasons ...
     max_attempts: int = 8
     # ... and the scheduler waits this long before asking for the gang again, so a gang the
@@ -159,7 +157,8 @@ class GangTracker:
     # ---- settling, in the owner's turn -------------------------------------------------
 
     def take_outcomes(self) -> list[GangRound]:
-        """Rounds placed (Phase.PLACED), given up or released since the last take."""
+        """Rounds placed, given up or released since the last take, each as it is now (its
+        `phase`: one placed and released since is seen RELEASED, twice)."""
         out, self._outcomes = self._outcomes, []
         return out
 
