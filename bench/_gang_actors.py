@@ -24,7 +24,7 @@ from pathlib import Path
 
 import iris
 from iris.base.clock import SYSTEM_CLOCK
-from iris.controller.gangs.tracking import GangTracker
+from iris.controller.gangs.tracking import GangTracker, Phase
 from iris.controller.regions.region import RegionCarrier
 from iris.controller.scheduling.gang_placement import GangRequest
 from iris.controller.scheduling.model import Band, GangShape
@@ -110,15 +110,13 @@ class GangOwner:
         last = self._node.backlog(OWNER_KEY) == 0 if last is None else last
         for send in self._gangs.take_sends(now, flush=last):
             self._carrier.send(send)
-        for outcome in self._gangs.take_outcomes():
-            kind = type(outcome).__name__
-            if kind == "Placed":
-                gang_id = outcome.gang_id.split("@")[0]
-                self.post(self._gangs.release, self._gangs.reserving[gang_id].round_id)
-            elif kind == "GangReleased":
-                self.released.put(outcome.gang_id)
+        for rnd in self._gangs.take_outcomes():
+            if rnd.phase is Phase.PLACED:
+                self.post(self._gangs.release, rnd.key)
+            elif rnd.phase is Phase.RELEASED:
+                self.released.put(rnd.key)
             else:
-                self.failed.append(outcome)
+                self.failed.append(rnd)
 
     def on_tick(self) -> None:
         self._turn(self._gangs.fire_due, (self._node.clock.monotonic(),), last=True)

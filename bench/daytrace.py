@@ -10,7 +10,7 @@ stock-out and two preemption waves per region; five users submit multi-host TPU 
 (v5litepod-16/32/64), single-host TPU tasks (v5litepod-4) and CPU jobs in three bands,
 four of them camping in the first region. Jobs checkpoint (10-30 min), so a preempted
 attempt wastes the work since its last checkpoint. The kernels are the controller's own:
-`scheduling.schedule`, the `GangCoordinator` with one `ReservationLedger` per region, the
+`scheduling.schedule`, the gangs object (`GangTracker`) with one `ReservationLedger` per region, the
 `Autoscaler` with `demand.route`, and the `SimulatedProvider` (3 min boot). No sockets.
 
 Three results from the same trace and seed:

@@ -16,7 +16,7 @@ Not a test: it asserts nothing about speed. What each figure is:
 - policy_pass_off_s / policy_pass_on_s / policy_pass_slowdown (and *_cpu_s): the 10k-host
   pass with accelerator fallbacks and budgets off vs on; see bench/_policy_pass.py.
 - gangs_per_s_inprocess: gangs allocated AND released per second through the pure
-  coordinator + 3 region ledgers in this one process, messages handed over in memory
+  gangs object (GangTracker) + 3 region ledgers in this one process, messages handed over in memory
   (64 gangs in flight; each gang is one v5litepod-16 slice; released as soon as placed).
   This is the kernels' ceiling, NOT the issue's figure.
 - gangs_per_s / ray_gangs_per_s: the issue's figure, through the real Region actors over
@@ -43,17 +43,10 @@ from collections import Counter, deque
 from bench._report import peer_installed
 from iris.base.clock import SYSTEM_CLOCK
 from iris.base.resources import Resources
-from iris.controller.gangs.coordinator import (
-    CoordinatorConfig,
-    GangCoordinator,
-    GangReleased,
-    Placed,
-    PlaceGang,
-    ReleaseGang,
-    Send,
-)
 from iris.controller.gangs.ledger import ReservationLedger, SliceSpec
+from iris.controller.gangs.tracking import CoordinatorConfig, GangTracker, Phase
 from iris.controller.scheduling.constraints import parse_constraints
+from iris.controller.scheduling.gang_placement import GangRequest
 from iris.controller.scheduling.model import (
     Band,
     Demand,
@@ -184,38 +177,40 @@ def bench_gangs_inprocess(n_gangs: int, in_flight: int = 64) -> dict:
     ledgers = {r: ReservationLedger(r, [
         SliceSpec(f"{r}-s{i}", "v5litepod-16", tuple(f"{r}-s{i}-h{j}" for j in range(4)))
         for i in range(200)]) for r in REGIONS}
-    coord = GangCoordinator(CoordinatorConfig())
+    gangs = GangTracker(CoordinatorConfig())
     shape = GangShape("v5litepod-16", hosts=4, whole_slices=1)
     net: deque = deque()
     done = started = 0
     now = 0.0
 
-    def apply(effects: list) -> None:
+    def take() -> None:
         nonlocal done
-        for e in effects:
-            if isinstance(e, Send):
-                net.append(e)
-            elif isinstance(e, Placed):
-                net.append(ReleaseGang(e.gang_id))
-            elif isinstance(e, GangReleased):
+        for send in gangs.take_sends(now):
+            net.extend((send.region, m) for m in send.requests)
+        for rnd in gangs.take_outcomes():
+            if rnd.phase is Phase.PLACED:
+                gangs.release(rnd.key)
+            elif rnd.phase is Phase.RELEASED:
                 done += 1
 
     t0 = SYSTEM_CLOCK.monotonic()
     while done < n_gangs:
         while started < n_gangs and started - done < in_flight:
             regions = (REGIONS[started % 3], REGIONS[(started + 1) % 3], REGIONS[(started + 2) % 3])
-            apply(coord.handle(PlaceGang(f"g{started}", shape, regions), now))
+            tasks = tuple(f"j{started}[{i}]" for i in range(4))
+            gangs.request(GangRequest(f"g{started}", f"j{started}", Band.BATCH, tasks, shape,
+                                      regions))
             started += 1
-        item = net.popleft()
-        now += 1e-5  # simulated time only moves the leases; nothing here waits on it
-        if isinstance(item, ReleaseGang):
-            apply(coord.handle(item, now))
+        take()
+        if not net:
             continue
-        reply = ledgers[item.region].handle(item.request, now)
+        region, request = net.popleft()
+        now += 1e-5  # simulated time only moves the leases; nothing here waits on it
+        reply = ledgers[region].handle(request, now)
         if reply is not None:
-            apply(coord.handle(reply, now))
+            gangs.replied(region, [reply], now)
     elapsed = SYSTEM_CLOCK.monotonic() - t0
-    print(f"in-process coordinator + 3 ledgers: {n_gangs} gangs allocated and released in "
+    print(f"in-process gangs object + 3 ledgers: {n_gangs} gangs allocated and released in "
           f"{elapsed:.2f} s ({in_flight} in flight)")
     return {"gangs_per_s_inprocess": round(n_gangs / elapsed, 1)}
 

@@ -6,10 +6,10 @@ controller's order, what its actors do on their turns, calling the same pure ker
 1. observe the SimulatedProvider: READY slices bring hosts, PREEMPTED / deleted ones take
    them and stop what ran there (the checkpoint rule in work.py books the loss);
    (attempts whose work ended before are finished first);
-2. fire the gang coordinator's due timers;
+2. fire the gangs object's due timers;
 3. one `scheduling.schedule` pass over every pending task; apply its evictions and
-   assignments; hand each GangRequest to the `GangCoordinator`, whose messages go straight
-   to each region's `ReservationLedger` (inventory pushed first, as the controller does);
+   assignments; hand each GangRequest to the gangs object (`GangTracker`), whose requests go
+   straight to each region's `ReservationLedger` (inventory pushed first, as the controller does);
 4. turn what found no room into autoscaler demand (`demand.route`) and run each region's
    `Autoscaler.decide`, applying its creates and deletes to the provider.
 
@@ -19,26 +19,17 @@ per region, each seeing only its region and the jobs pinned to it.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import itertools
 import time
-from collections import deque
 
 from bench._daytrace.hosts import Hosts
 from bench._daytrace.work import JobRun, Ledger, Task
 from iris.base.errors import CapacityError
 from iris.controller.config import ScaleGroupConfig
-from iris.controller.gangs.coordinator import (
-    GangCoordinator,
-    Placed,
-    PlaceGang,
-    ReleaseGang,
-    Send,
-    SetTimer,
-    Unplaceable,
-)
 from iris.controller.gangs.ledger import ReservationLedger
-from iris.controller.gangs.tracking import RETRY_AFTER_S
+from iris.controller.gangs.tracking import CoordinatorConfig, GangRound, GangTracker, Phase
 from iris.controller.providers.base import SliceState
 from iris.controller.providers.simulated import SimulatedProvider
 from iris.controller.regions import demand
@@ -61,7 +52,8 @@ class Cluster:
         self.work = work
         self.sched_config = scheduler_config or SchedulerConfig()
         self.hosts = Hosts()
-        self.coord = GangCoordinator()
+        self.coord = GangTracker()
+        self.round_of: dict[str, str] = {}  # gang id -> its round's key
         self.ledgers = {r: ReservationLedger(r, []) for r in groups}
         self.autoscalers = {r: Autoscaler(r, gs, autoscaler_config, id_prefix=r)
                             for r, gs in groups.items()}
@@ -70,7 +62,6 @@ class Cluster:
         self.gangs: dict[str, list[Task]] = {}
         self.reserving: set[str] = set()
         self.cooling: dict[str, float] = {}
-        self.timers: list[tuple[float, int, object]] = []
         self.ends: list[tuple[float, int, str]] = []
         self.pass_times: list[tuple[int, int, float]] = []  # (hosts, pending, seconds)
         self._seq = itertools.count()
@@ -92,8 +83,8 @@ class Cluster:
     def step(self, now: float) -> None:
         self._finish(now)  # first: work that ended before a slice was lost is not lost
         self._observe(now)
-        while self.timers and self.timers[0][0] <= now:
-            self._coordinate(heapq.heappop(self.timers)[2], now)
+        self.coord.fire_due(now)
+        self._pump(now)
         unplaced = self._schedule(now)
         self._autoscale(now, unplaced)
 
@@ -150,7 +141,7 @@ class Cluster:
                 task.job.finished_at = end
         for gid in sorted(ended_gangs):
             if all(t.done for t in self.gangs[gid]):
-                self._coordinate(ReleaseGang(gid), now)
+                self._release(gid, now)
 
     def _stop(self, task: Task, now: float, evicted: bool, cause: str = "") -> None:
         """Stop an attempt early (host lost, or evicted); a gang stops whole and goes back
@@ -166,7 +157,7 @@ class Cluster:
         if gid:
             for other in self.gangs[gid]:
                 self._stop(other, now, evicted, cause)
-            self._coordinate(ReleaseGang(gid), now)
+            self._release(gid, now)
 
     # ---- one scheduling pass -------------------------------------------------------------
 
@@ -208,7 +199,10 @@ class Cluster:
             self._sync_ledgers(now)
         for req in plan.gang_requests:
             self.reserving.add(req.gang_id)
-            self._coordinate(PlaceGang(req.gang_id, req.shape, req.regions), now)
+            tasks = tuple(f"{req.gang_id}[{i}]" for i in range(len(req.task_ids)))
+            rnd = self.coord.request(dataclasses.replace(req, task_ids=tasks))
+            self.round_of[req.gang_id] = rnd.key
+            self._pump(now)
         for task_id, reason in plan.reasons.items():
             if reason.code in _UNPLACED:
                 job = task_id.rsplit("/", 1)[0]
@@ -222,37 +216,45 @@ class Cluster:
             specs, busy = self.hosts.region_inventory(region)
             ledger.set_inventory(specs, busy)
 
-    def _coordinate(self, event: object, now: float) -> None:
-        queue = deque([event])
-        while queue:
-            for eff in self.coord.handle(queue.popleft(), now):
-                if isinstance(eff, Send):
-                    reply = self.ledgers[eff.region].handle(eff.request, now)
-                    if reply is not None:
-                        queue.append(reply)
-                elif isinstance(eff, SetTimer):
-                    heapq.heappush(self.timers, (eff.at, next(self._seq), eff.timer))
-                elif isinstance(eff, Placed):
-                    self._dirty = True
-                    self._placed(eff, now, queue)
-                elif isinstance(eff, Unplaceable):
-                    self._dirty = True
-                    self.reserving.discard(eff.gang_id)
-                    self.cooling[eff.gang_id] = now + RETRY_AFTER_S
+    def _release(self, gid: str, now: float) -> None:
+        key = self.round_of.pop(gid, None)
+        if key is not None:
+            self.coord.release(key)
+            self._pump(now)
 
-    def _placed(self, eff: Placed, now: float, queue: deque) -> None:
-        self.reserving.discard(eff.gang_id)
-        tasks = self.gangs[eff.gang_id]
-        ready = [self.hosts.hosts.get(h) for h in eff.hosts]
+    def _pump(self, now: float) -> None:
+        """Requests to the ledgers and their replies back until nothing moves."""
+        while True:
+            sends = self.coord.take_sends(now)
+            for send in sends:
+                self.coord.replied(send.region, [self.ledgers[send.region].handle(m, now)
+                                                 for m in send.requests], now)
+            outcomes = self.coord.take_outcomes()
+            for rnd in outcomes:
+                if rnd.phase is Phase.PLACED:
+                    self._dirty = True
+                    self._placed(rnd, now)
+                elif rnd.phase is Phase.GIVEN_UP:
+                    self._dirty = True
+                    self.reserving.discard(rnd.gang_id)
+                    self.round_of.pop(rnd.gang_id, None)
+                    self.cooling[rnd.gang_id] = now + CoordinatorConfig().retry_after_s
+            if not sends and not outcomes:
+                return
+
+    def _placed(self, rnd: GangRound, now: float) -> None:
+        self.reserving.discard(rnd.gang_id)
+        tasks = self.gangs[rnd.gang_id]
+        ready = [self.hosts.hosts.get(h) for h in rnd.hosts]
         if (any(t.attempt is not None or t.done for t in tasks) or None in ready
                 or any(h.tasks for h in ready)):
-            queue.append(ReleaseGang(eff.gang_id))  # the region's view lagged: give it back
+            self._release(rnd.gang_id, now)  # the region's view lagged: give it back
             return
-        self._check_whole(eff, tasks)
-        for task, host in zip(tasks, eff.hosts, strict=True):
+        self._check_whole(rnd, tasks)
+        for task, host in zip(tasks, rnd.hosts, strict=True):
             self._start(task, host, now)
 
-    def _check_whole(self, eff: Placed, tasks: list[Task]) -> None:
+    def _check_whole(self, eff: GangRound, tasks: list[Task]) -> None:
         hosts = [self.hosts.hosts[h] for h in eff.hosts]
         acc = tasks[0].job.resources.tpu
         slices = {h.slice_id for h in hosts}

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping
 
 from iris.base.resources import Resources
+from iris.controller.jobs.model import ACTIVE_ATTEMPT
 from iris.controller.jobs.spec import JobSpec
 from iris.controller.jobs.state import KernelState
 from iris.controller.scheduling.constraints import Constraint, parse_constraints
@@ -172,3 +173,34 @@ def gang_id(spec: JobSpec, task_index: int) -> str | None:
     if spec.gang_size <= 1:
         return None
     return f"{spec.name}#g{task_index // spec.gang_size}"
+
+
+def runs_on(state: KernelState, job_id: str, index: int, hosts: tuple[str, ...]) -> bool:
+    """The task runs (an active attempt) on one of `hosts`."""
+    task = state.tasks.get((job_id, index))
+    attempt = state.attempts.get(task.attempt_id or "") if task else None
+    return attempt is not None and attempt.state in ACTIVE_ATTEMPT and attempt.worker_id in hosts
+
+
+def gang_misfit(job_id: str, indices: tuple[int, ...], hosts: tuple[str, ...],
+                state: KernelState, workers: Mapping[str, WorkerInfo],
+                stopping: dict[str, dict[str, Resources]]) -> str | None:
+    """Why a gang's tasks cannot start on the hosts a region placed it on now (None: they
+    can): the regions' view lags the controller's by a message."""
+    if len(hosts) != len(indices):
+        return f"{len(hosts)} hosts for {len(indices)} tasks"
+    if not all((job_id, i) in state.pending for i in indices):
+        return "its tasks are no longer all pending"
+    need = per_host_demand(state.jobs[job_id].spec.resources)
+    for h in hosts:
+        worker = workers.get(h)
+        if worker is None:
+            return f"host {h} is not registered"
+        used = [state.jobs[state.attempts[a].job_id].spec.resources
+                for a in state.by_worker.get(h, ())] + list(stopping.get(h, {}).values())
+        cpu = worker.cpu - sum(r.cpu for r in used)
+        memory = worker.memory_bytes - sum(r.memory_bytes for r in used)
+        chips = worker.accelerators - sum(per_host_demand(r).chips for r in used)
+        if cpu < need.cpu - 1e-9 or memory < need.memory or chips < need.chips:
+            return f"host {h} is busy"
+    return None

@@ -30,8 +30,7 @@ from iris.controller import job_requests, region_requests, scheduler_view, worke
 from iris.controller.budget_book import BudgetBook
 from iris.controller.bundle_store import BundleStore
 from iris.controller.figures_feed import FiguresFeed
-from iris.controller.gangs.coordinator import CoordinatorConfig
-from iris.controller.gangs.tracking import GangTracker
+from iris.controller.gangs.tracking import CoordinatorConfig, GangTracker
 from iris.controller.jobs import event_log, kernel
 from iris.controller.jobs import events as ev
 from iris.controller.jobs.spec import JobSpec

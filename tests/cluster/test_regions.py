@@ -10,13 +10,13 @@ import sys
 import textwrap
 import threading
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
 import iris
 from iris.actors.keys import region_key
-from iris.controller.gangs.coordinator import CoordinatorConfig
-from iris.controller.gangs.tracking import GangTracker
+from iris.controller.gangs.tracking import CoordinatorConfig, GangTracker
 from iris.controller.regions.region import RegionCarrier
 from iris.controller.scheduling.gang_placement import GangRequest
 from iris.controller.scheduling.model import Band, GangShape
@@ -44,6 +44,14 @@ SHAPE = GangShape("v5litepod-16", hosts=4, whole_slices=1)
 OWNER_KEY = "/test/gangs"
 
 
+
+class Outcome(NamedTuple):
+    kind: str  # the round's Phase name when taken: PLACED, GIVEN_UP, RELEASED
+    region: str
+    hosts: tuple[str, ...]
+    reasons: dict[str, str]
+
+
 @iris.actor
 class GangOwner:
     """The gangs object's owner here, as the Controller actor and its service are in
@@ -68,7 +76,7 @@ class GangOwner:
                                                     tasks, shape, regions),))
 
     def release(self, gang_id: str) -> None:
-        self._turn(self.gangs.release, (self.gangs.reserving[gang_id].round_id,))
+        self._turn(self.gangs.release, (self.gangs.reserving[gang_id].key,))
 
     def gang_replies(self, region: str, replies) -> None:
         self.gangs.replied(region, replies, self._clock.monotonic())
@@ -80,8 +88,9 @@ class GangOwner:
         fn(*args)
         for send in self.gangs.take_sends(self._clock.monotonic()):
             self._carrier.send(send)
-        for outcome in self.gangs.take_outcomes():
-            self.outcomes.put(outcome)
+        for rnd in self.gangs.take_outcomes():  # as each round was when taken
+            self.outcomes.put(Outcome(rnd.phase.name, rnd.chosen.region if rnd.chosen else "",
+                                      rnd.hosts, dict(rnd.reasons)))
 
     def on_tick(self) -> None:
         self._turn(self.gangs.fire_due, (self._clock.monotonic(),))
@@ -119,13 +128,13 @@ def test_gang_lands_whole_in_one_region_and_release_frees_it(cluster, three_regi
         regions = ("us-east", "us-central", "eu-west")
         owner.post(placer.place, "g1", SHAPE, regions)
         placed = events.get(timeout=60)
-        assert type(placed).__name__ == "Placed" and placed.region in ("us-central", "eu-west")
+        assert placed.kind == "PLACED" and placed.region in ("us-central", "eu-west")
         assert len(placed.hosts) == 4 and len({h.rsplit("-h", 1)[0] for h in placed.hosts}) == 1
         holds = {name: cluster.node.call(addr, region_key(name), "live_reservations").result(30)
                  for name, addr in three_regions.items()}
         assert holds[placed.region] == 1 and sum(holds.values()) == 1  # losers were aborted
         owner.post(placer.release, "g1")
-        assert type(events.get(timeout=60)).__name__ == "GangReleased"
+        assert events.get(timeout=60).kind == "RELEASED"
         assert cluster.node.call(three_regions[placed.region], region_key(placed.region),
                                  "live_reservations").result(30) == 0
     finally:
@@ -141,11 +150,11 @@ def test_more_gangs_than_slices_the_extra_one_is_unplaceable_with_reasons(cluste
         for i in range(4):  # 3 slices in all: the fourth gang cannot be placed
             owner.post(placer.place, f"g{i}", SHAPE, regions)
         outcomes = [events.get(timeout=60) for _ in range(4)]
-        kinds = sorted(type(o).__name__ for o in outcomes)
-        assert kinds == ["Placed", "Placed", "Placed", "Unplaceable"]
-        refused = next(o for o in outcomes if type(o).__name__ == "Unplaceable")
+        kinds = sorted(o.kind for o in outcomes)
+        assert kinds == ["GIVEN_UP", "PLACED", "PLACED", "PLACED"]
+        refused = next(o for o in outcomes if o.kind == "GIVEN_UP")
         assert set(refused.reasons) == set(regions)
-        hosts = [h for o in outcomes if type(o).__name__ == "Placed" for h in o.hosts]
+        hosts = [h for o in outcomes if o.kind == "PLACED" for h in o.hosts]
         assert len(hosts) == len(set(hosts)) == 12  # no host promised twice
     finally:
         cluster.node.unhost(OWNER_KEY)

@@ -1,22 +1,9 @@
-"""Kernel tests of the gang coordinator: events in, effects out, no sockets and no sleeps."""
+"""Kernel tests of the gangs object's two-phase reservation: requests and replies in, the
+requests it sends each region and its rounds' outcomes out; no sockets and no sleeps."""
 
 from __future__ import annotations
 
 from iris.base.resources import Resources
-from iris.controller.gangs.coordinator import (
-    CoordinatorConfig,
-    GangCoordinator,
-    GangReleased,
-    Phase,
-    Placed,
-    PlaceGang,
-    RegionDown,
-    ReleaseGang,
-    Send,
-    SetTimer,
-    Timer,
-    Unplaceable,
-)
 from iris.controller.gangs.ledger import ReservationLedger, slices_from_hosts
 from iris.controller.gangs.protocol import (
     AbortRequest,
@@ -29,156 +16,171 @@ from iris.controller.gangs.protocol import (
     Reserved,
     ReserveRequest,
 )
+from iris.controller.gangs.tracking import CoordinatorConfig, GangTracker, Phase
+from iris.controller.scheduling.gang_placement import GangRequest
 from iris.controller.scheduling.model import Band, Demand, GangShape, HostView, TaskDemand
-from iris.controller.scheduling.reasons import ReasonCode
 from iris.controller.scheduling.scheduler import schedule
 
 SHAPE = GangShape("v5litepod-16", hosts=4, whole_slices=1)
 CONFIG = CoordinatorConfig(lease_s=10, gather_timeout_s=2, resend_s=1, backoff_initial_s=1,
                            backoff_max_s=8, max_attempts=3)
+KEY = "g@1"  # the first round of gang g, as the regions name it
 
 
-def sends(effects, kind=None):
-    return [(e.region, e.request) for e in effects
-            if isinstance(e, Send) and (kind is None or isinstance(e.request, kind))]
+def sent(gangs: GangTracker, now: float, kind=None) -> list[tuple[str, object]]:
+    """What the gangs object sends each region now, as (region, request)."""
+    return [(s.region, m) for s in gangs.take_sends(now) for m in s.requests
+            if kind is None or isinstance(m, kind)]
 
 
-def timer(effects) -> SetTimer:
-    return [e for e in effects if isinstance(e, SetTimer)][-1]
+def reply(gangs: GangTracker, msg, now: float, kind=None) -> list[tuple[str, object]]:
+    gangs.replied(msg.region, [msg], now)
+    return sent(gangs, now, kind)
 
 
-def offer(region, attempt=1, gang="g1"):
+def fire(gangs: GangTracker, now: float | None = None, kind=None):
+    """Fire the next live timer (or every timer due by `now`); what is sent then."""
+    now = gangs.next_timer() if now is None else now
+    gangs.fire_due(now)
+    return sent(gangs, now, kind)
+
+
+def offer(region, attempt=1, gang=KEY):
     return Reserved(region, gang, attempt, f"{region}/tok{attempt}", (f"{region}-h0",) * 4, 10)
 
 
-def refuse(region, attempt=1, gang="g1"):
+def refuse(region, attempt=1, gang=KEY):
     return Refused(region, gang, attempt, "NO_CAPACITY", f"{region} is full")
 
 
-def start(regions=("r1", "r2", "r3")):
-    coord = GangCoordinator(CONFIG)
-    return coord, coord.handle(PlaceGang("g1", SHAPE, regions), now=0)
+def start(regions=("r1", "r2", "r3"), config=CONFIG, shape=SHAPE):
+    gangs = GangTracker(config)
+    gangs.request(GangRequest("g", "j", Band.BATCH,
+                              tuple(f"j[{i}]" for i in range(shape.hosts)), shape, regions))
+    return gangs, sent(gangs, 0)
+
+
+def outcomes(gangs: GangTracker, phase: Phase):
+    return [r for r in gangs.take_outcomes() if r.phase is phase]
 
 
 def test_coordinator_asks_every_candidate_region_at_once():
-    _, effects = start()
-    assert [r for r, _ in sends(effects, ReserveRequest)] == ["r1", "r2", "r3"]
-    assert timer(effects).at == CONFIG.gather_timeout_s
+    gangs, out = start()
+    assert [(r, type(m)) for r, m in out] == [(r, ReserveRequest) for r in ("r1", "r2", "r3")]
+    assert gangs.next_timer() == CONFIG.gather_timeout_s
 
 
 def test_coordinator_commits_best_offer_and_aborts_the_rest():
-    coord, _ = start()
-    assert coord.handle(offer("r2"), 1) == []
-    assert coord.handle(offer("r3"), 1) == []
-    effects = coord.handle(offer("r1"), 1)
-    assert sends(effects, CommitRequest) == [("r1", CommitRequest("g1", 1, "r1/tok1"))]
-    assert sorted(r for r, _ in sends(effects, AbortRequest)) == ["r2", "r3"]
-    placed = coord.handle(Committed("r1", "g1", 1, "r1/tok1", ("h",) * 4), 2)
-    assert [e for e in placed if isinstance(e, Placed)] == [
-        Placed("g1", "r1", "r1/tok1", ("h",) * 4)]
-    assert coord.record("g1").phase is Phase.PLACED and coord.pending_reason("g1") is None
+    gangs, _ = start()
+    assert reply(gangs, offer("r2"), 1) == []
+    assert reply(gangs, offer("r3"), 1) == []
+    out = reply(gangs, offer("r1"), 1)
+    assert [m for m in out if isinstance(m[1], CommitRequest)] == [
+        ("r1", CommitRequest(KEY, 1, "r1/tok1"))]
+    assert sorted(r for r, m in out if isinstance(m, AbortRequest)) == ["r2", "r3"]
+    reply(gangs, Committed("r1", KEY, 1, "r1/tok1", ("h",) * 4), 2)
+    (placed,) = outcomes(gangs, Phase.PLACED)
+    assert placed.key == KEY and placed.chosen.region == "r1" and placed.hosts == ("h",) * 4
+    assert gangs.rounds[KEY].phase is Phase.PLACED and gangs.next_timer() is None
 
 
 def test_coordinator_gather_timeout_decides_with_offers_in_hand_and_aborts_silent_ones():
-    coord, effects = start()
-    coord.handle(refuse("r1"), 1)
-    coord.handle(offer("r2"), 1)
-    out = coord.handle(timer(effects).timer, 2)
-    assert sends(out, CommitRequest)[0][0] == "r2"
-    assert ("r3", AbortRequest("g1", 1)) in sends(out)
+    gangs, _ = start()
+    reply(gangs, refuse("r1"), 1)
+    reply(gangs, offer("r2"), 1)
+    out = fire(gangs, 2)
+    assert [r for r, m in out if isinstance(m, CommitRequest)] == ["r2"]
+    assert ("r3", AbortRequest(KEY, 1)) in out
 
 
 def test_coordinator_all_refusals_back_off_and_record_why():
-    coord, _ = start(("r1", "r2"))
-    coord.handle(refuse("r1"), 1)
-    out = coord.handle(refuse("r2"), 1)
-    assert coord.record("g1").phase is Phase.BACKOFF and timer(out).at == 1 + 1
-    reason = coord.pending_reason("g1")
-    assert reason.code is ReasonCode.WAITING_FOR_GANG
-    assert "r1 is full" in reason.message and "r2 is full" in reason.message
-    retry = coord.handle(timer(out).timer, 2)
-    assert [req.attempt for _, req in sends(retry, ReserveRequest)] == [2, 2]
+    gangs, _ = start(("r1", "r2"))
+    reply(gangs, refuse("r1"), 1)
+    reply(gangs, refuse("r2"), 1)
+    rnd = gangs.rounds[KEY]
+    assert rnd.phase is Phase.BACKOFF and gangs.next_timer() == 1 + 1 == rnd.retry_at
+    assert "r1 is full" in rnd.reasons["r1"] and "r2 is full" in rnd.reasons["r2"]
+    retry = fire(gangs, kind=ReserveRequest)
+    assert [req.attempt for _, req in retry] == [2, 2]
 
 
 def test_coordinator_gives_up_after_max_attempts_with_the_reasons():
-    coord, _ = start(("r1",))
-    out = []
+    gangs, _ = start(("r1",))
     for attempt in range(1, CONFIG.max_attempts + 1):
-        out = coord.handle(refuse("r1", attempt), attempt * 10)
+        reply(gangs, refuse("r1", attempt), attempt * 10)
         if attempt < CONFIG.max_attempts:
-            coord.handle(timer(out).timer, attempt * 10 + 9)
-    (gave_up,) = [e for e in out if isinstance(e, Unplaceable)]
+            fire(gangs, attempt * 10 + 9)
+    (gave_up,) = outcomes(gangs, Phase.GIVEN_UP)
     assert "r1 is full" in gave_up.reasons["r1"]
-    assert coord.record("g1") is None
+    assert KEY not in gangs.rounds
 
 
 def test_coordinator_backoff_doubles_up_to_the_cap():
     config = CoordinatorConfig(backoff_initial_s=1, backoff_max_s=3, max_attempts=10)
-    coord = GangCoordinator(config)
-    out = coord.handle(PlaceGang("g1", SHAPE, ("r1",)), 0)
+    gangs, _ = start(("r1",), config)
     delays, now = [], 0.0
     for attempt in range(1, 5):
-        out = coord.handle(refuse("r1", attempt), now)
-        delays.append(timer(out).at - now)
-        now = timer(out).at
-        coord.handle(timer(out).timer, now)
+        reply(gangs, refuse("r1", attempt), now)
+        delays.append(gangs.next_timer() - now)
+        now = gangs.next_timer()
+        fire(gangs, now)
     assert delays == [1, 2, 3, 3]
 
 
 def test_coordinator_late_offer_from_old_attempt_is_aborted():
-    coord, _ = start(("r1",))
-    coord.handle(refuse("r1"), 1)
-    out = coord.handle(offer("r1", attempt=1, gang="g1"), 1.5)
-    assert sends(out) == [("r1", AbortRequest("g1", 1))]
+    gangs, _ = start(("r1",))
+    reply(gangs, refuse("r1"), 1)
+    assert reply(gangs, offer("r1", attempt=1), 1.5) == [("r1", AbortRequest(KEY, 1))]
 
 
 def test_coordinator_offer_for_unknown_gang_is_aborted():
-    coord = GangCoordinator(CONFIG)
-    assert sends(coord.handle(offer("r1", gang="ghost"), 0)) == [
-        ("r1", AbortRequest("ghost", 1))]
+    gangs = GangTracker(CONFIG)
+    assert reply(gangs, offer("r1", gang="ghost"), 0) == [("r1", AbortRequest("ghost", 1))]
 
 
 def test_coordinator_commit_resent_until_answered_then_refusal_retries_gang():
-    coord, _ = start(("r1",))
-    out = coord.handle(offer("r1"), 1)
-    again = coord.handle(timer(out).timer, 2)
-    assert sends(again, CommitRequest) == [("r1", CommitRequest("g1", 1, "r1/tok1"))]
-    assert timer(again).at == 2 + 2  # resend delay doubles
-    out = coord.handle(CommitRefused("r1", "g1", 1, "r1/tok1", "EXPIRED", "lease ran out"), 3)
-    assert coord.record("g1").phase is Phase.BACKOFF
-    assert "EXPIRED" in coord.record("g1").reasons["r1"]
+    gangs, _ = start(("r1",))
+    reply(gangs, offer("r1"), 1)
+    again = fire(gangs, 2)
+    assert again == [("r1", CommitRequest(KEY, 1, "r1/tok1"))]
+    assert gangs.next_timer() == 2 + 2  # resend delay doubles
+    reply(gangs, CommitRefused("r1", KEY, 1, "r1/tok1", "EXPIRED", "lease ran out"), 3)
+    assert gangs.rounds[KEY].phase is Phase.BACKOFF
+    assert "EXPIRED" in gangs.rounds[KEY].reasons["r1"]
 
 
 def test_coordinator_release_is_resent_until_the_region_acknowledges():
-    coord, _ = start(("r1",))
-    coord.handle(offer("r1"), 1)
-    coord.handle(Committed("r1", "g1", 1, "r1/tok1", ("h",) * 4), 1)
-    out = coord.handle(ReleaseGang("g1"), 5)
-    assert sends(out) == [("r1", ReleaseRequest("g1", "r1/tok1"))]
-    assert sends(coord.handle(timer(out).timer, 6)) == [("r1", ReleaseRequest("g1", "r1/tok1"))]
-    done = coord.handle(Released("r1", "g1", "r1/tok1"), 7)
-    assert done == [GangReleased("g1")] and coord.record("g1") is None
+    gangs, _ = start(("r1",))
+    reply(gangs, offer("r1"), 1)
+    reply(gangs, Committed("r1", KEY, 1, "r1/tok1", ("h",) * 4), 1)
+    gangs.release(KEY)
+    assert sent(gangs, 5) == [("r1", ReleaseRequest(KEY, "r1/tok1"))]
+    assert fire(gangs, 6) == [("r1", ReleaseRequest(KEY, "r1/tok1"))]
+    gangs.take_outcomes()
+    reply(gangs, Released("r1", KEY, "r1/tok1"), 7)
+    assert [r.key for r in outcomes(gangs, Phase.RELEASED)] == [KEY] and KEY not in gangs.rounds
 
 
 def test_coordinator_cancel_while_gathering_aborts_every_region():
-    coord, _ = start(("r1", "r2"))
-    out = coord.handle(ReleaseGang("g1"), 1)
-    assert sorted(sends(out)) == [("r1", AbortRequest("g1", 1)), ("r2", AbortRequest("g1", 1))]
-    assert GangReleased("g1") in out
+    gangs, _ = start(("r1", "r2"))
+    gangs.release(KEY)
+    assert sorted(sent(gangs, 1)) == [("r1", AbortRequest(KEY, 1)), ("r2", AbortRequest(KEY, 1))]
+    assert [r.key for r in outcomes(gangs, Phase.RELEASED)] == [KEY]
 
 
 def test_coordinator_region_down_counts_as_refusal():
-    coord, _ = start(("r1", "r2"))
-    coord.handle(refuse("r1"), 1)
-    coord.handle(RegionDown("r2"), 1)
-    assert coord.record("g1").reasons["r2"] == "region down"
-    assert coord.record("g1").phase is Phase.BACKOFF
+    gangs, _ = start(("r1", "r2"))
+    reply(gangs, refuse("r1"), 1)
+    gangs.region_down("r2", "unreachable", 1)
+    assert gangs.rounds[KEY].reasons["r2"] == "region down"
+    assert gangs.rounds[KEY].phase is Phase.BACKOFF
 
 
 def test_coordinator_stale_timer_does_nothing():
-    coord, effects = start(("r1",))
-    coord.handle(offer("r1"), 1)
-    assert coord.handle(Timer("g1", timer(effects).timer.seq), 2) == []
+    gangs, _ = start(("r1",))
+    reply(gangs, offer("r1"), 1.5)  # committing: its resend is due at 2.5
+    assert fire(gangs, CONFIG.gather_timeout_s) == []  # the gather's timer, now stale
+    assert gangs.next_timer() == 2.5
 
 
 def test_coordinator_places_what_the_scheduler_asked_for_in_real_ledgers():
@@ -186,24 +188,21 @@ def test_coordinator_places_what_the_scheduler_asked_for_in_real_ledgers():
                       accelerator="v5litepod-16", accelerator_variant="v5litepod")
              for r in ("r1", "r2") for s in range(2) for j in range(4)]
     res = Resources(cpu=8, tpu="v5litepod-16", count=2)  # two whole slices: 8 hosts
-    tasks = [TaskDemand(f"t{i}", "j1", "ann", Band.PRODUCTION, res, (), "j1-g", 8)
+    tasks = [TaskDemand(f"j1[{i}]", "j1", "ann", Band.PRODUCTION, res, (), "j1-g", 8)
              for i in range(8)]
     (ask,) = schedule(hosts, tasks).gang_requests
     ledgers = {r: ReservationLedger(r, slices_from_hosts(h for h in hosts if h.region == r))
                for r in ("r1", "r2")}
-    coord = GangCoordinator(CONFIG)
-    queue = coord.handle(PlaceGang(ask.gang_id, ask.shape, ask.regions), 0)
-    placed = []
+    gangs = GangTracker(CONFIG)
+    gangs.request(ask)
+    queue = sent(gangs, 0)
     while queue:
-        effect = queue.pop(0)
-        if isinstance(effect, Send):
-            reply = ledgers[effect.region].handle(effect.request, 1)
-            queue += coord.handle(reply, 1) if reply is not None else []
-        elif isinstance(effect, Placed):
-            placed.append(effect)
-    (done,) = placed
-    assert done.region == ask.regions[0] and len(done.hosts) == 8
-    assert {h.rsplit("-h", 1)[0] for h in done.hosts} == {f"{done.region}-s0",
-                                                         f"{done.region}-s1"}
-    other = next(r for r in ledgers if r != done.region)
+        region, request = queue.pop(0)
+        answer = ledgers[region].handle(request, 1)
+        queue += reply(gangs, answer, 1) if answer is not None else []
+    (done,) = outcomes(gangs, Phase.PLACED)
+    assert done.chosen.region == ask.regions[0] and len(done.hosts) == 8
+    region = done.chosen.region
+    assert {h.rsplit("-h", 1)[0] for h in done.hosts} == {f"{region}-s0", f"{region}-s1"}
+    other = next(r for r in ledgers if r != region)
     assert ledgers[other].live(now=1) == []  # the losing offer was aborted, not left to expire

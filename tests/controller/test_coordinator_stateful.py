@@ -1,6 +1,6 @@
 """Hypothesis stateful test: gang allocation under random interleavings and faults.
 
-Three region ledgers and one coordinator exchange messages through a simulated network
+Three region ledgers and the controller's gangs object (GangTracker) exchange messages through a simulated network
 that delivers in any order, duplicates and loses messages. Regions crash and restart; the
 controller crashes too, and with it its coordinator and the Region actors it hosts (their
 state is not persisted: the controller asks for its still-pending gangs again, and the
@@ -24,21 +24,10 @@ from hypothesis.stateful import (
     rule,
 )
 
-from iris.controller.gangs.coordinator import (
-    CoordinatorConfig,
-    GangCoordinator,
-    GangReleased,
-    Phase,
-    Placed,
-    PlaceGang,
-    RegionDown,
-    ReleaseGang,
-    Send,
-    SetTimer,
-    Unplaceable,
-)
 from iris.controller.gangs.ledger import ReservationLedger, SliceSpec, State
-from iris.controller.scheduling.model import GangShape
+from iris.controller.gangs.tracking import CoordinatorConfig, GangTracker, Phase
+from iris.controller.scheduling.gang_placement import GangRequest
+from iris.controller.scheduling.model import Band, GangShape
 
 REGIONS = ("r1", "r2", "r3")
 SHAPES = (
@@ -55,6 +44,11 @@ _BURST = ("deliver",) * 8 + ("advance",) * 2 + (
     "lease_timer", "finish", "lose", "duplicate", "crash_region", "crash_coordinator", "cancel")
 
 
+def _gang(key: str) -> str:
+    """The gang a round's key (gang@seq) belongs to."""
+    return key.rsplit("@", 1)[0]
+
+
 def _slices(region: str) -> list[SliceSpec]:
     tpu = [SliceSpec(f"{region}-s{i}", "v5litepod-16",
                      tuple(f"{region}-s{i}-h{j}" for j in range(4))) for i in range(2)]
@@ -68,9 +62,8 @@ class GangAllocation(RuleBasedStateMachine):
         self.now = 0.0
         self.boots = dict.fromkeys(REGIONS, 0)
         self.ledgers = {r: ReservationLedger(r, _slices(r), boot="0") for r in REGIONS}
-        self.coord = GangCoordinator(CONFIG)
+        self.coord = GangTracker(CONFIG)
         self.net: list[tuple[str, object]] = []
-        self.timers: list[SetTimer] = []
         self.shapes: dict[str, GangShape] = {}
         self.outcome: dict[str, str] = {}  # gang -> "placed" | "released" | "unplaceable"
         self.faults_left = 0
@@ -108,9 +101,10 @@ class GangAllocation(RuleBasedStateMachine):
         elif action == "lease_timer":
             self.region_lease_timer(rnd.choice(REGIONS))
         elif action == "finish":
-            placed = sorted(g for g, r in self.coord.gangs().items() if r.phase is Phase.PLACED)
+            placed = sorted(k for k, r in self.coord.rounds.items() if r.phase is Phase.PLACED)
             if placed:
-                self._apply(self.coord.handle(ReleaseGang(rnd.choice(placed)), self.now))
+                self.coord.release(rnd.choice(placed))
+                self._take()
         elif self.faults_left <= 0:
             return
         elif action == "lose" and self.net:
@@ -123,32 +117,34 @@ class GangAllocation(RuleBasedStateMachine):
             self.crash_region(rnd.choice(REGIONS), rnd.random() < 0.5)
         elif action == "crash_coordinator":
             self.crash_coordinator()
-        elif action == "cancel" and self.coord.gangs():
+        elif action == "cancel" and self.coord.rounds:
             self.faults_left -= 1
-            gang = rnd.choice(sorted(self.coord.gangs()))
-            self._apply(self.coord.handle(ReleaseGang(gang), self.now))
+            self.coord.release(rnd.choice(sorted(self.coord.rounds)))
+            self._take()
 
     # ---- plumbing: the thin shells a region actor and the controller would be ----------
 
-    def _apply(self, effects: list) -> None:
-        for eff in effects:
-            if isinstance(eff, Send):
-                self.net.append((eff.region, eff.request))
-            elif isinstance(eff, SetTimer):
-                self.timers.append(eff)
-            elif isinstance(eff, Placed):
-                assert len(eff.hosts) == self.shapes[eff.gang_id].hosts
-                self.outcome[eff.gang_id] = "placed"
+    def _take(self) -> None:
+        """What the gangs object sends goes onto the network; its rounds' outcomes are noted
+        (taken after every call, so each is seen in the phase it reached)."""
+        for send in self.coord.take_sends(self.now):
+            self.net += [(send.region, m) for m in send.requests]
+        for r in self.coord.take_outcomes():
+            gang = _gang(r.key)
+            if r.phase is Phase.PLACED:
+                assert len(r.hosts) == self.shapes[gang].hosts
+                self.outcome[gang] = "placed"
                 self.placements += 1
-            elif isinstance(eff, GangReleased):
-                self.outcome[eff.gang_id] = "released"
-            elif isinstance(eff, Unplaceable):
-                assert eff.reasons, "a gang given up must say why"
-                self.outcome[eff.gang_id] = "unplaceable"
+            elif r.phase is Phase.RELEASED:
+                self.outcome[gang] = "released"
+            elif r.phase is Phase.GIVEN_UP:
+                assert r.reasons, "a gang given up must say why"
+                self.outcome[gang] = "unplaceable"
 
     def _deliver(self, dest: str, msg: object) -> None:
         if dest == COORD:
-            self._apply(self.coord.handle(msg, self.now))
+            self.coord.replied(msg.region, [msg], self.now)
+            self._take()
         else:
             reply = self.ledgers[dest].handle(msg, self.now)
             self._assert_no_stale_hold(dest)
@@ -156,10 +152,13 @@ class GangAllocation(RuleBasedStateMachine):
                 self.net.append((COORD, reply))
 
     def _fire_due_timers(self) -> None:
-        due = sorted((t for t in self.timers if t.at <= self.now), key=lambda t: t.at)
-        self.timers = [t for t in self.timers if t.at > self.now]
-        for t in due:
-            self._apply(self.coord.handle(t.timer, self.now))
+        self.coord.fire_due(self.now)
+        self._take()
+
+    def _request(self, gang: str, shape: GangShape, regions: tuple[str, ...]) -> None:
+        tasks = tuple(f"{gang}-job[{i}]" for i in range(shape.hosts))
+        self.coord.request(GangRequest(gang, f"{gang}-job", Band.BATCH, tasks, shape, regions))
+        self._take()
 
     # ---- rules -----------------------------------------------------------------------
 
@@ -169,7 +168,7 @@ class GangAllocation(RuleBasedStateMachine):
     def place_gang(self, shape, regions):
         gang = f"g{len(self.shapes)}"
         self.shapes[gang] = shape
-        self._apply(self.coord.handle(PlaceGang(gang, shape, tuple(regions)), self.now))
+        self._request(gang, shape, tuple(regions))
 
     @precondition(lambda self: self.net)
     @rule(data=st.data(), count=st.integers(1, 30))
@@ -208,7 +207,8 @@ class GangAllocation(RuleBasedStateMachine):
         self.ledgers[region] = self.ledgers[region].restarted(str(self.boots[region]))
         self.net = [(d, m) for d, m in self.net if d != region]
         if tell:
-            self._apply(self.coord.handle(RegionDown(region), self.now))
+            self.coord.region_down(region, "crashed", self.now)
+            self._take()
 
     @precondition(lambda self: self.faults_left > 0)
     @rule()
@@ -216,30 +216,30 @@ class GangAllocation(RuleBasedStateMachine):
         """The controller process dies: its coordinator and the Region actors it hosts go
         with it. Its gangs are still pending in the job store, so it asks for each again."""
         self.faults_left -= 1
-        gangs = self.coord.gangs()
-        self.net, self.timers = [], []
+        gangs = self.coord.rounds
+        self.net = []
         for region in REGIONS:
             self.boots[region] += 1
             self.ledgers[region] = ReservationLedger(region, _slices(region),
                                                      boot=str(self.boots[region]))
-        self.coord = GangCoordinator(CONFIG)
-        for gang, rec in sorted(gangs.items()):
-            self.outcome.pop(gang, None)
-            self._apply(self.coord.handle(PlaceGang(gang, rec.shape, rec.regions), self.now))
+        self.coord = GangTracker(CONFIG)
+        for _, rec in sorted(gangs.items()):
+            self.outcome.pop(rec.gang_id, None)
+            self._request(rec.gang_id, rec.shape, rec.regions)
 
-    @precondition(lambda self: self.coord.gangs() and self.faults_left > 0)
+    @precondition(lambda self: self.coord.rounds and self.faults_left > 0)
     @rule(data=st.data())
     def cancel_gang_in_any_phase(self, data):
         self.faults_left -= 1
-        gang = data.draw(st.sampled_from(sorted(self.coord.gangs())))
-        self._apply(self.coord.handle(ReleaseGang(gang), self.now))
+        self.coord.release(data.draw(st.sampled_from(sorted(self.coord.rounds))))
+        self._take()
 
-    @precondition(lambda self: any(r.phase is Phase.PLACED for r in self.coord.gangs().values()))
+    @precondition(lambda self: any(r.phase is Phase.PLACED for r in self.coord.rounds.values()))
     @rule(data=st.data())
     def finish_placed_gang(self, data):
-        placed = sorted(g for g, r in self.coord.gangs().items() if r.phase is Phase.PLACED)
-        gang = data.draw(st.sampled_from(placed))
-        self._apply(self.coord.handle(ReleaseGang(gang), self.now))
+        placed = sorted(k for k, r in self.coord.rounds.items() if r.phase is Phase.PLACED)
+        self.coord.release(data.draw(st.sampled_from(placed)))
+        self._take()
 
     # ---- invariants --------------------------------------------------------------------
 
@@ -275,27 +275,28 @@ class GangAllocation(RuleBasedStateMachine):
 
     def no_gang_half_placed_or_orphaned(self):
         committed = self._committed()
-        for gang, places in committed.items():
-            assert len(places) == 1, f"{gang} committed in {[r for r, _ in places]}"
+        for key, places in committed.items():
+            assert len(places) == 1, f"{key} committed in {[r for r, _ in places]}"
             region, res = places[0]
-            assert len(res.hosts) == self.shapes[gang].hosts
-            rec = self.coord.record(gang)
-            assert rec is not None and rec.chosen is not None, f"orphan commit of {gang}"
+            assert len(res.hosts) == self.shapes[_gang(key)].hosts
+            rec = self.coord.rounds.get(key)
+            assert rec is not None and rec.chosen is not None, f"orphan commit of {key}"
             assert rec.chosen.token == res.token and rec.chosen.region == region
-        for gang, rec in self.coord.gangs().items():
+        for key, rec in self.coord.rounds.items():
             if rec.phase is Phase.PLACED:
-                assert gang in committed, f"{gang} placed but not committed"
+                assert key in committed, f"{key} placed but not committed"
 
     def teardown(self):
         event(f"placements before settling: {min(self.placements, 3)}")
         self._settle()
         committed = self._committed()
-        for gang, rec in self.coord.gangs().items():
-            assert rec.phase is Phase.PLACED, f"{gang} stuck in {rec.phase}"
-            assert gang in committed
-        assert set(committed) == set(self.coord.gangs())
+        for key, rec in self.coord.rounds.items():
+            assert rec.phase is Phase.PLACED, f"{key} stuck in {rec.phase}"
+            assert key in committed
+        assert set(committed) == set(self.coord.rounds)
+        live = {_gang(k) for k in self.coord.rounds}
         for gang in self.shapes:
-            assert gang in self.coord.gangs() or self.outcome.get(gang) in (
+            assert gang in live or self.outcome.get(gang) in (
                 "released", "unplaceable"), f"{gang} vanished without an outcome"
         self.now += CONFIG.lease_s + 1
         for ledger in self.ledgers.values():
@@ -307,8 +308,8 @@ class GangAllocation(RuleBasedStateMachine):
             if self.net:
                 dest, msg = self.net.pop(0)
                 self._deliver(dest, msg)
-            elif self.timers:
-                self.now = max(self.now, min(t.at for t in self.timers))
+            elif self.coord.next_timer() is not None:
+                self.now = max(self.now, self.coord.next_timer())
                 self._fire_due_timers()
             else:
                 break

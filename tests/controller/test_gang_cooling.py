@@ -7,8 +7,10 @@ from __future__ import annotations
 from iris.base.clock import FakeClock
 from iris.base.resources import Resources
 from iris.controller.gangs.protocol import Refused, ReserveRequest
-from iris.controller.gangs.tracking import RETRY_AFTER_S, SendRegion
+from iris.controller.gangs.tracking import CoordinatorConfig, SendRegion
 from iris.controller.service import ControllerConfig, ControllerService
+
+RETRY_AFTER_S = CoordinatorConfig().retry_after_s
 
 ACCEL = "v5litepod-16"
 
@@ -34,7 +36,7 @@ def test_a_refused_gang_is_asked_for_again_when_its_cooling_ends(tmp_path):
     clock.advance(RETRY_AFTER_S / 2)
     svc.tick()  # nothing else changed: the end of the cooling alone asks again
     again = svc.gangs.reserving[gang]
-    assert again.round_id.job_id == "/alice/gang" and again.round_id != first.round_id
+    assert again.job_id == "/alice/gang" and again.key != first.key
     svc.close()
 
 

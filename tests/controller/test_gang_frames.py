@@ -10,19 +10,28 @@ and answers through a real ActorFuture, or leaves the call for the test to answe
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from iris.actors import ActorFuture
 from iris.base.clock import FakeClock
 from iris.base.errors import PeerUnavailableError
-from iris.controller.gangs.coordinator import CoordinatorConfig, Placed, Unplaceable
 from iris.controller.gangs.ledger import ReservationLedger, SliceSpec
 from iris.controller.gangs.protocol import ReserveRequest, decode_message, encode_message
-from iris.controller.gangs.tracking import GangTracker
+from iris.controller.gangs.tracking import CoordinatorConfig, GangTracker, Phase
 from iris.controller.regions.region import RegionCarrier
 from iris.controller.scheduling.gang_placement import GangRequest
 from iris.controller.scheduling.model import Band, GangShape
 
 SHAPE = GangShape("v5litepod-16", hosts=4, whole_slices=1)
 REGIONS = ("r1", "r2")
+
+
+class Outcome(NamedTuple):
+    phase: Phase
+    region: str
+    hosts: tuple[str, ...]
+    reasons: dict[str, str]
+    key: str
 
 
 class FakeNode:
@@ -79,7 +88,9 @@ class Owner:
         """The end of the owner's queue: the frames go out, one SendRegion per region."""
         for send in self.gangs.take_sends(self.clock.monotonic()):
             self.carrier.send(send)
-        self.outcomes += self.gangs.take_outcomes()
+        # (phase, region, hosts, reasons) as each round was when it was taken
+        self.outcomes += [Outcome(r.phase, r.chosen.region if r.chosen else "", r.hosts,
+                                  dict(r.reasons), r.key) for r in self.gangs.take_outcomes()]
 
     def run(self) -> None:
         """Run every queued message, then take at the end of the queue, until no reply is
@@ -106,12 +117,12 @@ def test_frames_of_a_turn_go_out_together_per_region_and_each_gang_is_placed_who
     owner.run()
     assert sorted(node.calls[:2]) == [("r1", 3), ("r2", 3)]  # 3 reserves, one call each
     for _ in range(20):  # a gang that lost every offer to the others backs off and retries
-        if sum(isinstance(o, Placed) for o in owner.outcomes) == 3:
+        if sum(o.phase is Phase.PLACED for o in owner.outcomes) == 3:
             break
         node.clock.advance(0.5)
         owner.tick()
-    placed = [o for o in owner.outcomes if isinstance(o, Placed)]
-    assert sorted(p.gang_id.split("@")[0] for p in placed) == ["g1", "g2", "g3"]
+    placed = [o for o in owner.outcomes if o.phase is Phase.PLACED]
+    assert sorted(p.key.split("@")[0] for p in placed) == ["g1", "g2", "g3"]
     hosts = [h for p in placed for h in p.hosts]
     assert len(hosts) == len(set(hosts)) == 12
     assert all(len({h.rsplit("-h", 1)[0] for h in p.hosts}) == 1 for p in placed)
@@ -135,7 +146,7 @@ def test_a_region_whose_call_failed_counts_as_down_and_the_gang_gives_up_with_re
     node.pending[0].set_exception(PeerUnavailableError("r2 is unreachable"))
     owner.run()
     [gave_up] = owner.outcomes
-    assert isinstance(gave_up, Unplaceable) and set(gave_up.reasons) == {"r1", "r2"}
+    assert gave_up.phase is Phase.GIVEN_UP and set(gave_up.reasons) == {"r1", "r2"}
     assert gave_up.reasons["r2"] == "region down"
 
 
@@ -145,7 +156,7 @@ def test_a_region_nobody_serves_refuses_at_once():
     owner.place("g1", ("r1", "nowhere"))
     owner.run()
     [gave_up] = owner.outcomes
-    assert isinstance(gave_up, Unplaceable) and gave_up.reasons["nowhere"] == "region down"
+    assert gave_up.phase is Phase.GIVEN_UP and gave_up.reasons["nowhere"] == "region down"
 
 
 def test_a_malformed_reply_is_dropped_and_the_good_ones_kept(caplog):
@@ -154,7 +165,7 @@ def test_a_malformed_reply_is_dropped_and_the_good_ones_kept(caplog):
     owner = Owner(node)
     owner.place("g1")
     owner.run()
-    [key] = [r.round_id.key for r in owner.gangs.reserving.values()]
+    [key] = [r.key for r in owner.gangs.reserving.values()]
     reserve = ReserveRequest(key, 1, SHAPE, 10.0)
     offer = node.ledgers["r1"].handle(reserve, clock.monotonic())
     node.pending[0].set_result([{"type": "Reserved", "region": 7}, encode_message(offer)])
@@ -162,7 +173,7 @@ def test_a_malformed_reply_is_dropped_and_the_good_ones_kept(caplog):
     node.silent = ()
     owner.run()
     assert "malformed gang reply" in caplog.text
-    assert [type(o).__name__ for o in owner.outcomes] == ["Placed"]
+    assert [o.phase for o in owner.outcomes] == [Phase.PLACED]
     assert owner.outcomes[0].region == "r1"  # the good offer in the bad batch was kept
 
 
@@ -179,7 +190,7 @@ def test_timers_fire_on_the_owners_tick_only():
     clock.advance(0.2)
     owner.tick()  # the retry: refused again, the gang is given up
     assert len(node.calls) > calls
-    assert [type(o).__name__ for o in owner.outcomes] == ["Unplaceable"]
+    assert [o.phase for o in owner.outcomes] == [Phase.GIVEN_UP]
 
 
 class FakeHosted:
@@ -213,5 +224,5 @@ def test_a_hosted_region_is_reached_on_its_turn_without_a_call():
             fn(*args)
         owner.run()
     assert node.calls == []  # nothing went through the node
-    assert [type(o).__name__ for o in owner.outcomes] == ["Placed"]
+    assert [o.phase for o in owner.outcomes] == [Phase.PLACED]
     assert owner.outcomes[0].region == "r1" and len(owner.outcomes[0].hosts) == 4

@@ -4,11 +4,10 @@ ledger is sent (RegionPushes). Pure."""
 
 from __future__ import annotations
 
-from iris.controller.gangs.coordinator import Placed, Unplaceable
 from iris.controller.gangs.inventory import region_inventory
 from iris.controller.gangs.ledger import ReservationLedger, SliceSpec
-from iris.controller.gangs.protocol import Refused, Reserved
-from iris.controller.gangs.tracking import GangTracker
+from iris.controller.gangs.protocol import Committed, Refused, Reserved
+from iris.controller.gangs.tracking import CoordinatorConfig, GangTracker
 from iris.controller.jobs import events as ev
 from iris.controller.region_pushes import RegionPushes, SyncRegion
 from iris.controller.scheduling.constraints import parse_constraints
@@ -47,59 +46,61 @@ def _frames(tracker: GangTracker) -> dict[str, list[tuple[str, str]]]:
             for s in tracker.take_sends(0.0)}
 
 
-def _round(tracker: GangTracker, job: str):
-    return tracker.reserving[f"{job}#g0"].round_id
-
-
-def _aborted(round_id) -> dict[str, list[tuple[str, str]]]:
+def _aborted(rnd) -> dict[str, list[tuple[str, str]]]:
     """A round given up while its regions were still asked: both are told to let go."""
-    return {r: [("AbortRequest", round_id.key)] for r in ("r1", "r2")}
+    return {r: [("AbortRequest", rnd.key)] for r in ("r1", "r2")}
 
 
-def _placed(tracker: GangTracker, h: Harness, round_id: str, hosts=HOSTS):
-    return tracker.placed_round(round_id, "r1", hosts, h.state, WORKERS, {},
-                                iter(f"att-{i}" for i in range(100)).__next__)
+def _committing(tracker: GangTracker, rnd, hosts=HOSTS) -> None:
+    """r1 offers `hosts`, r2 refuses: the round commits in r1."""
+    tracker.take_sends(0.0)
+    tracker.replied("r1", [Reserved("r1", rnd.key, 1, "tok", tuple(hosts), 10)], 0.0)
+    tracker.replied("r2", [Refused("r2", rnd.key, 1, "NO_CAPACITY", "full")], 0.0)
+    tracker.take_sends(0.0)
+
+
+def _placed(tracker: GangTracker, h: Harness, rnd, hosts=HOSTS):
+    """The round placed in r1 on `hosts` and settled: its placements, and why not."""
+    _committing(tracker, rnd, hosts)
+    tracker.replied("r1", [Committed("r1", rnd.key, 1, "tok", tuple(hosts))], 0.0)
+    assigns, reasons = tracker.settle(h.state, WORKERS, {}, 0.0)
+    return [p for a in assigns for p in a.placements], reasons.get(rnd.job_id)
 
 
 def test_tracker_request_holds_the_set_aside_hosts_until_the_round_settles():
     h, tracker = Harness(), GangTracker()
     job = _gang_job(h)
-    tracker.request(_request(job))
-    round_id = _round(tracker, job)
-    assert _frames(tracker) == {r: [("ReserveRequest", round_id.key)] for r in ("r1", "r2")}
+    rnd = tracker.request(_request(job))
+    assert _frames(tracker) == {r: [("ReserveRequest", rnd.key)] for r in ("r1", "r2")}
     assert tracker.held_hosts() == set(HOSTS)
-    placements, problem = _placed(tracker, h, round_id)
+    placements, problem = _placed(tracker, h, rnd)
     assert problem is None and tracker.held_hosts() == set()
     assert [(p.task_index, p.worker_id) for p in placements] == list(enumerate(HOSTS))
+    assert tracker.placed == [rnd]
 
 
 def test_tracker_stale_round_is_released_not_assigned():
     h, tracker = Harness(), GangTracker()
     job = _gang_job(h)
-    tracker.request(_request(job))
-    old = _round(tracker, job)
-    _frames(tracker)
-    tracker.unplaceable(old, {"r1": "full"}, now=0.0)
-    placements, _ = _placed(tracker, h, old)  # a late Placed for a round already given up
-    assert placements == [] and _frames(tracker) == _aborted(old)
+    rnd = tracker.request(_request(job))
+    _committing(tracker, rnd)
+    tracker.release(rnd.key)  # the gang ended while its commit was travelling
+    assert _frames(tracker) == {"r1": [("ReleaseRequest", rnd.key)]}
+    tracker.replied("r1", [Committed("r1", rnd.key, 1, "tok", tuple(HOSTS))], 0.0)
+    assert tracker.settle(h.state, WORKERS, {}, 0.0) is None and tracker.placed == []
 
 
-def test_tracker_sorts_outcomes_by_round_and_releases_a_gang_nobody_waits_for():
+def test_tracker_gang_asked_again_lets_go_of_its_previous_round():
     h, tracker = Harness(), GangTracker()
     job = _gang_job(h)
-    tracker.request(_request(job))
-    gone = _round(tracker, job)
-    tracker.request(_request(job))  # asked again: the first round is nobody's now
-    round_id = _round(tracker, job)
-    _frames(tracker)
-    placed, refused = tracker.sort_outcomes([
-        Placed(round_id.key, "r1", "tok", tuple(HOSTS)),
-        Unplaceable(round_id.key, {"r2": "full"}),
-        Placed(gone.key, "r2", "tok", ("x-h0",)),  # its round ended meanwhile
-    ])
-    assert placed == [(round_id, "r1", tuple(HOSTS))]
-    assert refused == [(round_id, {"r2": "full"})]
-    assert _frames(tracker) == _aborted(gone)
+    gone = tracker.request(_request(job))
+    rnd = tracker.request(_request(job))  # asked again: the first round is nobody's now
+    assert _frames(tracker) == {r: [("ReserveRequest", gone.key), ("AbortRequest", gone.key),
+                                    ("ReserveRequest", rnd.key)] for r in ("r1", "r2")}
+    tracker.replied("r2", [Reserved("r2", gone.key, 1, "t", ("x-h0",), 10)], 0.0)
+    assert _frames(tracker) == {"r2": [("AbortRequest", gone.key)]}  # a late offer: let go
+    placements, problem = _placed(tracker, h, rnd)
+    assert problem is None and len(placements) == 4 and tracker.reserving == {}
 
 
 def test_tracker_offer_on_a_host_that_filled_meanwhile_is_released_with_a_reason():
@@ -107,32 +108,33 @@ def test_tracker_offer_on_a_host_that_filled_meanwhile_is_released_with_a_reason
     job = _gang_job(h)
     other = h.submit(spec("single", resources={"cpu": 8}))
     h.assign(other, 0, worker="s1-h1")  # the region's view lagged: h1 is taken
-    tracker.request(_request(job))
-    round_id = _round(tracker, job)
-    _frames(tracker)
-    placements, problem = _placed(tracker, h, round_id)
+    rnd = tracker.request(_request(job))
+    placements, problem = _placed(tracker, h, rnd)
     assert placements == [] and "s1-h1 is busy" in problem["message"]
-    assert _frames(tracker) == _aborted(round_id)
+    assert _frames(tracker) == {"r1": [("ReleaseRequest", rnd.key)]}
 
 
 def test_tracker_refused_gang_waits_before_being_asked_again_and_says_why():
-    h, tracker = Harness(), GangTracker(retry_after_s=5.0)
+    h = Harness()
+    tracker = GangTracker(CoordinatorConfig(max_attempts=1, retry_after_s=5.0))
     job = _gang_job(h)
-    tracker.request(_request(job))
-    round_id = _round(tracker, job)
-    tracker.unplaceable(round_id, {"r1": "no free slice", "r2": "no free slice"}, now=100.0)
+    rnd = tracker.request(_request(job))
+    tracker.take_sends(100.0)
+    for region in ("r1", "r2"):
+        tracker.replied(region, [Refused(region, rnd.key, 1, "NO_CAPACITY", "no free slice")],
+                        100.0)
+    assert tracker.settle(h.state, WORKERS, {}, 100.0) == ([], {})
     reason = tracker.waiting(f"{job}#g0", now=101.0)
-    assert reason["code"] == "NO_CAPACITY" and "r2: no free slice" in reason["message"]
+    assert reason["code"] == "NO_CAPACITY" and "r2: NO_CAPACITY: no free slice" in \
+        reason["message"]
     assert tracker.waiting(f"{job}#g0", now=105.0) is None
 
 
 def test_tracker_releases_a_round_once_its_gang_no_longer_runs_there():
     h, tracker = Harness(), GangTracker()
     job = _gang_job(h)
-    tracker.request(_request(job))
-    round_id = _round(tracker, job)
-    _frames(tracker)
-    placements, _ = _placed(tracker, h, round_id)
+    rnd = tracker.request(_request(job))
+    placements, _ = _placed(tracker, h, rnd)
     h.send(ev.Assign(h.eid(), tuple(placements)))
     tracker.release_ended(h.state)
     assert _frames(tracker) == {}  # running: the hold stays
@@ -140,7 +142,7 @@ def test_tracker_releases_a_round_once_its_gang_no_longer_runs_there():
         h.send(ev.AttemptRunning(h.eid(), p.attempt_id))
         h.exit(p.attempt_id, 0)
     tracker.release_ended(h.state)
-    assert _frames(tracker) == _aborted(round_id) and tracker.placed == {}
+    assert _frames(tracker) == {"r1": [("ReleaseRequest", rnd.key)]} and tracker.placed == []
 
 
 def test_region_pushes_sync_a_region_only_when_its_inventory_changed():

@@ -1,13 +1,14 @@
-"""The gang allocation messages between the coordinator and a region's ledger; data only.
+"""The gang allocation messages between the controller's gangs object and a region's
+ledger; data only.
 
-Two-phase: the coordinator sends ReserveRequest to several regions at once; each answers
+Two-phase: the gangs object (tracking.GangTracker) sends ReserveRequest to several regions at once; each answers
 Reserved (a hold on whole hosts that lapses at `expires_at` unless committed) or Refused.
-The coordinator sends CommitRequest to the best offer and AbortRequest to the others, and
+It sends CommitRequest to the best offer and AbortRequest to the others, and
 ReleaseRequest when the gang ends. Every request is idempotent, and keyed by
 (gang_id, attempt) so a retry, a duplicate or a late message can never hold a host twice.
 Abort is keyed by attempt, not token, so an attempt whose offer was lost can still be
-aborted. A region actor wraps `ReservationLedger.handle`; a controller actor wraps
-`GangCoordinator.handle`.
+aborted. A region actor wraps `ReservationLedger.handle`; the controller's service holds
+the GangTracker. `SendRegion` is one batch of requests for one region.
 
 A Region actor the controller's node hosts is handed these types as they are
 (`Region.handle_requests`); only one in another process gets frames. On the wire each
@@ -61,7 +62,7 @@ class Reserved:
     attempt: int
     token: str
     hosts: tuple[str, ...]
-    expires_at: float  # the region's monotonic clock; informational for the coordinator
+    expires_at: float  # the region's monotonic clock; informational for the controller
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +102,15 @@ class Released:
 
 RegionRequest = ReserveRequest | CommitRequest | AbortRequest | ReleaseRequest
 RegionReply = Reserved | Refused | Committed | CommitRefused | Released
+
+
+@dataclass(frozen=True, slots=True)
+class SendRegion:
+    """Typed requests for one region's ledger, in order (frames only for a Region actor in
+    another process); replies come back as `GangTracker.replied`, failure as `region_down`."""
+
+    region: str
+    requests: tuple[RegionRequest, ...]
 
 
 _TYPES: dict[str, type] = {cls.__name__: cls for cls in (

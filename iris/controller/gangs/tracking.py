@@ -1,138 +1,143 @@
-"""The controller's gangs object: rounds being reserved, rounds holding hosts, the two-phase
-coordinator that reserves them in the regions, and its timers. Pure: no sockets, no clock reads (`now` is passed).
+"""The controller's gangs object: each gang placed whole in one region by two-phase
+reservation, one record per placement round from the scheduler's ask to the release of its
+hosts. Pure: no sockets, no clock reads (`now` is passed).
 
-Not the coordinator's decisions (coordinator.py) nor the ledgers, nor the carrying of requests
-(the Controller actor's RegionCarrier, regions/region.py). The scheduler asks for a gang (a GangRequest); the
-tracker starts a placement *round* under its own typed id (RoundId), because a gang requeued
-whole is placed again while the release of its previous round may still be travelling, and
-hands it to the coordinator. The hosts the scheduler set aside stay held until the round
-settles, so later passes do not give them to smaller work. What the coordinator sends comes
-out as `SendRegion` effects (one per region, the typed requests of a whole queue of turns
-together: `take_sends`; frames are made only by the carrier, for a Region in another
-process); the regions' typed replies come back as events (`replied`, `region_down`), the
-timers fire on the owner's tick (`fire_due`), and the coordinator's outcomes are settled in
-the owner's turn (`settle`): for a placement the tracker checks that the gang still waits
-and that the hosts still have room (the regions' view lags the controller's by a message)
-and hands back the Assign to make; a round that no longer fits, or whose gang has ended, is
-released so its region frees the hosts.
+A round (`GangRound`, named on the wire `gang@seq`: a gang requeued whole is placed again
+while its previous round's release may still be travelling) asks every candidate region to
+reserve at once; when all have answered (or the gather timeout fires) it commits the best
+offer and aborts the others, resending the commit until answered. An attempt with no offer,
+or whose commit is refused, backs off and tries again; after `max_attempts` the gang cools
+(`waiting`) with the regions' reasons. The hosts the pass set aside stay held until the round
+settles. Requests go out as `SendRegion` effects (`take_sends`); replies come back as events
+(`replied`, `region_down`), timers fire on the owner's tick (`fire_due`), and rounds placed
+are settled in the owner's turn (`settle`): one whose gang no longer waits or whose hosts
+filled meanwhile (the regions' view lags by a message) is released instead.
 
-Not the regions' inventories either: what each region's ledger should own is pushed by
-RegionPushes (region_pushes.py), before any round that relies on it.
+Nothing leaks: every hold has a lease, is aborted as soon as it is not wanted and lapses if
+the abort is lost; a gang is placed only by one region's commit of all its hosts. Nothing is
+persisted: after a restart the holds lapse and the gangs, still pending, are asked again.
+Not the ledgers (ledger.py), the carrying (regions/region.py) or the inventories
+(region_pushes.py).
 """
 
 from __future__ import annotations
 
-import dataclasses
+import enum
 import heapq
 import logging
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 
 from iris.base.ids import new_id
 from iris.base.resources import Resources
-from iris.controller.gangs.coordinator import (
-    CoordinatorConfig,
-    GangCoordinator,
-    GangReleased,
-    Placed,
-    PlaceGang,
-    RegionDown,
-    ReleaseGang,
-    Send,
-    SetTimer,
-    Timer,
-    Unplaceable,
-)
-from iris.controller.gangs.protocol import RegionReply, RegionRequest
+from iris.controller.gangs import protocol as wire
+from iris.controller.gangs.protocol import RegionRequest, SendRegion
 from iris.controller.jobs import events as ev
-from iris.controller.jobs.model import ACTIVE_ATTEMPT
 from iris.controller.jobs.state import KernelState
-from iris.controller.scheduler_view import chosen_accelerator, parse_task_id
+from iris.controller.scheduler_view import chosen_accelerator, gang_misfit, parse_task_id, runs_on
 from iris.controller.scheduling.gang_placement import GangRequest
-from iris.controller.scheduling.model import per_host_demand
+from iris.controller.scheduling.model import GangShape
 from iris.controller.scheduling.reasons import ReasonCode
 from iris.controller.workers import WorkerInfo
 
 _log = logging.getLogger(__name__)
-# After every candidate region refused a gang (the coordinator already retried with
-# backoff), the scheduler waits this long before asking again, so a gang the regions keep
-# refusing costs a few calls a minute, not one per scheduling pass.
-RETRY_AFTER_S = 5.0
 
 
-@dataclass(frozen=True, slots=True)
-class SendRegion:
-    """Gang requests for one region's ledger, in order, typed: what the actor carries to
-    that Region actor (handed over as they are on its turn; as frames to one in another
-    process). Its replies come back as `GangTracker.replied`, a failure as `region_down`."""
-
-    region: str
-    requests: tuple[RegionRequest, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class RoundId:
-    """One placement round of one gang. `key` is how the coordinator and the regions name
-    it on the wire; the controller never parses it back (it looks the round up)."""
-
-    job_id: str
-    gang_id: str
-    seq: int
-
-    @property
-    def key(self) -> str:
-        return f"{self.gang_id}@{self.seq}"
+@dataclass(frozen=True)
+class CoordinatorConfig:
+    # A hold must outlive the gather timeout plus a few commit round trips on a loaded
+    # controller; 10 s leaves > 3x margin over gather (2 s) + 2 commit resends (2 s).
+    lease_s: float = 10.0
+    # Offers from slow regions are not waited for longer than this (seconds); a region that
+    # misses it is aborted and counted as a refusal for this attempt.
+    gather_timeout_s: float = 2.0
+    # Resend commit / release if unanswered after this (seconds), doubling up to backoff_max_s.
+    resend_s: float = 1.0
+    backoff_initial_s: float = 0.5
+    backoff_max_s: float = 30.0  # retries after 0.5 s, 1 s, 2 s ... capped at 30 s
+    # After this many failed attempts the round is given up with the regions' reasons ...
+    max_attempts: int = 8
+    # ... and the scheduler waits this long before asking for the gang again, so a gang the
+    # regions keep refusing costs a few calls a minute, not one per scheduling pass.
+    retry_after_s: float = 5.0
 
 
-@dataclass
-class Round:
-    round_id: RoundId
+class Phase(enum.Enum):
+    GATHERING = "gathering"
+    COMMITTING = "committing"
+    PLACED = "placed"
+    BACKOFF = "backoff"
+    RELEASING = "releasing"
+    GIVEN_UP = "given up"  # every attempt failed; the record is gone
+    RELEASED = "released"  # the regions hold nothing for it; the record is gone
+
+
+@dataclass(eq=False)
+class GangRound:
+    key: str  # how the regions name it; the controller never parses it back
     gang_id: str
     job_id: str
     indices: tuple[int, ...]
-    set_aside: tuple[str, ...]
-    region: str = ""
-    hosts: tuple[str, ...] = ()
+    set_aside: tuple[str, ...]  # hosts held until the round settles
+    shape: GangShape
+    regions: tuple[str, ...]  # candidates, best first (the scheduler's ranking)
+    phase: Phase = Phase.GATHERING
+    attempt: int = 0
+    failures: int = 0
+    resends: int = 0
+    timer_seq: int = 0  # only the latest timer armed acts; older ones are stale
+    retry_at: float | None = None
+    waiting: set[str] = field(default_factory=set)
+    offers: dict[str, wire.Reserved] = field(default_factory=dict)
+    reasons: dict[str, str] = field(default_factory=dict)
+    chosen: wire.Reserved | None = None
+    hosts: tuple[str, ...] = ()  # once placed
+    assigned: bool = False  # settled: its tasks were assigned to `hosts`
 
 
 class GangTracker:
     """The gangs object (see the module docstring)."""
 
-    def __init__(self, retry_after_s: float = RETRY_AFTER_S,
-                 config: CoordinatorConfig | None = None):
-        self.retry_after_s = retry_after_s
-        self.reserving: dict[str, Round] = {}  # gang id -> its round in flight
-        self.placed: dict[RoundId, Round] = {}  # rounds whose gang holds hosts
+    def __init__(self, config: CoordinatorConfig | None = None):
+        self.config = config or CoordinatorConfig()
+        self.rounds: dict[str, GangRound] = {}  # key -> every round the regions may hold
+        self.reserving: dict[str, GangRound] = {}  # gang id -> its round not settled yet
         self.cooling: dict[str, tuple[float, dict]] = {}  # gang id -> (until, pending reason)
         self._seq = 0
-        self._by_key: dict[str, Round] = {}  # wire key -> round in `reserving`
-        self._coordinator = GangCoordinator(config or CoordinatorConfig())
-        self._asks: list[PlaceGang | ReleaseGang] = []  # for the coordinator, at the next take
+        self._asks: list[GangRound | str] = []  # rounds to start, keys to release: next take
         self._frames: dict[str, list[RegionRequest]] = {}  # region -> not taken yet
-        self._timers: list[tuple[float, int, Timer]] = []
-        self._timer_seq = 0
-        self._outcomes: list[Placed | Unplaceable | GangReleased] = []
+        self._timers: list[tuple[float, int, str, int]] = []  # (at, n, key, timer_seq)
+        self._timer_n = 0
+        self._outcomes: list[GangRound] = []  # placed, given up or released; not taken yet
 
     # ---- asking -----------------------------------------------------------------------
 
-    def request(self, req: GangRequest) -> None:
+    def request(self, req: GangRequest) -> GangRound:
         self._seq += 1
-        round_id = RoundId(req.job_id, req.gang_id, self._seq)
-        indices = tuple(parse_task_id(t)[1] for t in req.task_ids)
         old = self.reserving.get(req.gang_id)
-        if old is not None:
-            self._by_key.pop(old.round_id.key, None)
-        rnd = self.reserving[req.gang_id] = Round(round_id, req.gang_id, req.job_id, indices,
-                                                  req.hosts)
-        self._by_key[round_id.key] = rnd
-        self._asks.append(PlaceGang(round_id.key, req.shape, req.regions))
+        if old is not None:  # asked again: the old round is nobody's now
+            self.release(old.key)
+        rnd = GangRound(f"{req.gang_id}@{self._seq}", req.gang_id, req.job_id,
+                        tuple(parse_task_id(t)[1] for t in req.task_ids), req.hosts,
+                        req.shape, tuple(req.regions))
+        self.reserving[req.gang_id] = rnd
+        self._asks.append(rnd)
+        return rnd
+
+    def release(self, key: str) -> None:
+        """Give back whatever the round holds in its region, in any phase."""
+        self._asks.append(key)
 
     def asked(self) -> bool:
         """A round was asked for since the last take (its regions' inventories go first)."""
-        return any(isinstance(a, PlaceGang) for a in self._asks)
+        return any(isinstance(a, GangRound) for a in self._asks)
 
     def held_hosts(self) -> set[str]:
         return {h for r in self.reserving.values() for h in r.set_aside}
+
+    @property
+    def placed(self) -> list[GangRound]:
+        return [r for r in self.rounds.values() if r.assigned]
 
     def waiting(self, gang_id: str, now: float) -> dict | None:
         """Why a gang the regions refused is not asked for again yet (None: ask)."""
@@ -149,192 +154,276 @@ class GangTracker:
         changes when a cooling ends, and passes run only after a change)."""
         return any(now >= until for until, _ in self.cooling.values())
 
-    # ---- outcomes -----------------------------------------------------------------------
+    # ---- settling, in the owner's turn -------------------------------------------------
 
-    def round_of(self, key: str) -> RoundId | None:
-        """The round a coordinator outcome names (by its wire key), if still in flight."""
-        rnd = self._by_key.get(key)
-        return rnd.round_id if rnd is not None else None
-
-    def sort_outcomes(self, outcomes: Iterable[object]
-                      ) -> tuple[list[tuple[RoundId, str, tuple[str, ...]]],
-                                 list[tuple[RoundId, dict[str, str]]]]:
-        """The coordinator's outcomes (Placed, Unplaceable) by round: (placed: round,
-        region, hosts; refused: round, region -> why). A gang placed for a round nobody
-        waits for any more (it ended, or was asked again) gets its hosts back now: a
-        ReleaseGang to the coordinator."""
-        placed, refused = [], []
-        for outcome in outcomes:
-            round_id = self.round_of(outcome.gang_id)
-            if round_id is None:
-                if isinstance(outcome, Placed):
-                    self._asks.append(ReleaseGang(outcome.gang_id))
-            elif isinstance(outcome, Placed):
-                placed.append((round_id, outcome.region, tuple(outcome.hosts)))
-            elif isinstance(outcome, Unplaceable):
-                refused.append((round_id, dict(outcome.reasons)))
-        return placed, refused
-
-    def placed_round(self, round_id: RoundId, region: str, hosts: Iterable[str],
-                     state: KernelState, workers: Mapping[str, WorkerInfo],
-                     stopping: dict[str, dict[str, Resources]],
-                     new_attempt_id: Callable[[], str]) -> tuple[list[ev.Placement], dict | None]:
-        """The placements to assign for a reserved round, or none and why (then released)."""
-        hosts = tuple(hosts)
-        rnd = self._take_reserving(round_id)
-        if rnd is None:  # the gang ended or was re-asked meanwhile: give the hosts back
-            self.release(round_id)
-            return [], None
-        problem = _misfit(rnd, hosts, state, workers, stopping)
-        if problem is not None:
-            self.release(round_id)
-            return [], {"code": ReasonCode.WAITING_FOR_GANG.value,
-                        "message": f"gang {rnd.gang_id}: region {region} offered hosts that "
-                                   f"no longer fit ({problem}); asking again",
-                        "details": {"gang": rnd.gang_id, "region": region}}
-        rnd.region, rnd.hosts = region, hosts
-        self.placed[round_id] = rnd
-        return [ev.Placement(rnd.job_id, i, h, new_attempt_id())
-                for i, h in zip(sorted(rnd.indices), hosts, strict=True)], None
-
-    def unplaceable(self, round_id: RoundId, reasons: Mapping[str, str], now: float) -> str | None:
-        """Every candidate region refused; returns the job to show the regions' reasons on."""
-        rnd = self._take_reserving(round_id)
-        if rnd is None:
-            return None
-        said = "; ".join(f"{region}: {why}" for region, why in sorted(reasons.items()))
-        self.cooling[rnd.gang_id] = (now + self.retry_after_s, {
-            "code": ReasonCode.NO_CAPACITY.value,
-            "message": f"gang {rnd.gang_id} was refused by every candidate region ({said})",
-            "details": {"gang": rnd.gang_id, "regions": dict(reasons)}})
-        return rnd.job_id
+    def take_outcomes(self) -> list[GangRound]:
+        """Rounds placed, given up or released since the last take, each as it is now (its
+        `phase`: one placed and released since is seen RELEASED, twice)."""
+        out, self._outcomes = self._outcomes, []
+        return out
 
     def settle(self, state: KernelState, workers: Mapping[str, WorkerInfo],
                stopping: dict[str, dict[str, Resources]], now: float
                ) -> tuple[list[ev.Assign], dict[str, dict]] | None:
-        """The coordinator's outcomes so far, settled in the owner's turn: an Assign per
-        round placed whose hosts still fit (each task on the accelerator its host has),
-        and job -> why it waits for a round that no longer fit; rounds every region
-        refused cool (`waiting`). None when there was nothing to settle."""
-        outcomes = self.take_outcomes()
-        placed, refused = self.sort_outcomes(outcomes) if outcomes else ([], [])
-        if not placed and not refused:
-            return None
-        events, reasons = [], {}
-        for round_id, region, hosts in placed:
-            placements, problem = self.placed_round(round_id, region, hosts, state, workers,
-                                                    stopping, lambda: new_id("att-"))
-            if problem is not None:
-                reasons[round_id.job_id] = problem
-            if placements:
-                spec = state.jobs[round_id.job_id].spec
-                events.append(ev.Assign(new_id("ev-"), tuple(
-                    dataclasses.replace(p, accelerator=chosen_accelerator(
-                        spec, workers.get(p.worker_id))) for p in placements)))
-        for round_id, why in refused:
-            self.unplaceable(round_id, why, now)
-        return events, reasons
+        """An Assign per round placed whose hosts still fit (each task on the accelerator
+        its host has), and job -> why it waits for a round that no longer fit; rounds given
+        up cool (`waiting`). None when there was nothing to settle."""
+        events, reasons, settled = [], {}, False
+        for rnd in self.take_outcomes():
+            if self.reserving.get(rnd.gang_id) is not rnd:
+                continue  # released meanwhile (ended, or asked again)
+            if rnd.phase is Phase.GIVEN_UP:
+                settled = True
+                del self.reserving[rnd.gang_id]
+                said = "; ".join(f"{r}: {why}" for r, why in sorted(rnd.reasons.items()))
+                self.cooling[rnd.gang_id] = (now + self.config.retry_after_s, {
+                    "code": ReasonCode.NO_CAPACITY.value,
+                    "message": f"gang {rnd.gang_id} was refused by every candidate region "
+                               f"({said})",
+                    "details": {"gang": rnd.gang_id, "regions": dict(rnd.reasons)}})
+            elif rnd.phase is Phase.PLACED:
+                settled = True
+                assign, why = self._assign(rnd, state, workers, stopping)
+                events += [assign] if assign else []
+                reasons.update({rnd.job_id: why} if why else {})
+        return (events, reasons) if settled else None
 
-    def release(self, round_id: RoundId) -> None:
-        """Give back whatever the round holds in its region, in any phase."""
-        self._asks.append(ReleaseGang(round_id.key))
-
-    def _take_reserving(self, round_id: RoundId) -> Round | None:
-        rnd = self.reserving.get(round_id.gang_id)
-        if rnd is None or rnd.round_id != round_id:
-            return None
-        self._by_key.pop(round_id.key, None)
-        return self.reserving.pop(round_id.gang_id)
-
-    # ---- upkeep -----------------------------------------------------------------------
+    def _assign(self, rnd: GangRound, state: KernelState, workers: Mapping[str, WorkerInfo],
+                stopping: dict[str, dict[str, Resources]]) -> tuple[ev.Assign | None, dict | None]:
+        del self.reserving[rnd.gang_id]
+        problem = gang_misfit(rnd.job_id, rnd.indices, rnd.hosts, state, workers, stopping)
+        if problem is not None:
+            self.release(rnd.key)
+            region = rnd.chosen.region if rnd.chosen else ""
+            return None, {"code": ReasonCode.WAITING_FOR_GANG.value,
+                          "message": f"gang {rnd.gang_id}: region {region} offered hosts "
+                                     f"that no longer fit ({problem}); asking again",
+                          "details": {"gang": rnd.gang_id, "region": region}}
+        rnd.assigned = True
+        spec = state.jobs[rnd.job_id].spec
+        return ev.Assign(new_id("ev-"), tuple(
+            ev.Placement(rnd.job_id, i, h, new_id("att-"),
+                         accelerator=chosen_accelerator(spec, workers.get(h)))
+            for i, h in zip(sorted(rnd.indices), rnd.hosts, strict=True))), None
 
     def release_ended(self, state: KernelState) -> None:
         """Release every placed round none of whose tasks still runs on the round's hosts,
         and forget rounds in flight whose gang is no longer waiting (killed meanwhile)."""
-        for round_id, rnd in list(self.placed.items()):
-            if not any(_runs_on(state, rnd.job_id, i, rnd.hosts) for i in rnd.indices):
-                del self.placed[round_id]
-                self.release(round_id)
+        for rnd in self.placed:
+            if not any(runs_on(state, rnd.job_id, i, rnd.hosts) for i in rnd.indices):
+                rnd.assigned = False
+                self.release(rnd.key)
         for gang_id, rnd in list(self.reserving.items()):
             if not all((rnd.job_id, i) in state.pending for i in rnd.indices):
                 del self.reserving[gang_id]
-                self._by_key.pop(rnd.round_id.key, None)
-                self.release(rnd.round_id)
+                self.release(rnd.key)
 
-    # ---- the coordinator's side: frames out, replies and timers in ----------------------
+    # ---- the regions' side: requests out, replies and timers in -----------------------
 
     def take_sends(self, now: float, flush: bool = True) -> list[SendRegion]:
-        """Hand the rounds asked and released since the last take to the coordinator; with
-        `flush`, what it asked of each region since the last flush, one SendRegion each (the
-        owner flushes at the end of its queue and on its tick, so under load the frames of
-        many turns go out together: one `handle_many` per region)."""
+        """Start the rounds asked and release those let go since the last take; with
+        `flush`, what was asked of each region since the last flush, one SendRegion each
+        (the owner flushes at the end of its queue and on its tick, so under load the
+        requests of many turns go out together: one `handle_many` per region)."""
         asks, self._asks = self._asks, []
-        self._handle(asks, now)
+        for ask in asks:
+            if isinstance(ask, GangRound):
+                self._start(ask, now)
+            else:
+                self._release(ask, now)
         if not flush:
             return []
         frames, self._frames = self._frames, {}
         return [SendRegion(region, tuple(msgs)) for region, msgs in frames.items()]
 
-    def replied(self, region: str, replies: Iterable[RegionReply | None], now: float) -> None:
-        """A region's replies to one SendRegion, in order (None where a request needs none),
-        typed (the carrier decoded those that crossed processes)."""
-        self._handle([r for r in replies if r is not None], now)
+    def replied(self, region: str, replies: Iterable[wire.RegionReply | None], now: float) -> None:
+        """A region's typed replies to one SendRegion, in order (None where none is due)."""
+        for reply in replies:
+            if reply is not None:
+                _REPLIES[type(reply)](self, reply, now)
 
     def region_down(self, region: str, why: object, now: float) -> None:
         """A SendRegion was not delivered or not answered: gathers waiting on that region
-        stop waiting; the coordinator's resends cover commits and releases, and the
-        regions' leases free any hold whose abort was lost."""
+        stop waiting; commits and releases keep resending (only that region can say what it
+        holds), and the regions' leases free any hold whose abort was lost."""
         _log.warning("gang requests to region %s failed: %s", region, why)
-        self._handle([RegionDown(region)], now)
+        for rnd in list(self.rounds.values()):
+            if rnd.phase is Phase.GATHERING and region in rnd.waiting:
+                rnd.waiting.discard(region)
+                rnd.reasons[region] = "region down"
+                if not rnd.waiting:
+                    self._decide(rnd, now)
 
     def fire_due(self, now: float) -> None:
-        """Fire the coordinator timers due by `now` (the owner's tick: its delays are 0.5 s
-        and up, so a 50 ms tick is fine-grained enough)."""
-        due = []
+        """Fire the timers due by `now` (the owner's tick: delays are 0.5 s and up)."""
         while self._timers and self._timers[0][0] <= now:
-            due.append(heapq.heappop(self._timers)[2])
-        self._handle(due, now)
+            _, _, key, seq = heapq.heappop(self._timers)
+            rnd = self.rounds.get(key)
+            if rnd is not None and seq == rnd.timer_seq:
+                self._on_timer(rnd, now)
 
-    def take_outcomes(self) -> list[Placed | Unplaceable | GangReleased]:
-        """The coordinator's outcomes since the last take (for `sort_outcomes`)."""
-        out, self._outcomes = self._outcomes, []
-        return out
+    def next_timer(self) -> float | None:
+        """When the next live timer is due (None: none armed)."""
+        return min((at for at, _, key, seq in self._timers
+                    if key in self.rounds and self.rounds[key].timer_seq == seq), default=None)
 
-    def _handle(self, events: Iterable[object], now: float) -> None:
-        for event in events:
-            for effect in self._coordinator.handle(event, now):
-                if isinstance(effect, Send):
-                    self._frames.setdefault(effect.region, []).append(effect.request)
-                elif isinstance(effect, SetTimer):
-                    self._timer_seq += 1
-                    heapq.heappush(self._timers, (effect.at, self._timer_seq, effect.timer))
-                else:  # Placed, Unplaceable, GangReleased
-                    self._outcomes.append(effect)
+    def _on_timer(self, rnd: GangRound, now: float) -> None:
+        if rnd.phase is Phase.GATHERING:
+            for region in sorted(rnd.waiting):
+                rnd.reasons[region] = "no answer before the gather timeout"
+                self._send(region, wire.AbortRequest(rnd.key, rnd.attempt))
+            rnd.waiting.clear()
+            self._decide(rnd, now)
+        elif rnd.phase is Phase.BACKOFF:
+            self._attempt(rnd, now)
+        elif rnd.phase in (Phase.COMMITTING, Phase.RELEASING):
+            rnd.resends += 1
+            self._send_chosen(rnd, now)
+
+    def _gathering(self, msg: wire.Reserved | wire.Refused) -> GangRound | None:
+        """The round whose current gather waits for this answer, if any."""
+        rnd = self.rounds.get(msg.gang_id)
+        ok = (rnd is not None and rnd.phase is Phase.GATHERING and rnd.attempt == msg.attempt
+              and msg.region in rnd.waiting)
+        if ok:
+            rnd.waiting.discard(msg.region)
+        return rnd if ok else None
+
+    def _on_reserved(self, msg: wire.Reserved, now: float) -> None:
+        rnd = self.rounds.get(msg.gang_id)
+        if rnd is not None and rnd.chosen is not None and rnd.chosen.token == msg.token:
+            return  # a duplicate of the offer being committed
+        if self._gathering(msg) is None:
+            # Late, duplicate or unwanted: let go of it now rather than at lease end.
+            if rnd is None or rnd.offers.get(msg.region) != msg:
+                self._send(msg.region, wire.AbortRequest(msg.gang_id, msg.attempt))
+            return
+        rnd.offers[msg.region] = msg
+        if not rnd.waiting:
+            self._decide(rnd, now)
+
+    def _on_refused(self, msg: wire.Refused, now: float) -> None:
+        rnd = self._gathering(msg)
+        if rnd is not None:
+            rnd.reasons[msg.region] = f"{msg.code}: {msg.reason}"
+            if not rnd.waiting:
+                self._decide(rnd, now)
+
+    def _on_committed(self, msg: wire.Committed, now: float) -> None:
+        rnd = self.rounds.get(msg.gang_id)
+        if rnd is None or rnd.chosen is None or rnd.chosen.token != msg.token:
+            # A commit nobody wants (defensive: cannot arise from our own sends): free it.
+            self._send(msg.region, wire.ReleaseRequest(msg.gang_id, msg.token))
+            return
+        if rnd.phase is Phase.COMMITTING:
+            rnd.phase, rnd.hosts = Phase.PLACED, tuple(msg.hosts)
+            rnd.reasons.clear()
+            rnd.timer_seq += 1  # cancels the resend timer
+            self._outcomes.append(rnd)
+
+    def _on_commit_refused(self, msg: wire.CommitRefused, now: float) -> None:
+        rnd = self.rounds.get(msg.gang_id)
+        if (rnd is None or rnd.phase is not Phase.COMMITTING or rnd.chosen is None
+                or rnd.chosen.token != msg.token):
+            return
+        rnd.reasons[msg.region] = f"commit refused, {msg.code}: {msg.reason}"
+        rnd.chosen = None
+        self._fail(rnd, now)
+
+    def _on_released(self, msg: wire.Released, now: float) -> None:
+        rnd = self.rounds.get(msg.gang_id)
+        if (rnd is not None and rnd.phase is Phase.RELEASING and rnd.chosen is not None
+                and rnd.chosen.token == msg.token):
+            self._forget(rnd)
+
+    # ---- steps --------------------------------------------------------------------------
+
+    def _start(self, rnd: GangRound, now: float) -> None:
+        if not rnd.regions:
+            rnd.phase, rnd.reasons = Phase.GIVEN_UP, {"*": "no candidate region"}
+            self._outcomes.append(rnd)
+            return
+        self.rounds[rnd.key] = rnd
+        self._attempt(rnd, now)
+
+    def _release(self, key: str, now: float) -> None:
+        rnd = self.rounds.get(key)
+        if rnd is None:
+            return
+        rnd.assigned = False
+        if self.reserving.get(rnd.gang_id) is rnd:
+            del self.reserving[rnd.gang_id]
+        if rnd.phase is Phase.GATHERING:
+            for region in rnd.regions:
+                self._send(region, wire.AbortRequest(rnd.key, rnd.attempt))
+        if rnd.phase in (Phase.GATHERING, Phase.BACKOFF):
+            self._forget(rnd)
+            return
+        if rnd.phase is not Phase.RELEASING:
+            rnd.phase, rnd.resends = Phase.RELEASING, 0
+        self._send_chosen(rnd, now)
+
+    def _attempt(self, rnd: GangRound, now: float) -> None:
+        rnd.attempt += 1
+        rnd.phase, rnd.waiting, rnd.offers = Phase.GATHERING, set(rnd.regions), {}
+        rnd.chosen = rnd.retry_at = None
+        for region in rnd.regions:
+            self._send(region, wire.ReserveRequest(rnd.key, rnd.attempt, rnd.shape,
+                                              self.config.lease_s))
+        self._arm(rnd, now + self.config.gather_timeout_s)
+
+    def _decide(self, rnd: GangRound, now: float) -> None:
+        best = next((rnd.offers[r] for r in rnd.regions if r in rnd.offers), None)
+        for region in rnd.regions:
+            if region in rnd.offers and rnd.offers[region] is not best:
+                self._send(region, wire.AbortRequest(rnd.key, rnd.attempt))
+        if best is None:
+            self._fail(rnd, now)
+            return
+        rnd.phase, rnd.chosen, rnd.resends = Phase.COMMITTING, best, 0
+        self._send_chosen(rnd, now)
+
+    def _send_chosen(self, rnd: GangRound, now: float) -> None:
+        c = rnd.chosen
+        assert c is not None
+        if rnd.phase is Phase.COMMITTING:
+            self._send(c.region, wire.CommitRequest(rnd.key, c.attempt, c.token))
+        else:
+            self._send(c.region, wire.ReleaseRequest(rnd.key, c.token))
+        self._arm(rnd, now + min(self.config.resend_s * 2 ** rnd.resends,
+                                 self.config.backoff_max_s))
+
+    def _fail(self, rnd: GangRound, now: float) -> None:
+        rnd.failures += 1
+        if rnd.failures >= self.config.max_attempts:
+            rnd.phase = Phase.GIVEN_UP
+            del self.rounds[rnd.key]
+            self._outcomes.append(rnd)
+            return
+        rnd.phase = Phase.BACKOFF
+        delay = self.config.backoff_initial_s * 2 ** (rnd.failures - 1)
+        rnd.retry_at = now + min(delay, self.config.backoff_max_s)
+        self._arm(rnd, rnd.retry_at)
+
+    def _forget(self, rnd: GangRound) -> None:
+        """The regions hold nothing for the round any more."""
+        del self.rounds[rnd.key]
+        rnd.phase = Phase.RELEASED
+        self._outcomes.append(rnd)
+
+    def _send(self, region: str, request: RegionRequest) -> None:
+        self._frames.setdefault(region, []).append(request)
+
+    def _arm(self, rnd: GangRound, at: float) -> None:
+        rnd.timer_seq += 1
+        self._timer_n += 1
+        heapq.heappush(self._timers, (at, self._timer_n, rnd.key, rnd.timer_seq))
 
 
-def _runs_on(state: KernelState, job_id: str, index: int, hosts: tuple[str, ...]) -> bool:
-    task = state.tasks.get((job_id, index))
-    attempt = state.attempts.get(task.attempt_id or "") if task else None
-    return attempt is not None and attempt.state in ACTIVE_ATTEMPT and attempt.worker_id in hosts
-
-
-def _misfit(rnd: Round, hosts: tuple[str, ...], state: KernelState,
-            workers: Mapping[str, WorkerInfo],
-            stopping: dict[str, dict[str, Resources]]) -> str | None:
-    if len(hosts) != len(rnd.indices):
-        return f"{len(hosts)} hosts for {len(rnd.indices)} tasks"
-    if not all((rnd.job_id, i) in state.pending for i in rnd.indices):
-        return "its tasks are no longer all pending"
-    need = per_host_demand(state.jobs[rnd.job_id].spec.resources)
-    for h in hosts:
-        worker = workers.get(h)
-        if worker is None:
-            return f"host {h} is not registered"
-        used = [state.jobs[state.attempts[a].job_id].spec.resources
-                for a in state.by_worker.get(h, ())] + list(stopping.get(h, {}).values())
-        cpu = worker.cpu - sum(r.cpu for r in used)
-        memory = worker.memory_bytes - sum(r.memory_bytes for r in used)
-        chips = worker.accelerators - sum(per_host_demand(r).chips for r in used)
-        if cpu < need.cpu - 1e-9 or memory < need.memory or chips < need.chips:
-            return f"host {h} is busy"
-    return None
+_REPLIES = {
+    wire.Reserved: GangTracker._on_reserved,
+    wire.Refused: GangTracker._on_refused,
+    wire.Committed: GangTracker._on_committed,
+    wire.CommitRefused: GangTracker._on_commit_refused,
+    wire.Released: GangTracker._on_released,
+}

@@ -42,10 +42,10 @@ from iris.controller.gangs.ledger import ReservationLedger, SliceSpec
 from iris.controller.gangs.protocol import (
     RegionReply,
     RegionRequest,
+    SendRegion,
     decode_message,
     encode_message,
 )
-from iris.controller.gangs.tracking import SendRegion
 from iris.controller.providers.base import Provider
 from iris.controller.region_pushes import SyncDelta, SyncRegion, region_push
 from iris.controller.regions.autoscaler import AutoscalerConfig, SliceUsage
