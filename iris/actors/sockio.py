@@ -57,9 +57,9 @@ def messages(sock: zmq.Socket, ask_first: bool, after_first: Callable[[], None],
 
 # The first frames of a message (a ROUTER's routing id, a header) are small and wanted as
 # bytes: received as bytes, not as a Frame whose bytes are then copied out, and "more?"
-# asked once with ZMQ_RCVMORE: ~1.9 us a 2-frame message against ~3.2 us for Frames
-# (bench/report_loop.py's pieces in bench/RESULTS.md). Frames after the header (buffers,
-# possibly big) stay zero-copy Frames.
+# asked once with ZMQ_RCVMORE: 2.2-3.5 us a 2-frame report against 2.7-4.3 us as Frames
+# (bench/RESULTS.md, "Reports and calls: the node's own floor per report"). Frames after
+# the header (buffers, possibly big) stay zero-copy Frames.
 _zrecv = zmq.backend.Socket.recv
 _RCVMORE = zmq.RCVMORE
 
