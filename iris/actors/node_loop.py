@@ -327,12 +327,10 @@ class NodeLoop:
         if router is None or router.closed:
             return
         on_request = self._inbound.on_request
-        for frames in sockio.messages(router, ask_first, self._wake_early):
-            if len(frames) < 2:
-                self.stats.malformed += 1
-                continue
+        for rid, header, buffers in sockio.messages(router, ask_first, self._wake_early,
+                                                    sockio.recv_routed):
             try:
-                on_request(frames[0].bytes, frames[1].bytes, frames[2:])
+                on_request(rid, header, buffers)
             except Exception:  # never let one message kill the loop
                 self.stats.malformed += 1
                 _log.exception("node %s: failed handling a request", self.id)
@@ -343,12 +341,13 @@ class NodeLoop:
         if dealer.closed:
             return
         now = None
-        for frames in sockio.messages(dealer, ask_first, self._wake_early):
+        for header, buffers in sockio.messages(dealer, ask_first, self._wake_early,
+                                               sockio.recv_reply):
             if now is None:
                 now = self.now()
                 peer.heard(now)
             try:
-                peer.on_reply(frames[0].bytes, frames[1:], now)
+                peer.on_reply(header, buffers, now)
             except Exception:
                 self.stats.malformed += 1
                 _log.exception("node %s: failed handling a reply from %s", self.id, peer.address)

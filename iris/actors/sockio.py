@@ -30,22 +30,24 @@ def waiting(sock: zmq.Socket) -> bool:
         return False
 
 
-def messages(sock: zmq.Socket, ask_first: bool, after_first: Callable[[], None]):
-    """Every message waiting on `sock`, as frames. "Anything waiting?" costs less asked with ZMQ_EVENTS than by a recv that fails (pyzmq builds and
-    raises an Again each time; bench/call_costs.py), so it is asked that way before the
-    first recv when nothing may be there (`ask_first`: a check after our own sends), and
-    after the first message (one a wake-up is the 1:1 call's case), once `after_first()` has
-    run (it wakes the thread the message was for, which gets going while we look for more).
-    A burst is then read until Again."""
+def messages(sock: zmq.Socket, ask_first: bool, after_first: Callable[[], None],
+             read: Callable[[zmq.Socket], tuple]):
+    """Every message waiting on `sock`, each as `read(sock)` returns it (recv_routed,
+    recv_reply). "Anything waiting?" costs less asked with ZMQ_EVENTS than by a recv that
+    fails (pyzmq builds and raises an Again each time; bench/call_costs.py), so it is asked
+    that way before the first recv when nothing may be there (`ask_first`: a check after our
+    own sends), and after the first message (one a wake-up is the 1:1 call's case), once
+    `after_first()` has run (it wakes the thread the message was for, which gets going while
+    we look for more). A burst is then read until Again."""
     if ask_first and not waiting(sock):
         return
     first = True
     while True:
         try:
-            frames = recv_frames(sock)
+            message = read(sock)
         except zmq.Again:
             return
-        yield frames
+        yield message
         if first:
             first = False
             after_first()
@@ -53,14 +55,36 @@ def messages(sock: zmq.Socket, ask_first: bool, after_first: Callable[[], None])
                 return
 
 
-def recv_frames(sock: zmq.Socket) -> list:
-    """One whole message as zmq Frames; raises zmq.Again when none is waiting."""
-    frame = sock.recv(_NOBLOCK, copy=False)
-    frames = [frame]
-    while frame.more:
-        frame = sock.recv(_NOBLOCK, copy=False)
-        frames.append(frame)
-    return frames
+# The first frames of a message (a ROUTER's routing id, a header) are small and wanted as
+# bytes: received as bytes, not as a Frame whose bytes are then copied out, and "more?"
+# asked once with ZMQ_RCVMORE: 2.2-3.5 us a 2-frame report against 2.7-4.3 us as Frames
+# (bench/RESULTS.md, "Reports and calls: the node's own floor per report"). Frames after
+# the header (buffers, possibly big) stay zero-copy Frames.
+_zrecv = zmq.backend.Socket.recv
+_RCVMORE = zmq.RCVMORE
+
+
+def recv_routed(sock: zmq.Socket) -> tuple[bytes, bytes, list]:
+    """(routing id, header, the further frames) of one message on a ROUTER (which always
+    puts the routing id before at least one frame); raises zmq.Again when none waits."""
+    rid = _zrecv(sock, _NOBLOCK, True)
+    header = _zrecv(sock, _NOBLOCK, True)
+    return rid, header, _rest(sock) if _zget(sock, _RCVMORE) else []
+
+
+def recv_reply(sock: zmq.Socket) -> tuple[bytes, list]:
+    """(header, the further frames) of one message on a DEALER; raises zmq.Again."""
+    header = _zrecv(sock, _NOBLOCK, True)
+    return header, _rest(sock) if _zget(sock, _RCVMORE) else []
+
+
+def _rest(sock: zmq.Socket) -> list:
+    rest = []
+    while True:
+        frame = _zrecv(sock, _NOBLOCK, False)
+        rest.append(frame)
+        if not frame.more:
+            return rest
 
 
 # Frames below this are copied into the ZeroMQ message: cheaper than the zero-copy hand-off

@@ -151,6 +151,22 @@ def deep_lift(value: Any, buffers: list) -> Any:
     return _deep_lift(value, buffers)
 
 
+def may_hold_big_bytes(packed: bytes) -> bool:
+    """Could the msgpack `packed` hold bytes of OOB_MIN_BYTES or more? Such bytes pack as
+    bin 32: 0xc6, a 4-byte length of at least 65,536, then that many bytes. Where no 0xc6
+    is followed by such a length that fits in what follows, there are none, and the walk
+    of has_nested_big_bytes (16 ms over a 10,000-worker snapshot) is not needed; a 0xc6
+    inside other data (a float's bytes) can look like one, and then the caller walks."""
+    find, end = packed.find, len(packed)
+    at = find(b"\xc6")
+    while at >= 0:
+        n = int.from_bytes(packed[at + 1:at + 5], "big")
+        if n >= OOB_MIN_BYTES and at + 5 + n <= end:
+            return True
+        at = find(b"\xc6", at + 1)
+    return False
+
+
 def has_nested_big_bytes(value: Any) -> bool:
     """Would deep_lift lift anything (bytes of OOB_MIN_BYTES or more in its lists and
     dicts)? A walk that builds nothing: a big reply without them (the controller's snapshot

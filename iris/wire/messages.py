@@ -82,7 +82,8 @@ def encode_call(call_id: int, actor: str, method: str, timeout_ms: int, args: tu
         head = [VERSION, kind, call_id, actor, method, timeout_ms, codec.FORMAT_MSGPACK, body,
                 *extra]
         header = codec.packb(head, buffers)
-        if len(header) >= codec.DEEP_LIFT_MIN_BYTES and codec.has_nested_big_bytes(body):
+        if (len(header) >= codec.DEEP_LIFT_MIN_BYTES and codec.may_hold_big_bytes(header)
+                and codec.has_nested_big_bytes(body)):
             buffers = []
             head[7] = codec.deep_lift(body, buffers)
             header = codec.packb(head, buffers)
@@ -100,7 +101,8 @@ def encode_reply(call_id: int, value: Any) -> list:
         head = [VERSION, REPLY, call_id, codec.FORMAT_MSGPACK,
                 codec.lift_value_buffers(value, buffers)]
         header = codec.packb(head, buffers)
-        if len(header) >= codec.DEEP_LIFT_MIN_BYTES and codec.has_nested_big_bytes(value):
+        if (len(header) >= codec.DEEP_LIFT_MIN_BYTES and codec.may_hold_big_bytes(header)
+                and codec.has_nested_big_bytes(value)):
             buffers = []
             head[4] = codec.deep_lift(value, buffers)
             header = codec.packb(head, buffers)

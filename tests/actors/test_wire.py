@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import msgpack
 import numpy as np
 import pytest
@@ -129,6 +131,30 @@ def test_codec_a_big_reply_of_small_values_keeps_one_frame_and_round_trips():
     big = b"q" * codec.OOB_MIN_BYTES  # and one big bytes among them still goes out of band
     frames, value = _roundtrip_reply({"workers": rows, "nested": [[big]]})
     assert len(frames) == 2 and value["nested"][0][0] == big
+
+
+def test_codec_the_packed_scan_finds_every_big_bytes_the_walk_finds():
+    rng = random.Random(32)
+
+    def value(depth: int):
+        roll = rng.random()
+        if depth > 3 or roll < 0.3:
+            return rng.choice([rng.randbytes(rng.choice([0, 300, 65_535, 65_536, 70_000])),
+                               rng.random(), rng.randint(-2**63, 2**64 - 1), "x" * 70_000,
+                               b"\xc6\x00\x01\x00\x00"])  # a bin 32 header in small bytes
+        if roll < 0.65:
+            return [value(depth + 1) for _ in range(rng.randint(0, 6))]
+        return {str(i): value(depth + 1) for i in range(rng.randint(0, 6))}
+
+    found = 0
+    for _ in range(600):
+        v = value(0)
+        if codec.has_nested_big_bytes(v):
+            found += 1
+            assert codec.may_hold_big_bytes(codec.packb([1, 3, 7, 0, v], []))
+    assert found > 50
+    rows = [{"worker_id": f"w{i}", "x": i / 7, "b": b"s" * 40} for i in range(20_000)]
+    assert not codec.may_hold_big_bytes(codec.packb({"workers": rows}))
 
 def test_codec_arrays_of_objects_or_strided_views_still_round_trip():
     strided = np.arange(200_000, dtype=np.int64)[::2]
