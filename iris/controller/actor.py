@@ -24,7 +24,7 @@ from iris.actors.batching import batched
 from iris.actors.hosting import requires
 from iris.actors.keys import CONTROLLER_KEY, region_key, worker_key
 from iris.base.errors import ConfigError, InvalidRequestError, IrisError, NotFoundError
-from iris.controller.credentials import Credentials, grant_roles
+from iris.controller.credentials import Credentials, controller_token, grant_roles, load_secret
 from iris.controller.effects_out import EffectsOut
 from iris.controller.inspect import locate, summary
 from iris.controller.job_requests import check_submission
@@ -32,6 +32,7 @@ from iris.controller.jobs.model import TERMINAL_JOB
 from iris.controller.preemption_notices import apply_notice
 from iris.controller.reclaim import RegionReclaim
 from iris.controller.regions.region import STOP_ALL_SLICES_S
+from iris.controller.regions.remote import check_region_actors
 from iris.controller.service import ControllerConfig, ControllerService
 from iris.controller.upkeep import Upkeep
 from iris.controller.waiters import JobWaiters
@@ -49,6 +50,8 @@ class Controller:
 
     def __init__(self, config: ControllerConfig, node: Node):
         self._node = node
+        # Region actors other nodes serve (regions/remote.py): a bad entry stops the start.
+        remote = check_region_actors(config.region_actors, {r.region for r in config.autoscale})
         self._svc = ControllerService(config, node.address, node.clock)
         grant_roles(node.grant, config.state_dir)  # the cluster, admin and controller tokens
         self._creds = Credentials(config.state_dir, node.grant, node.revoke,
@@ -57,17 +60,20 @@ class Controller:
         self.report_batches = self.reports_batched = 0  # for the snapshot: batch sizes
         # Passes asked for while more requests wait run at the end of the queue (_after).
         self._svc.later.queued = lambda: node.backlog(CONTROLLER_KEY) > 0
-        # One Region actor per region the workers name, served by this node: the gang frames
-        # and inventories the service decides are carried onto their turns, their replies
-        # come back as messages in this mailbox.
+        # One Region actor per region the workers name, served by this node unless another
+        # serves it (`remote`, called with the controller's token): the gang frames and
+        # inventories the service decides are carried onto their turns, their replies come
+        # back as messages in this mailbox.
         self._scaling = {r.region: r for r in config.autoscale}
         self._out = EffectsOut(node, self._command_token, self._scaling, self._post,
-                               self._waiters.wake, self._svc)
+                               self._waiters.wake, self._svc, remote,
+                               controller_token(load_secret(config.state_dir)))
         for region in sorted(self._scaling):  # they may grow before any worker exists
             self._out.ensure_region(region)
         # Regions no host names any more are stopped: after twice the silence that loses one.
         self._upkeep = Upkeep(self._svc, self._out, self._creds,
-                              RegionReclaim(2 * config.worker_dead_after_s), self._scaling,
+                              RegionReclaim(2 * config.worker_dead_after_s),
+                              {**self._scaling, **remote},
                               lambda region: node.unhost(region_key(region)),
                               node.clock.monotonic(), node.call_in_loop)
         self._checkpoints = None
@@ -334,7 +340,7 @@ class Controller:
 
     def regions(self) -> dict[str, str]:
         """Region name -> address of the node serving its Region actor."""
-        return {r: self._node.address for r in sorted(self._out.regions)}
+        return {r: self._out.remote.get(r, self._node.address) for r in sorted(self._out.regions)}
 
     # ------------------------------------------------------------ acting, on this turn
 

@@ -96,10 +96,16 @@ class RegionCarrier:
             failed(region, f"the Region actor for {region!r} has stopped")
 
     def ask(self, region: str, method: str, args: tuple = ()) -> concurrent.futures.Future:
-        """One request to a Region actor this node hosts, run on its turn (no call through
-        the node's own address): its answer, as a future any thread may wait on."""
+        """One request to a Region actor, run on its turn (for one this node hosts, no call
+        through the node's own address): its answer, as a future any thread may wait on."""
         fut: concurrent.futures.Future = concurrent.futures.Future()
         target = self.regions.get(region)
+        if isinstance(target, str) and not self._closed:  # in another process: a call
+            call = self._node.call(target, region_key(region), method, args,
+                                   timeout_s=_CALL_TIMEOUT_S, auth=self._auth)
+            call.add_done_callback(lambda f: fut.set_exception(f.exception())
+                                   if f.exception() is not None else fut.set_result(f.result()))
+            return fut
 
         def run() -> None:
             try:
@@ -142,12 +148,16 @@ class EffectsOut:
 
     def __init__(self, node: Any, command_token: Callable[[str], bytes],
                  scaling: Mapping[str, RegionScaling], post: Callable[..., None],
-                 wake: Callable[[list[str]], None], back: RegionReplies):
+                 wake: Callable[[list[str]], None], back: RegionReplies,
+                 remote: Mapping[str, str] | None = None, auth: bytes | None = None):
         self._node = node
         self._command_token = command_token  # what it presents to each worker
         self._scaling = scaling
         self._wake = wake
-        self.carrier = RegionCarrier(node, post, back)
+        # `remote`: regions whose actor another node serves (regions/remote.py), called
+        # with `auth`, the controller's own token.
+        self.remote = dict(remote or {})
+        self.carrier = RegionCarrier(node, post, back, regions=self.remote, auth=auth)
         self.region_stats: dict[str, dict] = {}  # each replaced whole by its region
 
     @property
