@@ -7,7 +7,7 @@ Times are wall-clock seconds (they are persisted and must mean the same after a 
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from iris.controller.jobs.spec import JobSpec
@@ -45,7 +45,9 @@ class Attempt:
     accelerator: str | None = None  # the TPU alternative chosen; None = the job's only one
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        # Every field is a scalar (str, int, float, None, a state): no deep copy needed
+        # (dataclasses.asdict's was 15% of the controller's CPU per gang job, store writes).
+        return {name: getattr(self, name) for name in _ATTEMPT_FIELDS}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Attempt:
@@ -74,7 +76,8 @@ class Task:
         return (self.job_id, self.index)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        # Scalars only, as Attempt's.
+        return {name: getattr(self, name) for name in _TASK_FIELDS}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Task:
@@ -115,6 +118,10 @@ class Job:
         return cls(spec=spec, submitted_at=data["submitted_at"], state=JobState(data["state"]),
                    killed=data["killed"], finished_at=data["finished_at"], error=data["error"],
                    first_attempt=data.get("first_attempt", 0))
+
+
+_ATTEMPT_FIELDS = tuple(f.name for f in fields(Attempt))
+_TASK_FIELDS = tuple(f.name for f in fields(Task))
 
 
 def count_states(tasks: list[Task]) -> dict[TaskState, int]:
