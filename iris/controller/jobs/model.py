@@ -49,6 +49,9 @@ class Attempt:
         # (dataclasses.asdict's was 15% of the controller's CPU per gang job, store writes).
         return {name: getattr(self, name) for name in _ATTEMPT_FIELDS}
 
+    def __copy__(self) -> Attempt:  # copy.copy: a quarter of its generic slotted path's cost
+        return Attempt(*[getattr(self, name) for name in _ATTEMPT_FIELDS])
+
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Attempt:
         return cls(**{**data, "state": TaskState(data["state"])})
@@ -78,6 +81,9 @@ class Task:
     def to_dict(self) -> dict[str, Any]:
         # Scalars only, as Attempt's.
         return {name: getattr(self, name) for name in _TASK_FIELDS}
+
+    def __copy__(self) -> Task:
+        return Task(*[getattr(self, name) for name in _TASK_FIELDS])
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Task:
@@ -113,6 +119,9 @@ class Job:
                 "finished_at": self.finished_at, "error": self.error,
                 "first_attempt": self.first_attempt}
 
+    def __copy__(self) -> Job:  # shallow, as copy.copy's (children and counts shared)
+        return Job(*[getattr(self, name) for name in _JOB_FIELDS])
+
     @classmethod
     def from_dict(cls, spec: JobSpec, data: dict[str, Any]) -> Job:
         return cls(spec=spec, submitted_at=data["submitted_at"], state=JobState(data["state"]),
@@ -122,6 +131,7 @@ class Job:
 
 _ATTEMPT_FIELDS = tuple(f.name for f in fields(Attempt))
 _TASK_FIELDS = tuple(f.name for f in fields(Task))
+_JOB_FIELDS = tuple(f.name for f in fields(Job))
 
 
 def count_states(tasks: list[Task]) -> dict[TaskState, int]:
