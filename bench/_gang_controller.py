@@ -33,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import uuid
 from pathlib import Path
 
@@ -152,7 +153,9 @@ def _place(client: Node, server: Node, n_gangs: int, timeout_s: float, slices: i
            pids: list[int], profile: Path | None) -> dict:
     address = server.address
     resources = Resources(tpu=_ACCEL, cpu=1, count=slices).to_dict()
-    prof = cProfile.Profile() if profile else None
+    # CPU time of the thread, not wall time: on a loaded machine a function's wall time is
+    # mostly waiting for a core.
+    prof = cProfile.Profile(time.thread_time) if profile else None
     if prof is not None:  # on the Controller actor's own thread (cProfile is per thread)
         started = threading.Event()
         server.post_to(CONTROLLER_KEY, lambda: (prof.enable(), started.set()))

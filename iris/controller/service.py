@@ -19,6 +19,7 @@ each to its turn (turns.py).
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import Any
 
@@ -284,7 +285,7 @@ class ControllerService:
 
     # ------------------------------------------------------------ what others read
 
-    @property
+    @functools.cached_property  # read for every start command: made and checked once
     def log_store(self) -> LogStoreConfig:
         return self.config.log_store or LogStoreConfig(
             kind="local", root=str(self.config.state_dir / "logs"))
