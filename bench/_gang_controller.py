@@ -75,9 +75,10 @@ def bench_gangs_controller(n_slices: int, timeout_s: float = 300.0, slices: int 
         client = Node(NodeConfig(bind="tcp://127.0.0.1:0")).start()
         try:
             # No heartbeats are sent: the hosts must not be declared lost mid-run.
-            host_controller(server, ControllerConfig(
-                state_dir=state_dir, worker_dead_after_s=3600.0,
-                region_actors={r: address for r, (_, address) in procs.items()}))
+            # (region_actors only when set: a revision before it still runs the in-process case)
+            remote_kw = {"region_actors": {r: a for r, (_, a) in procs.items()}} if procs else {}
+            host_controller(server, ControllerConfig(state_dir=state_dir,
+                                                     worker_dead_after_s=3600.0, **remote_kw))
             token = tokens.load_or_create(state_dir / tokens.CLUSTER_TOKEN_FILE)
             _register(client, server.address, token, per_region)
             pids = [proc.pid for proc, _ in procs.values()]
