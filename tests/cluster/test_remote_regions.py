@@ -46,6 +46,13 @@ def test_region_actor_address_is_read_from_the_cluster_file():
     assert parse_config(_cluster({"zones": ["us-east-a"]})).regions[REGION].actor_address is None
 
 
+def test_the_served_controller_is_given_the_cluster_files_region_actors(tmp_path):
+    from iris.controller.main import _settings
+
+    cluster = parse_config(_cluster({"zones": ["us-east-a"], "actor_address": "tcp://h:7200"}))
+    assert _settings(cluster, tmp_path, None)["region_actors"] == {REGION: "tcp://h:7200"}
+
+
 @pytest.mark.parametrize(("address", "expected"), [
     ("10.0.0.7:7200", "regions.us-east.actor_address: '10.0.0.7:7200' is not tcp://HOST:PORT"),
     ("tcp://10.0.0.7:0", "regions.us-east.actor_address: 'tcp://10.0.0.7:0': the port must be"),
