@@ -15,14 +15,25 @@ scheduler pass, a reserve in every region, a commit in one and aborts in the oth
 multislice_gangs_per_s_controller (`slices=2`): the same fleet, but each job asks for 2
 whole slices (`count=2`, 8 tasks), so half as many gangs fill it; each gang's 2 slices are
 reserved in one round in one region.
+
+`remote=True` (issue 32 item 4): the three Region actors each in a process of their own
+(`regions/remote.py` `serve_region`), named to the controller by
+`ControllerConfig.region_actors`: every inventory push and gang frame is a call over TCP.
+Then region_cpu_ms_per_gang: the CPU of the three region processes, per gang placed.
+`profile`: a path; the Controller actor's thread runs under cProfile from the first submit
+to the last assignment, and its stats are written there.
 """
 
 from __future__ import annotations
 
+import cProfile
 import logging
 import os
+import subprocess
+import sys
 import tempfile
 import threading
+import time
 import uuid
 from pathlib import Path
 
@@ -30,6 +41,7 @@ from iris.actors import Node, NodeConfig, tokens
 from iris.actors.keys import CONTROLLER_KEY
 from iris.base.clock import SYSTEM_CLOCK
 from iris.base.resources import Resources
+from iris.controller.credentials import controller_token, load_secret
 from iris.controller.main import host_controller
 from iris.controller.service import ControllerConfig
 
@@ -37,27 +49,68 @@ REGIONS = ("us-east", "us-central", "eu-west")
 _GB = 10**9
 _ACCEL = "v5litepod-16"
 _CONTROLLER_THREAD = "iris-actor-/iris/controller"  # the Controller actor's thread
+_ROOT = Path(__file__).resolve().parents[1]
+# A Region actor in a process of its own, for a controller that presents REGION_TOKEN.
+_REGION_PROC = """
+import os, sys
+from iris.actors import Node, NodeConfig
+from iris.controller.regions.remote import serve_region
+node = Node(NodeConfig(bind="tcp://127.0.0.1:0")).start()
+serve_region(node, sys.argv[1], bytes.fromhex(os.environ["REGION_TOKEN"]))
+print("READY", node.address, flush=True)
+sys.stdin.read()
+"""
 
 
-def bench_gangs_controller(n_slices: int, timeout_s: float = 300.0, slices: int = 1) -> dict:
+def bench_gangs_controller(n_slices: int, timeout_s: float = 300.0, slices: int = 1,
+                           remote: bool = False, profile: Path | None = None) -> dict:
     # Refused start_attempt calls are logged as warnings, one per task: not the figure.
     logging.getLogger("iris.controller.actor").setLevel(logging.ERROR)
+    logging.getLogger("iris.controller.regions.region").setLevel(logging.ERROR)
     per_region = max(1, n_slices // len(REGIONS))
     with tempfile.TemporaryDirectory() as tmp:
         state_dir = Path(tmp) / "controller"
+        procs = _region_procs(controller_token(load_secret(state_dir))) if remote else {}
         server = Node(NodeConfig(bind="tcp://127.0.0.1:0")).start()
         client = Node(NodeConfig(bind="tcp://127.0.0.1:0")).start()
         try:
             # No heartbeats are sent: the hosts must not be declared lost mid-run.
+            # (region_actors only when set: a revision before it still runs the in-process case)
+            remote_kw = {"region_actors": {r: a for r, (_, a) in procs.items()}} if procs else {}
             host_controller(server, ControllerConfig(state_dir=state_dir,
-                                                     worker_dead_after_s=3600.0))
+                                                     worker_dead_after_s=3600.0, **remote_kw))
             token = tokens.load_or_create(state_dir / tokens.CLUSTER_TOKEN_FILE)
             _register(client, server.address, token, per_region)
-            return _place(client, server.address, per_region * len(REGIONS) // slices,
-                          timeout_s, slices)
+            pids = [proc.pid for proc, _ in procs.values()]
+            return _place(client, server, per_region * len(REGIONS) // slices,
+                          timeout_s, slices, pids, profile)
         finally:
             client.stop()
             server.stop()
+            for proc, _ in procs.values():
+                proc.kill()
+                proc.wait(30)
+
+
+def _region_procs(token: bytes) -> dict[str, tuple[subprocess.Popen, str]]:
+    """One process per region serving its Region actor: region -> (process, address)."""
+    out = {}
+    for region in REGIONS:
+        proc = subprocess.Popen([sys.executable, "-c", _REGION_PROC, region],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                env={**os.environ, "PYTHONPATH": str(_ROOT),
+                                     "REGION_TOKEN": token.hex()})
+        out[region] = (proc, proc.stdout.readline().split()[1])
+    return out
+
+
+def _proc_cpu_s(pid: int) -> float:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0.0
+    utime, stime = fields.rsplit(")", 1)[1].split()[11:13]
+    return (int(utime) + int(stime)) / os.sysconf("SC_CLK_TCK")
 
 
 def _register(client: Node, address: str, token: bytes, per_region: int) -> None:
@@ -97,9 +150,19 @@ def _thread_cpu_s(name: str) -> float:
     return 0.0
 
 
-def _place(client: Node, address: str, n_gangs: int, timeout_s: float, slices: int) -> dict:
+def _place(client: Node, server: Node, n_gangs: int, timeout_s: float, slices: int,
+           pids: list[int], profile: Path | None) -> dict:
+    address = server.address
     resources = Resources(tpu=_ACCEL, cpu=1, count=slices).to_dict()
+    # CPU time of the thread, not wall time: on a loaded machine a function's wall time is
+    # mostly waiting for a core.
+    prof = cProfile.Profile(time.thread_time) if profile else None
+    if prof is not None:  # on the Controller actor's own thread (cProfile is per thread)
+        started = threading.Event()
+        server.post_to(CONTROLLER_KEY, lambda: (prof.enable(), started.set()))
+        started.wait(30)
     cpu0 = _thread_cpu_s(_CONTROLLER_THREAD)
+    region_cpu0 = sum(_proc_cpu_s(p) for p in pids)
     t0 = SYSTEM_CLOCK.monotonic()
     futs = [client.call(address, CONTROLLER_KEY, "submit", ({
         "name": f"gang-{i}", "entrypoint": {"kind": "command", "argv": ["true"]},
@@ -117,8 +180,16 @@ def _place(client: Node, address: str, n_gangs: int, timeout_s: float, slices: i
         SYSTEM_CLOCK.sleep(0.02)
     elapsed = SYSTEM_CLOCK.monotonic() - t0
     cpu = _thread_cpu_s(_CONTROLLER_THREAD) - cpu0
+    region_cpu = sum(_proc_cpu_s(p) for p in pids) - region_cpu0
+    if prof is not None:
+        stopped = threading.Event()
+        server.post_to(CONTROLLER_KEY, lambda: (prof.disable(), stopped.set()))
+        stopped.wait(30)
+        prof.dump_stats(str(profile))
     pre = "multislice_" if slices > 1 else ""
-    return {f"{pre}gangs_per_s_controller": round(placed / elapsed, 1),
+    extra = {f"{pre}region_cpu_ms_per_gang": round(1000 * region_cpu / max(placed, 1), 3)} \
+        if pids else {}
+    return {**extra, f"{pre}gangs_per_s_controller": round(placed / elapsed, 1),
             f"{pre}controller_cpu_ms_per_gang": round(1000 * cpu / max(placed, 1), 3),
             f"{pre}controller_gangs": n_gangs, f"{pre}controller_gangs_placed": placed,
             f"{pre}controller_place_s": round(elapsed, 3)}

@@ -23,8 +23,9 @@ Not a test: it asserts nothing about speed. What each figure is:
   ZeroMQ (3 region processes), beside Ray placement groups in the same run; see
   bench/_gang_actors.py for exactly what is timed. `--no-ray` skips Ray.
 - gangs_per_s_controller: gangs placed per second THROUGH THE CONTROLLER: submitted as jobs
-  to a real Controller actor, scheduled, reserved and committed through its in-process
-  Region actors, assigned; see bench/_gang_controller.py.
+  to a real Controller actor, scheduled, reserved and committed through Region actors in 3
+  processes of their own (`ControllerConfig.region_actors`), assigned; see
+  bench/_gang_controller.py (and bench/gang_e2e.py, which runs it alone for bench.ab).
 - multislice_gangs_per_s / ray_multislice_gangs_per_s / multislice_gangs_per_s_controller:
   the same three, each gang 2 whole v5litepod-16 slices (8 hosts, `count=2`) reserved in
   one round in one region (issue 20); Ray's peer is a placement group of 8 bundles.
@@ -234,11 +235,11 @@ def main(argv: list[str] | None = None) -> None:
     result.update(bench_gangs_actors(2_000 if args.quick else 10_000))
     from bench._gang_controller import bench_gangs_controller
 
-    result.update(bench_gangs_controller(150 if args.quick else 600))
+    result.update(bench_gangs_controller(150 if args.quick else 600, remote=True))
     print(f"through the controller: {result['controller_gangs_placed']} gang jobs placed in "
           f"{result['controller_place_s']:.2f} s")
     result.update(bench_gangs_actors(1_000 if args.quick else 5_000, slices=2))
-    result.update(bench_gangs_controller(150 if args.quick else 600, slices=2))
+    result.update(bench_gangs_controller(150 if args.quick else 600, slices=2, remote=True))
     print(f"through the controller: {result['multislice_controller_gangs_placed']} 2-slice "
           f"gang jobs placed in {result['multislice_controller_place_s']:.2f} s")
     if not args.no_ray and peer_installed():

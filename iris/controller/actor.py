@@ -24,13 +24,14 @@ from iris.actors.batching import batched
 from iris.actors.hosting import requires
 from iris.actors.keys import CONTROLLER_KEY, region_key, worker_key
 from iris.base.errors import ConfigError, InvalidRequestError, IrisError, NotFoundError
-from iris.controller.credentials import Credentials, grant_roles
+from iris.controller.credentials import Credentials, controller_token, grant_roles, load_secret
 from iris.controller.inspect import locate, summary
 from iris.controller.job_requests import check_submission
 from iris.controller.jobs.model import TERMINAL_JOB
 from iris.controller.preemption_notices import apply_notice
 from iris.controller.reclaim import RegionReclaim
 from iris.controller.regions.region import STOP_ALL_SLICES_S, RegionCarrier
+from iris.controller.regions.remote import check_region_actors
 from iris.controller.service import ControllerConfig, ControllerService
 from iris.controller.service_types import Command, JobsFinished
 from iris.controller.upkeep import Upkeep
@@ -49,6 +50,8 @@ class Controller:
 
     def __init__(self, config: ControllerConfig, node: Node):
         self._node = node
+        # Region actors other nodes serve (regions/remote.py): a bad entry stops the start.
+        remote = check_region_actors(config.region_actors, {r.region for r in config.autoscale})
         self._svc = ControllerService(config, node.address, node.clock)
         grant_roles(node.grant, config.state_dir)  # the cluster, admin and controller tokens
         self._creds = Credentials(config.state_dir, node.grant, node.revoke,
@@ -57,16 +60,21 @@ class Controller:
         self.report_batches = self.reports_batched = 0  # for the snapshot: batch sizes
         # Passes asked for while more requests wait run at the end of the queue (_after).
         self._svc.later.queued = lambda: node.backlog(CONTROLLER_KEY) > 0
-        # One Region actor per region the workers name, served by this node: the gang frames
-        # and inventories the service decides are carried onto their turns, their replies
-        # come back as messages in this mailbox.
+        # One Region actor per region the workers name, served by this node unless another
+        # serves it (`remote`, called with the controller's token): the gang frames and
+        # inventories the service decides are carried onto their turns, their replies come
+        # back as messages in this mailbox.
         self._scaling = {r.region: r for r in config.autoscale}
-        self._regions = RegionCarrier(node, self._post, self._svc, scaling=self._scaling)
+        self._remote_regions = remote
+        self._regions = RegionCarrier(node, self._post, self._svc, regions=remote,
+                                      auth=controller_token(load_secret(config.state_dir)),
+                                      scaling=self._scaling)
         for region in sorted(self._scaling):  # they may grow before any worker exists
             self._regions.ensure_region(region)
         # Regions no host names any more are stopped: after twice the silence that loses one.
         self._upkeep = Upkeep(self._svc, self._regions, self._creds,
-                              RegionReclaim(2 * config.worker_dead_after_s), self._scaling,
+                              RegionReclaim(2 * config.worker_dead_after_s),
+                              {**self._scaling, **remote},
                               lambda region: node.unhost(region_key(region)),
                               node.clock.monotonic(), node.call_in_loop)
         self._checkpoints = None
@@ -333,7 +341,8 @@ class Controller:
 
     def regions(self) -> dict[str, str]:
         """Region name -> address of the node serving its Region actor."""
-        return {r: self._node.address for r in sorted(self._regions.regions)}
+        return {r: self._remote_regions.get(r, self._node.address)
+                for r in sorted(self._regions.regions)}
 
     # ------------------------------------------------------------ acting, on this turn
 

@@ -21,6 +21,7 @@ from iris.controller.config_reader import NAME as _NAME
 from iris.controller.config_reader import REQUIRED as _REQUIRED
 from iris.controller.config_reader import Section as _Section
 from iris.controller.config_reader import bad_name as _bad_name
+from iris.controller.regions.remote import check_region_actors
 
 _ADDRESS = re.compile(r"^(tcp://[^\s:/]+:\d{1,5}|ipc://\S+)$")
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]$")
@@ -71,6 +72,8 @@ class RegionConfig:
     scale_groups: dict[str, ScaleGroupConfig] = field(default_factory=dict)
     slurm: SlurmSite | None = None  # set when its groups use provider slurm
     kubernetes: KubernetesSite | None = None  # set when its groups use provider kubernetes
+    # The node serving this region's actor, when not the controller's (regions/remote.py).
+    actor_address: str | None = None
 
 
 @dataclass(frozen=True)
@@ -225,11 +228,13 @@ def _scale_group(data: Any, path: str, name: str, region: RegionConfig) -> Scale
 
 
 def _region(data: Any, path: str, name: str, seen_groups: dict[str, str]) -> RegionConfig:
-    sec = _Section(data, path, ("zones", "scale_groups", "slurm", "kubernetes"))
+    sec = _Section(data, path, ("zones", "scale_groups", "slurm", "kubernetes",
+                                "actor_address"))
     zones = sec.zones("zones")
     if not zones:
         raise ConfigError(f"{sec.key('zones')}: list at least one zone")
-    region = RegionConfig(name=name, zones=zones)
+    address = sec.get("actor_address", str, None)
+    region = RegionConfig(name=name, zones=zones, actor_address=address)
     groups = _Section(sec.get("scale_groups", dict, {}), sec.key("scale_groups"),
                       tuple(sec.data.get("scale_groups") or ()))
     for group_name, group_data in groups.data.items():
@@ -241,6 +246,9 @@ def _region(data: Any, path: str, name: str, seen_groups: dict[str, str]) -> Reg
                               f"{group_name!r} is already in region {seen_groups[group_name]}")
         seen_groups[group_name] = name
         region.scale_groups[group_name] = _scale_group(group_data, key, group_name, region)
+    if address is not None:  # checked as the controller checks it: the same message
+        check_region_actors({name: address}, {name} if region.scale_groups else set(),
+                            path="regions", suffix=".actor_address")
     kinds = sorted({g.provider for g in region.scale_groups.values()})
     if len(kinds) > 1:  # one region actor runs one provider for all its groups
         raise ConfigError(f"{sec.key('scale_groups')}: one region's groups must use one "

@@ -243,6 +243,8 @@ def _settings(cluster: ClusterConfig | None, state_dir: Path,
     if cluster is not None:
         extra["offers"] = offers_from_groups(cluster.scale_groups())
         extra["autoscale"] = scaling_from_config(cluster, state_dir)
+        extra["region_actors"] = {name: r.actor_address for name, r in cluster.regions.items()
+                                  if r.actor_address is not None}
     if worker_dead_after_s is not None:
         extra["worker_dead_after_s"] = worker_dead_after_s
     return extra

@@ -19,6 +19,7 @@ each to its turn (turns.py).
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import Any
 
@@ -134,8 +135,9 @@ class ControllerService:
             return effects
         self._commit([e for e in effects if isinstance(e, ev.Persist)], log)
         self.figures_feed.observe(effects, self.state, now)
+        gangs: dict = {}  # each gang's hosts, looked up once for its starts (launch.py)
         for effect in effects:
-            self._to_commands(effect)
+            self._to_commands(effect, gangs)
         return effects
 
     def replan(self) -> None:
@@ -190,10 +192,10 @@ class ControllerService:
             if event_log.changed_state(out):
                 log.append((now, *event_log.encode(event)))
 
-    def _to_commands(self, effect: Any) -> None:
+    def _to_commands(self, effect: Any, gangs: dict | None = None) -> None:
         """A kernel effect as what the shell will send: commands to workers, finished jobs."""
         if isinstance(effect, ev.StartAttempt):
-            self.queue_start(effect)
+            self.queue_start(effect, gangs)
         elif isinstance(effect, ev.StopAttempt):
             worker = self.desk.workers.workers.get(effect.worker_id)
             attempt = self.state.attempts.get(effect.attempt_id)
@@ -221,13 +223,13 @@ class ControllerService:
         self.commands.append(Command(worker.worker_id, worker.address, control.StopRequest(
             attempt_id=attempt_id, grace_s=grace_s, reason=reason)))
 
-    def queue_start(self, start: ev.StartAttempt) -> None:
+    def queue_start(self, start: ev.StartAttempt, gangs: dict | None = None) -> None:
         worker = self.desk.workers.workers.get(start.worker_id)
         if worker is None:
             return  # lost meanwhile: the WorkerLost event requeues the task
         self.commands.append(Command(worker.worker_id, worker.address, launch(
             self.state, self.desk.workers.workers, start, self.address, self.log_store,
-            self.attempt_base)))
+            self.attempt_base, gangs)))
 
     def stopped(self, attempt_id: str) -> None:
         """An attempt told to stop has exited: its resources are free again."""
@@ -282,7 +284,7 @@ class ControllerService:
 
     # ------------------------------------------------------------ what others read
 
-    @property
+    @functools.cached_property  # read for every start command: made and checked once
     def log_store(self) -> LogStoreConfig:
         return self.config.log_store or LogStoreConfig(
             kind="local", root=str(self.config.state_dir / "logs"))

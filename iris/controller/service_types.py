@@ -6,7 +6,7 @@ is service.py.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +44,9 @@ class ControllerConfig:
     # names it: 200 fake workers with made-up regions once took the controller from 12 to 212
     # threads. Real fleets span a handful of regions; past this a new one is refused.
     max_regions: int = 64
+    # Regions whose actor is served by another process: region -> that node's address
+    # (regions/remote.py; checked there). No actor is made here for them.
+    region_actors: dict[str, str] = field(default_factory=dict)
     # Without offers from a config, a request no registered worker could ever hold is
     # refused at submit. True: accept it as pending (more, larger workers are expected).
     accept_unfit: bool = False

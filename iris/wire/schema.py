@@ -296,6 +296,12 @@ def _plain(value: Any, sparse: bool = False) -> Any:
     kind = type(value)
     if kind is str or kind is int or kind is float or value is None or kind is bool:
         return value
+    if kind is dict:  # most maps (a start's env, its resources) hold scalars only: copied
+        for v in value.values():
+            t = type(v)
+            if not (t is str or t is int or t is float or v is None or t is bool):
+                return {k: _plain(v, sparse) for k, v in value.items()}
+        return dict(value)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return encode(value, sparse=sparse)
     if isinstance(value, tuple):

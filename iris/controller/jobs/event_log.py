@@ -19,7 +19,7 @@ holds the events since the last fold.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import asdict, fields
+from dataclasses import fields
 from typing import Any
 
 import msgpack
@@ -35,6 +35,10 @@ _KINDS: dict[str, type] = {cls.__name__: cls for cls in (
     ev.Preempted, ev.WorkerLost, ev.Kill, ev.Tick, ev.Reconcile, ev.Prune)}
 
 
+# A Placement's fields, all scalars, in order: as a row without dataclasses.asdict's deep copy.
+_PLACEMENT_FIELDS = tuple(f.name for f in fields(ev.Placement))
+
+
 def encode(event: ev.Event) -> tuple[str, bytes]:
     """(kind, body) of one event, for the store."""
     kind = type(event).__name__
@@ -44,7 +48,8 @@ def encode(event: ev.Event) -> tuple[str, bytes]:
         data: dict[str, Any] = {"event_id": event.event_id, "spec": event.spec.to_dict()}
     elif isinstance(event, ev.Assign):
         data = {"event_id": event.event_id,
-                "placements": [list(asdict(p).values()) for p in event.placements]}
+                "placements": [[getattr(p, n) for n in _PLACEMENT_FIELDS]
+                               for p in event.placements]}
     else:
         data = {f.name: getattr(event, f.name) for f in fields(event)}
         if isinstance(event, ev.AttemptExited):

@@ -14,6 +14,7 @@ tasks == replicas. Each gang is one JAX program (JAX_NUM_PROCESSES = gang size).
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Callable, Mapping
@@ -79,7 +80,7 @@ class JobSpec:
     """Seconds between the job's own checkpoints (None = unknown): an evicted attempt loses
     its work since its last one, so eviction takes the attempts that lose least."""
 
-    @property
+    @functools.cached_property  # frozen: read on every pass for every pending task
     def gang_size(self) -> int:
         return self.resources.gang_size
 

@@ -336,10 +336,16 @@ class RegionCarrier:
             failed(region, f"the Region actor for {region!r} has stopped")
 
     def ask(self, region: str, method: str, args: tuple = ()) -> concurrent.futures.Future:
-        """One request to a Region actor this node hosts, run on its turn (no call through
-        the node's own address): its answer, as a future any thread may wait on."""
+        """One request to a Region actor, run on its turn (for one this node hosts, no call
+        through the node's own address): its answer, as a future any thread may wait on."""
         fut: concurrent.futures.Future = concurrent.futures.Future()
         target = self.regions.get(region)
+        if isinstance(target, str) and not self._closed:  # in another process: a call
+            call = self._node.call(target, region_key(region), method, args,
+                                   timeout_s=_CALL_TIMEOUT_S, auth=self._auth)
+            call.add_done_callback(lambda f: fut.set_exception(f.exception())
+                                   if f.exception() is not None else fut.set_result(f.result()))
+            return fut
 
         def run() -> None:
             try:

@@ -43,6 +43,8 @@ class Fleet:
         self.blocked = [False] * n  # held by a gang reservation, or promised this pass
         self.idle = [True] * n      # nothing running and nothing assigned this pass
         self.assigned = [0] * n     # attempts assigned this pass
+        # Hosts a pass made unusable (`take`, `block`), in order: what changed since a look.
+        self.touched: list[int] = []
         self.pools: dict[Pool, list[int]] = {}
         self.slices: dict[str, list[int]] = {}
         self.slices_by_type: dict[str, list[str]] = {}
@@ -96,6 +98,7 @@ class Fleet:
         for name in ("free_cpu", "free_mem", "free_chips", "slots", "blocked", "idle"):
             setattr(copy, name, list(getattr(self, name)))
         copy.assigned = [0] * len(self.hosts)
+        copy.touched = []
         return copy
 
     def update(self, i: int, h: HostView) -> bool:
@@ -158,6 +161,12 @@ class Fleet:
         self.slots[i] -= 1
         self.idle[i] = False
         self.assigned[i] += 1
+        self.touched.append(i)
+
+    def block(self, i: int) -> None:
+        """Nothing more goes to host i this pass (a gang holds it, or evictions free it)."""
+        self.blocked[i] = True
+        self.touched.append(i)
 
     def usable_whole(self, i: int) -> bool:
         """A host a gang can take entirely right now."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
+from itertools import islice
 from typing import Protocol
 
 from iris.base.resources import Resources
@@ -204,17 +205,19 @@ def _request(ask: GangRequest, regions: list[str], hosts: list[str]) -> GangRequ
 
 class _SliceView:
     """One slice shape (accelerator, hosts per slice, constraints) in one pass: the slices
-    that match it and, by region, those still free. A pass only ever takes hosts (usable
-    hosts become unusable, never the other way), so the free slices now are those of the
-    last look still free: each look filters the last one's (order kept), and the result
-    equals a scan of every matching slice, at the cost of the free ones left."""
+    that match it and, by region, those still free (in order). A pass only ever takes hosts
+    (usable hosts become unusable, never the other way) and logs each (`Fleet.touched`), so
+    a look after the first drops the slices of the hosts touched since the last: the result
+    equals a scan of every matching slice, at the cost of what changed."""
 
-    __slots__ = ("free", "reason", "slices")
+    __slots__ = ("free", "reason", "slices", "_region", "_seen")
 
     def __init__(self, fleet: Fleet, shape: GangShape):
         self.slices: list[str] = []
-        self.free: dict[str, list[str]] = {}
+        self.free: dict[str, dict[str, None]] = {}  # region -> its free slices, in order
         self.reason: PendingReason | None = None
+        self._region: dict[str, str] = {}  # slice id -> region, of the matching slices
+        self._seen: int | None = None  # len(fleet.touched) at the last look; None: no look
         per_slice = shape.hosts // shape.whole_slices
         typed = [s for s in fleet.slices_by_type.get(shape.accelerator, ())
                  if len(fleet.slices[s]) == per_slice]
@@ -233,13 +236,26 @@ class _SliceView:
                 f"constraint {what} matches no {shape.accelerator} slice",
                 {"constraint": what, "accelerator": shape.accelerator})
         for s in self.slices:
-            self.free.setdefault(_region(fleet, s), []).append(s)
+            region = self._region[s] = _region(fleet, s)
+            self.free.setdefault(region, {})[s] = None
 
-    def free_now(self, fleet: Fleet) -> dict[str, list[str]]:
-        slices, usable = fleet.slices, fleet.usable_whole
-        free = {r: [s for s in ss if all(usable(i) for i in slices[s])]
-                for r, ss in self.free.items()}
-        self.free = {r: ss for r, ss in free.items() if ss}
+    def free_now(self, fleet: Fleet) -> dict[str, dict[str, None]]:
+        """Region -> its slices free now, in order (not to be changed by the caller)."""
+        slices, touched = fleet.slices, fleet.touched
+        if self._seen is None:
+            usable = fleet.usable_whole
+            for ss in self.free.values():
+                for s in [s for s in ss if not all(usable(i) for i in slices[s])]:
+                    del ss[s]
+        else:
+            hosts, regions = fleet.hosts, self._region
+            for i in touched[self._seen:]:
+                s = hosts[i].slice_id
+                region = regions.get(s)
+                if region is not None:
+                    self.free.get(region, {}).pop(s, None)
+        self._seen = len(touched)
+        self.free = {r: ss for r, ss in self.free.items() if ss}
         return self.free
 
 
@@ -253,17 +269,18 @@ def _slices(fleet: Fleet, pre: Preemptor, ask: GangRequest, max_regions: int,
     if view.reason is not None:
         return view.reason
     slices = view.slices
-    free = {r: list(ss) for r, ss in view.free_now(fleet).items()}
+    free_now = view.free_now(fleet)
     want = shape.whole_slices
-    regions = sorted((r for r, ss in free.items() if len(ss) >= want),
-                     key=lambda r: (-len(free[r]), r))[:max_regions]
+    regions = sorted((r for r, ss in free_now.items() if len(ss) >= want),
+                     key=lambda r: (-len(free_now[r]), r))[:max_regions]
     if regions:
+        taken = [s for r in regions for s in islice(free_now[r], want)]
         held = []
-        for r in regions:
-            for s in free[r][:want]:
-                _block(fleet, s)
-                held += [fleet.hosts[i].host_id for i in fleet.slices[s]]
+        for s in taken:  # blocking changes the view's next look, not this list
+            _block(fleet, s)
+            held += [fleet.hosts[i].host_id for i in fleet.slices[s]]
         return _request(ask, regions, held)
+    free = {r: list(ss) for r, ss in free_now.items()}
     # No budget left (or a fallback's no-eviction round): costing every victim is wasted.
     evicting = _preempt_for_slices(fleet, pre, ask, slices, free) if pre.budget > 0 else None
     if evicting is not None:
@@ -363,7 +380,7 @@ def _hosts_alike(fleet: Fleet, ask: GangRequest, max_regions: int) -> GangReques
     held = []
     for r in regions:
         for i in groups[best[r]][:n]:
-            fleet.blocked[i] = True
+            fleet.block(i)
             held.append(fleet.hosts[i].host_id)
     return _request(ask, regions, held)
 
@@ -374,4 +391,4 @@ def _region(fleet: Fleet, slice_id: str) -> str:
 
 def _block(fleet: Fleet, slice_id: str) -> None:
     for i in fleet.slices[slice_id]:
-        fleet.blocked[i] = True
+        fleet.block(i)

@@ -346,7 +346,7 @@ class _Pass:
         host_id = self.fleet.hosts[host].host_id
         self.pre.evict(victims, job.job_id, f"task {t.task_id} of band {job.band.name} "
                                             f"needs room on {host_id}")
-        self.fleet.blocked[host] = True
+        self.fleet.block(host)
         self.plan.reasons[t.task_id] = PendingReason(
             ReasonCode.PREEMPTING,
             f"evicting {len(victims)} lower-band attempt(s) on {host_id}" if victims
