@@ -42,7 +42,7 @@ from iris.worker.process import AttemptProcess
 from iris.worker.records import proc_start_ticks
 from iris.worker.runner import AttemptRunner, RunnerConfig
 from iris.worker.usage_sampler import SamplerConfig, UsageSampler, samples_for
-from iris.worker.watchdog import ensure_running
+from iris.worker.watchdog import ensure_running, wait_gone
 
 _log = logging.getLogger(__name__)
 # Heartbeat period until the controller asks for another (each report's answer carries
@@ -57,6 +57,9 @@ _EXECUTOR_THREADS = 128
 # Reports wait for a machine-end notice this long at most (Slurm: one squeue, then one call
 # to the controller, normally well under a second): past it the exits go out anyway.
 _NOTICE_HOLD_S = 5.0
+# A clean stop waits this long for its watchdog to exit (it does on its first look once the
+# lease is gone: its start-up, seconds at most on a loaded host).
+_WATCHDOG_GONE_S = 10.0
 
 
 @actor
@@ -206,6 +209,9 @@ class Worker:
         self._executor.shutdown(wait=False, cancel_futures=True)  # starts not begun never will
         self._runner.close()  # every attempt stopped (its grace each): nothing left to fence
         (self._root / lease.LEASE_NAME).unlink(missing_ok=True)  # the watchdog may go
+        if not wait_gone(self._root, _WATCHDOG_GONE_S):
+            _log.warning("worker %s: its watchdog is still running %.0f s after the stop",
+                         self.worker_id, _WATCHDOG_GONE_S)
 
     def _leave_step(self) -> None:
         done, stop_here_at, give_up_at = self._leaving

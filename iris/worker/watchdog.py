@@ -61,6 +61,22 @@ def ensure_running(root: Path, env: dict[str, str]) -> None:
         start_new_session=True, env=env)
 
 
+def wait_gone(root: Path, timeout_s: float) -> bool:
+    """After a clean stop (the lease removed, every attempt stopped): wait for the watchdog
+    this process started for `root` to see it and exit, so that the stop leaves no process
+    behind writing into the work directory (one started by a late renewal takes its lock
+    file there while starting up). False if it is still running after `timeout_s`."""
+    proc = _started.get(root)
+    if proc is None:
+        return True
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return False
+    _started.pop(root, None)
+    return True
+
+
 def _attempt_dirs(root: Path) -> list[Path]:
     attempts = root / "attempts"
     if not attempts.is_dir():
