@@ -3,10 +3,11 @@ kept for the caller to fetch. Blocking, thread-safe; not the actor (inspector.py
 
 A session's process gets the attempt's own environment (its venv on PATH, its variables,
 its named ports), its working directory and its memory cgroup, so it sees what the task
-sees and counts against the task's memory; it is killed with the attempt. Output is kept in
-order (stdout and stderr as read) until the caller acknowledges it: `poll(cursor)` returns
-what follows byte `cursor` and forgets what precedes it, so a poll whose answer was lost is
-asked again with the same cursor and loses nothing.
+sees and counts against the task's memory; it is killed with the attempt. Output is kept
+(each stream in the order written; across the two as their readers got them, as with ssh)
+until the caller acknowledges it: `poll(cursor)` returns what follows byte `cursor` and
+forgets what precedes it, so a poll whose answer was lost is asked again with the same
+cursor and loses nothing.
 
 Bounds and reclaim (DESIGN): at most MAX_SESSIONS per worker; at most MAX_BUFFER bytes
 unacknowledged per session (past it the readers wait, and so does the command's next

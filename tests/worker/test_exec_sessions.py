@@ -28,11 +28,18 @@ def task(attempts, lines):
     return proc
 
 
-def _drain(session, cursor: int = 0) -> tuple[bytes, int | None]:
+def _drain(session, cursor: int = 0, streams: dict | None = None
+           ) -> tuple[bytes, int | None]:
+    """Everything the session outputs until it exits; `streams` (if given) gets each
+    stream's own bytes: the order across stdout and stderr is as the two readers got them,
+    as with ssh, not as written."""
     got = b""
     for _ in range(200):
         out = session.poll(cursor, 1.0)
         got += b"".join(d for _, d in out.chunks)
+        if streams is not None:
+            for name, data in out.chunks:
+                streams[name] = streams.get(name, b"") + data
         cursor = out.cursor
         if out.exit_code is not None:
             return got, out.exit_code
@@ -44,9 +51,11 @@ def test_a_command_runs_in_the_attempts_environment_and_its_output_comes_in_orde
     try:
         sessions.start("s1", "att-1", ["sh", "-c", "echo $SECRET_OF_THE_TASK; pwd; "
                                        "echo oops >&2; exit 3"], task)
-        got, code = _drain(sessions.get("s1"))
+        streams: dict[str, bytes] = {}
+        _, code = _drain(sessions.get("s1"), streams=streams)
         assert code == 3
-        assert got.decode().split() == ["42", str(task.spec.cwd), "oops"]
+        assert streams["stdout"].decode().split() == ["42", str(task.spec.cwd)]
+        assert streams["stderr"] == b"oops\n"
     finally:
         sessions.close()
 
