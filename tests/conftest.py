@@ -172,6 +172,24 @@ def stop_in_order(*groups, grace_s: float = 30.0) -> None:
                 proc.wait(30)
 
 
+def watchdogs_of(work_dir) -> list[int]:
+    """Live `python -m iris.worker.watchdog WORK_DIR` processes (not zombies), from /proc."""
+    needle = f"iris.worker.watchdog\0{work_dir}\0".encode()
+    found = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                with open(f"/proc/{entry.name}/cmdline", "rb") as f:
+                    if needle not in f.read():
+                        continue
+                with open(f"/proc/{entry.name}/stat", "rb") as f:
+                    if f.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X"):
+                        found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
 @pytest.fixture
 def cluster():
     import iris

@@ -15,7 +15,7 @@ import pytest
 import iris
 from iris.client.jobs import _controller
 from iris.worker.records import is_alive
-from tests.conftest import stop_in_order
+from tests.conftest import stop_in_order, watchdogs_of
 
 pytestmark = pytest.mark.slow
 
@@ -165,24 +165,6 @@ def test_slot_of_a_stopping_task_is_not_reused_until_it_exits(tmp_path, wait_unt
         assert task["attempts"] == 1 and task["failures"] == 0
 
 
-def _watchdogs_of(work_dir: Path) -> list[int]:
-    """Live `python -m iris.worker.watchdog WORK_DIR` processes (not zombies)."""
-    needle = f"iris.worker.watchdog\0{work_dir}\0".encode()
-    found = []
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                with open(f"/proc/{entry.name}/cmdline", "rb") as f:
-                    if needle not in f.read():
-                        continue
-                with open(f"/proc/{entry.name}/stat", "rb") as f:
-                    if f.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X"):
-                        found.append(int(entry.name))
-            except OSError:
-                continue
-    return found
-
-
 def test_a_worker_stopped_cleanly_leaves_no_process_behind(tmp_path, wait_until):
     """SIGTERM (a provider deleting its host, an operator's stop): once the worker process
     has exited, nothing it started is still running in its work directory. Its watchdog,
@@ -196,15 +178,15 @@ def test_a_worker_stopped_cleanly_leaves_no_process_behind(tmp_path, wait_until)
     try:
         with iris.connect(address) as ctx:
             wait_until(lambda: len(_controller(ctx, "list_workers")) == 1, what="the worker")
-            (watchdog,) = wait_until(lambda: _watchdogs_of(work_dir), what="its watchdog")
+            (watchdog,) = wait_until(lambda: watchdogs_of(work_dir), what="its watchdog")
         # A watchdog slow to be scheduled (a loaded host): held still while the worker
         # stops, let go a second later. The worker's exit waits for it.
         os.kill(watchdog, signal.SIGSTOP)
         worker.send_signal(signal.SIGTERM)
         threading.Timer(1.0, os.kill, (watchdog, signal.SIGCONT)).start()
         assert worker.wait(60) == 0
-        assert _watchdogs_of(work_dir) == []
+        assert watchdogs_of(work_dir) == []
     finally:
-        for pid in _watchdogs_of(work_dir):
+        for pid in watchdogs_of(work_dir):
             _kill_group(pid)
         stop_in_order([worker], [controller])

@@ -5,28 +5,10 @@ from __future__ import annotations
 
 import os
 import time
-from pathlib import Path
 
 from iris.worker import lease, watchdog
 from iris.worker.records import proc_start_ticks
-
-
-def _watchdogs(root: Path) -> list[int]:
-    """Live `python -m iris.worker.watchdog ROOT` processes."""
-    needle = f"iris.worker.watchdog\0{root}\0".encode()
-    found = []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/cmdline", "rb") as f:
-                if needle in f.read():
-                    with open(f"/proc/{entry.name}/stat", "rb") as f:
-                        if f.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X"):
-                            found.append(int(entry.name))
-        except OSError:
-            continue
-    return found
+from tests.conftest import watchdogs_of
 
 
 def test_renewals_while_the_watchdog_starts_start_no_second_one(tmp_path, wait_until):
@@ -40,11 +22,11 @@ def test_renewals_while_the_watchdog_starts_start_no_second_one(tmp_path, wait_u
     try:
         for _ in range(5):  # renewals in quick succession, as reports are acknowledged
             watchdog.ensure_running(tmp_path, env)
-        assert len(_watchdogs(tmp_path)) <= 1  # (one per call before: 5)
+        assert len(watchdogs_of(tmp_path)) <= 1  # (one per call before: 5)
         started = watchdog._started[tmp_path]
         wait_until(lambda: _holds_a_flock(started.pid), what="the watchdog holding its lock")
         watchdog.ensure_running(tmp_path, env)
-        assert _watchdogs(tmp_path) == [started.pid]
+        assert watchdogs_of(tmp_path) == [started.pid]
     finally:
         (tmp_path / lease.LEASE_NAME).unlink()  # no lease: the watchdog exits
         watchdog._started.pop(tmp_path).wait(60)
