@@ -65,7 +65,6 @@ class Controller:
         # inventories the service decides are carried onto their turns, their replies come
         # back as messages in this mailbox.
         self._scaling = {r.region: r for r in config.autoscale}
-        self._remote_regions = remote
         self._regions = RegionCarrier(node, self._post, self._svc, regions=remote,
                                       auth=controller_token(load_secret(config.state_dir)),
                                       scaling=self._scaling)
@@ -341,8 +340,8 @@ class Controller:
 
     def regions(self) -> dict[str, str]:
         """Region name -> address of the node serving its Region actor."""
-        return {r: self._remote_regions.get(r, self._node.address)
-                for r in sorted(self._regions.regions)}
+        return {r: target if isinstance(target, str) else self._node.address
+                for r, target in sorted(self._regions.regions.items())}
 
     # ------------------------------------------------------------ acting, on this turn
 
