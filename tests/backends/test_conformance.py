@@ -151,15 +151,18 @@ def test_map_cancels_the_rest_on_first_failure(backend):
     tally = iris.spawn(tasks.Tally, 0, name="tally")
     with pytest.raises(tasks.Boom, match="first"):
         iris.map(tasks.slow_unless_first, range(40), max_parallel=2)
-    ran = tally.value().result(timeout=WAIT_S)
-    assert ran < 39, f"{ran} of 39 slow items ran after the first failed"
+    ran = set(tally.marked().result(timeout=WAIT_S))
+    assert len(ran) < 39, f"{len(ran)} of 39 slow items ran after the first failed"
 
 
 def test_map_without_cancel_runs_everything_then_raises(backend):
     tally = iris.spawn(tasks.Tally, 0, name="tally")
     with pytest.raises(tasks.Boom) as info:
         iris.map(tasks.slow_unless_first, range(6), max_parallel=3, cancel_on_failure=False)
-    assert tally.value().result(timeout=WAIT_S) == 5
+    ran = tally.marked().result(timeout=WAIT_S)
+    if backend == "ray":  # Ray runs a task again when its worker process dies: at least once
+        ran = sorted(set(ran))
+    assert ran == [1, 2, 3, 4, 5]
     assert any("1 of 6 inputs failed" in note for note in info.value.__notes__)
 
 
