@@ -1,8 +1,8 @@
-"""Following a submitted job: JobHandle (status, wait, result, the task's own error, logs)
-and the call to the controller every client request goes through.
+"""Following a submitted job: JobHandle (status, wait, result, the task's own error, logs).
 
-Not the submission (jobs.py builds and sends it); the handle keeps it only to send it again
-to a controller restored from a checkpoint taken before it (same request id: one job).
+Not the submission (jobs.py builds and sends it); the handle keeps what went on the wire
+only to send it again to a controller restored from a checkpoint taken before it (same
+request id: one job).
 """
 
 from __future__ import annotations
@@ -16,28 +16,21 @@ import cloudpickle
 from iris.actors import ClusterContext
 from iris.base.clock import SYSTEM_CLOCK
 from iris.base.errors import ConflictError, JobFailedError, NotFoundError
-from iris.client.retry import call_controller
+from iris.client.retry import ask_controller as _controller
 from iris.logstore.config import LogStoreConfig, open_sink
 from iris.logstore.model import LogLine
 from iris.logstore.reader import LogFilter, follow_logs, read_logs
-from iris.wire import control
 from iris.wire.states import TERMINAL_JOB, JobState
 
 TERMINAL = frozenset(state.value for state in TERMINAL_JOB)
 
 
-def _controller(ctx: ClusterContext, method: str, *args: Any, timeout_s: float = 60.0) -> Any:
-    """Call the controller, riding through its restarts until `timeout_s` (see retry.py)."""
-    return call_controller(ctx.node, ctx.address, method, args, timeout_s=timeout_s)
-
-
 class JobHandle:
     """A submitted job. Every method asks the controller; the handle holds the id and, when
-    it made the job, the submission (to resubmit it to a controller restored from a
-    checkpoint taken before it: same request id, so never twice)."""
+    it made the job, the submission as it went on the wire (to resubmit it to a controller
+    restored from a checkpoint taken before it: same request id, so never twice)."""
 
-    def __init__(self, job_id: str, ctx: ClusterContext,
-                 submission: control.Submission | None = None):
+    def __init__(self, job_id: str, ctx: ClusterContext, submission: dict | None = None):
         self.job_id = job_id
         self._ctx = ctx
         self._submission = submission
@@ -68,7 +61,7 @@ class JobHandle:
         print(f"iris: job {self.job_id} was not in the controller's restored state (checkpoint "
               f"{restored['checkpoint']}, taken before it was submitted); resubmitting it "
               "with its request id", file=sys.stderr, flush=True)
-        answer = _controller(self._ctx, "submit", submission_wire(self._submission))
+        answer = _controller(self._ctx, "submit", self._submission)
         if answer["job_id"] != self.job_id:
             raise ConflictError(f"resubmitting {self.job_id} made {answer['job_id']}")
         return _controller(self._ctx, method, *args, timeout_s=timeout_s)
@@ -160,12 +153,6 @@ class JobHandle:
                                    lambda: self.status()["state"] in TERMINAL, flt)
         else:
             yield from read_logs(sink, self.job_id, flt)
-
-
-def submission_wire(sub: control.Submission) -> dict:
-    """What goes on the wire for a submission: the fields a client set, under the keys
-    every controller reads (those left None take the controller's default)."""
-    return control.encode(sub, sparse=True)
 
 
 def _sink(config: dict) -> Any:

@@ -36,8 +36,7 @@ from iris.base.resources import Resources
 from iris.client import checks
 from iris.client.job_handle import TERMINAL as TERMINAL  # re-exported: stable names
 from iris.client.job_handle import JobHandle as JobHandle
-from iris.client.job_handle import _controller as _controller
-from iris.client.job_handle import submission_wire as submission_wire
+from iris.client.retry import ask_controller as _controller
 from iris.wire import control
 from iris.wire.bundles import pack
 from iris.wire.states import TERMINAL_JOB
@@ -163,10 +162,11 @@ def submit(entry: Callable | Sequence[str], *args: Any, name: str | None = None,
         colocate_with=colocate_with, checkpoint_every=checkpoint_every)
     if dry_run:
         return _controller(ctx, "dry_run", submission_wire(sub))
-    answer = _send_submit(ctx, sub)
+    wire = submission_wire(sub)
+    answer = _send_submit(ctx, wire)
     if durable:
         _wait_durable(ctx, answer["job_id"], durable_timeout)
-    return JobHandle(answer["job_id"], ctx, sub)
+    return JobHandle(answer["job_id"], ctx, wire)
 
 
 def build_submission(entry: Callable | Sequence[str], args: tuple, *, name: str | None = None,
@@ -198,6 +198,12 @@ def build_submission(entry: Callable | Sequence[str], args: tuple, *, name: str 
         colocate=colocate, colocate_with=colocate_with, checkpoint_every_s=checkpoint_every)
 
 
+def submission_wire(sub: control.Submission) -> dict:
+    """What goes on the wire for a submission: the fields a client set, under the keys
+    every controller reads (those left None take the controller's default)."""
+    return control.encode(sub, sparse=True)
+
+
 def _entrypoint(entry: Any, args: tuple, env: dict | None
                 ) -> tuple[control.Entrypoint, dict | None, str]:
     """(entrypoint, env, default name) of a callable with its arguments, or of a command."""
@@ -216,10 +222,9 @@ def _entrypoint(entry: Any, args: tuple, env: dict | None
             os.path.basename(str(entry[0])) if entry else "job")
 
 
-def _send_submit(ctx: ClusterContext, sub: control.Submission) -> dict:
-    """The controller's answer to `sub`; a submission is idempotent by request id, so one
-    whose answer was lost is sent again."""
-    wire = submission_wire(sub)
+def _send_submit(ctx: ClusterContext, wire: dict) -> dict:
+    """The controller's answer to a submission (`submission_wire`); it is idempotent by
+    request id, so one whose answer was lost is sent again."""
     for attempt in range(_SUBMIT_RETRIES):
         try:
             return _controller(ctx, "submit", wire)
