@@ -13,7 +13,7 @@ import asyncio
 import heapq
 from dataclasses import asdict, dataclass
 
-from iris.actors.actor_spec import actor
+from iris.actors.hosting import actor
 from iris.base.clock import SYSTEM_CLOCK, Clock
 from iris.base.errors import InvalidRequestError
 from iris.base.ids import normalize_path
