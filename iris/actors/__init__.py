@@ -1,9 +1,9 @@
 """Layer 3: nodes, actor hosting, refs and futures, the registry, CURVE security."""
 
+from iris.actors.actor_spec import actor
 from iris.actors.config import BulkConfig, NodeConfig
 from iris.actors.context import ClusterContext, current
 from iris.actors.future import ActorFuture
-from iris.actors.hosting import actor
 from iris.actors.node import Node
 from iris.actors.refs import ActorGroup, ActorRef
 from iris.actors.registry import REGISTRY_KEY, Registry

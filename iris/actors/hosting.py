@@ -1,10 +1,11 @@
-"""Hosting actors: the @actor decorator and one live actor instance inside a node.
+"""Hosting actors: one live actor instance inside a node.
 
-Not routing or sockets (node.py). A hosted actor has its own thread: sync methods run
-there one at a time, so a blocking method never stalls the node's loop or other actors.
-`async def` methods run on the node's loop, at most `max_concurrency` at once. Hooks, all on
-the actor's thread: `on_start()` after construction, `on_tick()` every `tick_interval_s`
-seconds (a class attribute) between calls, and `on_stop()` at shutdown.
+Not the class as declared (actor_spec.py: `@actor`, `@requires`, `ActorSpec`; their names
+are re-exported here), nor routing or sockets (node.py). A hosted actor has its own thread:
+sync methods run there one at a time, so a blocking method never stalls the node's loop or
+other actors. `async def` methods run on the node's loop, at most `max_concurrency` at once.
+Hooks, all on the actor's thread: `on_start()` after construction, `on_tick()` every
+`tick_interval_s` seconds (a class attribute) between calls, and `on_stop()` at shutdown.
 Calls still queued when the actor stops are answered with ActorDiedError.
 """
 
@@ -16,13 +17,17 @@ import logging
 import threading
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from queue import Empty
 from typing import TYPE_CHECKING, Any
 
 from iris.actors import tokens, wakers
+from iris.actors.actor_spec import INTERNAL as INTERNAL  # re-exported: stable names
+from iris.actors.actor_spec import ActorSpec as ActorSpec
+from iris.actors.actor_spec import actor as actor
+from iris.actors.actor_spec import requires as requires
+from iris.actors.actor_spec import spec_of as spec_of
 from iris.actors.batching import Batch
-from iris.actors.current import context, current_context
+from iris.actors.current import current_context
 from iris.base.errors import OverloadedError, ProtocolError
 from iris.base.histogram import Histogram
 from iris.wire import codec, messages
@@ -31,71 +36,7 @@ if TYPE_CHECKING:
     from iris.actors.node import Node
 
 _log = logging.getLogger(__name__)
-_HOOKS = ("on_start", "on_stop", "on_tick")
 _STOP = object()
-
-
-@dataclass(frozen=True)
-class ActorSpec:
-    cls: type
-    methods: dict[str, bool]  # public method name -> is it `async def`
-    max_concurrency: int | None
-    roles: dict[str, frozenset[str]]  # method -> roles allowed to call it (absent: anyone)
-    # method -> (batch handler, check) for methods marked @batched (batching.py)
-    batches: dict[str, tuple[str, Any]] = field(default_factory=dict)
-
-
-# Roles a call can carry (docs/protocol.md, Roles). "internal" is a call from this very
-# process (delivered in process, never over a socket) and may call anything.
-INTERNAL = "internal"
-
-
-def requires(*roles: str):
-    """Method decorator: only callers holding one of `roles` may call it; the rest get
-    PermissionDeniedError and nothing runs. `@requires()` means in-process callers only."""
-    def mark(fn):
-        fn.__iris_roles__ = frozenset(roles)
-        return fn
-    return mark
-
-
-def actor(cls: type | None = None, *, max_concurrency: int | None = None):
-    """Class decorator: `@iris.actor` or `@iris.actor(max_concurrency=64)`.
-
-    Adds `Cls.serve(name, *args, **kwargs)`; the class otherwise stays an ordinary class.
-    """
-
-    def wrap(target: type) -> type:
-        if not isinstance(target, type):
-            raise TypeError(f"@iris.actor decorates a class, not {target!r}")
-        methods = {
-            name: inspect.iscoroutinefunction(member)
-            for name, member in inspect.getmembers(target, callable)
-            if not name.startswith("_") and name not in _HOOKS
-            and not isinstance(inspect.getattr_static(target, name), staticmethod | classmethod)
-        }
-        roles = {name: getattr(getattr(target, name), "__iris_roles__", None)
-                 for name in methods}
-        batches = {name: getattr(getattr(target, name), "__iris_batch__", None)
-                   for name, is_async in methods.items() if not is_async}
-        target.__iris_actor__ = ActorSpec(target, methods, max_concurrency,
-                                          {n: r for n, r in roles.items() if r is not None},
-                                          {n: b for n, b in batches.items() if b is not None})
-        target.serve = classmethod(_serve)
-        return target
-
-    return wrap(cls) if cls is not None else wrap
-
-
-def _serve(cls: type, name: str, *args: Any, **kwargs: Any):
-    return context().serve(cls, name, *args, **kwargs)
-
-
-def spec_of(cls: type) -> ActorSpec:
-    spec = getattr(cls, "__iris_actor__", None)
-    if not isinstance(spec, ActorSpec) or spec.cls is not cls:
-        raise TypeError(f"{cls.__qualname__} is not an actor class: decorate it with @iris.actor")
-    return spec
 
 
 class HostedActor:

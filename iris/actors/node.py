@@ -20,11 +20,12 @@ from typing import Any
 import zmq
 
 from iris.actors import bulk_calls, ports, shm, shm_scope, wakers
+from iris.actors.actor_spec import spec_of
 from iris.actors.bulk import Bulk
 from iris.actors.bulk_calls import BulkCalls
 from iris.actors.config import NodeConfig
 from iris.actors.future import ActorFuture
-from iris.actors.hosting import HostedActor, spec_of
+from iris.actors.hosting import HostedActor
 from iris.actors.node_loop import NodeLoop
 from iris.actors.peers import LocalReturn, Peer
 from iris.actors.security import Security, check_bind_allowed

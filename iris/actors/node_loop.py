@@ -24,9 +24,9 @@ import uvloop
 import zmq
 
 from iris.actors import sockio, wakers
+from iris.actors.actor_spec import INTERNAL
 from iris.actors.config import NodeConfig
 from iris.actors.future import ActorFuture
-from iris.actors.hosting import INTERNAL
 from iris.actors.peers import DeadlineQueue, LocalPeer, LocalReturn, Peer
 from iris.actors.stats import NodeStats
 from iris.base.errors import (

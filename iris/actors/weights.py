@@ -41,9 +41,9 @@ import threading
 from typing import Any
 
 from iris.actors import relay
+from iris.actors.actor_spec import actor
 from iris.actors.current import context as _context
 from iris.actors.current import current_context
-from iris.actors.hosting import actor
 from iris.actors.refs import ActorGroup, ActorRef
 from iris.actors.weights_buffers import Buffers, parse_layout
 from iris.base.errors import IrisError

@@ -1,9 +1,9 @@
-"""Submitting jobs and following them: `iris.submit`, `iris.spawn`, and JobHandle.
+"""Submitting jobs: `iris.submit` and `iris.spawn`.
 
-Not the controller (it decides); this turns a Python call into a submission dict, sends it
-with a request id (so a retried submit returns the same job), and reads results and logs.
+Not the controller (it decides), nor following a job (job_handle.py: JobHandle, whose
+names are re-exported here): this turns a Python call into a `control.Submission` and sends
+it with a request id (so a retried submit returns the same job).
 """
-
 from __future__ import annotations
 
 import atexit
@@ -14,7 +14,7 @@ import os
 import sys
 import sysconfig
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,162 +27,22 @@ from iris.base.clock import SYSTEM_CLOCK
 from iris.base.errors import (
     ActorNotFoundError,
     ConfigError,
-    ConflictError,
     IrisError,
     JobFailedError,
-    NotFoundError,
     PeerUnavailableError,
     StorageError,
 )
 from iris.base.resources import Resources
 from iris.client import checks
-from iris.client.retry import call_controller
-from iris.logstore.config import LogStoreConfig, open_sink
-from iris.logstore.model import LogLine
-from iris.logstore.reader import LogFilter, follow_logs, read_logs
+from iris.client.job_handle import TERMINAL as TERMINAL  # re-exported: stable names
+from iris.client.job_handle import JobHandle as JobHandle
+from iris.client.retry import ask_controller as _controller
 from iris.wire import control
 from iris.wire.bundles import pack
-from iris.wire.states import TERMINAL_JOB, JobState
+from iris.wire.states import TERMINAL_JOB
 
-TERMINAL = frozenset(state.value for state in TERMINAL_JOB)
 # A submit that loses its connection is retried this many times with the same request id.
 _SUBMIT_RETRIES = 3
-
-
-def _controller(ctx: ClusterContext, method: str, *args: Any, timeout_s: float = 60.0) -> Any:
-    """Call the controller, riding through its restarts until `timeout_s` (see retry.py)."""
-    return call_controller(ctx.node, ctx.address, method, args, timeout_s=timeout_s)
-
-
-class JobHandle:
-    """A submitted job. Every method asks the controller; the handle holds the id and, when
-    it made the job, the submission (to resubmit it to a controller restored from a
-    checkpoint taken before it: same request id, so never twice)."""
-
-    def __init__(self, job_id: str, ctx: ClusterContext,
-                 submission: control.Submission | None = None):
-        self.job_id = job_id
-        self._ctx = ctx
-        self._submission = submission
-        self._submitted_at = SYSTEM_CLOCK.wall()
-
-    def __repr__(self) -> str:
-        return f"JobHandle({self.job_id!r})"
-
-    def status(self) -> dict:
-        return self._ask("status", self.job_id)
-
-    def _ask(self, method: str, *args: Any, timeout_s: float = 60.0) -> Any:
-        try:
-            return _controller(self._ctx, method, *args, timeout_s=timeout_s)
-        except NotFoundError as exc:
-            restored = _controller(self._ctx, "restored")
-            if restored is None or f"no job {self.job_id}" not in str(exc):
-                raise
-            if self._submission is None:
-                raise NotFoundError(
-                    f"{exc}: its controller was restored from checkpoint "
-                    f"{restored['checkpoint']}; a job submitted after that checkpoint was "
-                    "taken was lost with the machine: submit it again") from exc
-            if restored["at"] < self._submitted_at:
-                raise  # submitted after the restore, so not lost in it (pruned, say)
-        # The controller does not know the job it acknowledged: it lost its machine and came
-        # back from an older checkpoint. Submit it again; its request id keeps it one job.
-        print(f"iris: job {self.job_id} was not in the controller's restored state (checkpoint "
-              f"{restored['checkpoint']}, taken before it was submitted); resubmitting it "
-              "with its request id", file=sys.stderr, flush=True)
-        answer = _controller(self._ctx, "submit", submission_wire(self._submission))
-        if answer["job_id"] != self.job_id:
-            raise ConflictError(f"resubmitting {self.job_id} made {answer['job_id']}")
-        return _controller(self._ctx, method, *args, timeout_s=timeout_s)
-
-    def tasks(self) -> list[dict]:
-        return self.status()["tasks"]
-
-    def summary(self) -> dict:
-        """What each task and attempt waited, ran and used; the totals (`iris job summary`)."""
-        return self._ask("job_summary", self.job_id)
-
-    def wait(self, timeout: float | None = None) -> dict:
-        """Block until the job ends (or `timeout` s pass); its final status."""
-        wait_s = 60.0 if timeout is None else timeout
-        while True:
-            state = self._ask("wait", self.job_id, min(wait_s, 60.0),
-                              timeout_s=min(wait_s, 60.0) + 30.0)
-            if state in TERMINAL:
-                return self.status()
-            if timeout is not None:
-                wait_s -= 60.0
-                if wait_s <= 0:
-                    return self.status()
-
-    def kill(self) -> dict:
-        return _controller(self._ctx, "kill", self.job_id)
-
-    def done(self) -> bool:
-        """Has the job ended (one status call)?"""
-        return self.status()["state"] in TERMINAL
-
-    def result(self, timeout: float | None = None) -> Any:
-        """The callable's return value (a list, one per task, when the job has several).
-        TimeoutError if it has not ended within `timeout` s (it keeps running)."""
-        status = self.wait(timeout)
-        if status["state"] not in TERMINAL:
-            raise TimeoutError(f"job {self.job_id} did not end within {timeout} s (it is "
-                               f"{status['state']})")
-        if status["state"] != JobState.SUCCEEDED:
-            raise self._failure(status)
-        blobs = _controller(self._ctx, "results", self.job_id)
-        values = [_unwrap(blobs[i]) if i in blobs else None for i in range(status["num_tasks"])]
-        return values[0] if len(values) == 1 else values
-
-    def _failure(self, status: dict) -> BaseException:
-        """The task's own exception when one was raised and can be rebuilt here (its type,
-        `remote_traceback`, and a note with the job's story); else JobFailedError."""
-        story = (f"job {self.job_id} ended {status['state']}"
-                 + "".join(f"; task {t['index']}: {t['attempts']} attempt(s), "
-                           f"{t['failures']} failure(s), {t['preemptions']} preemption(s)"
-                           for t in status.get("tasks", [])))
-        failed = [t for t in status.get("tasks", []) if t.get("has_result")
-                  and t["state"] != JobState.SUCCEEDED]
-        if failed and status["state"] == JobState.FAILED:
-            try:
-                blobs = _controller(self._ctx, "results", self.job_id)
-                kind, exc, *rest = cloudpickle.loads(blobs[failed[0]["index"]])
-            except Exception:  # its class is not importable here: say what we know instead
-                kind = None
-            if kind == "error" and isinstance(exc, BaseException):
-                remote = rest[0] if rest else ""
-                try:
-                    exc.remote_traceback = remote
-                    exc.job_status = status
-                except AttributeError:  # __slots__: the note still carries it
-                    pass
-                exc.add_note(f"Remote traceback (task {failed[0]['index']} of "
-                             f"{self.job_id}):\n{remote.rstrip()}\n({story})")
-                return exc
-        errors = [f"task {t['index']}: {t['error']}" for t in status.get("tasks", [])
-                  if t.get("error")]
-        return JobFailedError(f"{story}: {status.get('error') or ''}\n" + "\n".join(errors),
-                              status)
-
-    def logs(self, follow: bool = False, task: int | None = None, since: float | None = None,
-             grep: str | None = None, build: bool = False) -> Iterator[LogLine]:
-        """Lines from the log store (not the worker), merged by time; `follow` until it ends.
-
-        Each LogLine has `ts` (wall-clock epoch seconds), `iso` (the same as ISO-8601 UTC),
-        `stream` ("stdout"/"stderr"), `task`, `attempt` and `text` (without its newline);
-        `format_line` shows it as `[task N/attempt M] text`. stdout and stderr come merged in
-        the order the task wrote them. `build=True` gives the environment build's output
-        (uv, stream "build") instead, which is kept out of the task's own lines.
-        """
-        sink = _sink(_controller(self._ctx, "log_config"))
-        flt = LogFilter(task=task, since=since, grep=grep, build=build)
-        if follow:
-            yield from follow_logs(sink, self.job_id,
-                                   lambda: self.status()["state"] in TERMINAL, flt)
-        else:
-            yield from read_logs(sink, self.job_id, flt)
 
 
 FUNCTION_ENV = "IRIS_FUNCTION"
@@ -231,17 +91,6 @@ def _upload_workspace(ctx: ClusterContext, root: Path) -> str:
     if not _controller(ctx, "has_bundle", digest):
         _controller(ctx, "put_bundle", digest, data, timeout_s=300.0)
     return digest
-
-
-def _sink(config: dict) -> Any:
-    return open_sink(LogStoreConfig(**config))
-
-
-def _unwrap(blob: bytes) -> Any:
-    kind, value, *_ = cloudpickle.loads(blob)
-    if kind == "error":
-        raise value
-    return value
 
 
 def context_or_local_cluster() -> ClusterContext:
@@ -313,10 +162,11 @@ def submit(entry: Callable | Sequence[str], *args: Any, name: str | None = None,
         colocate_with=colocate_with, checkpoint_every=checkpoint_every)
     if dry_run:
         return _controller(ctx, "dry_run", submission_wire(sub))
-    answer = _send_submit(ctx, sub)
+    wire = submission_wire(sub)
+    answer = _send_submit(ctx, wire)
     if durable:
         _wait_durable(ctx, answer["job_id"], durable_timeout)
-    return JobHandle(answer["job_id"], ctx, sub)
+    return JobHandle(answer["job_id"], ctx, wire)
 
 
 def build_submission(entry: Callable | Sequence[str], args: tuple, *, name: str | None = None,
@@ -372,10 +222,9 @@ def _entrypoint(entry: Any, args: tuple, env: dict | None
             os.path.basename(str(entry[0])) if entry else "job")
 
 
-def _send_submit(ctx: ClusterContext, sub: control.Submission) -> dict:
-    """The controller's answer to `sub`; a submission is idempotent by request id, so one
-    whose answer was lost is sent again."""
-    wire = submission_wire(sub)
+def _send_submit(ctx: ClusterContext, wire: dict) -> dict:
+    """The controller's answer to a submission (`submission_wire`); it is idempotent by
+    request id, so one whose answer was lost is sent again."""
     for attempt in range(_SUBMIT_RETRIES):
         try:
             return _controller(ctx, "submit", wire)

@@ -15,7 +15,7 @@ import sys
 import threading
 from typing import Any
 
-from iris.actors import Node
+from iris.actors import ClusterContext, Node
 from iris.actors.keys import CONTROLLER_KEY
 from iris.base.clock import SYSTEM_CLOCK
 from iris.base.errors import ActorNotFoundError, PeerUnavailableError
@@ -29,6 +29,12 @@ def _retryable(exc: BaseException, key: str) -> bool:
     if isinstance(exc, ActorNotFoundError):
         return exc.actor == key  # not served yet: starting up
     return isinstance(exc, PeerUnavailableError)
+
+
+def ask_controller(ctx: ClusterContext, method: str, *args: Any,
+                   timeout_s: float = 60.0) -> Any:
+    """Call the controller of `ctx`, riding through its restarts until `timeout_s`."""
+    return call_controller(ctx.node, ctx.address, method, args, timeout_s=timeout_s)
 
 
 def call_controller(node: Node, address: str, method: str, args: tuple = (), *,

@@ -341,54 +341,35 @@ class ControllerService:
 
     # ------------------------------------------------------------ requests, on the turn
 
-    @turn
-    def submit(self, raw: Any, schedule: bool = True) -> dict:
-        return job_requests.submit(self, raw, schedule)
-
-    @turn
-    def submits(self, raws: list) -> list:
-        """Many submissions in one turn and transaction (job_requests.submits)."""
-        return job_requests.submits(self, raws)
+    # Each request is a function of the service in the module of its origin, bound here to
+    # its turn (turns.py: one `now` for all it decides); reads need no turn.
+    submit = turn(job_requests.submit)
+    submits = turn(job_requests.submits)  # many submissions: one turn and transaction
+    dry_run = turn(job_requests.dry_run)
+    kill = turn(job_requests.kill)
+    status = job_requests.status
+    list_jobs = job_requests.list_jobs
+    results = job_requests.results
+    list_workers = turn(job_requests.list_workers)
+    snapshot = turn(job_requests.snapshot)
+    register_worker = turn(worker_requests.register_worker)
+    reports = turn(worker_requests.reports)
+    worker_gone = turn(worker_requests.worker_gone)
+    set_region_reports = turn(region_requests.set_region_reports)
+    forget_region = turn(region_requests.forget_region)
+    drain_hosts = turn(region_requests.drain_hosts)
+    undrain_hosts = turn(region_requests.undrain_hosts)
+    hosts_gone = turn(region_requests.hosts_gone)
+    inventory_push_failed = turn(region_requests.inventory_push_failed)
 
     @turn
     def schedule_now(self) -> None:
         """A scheduling pass, if anything changed since the last one."""
         self.run_many([], schedule=True)
 
-    @turn
-    def dry_run(self, raw: Any) -> dict:
-        return job_requests.dry_run(self, raw)
-
-    @turn
-    def kill(self, job_id: str, reason: str = "killed by user") -> dict:
-        return job_requests.kill(self, job_id, reason)
-
-    def status(self, job_id: str) -> dict:
-        return job_requests.status(self, job_id)
-
-    def list_jobs(self, prefix: str | None = None, include_finished: bool = True) -> list[dict]:
-        return job_requests.list_jobs(self, prefix, include_finished)
-
-    def results(self, job_id: str) -> dict[int, bytes]:
-        return job_requests.results(self, job_id)
-
     def job_state(self, job_id: str) -> str | None:
         job = self.state.jobs.get(job_id)
         return job.state.value if job else None
-
-    @turn
-    def list_workers(self) -> list[dict]:
-        return job_requests.list_workers(self)
-
-    @turn
-    def snapshot(self) -> dict:
-        return job_requests.snapshot(self)
-
-    @turn
-    def register_worker(self, worker_id: Any, address: Any, attributes: Any, running: Any,
-                        updates: Any = ()) -> list[dict]:
-        return worker_requests.register_worker(self, worker_id, address, attributes, running,
-                                               updates)
 
     def report(self, worker_id: Any, updates: Any, stats: Any = None,
                running: Any = None, usage: Any = ()) -> dict:
@@ -399,37 +380,9 @@ class ControllerService:
             raise answer
         return answer
 
-    @turn
-    def reports(self, msgs: list) -> list:
-        return worker_requests.reports(self, msgs)
-
-    @turn
-    def worker_gone(self, worker_id: Any, address: Any, why: str) -> None:
-        worker_requests.worker_gone(self, worker_id, address, why)
-
-    @turn
-    def set_region_reports(self, reports: dict[str, dict]) -> None:
-        region_requests.set_region_reports(self, reports)
-
-    @turn
-    def forget_region(self, region: str) -> None:
-        region_requests.forget_region(self, region)
-
     def drop_absent_stats(self) -> None:
         """Forget the figures of workers no longer registered (reclaim.py)."""
         self.desk.drop_absent_stats()
-
-    @turn
-    def drain_hosts(self, hosts: Any) -> None:
-        region_requests.drain_hosts(self, hosts)
-
-    @turn
-    def undrain_hosts(self, hosts: Any) -> None:
-        region_requests.undrain_hosts(self, hosts)
-
-    @turn
-    def hosts_gone(self, gone: Any) -> None:
-        region_requests.hosts_gone(self, gone)
 
     @turn
     def gang_replies(self, region: str, replies: Any) -> None:
@@ -452,10 +405,6 @@ class ControllerService:
                 self.placement.note_reason(job_id, reason)
             self.replan()
             self.run_many(settled[0], schedule=True, later=True)
-
-    @turn
-    def inventory_push_failed(self, region: str, seq: int, why: str) -> None:
-        region_requests.inventory_push_failed(self, region, seq, why)
 
     @turn
     def budget_set(self, raw: dict) -> dict:

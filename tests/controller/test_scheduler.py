@@ -404,3 +404,20 @@ def test_schedule_single_host_tpu_task_breaks_the_smallest_idle_slice_not_a_gang
     assert placed(plan) == {"solo": "one-h0"}
     assert [r.gang_id for r in plan.gang_requests] == ["gang-g"]
     assert set(plan.gang_requests[0].hosts) == {f"big-h{j}" for j in range(4)}
+
+
+def test_schedule_a_gang_takes_its_fair_share_turn_among_single_tasks():
+    """Gangs are not a phase of their own: in one band a gang and a single task are served
+    in the users' fair-share order, so whoever uses less gets the last slice. Running the
+    gangs before the singles (or after) would give it to the same side both times."""
+    pending = [task("solo", "solo", user="bob", res=V5E_4), *gang_tasks("gang")]
+
+    def with_running(user):  # `user` already runs work in the band: the other goes first
+        return [*tpu_slice("big"), cpu_host("c1", cpu=8, running=(attempt("x", user=user),))]
+
+    alice_busy = schedule(with_running("alice"), pending)
+    assert set(placed(alice_busy)) == {"solo"} and alice_busy.gang_requests == []
+    assert alice_busy.reasons["gang-t0"].code is ReasonCode.NO_CAPACITY
+    bob_busy = schedule(with_running("bob"), pending)
+    assert placed(bob_busy) == {} and [g.gang_id for g in bob_busy.gang_requests] == ["gang-g"]
+    assert bob_busy.reasons["solo"].code is ReasonCode.NO_CAPACITY
