@@ -117,6 +117,14 @@ class Fleet:
         self._load_running(i, h)
         return True
 
+    def set_held(self, i: int, held: bool) -> None:
+        """Host i's hold set or cleared, nothing else about it changed: its row is the
+        same but for the flag (a copy of it, ~1 µs, where building the row again was ~15)."""
+        row = object.__new__(HostView)
+        row.__dict__.update(self.hosts[i].__dict__, held=held)
+        self.hosts[i] = row
+        self.blocked[i] = held
+
     def append(self, h: HostView) -> None:
         """A new host, last: the same as a build with it at the end of the list."""
         i = len(self.hosts)
