@@ -41,18 +41,6 @@ def host_row(state: KernelState, w: WorkerInfo, stopping: dict[str, Resources] |
              held: bool) -> HostView:
     """One worker as a host (see host_views)."""
     attrs = w.attributes
-    running = [RunningAttempt(a, "", "", "", Band.BATCH, per_host_demand(res),
-                              terminating=True)
-               for a, res in sorted((stopping or {}).items())]
-    for attempt_id in sorted(state.by_worker.get(w.worker_id, ())):
-        attempt = state.attempts[attempt_id]
-        spec = state.jobs[attempt.job_id].spec
-        running.append(RunningAttempt(
-            attempt_id, task_id(attempt.job_id, attempt.task_index), attempt.job_id,
-            spec.user, Band.parse(spec.priority),
-            per_host_demand(attempt_resources(spec, attempt.accelerator)),
-            gang_id(spec, attempt.task_index), started_at=attempt.started_at,
-            checkpoint_every=spec.checkpoint_every_s))
     accelerator = attrs.get("accelerator_type") or None
     return HostView(
         w.worker_id, w.region, attrs.get("zone", w.region),
@@ -61,7 +49,25 @@ def host_row(state: KernelState, w: WorkerInfo, stopping: dict[str, Resources] |
         accelerator=accelerator,
         accelerator_variant=_tpu_family(accelerator),
         preemptible=attrs.get("preemptible", "false").lower() == "true",
-        running=tuple(running), attributes=dict(attrs), held=held)
+        running=running_on(state, w.worker_id, stopping), attributes=dict(attrs), held=held)
+
+
+def running_on(state: KernelState, worker_id: str,
+               stopping: dict[str, Resources] | None) -> tuple[RunningAttempt, ...]:
+    """What a host's row says runs there: what it is stopping, then the kernel's attempts."""
+    running = [RunningAttempt(a, "", "", "", Band.BATCH, per_host_demand(res),
+                              terminating=True)
+               for a, res in sorted((stopping or {}).items())]
+    for attempt_id in sorted(state.by_worker.get(worker_id, ())):
+        attempt = state.attempts[attempt_id]
+        spec = state.jobs[attempt.job_id].spec
+        running.append(RunningAttempt(
+            attempt_id, task_id(attempt.job_id, attempt.task_index), attempt.job_id,
+            spec.user, Band.parse(spec.priority),
+            per_host_demand(attempt_resources(spec, attempt.accelerator)),
+            gang_id(spec, attempt.task_index), started_at=attempt.started_at,
+            checkpoint_every=spec.checkpoint_every_s))
+    return tuple(running)
 
 
 class FleetView:
@@ -102,12 +108,13 @@ class FleetView:
         if fleet is None or state is not self._state:
             return self._rebuild(state, workers, stopping, held, values)
         n = len(self._values)
+        registered: set[str] = set()
         if values != self._values:  # identity first: C speed when no one re-registered
             ids = list(workers)
             if ids[:n] != self._ids:
                 return self._rebuild(state, workers, stopping, held, values)
             old = self._values
-            changed.update(ids[i] for i in range(n) if values[i] is not old[i])
+            registered.update(ids[i] for i in range(n) if values[i] is not old[i])
             for wid in ids[n:]:
                 self._rows[wid] = len(fleet.hosts)
                 fleet.append(host_row(state, workers[wid], stopping.get(wid), wid in held))
@@ -119,14 +126,19 @@ class FleetView:
         flips = held ^ self._held
         self._held, self._stopping = held, stops
         rows = self._rows
-        for wid in changed:
+        for wid in registered:  # a new registration: the whole row again
+            row = host_row(state, workers[wid], stopping.get(wid), wid in held)
+            if not fleet.update(rows[wid], row):  # with other attributes
+                return self._rebuild(state, workers, stopping, held, values)
+            self.updated += 1
+        changed.difference_update(registered)
+        for wid in changed:  # what runs there: the row's registration part is kept
             i = rows.get(wid)
             if i is None or i >= n:  # not registered, or appended just now
                 continue
-            row = host_row(state, workers[wid], stopping.get(wid), wid in held)
-            if not fleet.update(i, row):  # re-registered with other attributes
-                return self._rebuild(state, workers, stopping, held, values)
+            fleet.set_running(i, running_on(state, wid, stopping.get(wid)), wid in held)
             self.updated += 1
+        changed |= registered
         for wid in flips.difference(changed):
             i = rows.get(wid)
             if i is not None and i < n:
