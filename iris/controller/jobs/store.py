@@ -89,10 +89,11 @@ def _v2_to_v3(db: sqlite3.Connection) -> None:
 # transaction; a file from a newer Iris is refused before anything in it is touched.
 _MIGRATIONS = {1: _v1_to_v2, 2: _v2_to_v3, 3: task_rows.v3_to_v4}
 
-_JOB_UPSERT = """
-INSERT INTO jobs (job_id, state, finished_at, spec, payload, record) VALUES (?, ?, ?, ?, ?, ?)
-ON CONFLICT (job_id) DO UPDATE SET
-    state = excluded.state, finished_at = excluded.finished_at, record = excluded.record"""
+# A job's row is written whole once; later writes change its state and record only, so the
+# spec is not encoded again for each (~10 µs a write, several writes a job).
+_JOB_UPDATE = "UPDATE jobs SET state = ?, finished_at = ?, record = ? WHERE job_id = ?"
+_JOB_INSERT = """
+INSERT INTO jobs (job_id, state, finished_at, spec, payload, record) VALUES (?, ?, ?, ?, ?, ?)"""
 
 
 @dataclass(frozen=True)
@@ -197,10 +198,12 @@ class JobStore:
         for job_id in p.deleted_jobs:
             self._delete_job(job_id)
         for job in p.jobs:
-            spec = job.spec
-            db.execute(_JOB_UPSERT, (job.job_id, job.state.value, job.finished_at,
-                                     json.dumps(spec.to_dict()), spec.entrypoint.payload,
-                                     json.dumps(job.to_dict())))
+            spec, record = job.spec, json.dumps(job.to_dict())
+            if not db.execute(_JOB_UPDATE, (job.state.value, job.finished_at, record,
+                                            job.job_id)).rowcount:
+                db.execute(_JOB_INSERT, (job.job_id, job.state.value, job.finished_at,
+                                         json.dumps(spec.to_dict()), spec.entrypoint.payload,
+                                         record))
             if spec.request_id:
                 db.execute("INSERT OR IGNORE INTO requests VALUES (?, ?)",
                            (spec.request_id, job.job_id))
