@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import fields
 
 from iris.controller.jobs import events as ev
-from iris.controller.jobs.env import gang_leader, task_environment
+from iris.controller.jobs.env import gang_leader, own_environment, shared_environment
 from iris.controller.jobs.spec import JobSpec
 from iris.controller.jobs.state import KernelState
 from iris.controller.scheduler_view import attempt_resources
@@ -33,24 +33,47 @@ def launch(state: KernelState, workers: Mapping[str, WorkerInfo], start: ev.Star
            controller_address: str, log_store: LogStoreConfig,
            attempt_base: int = 0, gangs: dict | None = None) -> control.Launch:
     """`gangs`: a dict kept for the starts of one committed change (the state does not move
-    between them), so that a gang's hosts are looked up once, not once per task."""
+    between them), so that what a gang's tasks share (its hosts, its coordinator, the
+    environment but for each task's own variables, resources, log store) is built once,
+    not once per task: the message of each start then holds the same shared parts."""
     spec: JobSpec = state.jobs[start.job_id].spec
     attempt = state.attempts[start.attempt_id]
-    env = task_environment(spec, start.task_index, start.attempt_id,
-                           controller_address=controller_address,
-                           coordinator_address=_coordinator(state, workers, spec, start),
-                           gang_hosts=_gang_hosts(state, workers, spec, start, gangs))
-    env["IRIS_NAMESPACE"] = namespace(spec.name)
-    resources = attempt_resources(spec, attempt.accelerator)
-    if resources.accelerator:  # which fallback alternative it got (or its only type)
-        env["IRIS_ACCELERATOR"] = resources.accelerator
+    parts = _shared(state, workers, spec, start, attempt.accelerator, controller_address,
+                    log_store, gangs)
+    coordinator, hosts, env, resources, log_fields = parts
+    env = dict(env)
+    env.update(own_environment(spec, start.task_index, start.attempt_id,
+                               coordinator_address=coordinator, gang_hosts=hosts))
     return control.Launch(
         attempt_id=start.attempt_id, job_id=start.job_id, task_index=start.task_index,
         attempt_number=attempt_base + attempt.number,
-        entrypoint=spec.entrypoint,
-        env=env, pip=tuple(spec.pip), resources=resources.to_dict(), bundle=spec.bundle,
-        # Scalars only: dataclasses.asdict's deep copy cost 40 µs a start.
-        log_store={name: getattr(log_store, name) for name in _LOG_STORE_FIELDS})
+        entrypoint=spec.entrypoint, env=env, pip=tuple(spec.pip), resources=resources,
+        bundle=spec.bundle, log_store=log_fields)
+
+
+def _shared(state: KernelState, workers: Mapping[str, WorkerInfo], spec: JobSpec,
+            start: ev.StartAttempt, accelerator: str | None, controller_address: str,
+            log_store: LogStoreConfig, gangs: dict | None) -> tuple:
+    """(coordinator, gang hosts, shared environment, resources, log store) of the start's
+    gang (of its job, without gangs) on `accelerator`, from `gangs` if built already."""
+    leader = gang_leader(spec, start.task_index) if spec.gang_size > 1 else None
+    key = ("start", spec.name, leader, accelerator)
+    parts = gangs.get(key) if gangs is not None else None
+    if parts is None:
+        coordinator = _coordinator(state, workers, spec, start)
+        env = shared_environment(spec, controller_address=controller_address,
+                                 coordinator_address=coordinator)
+        env["IRIS_NAMESPACE"] = namespace(spec.name)
+        resources = attempt_resources(spec, accelerator)
+        if resources.accelerator:  # which fallback alternative it got (or its only type)
+            env["IRIS_ACCELERATOR"] = resources.accelerator
+        parts = (coordinator, _gang_hosts(state, workers, spec, start, gangs), env,
+                 resources.to_dict(),
+                 # Scalars only: dataclasses.asdict's deep copy cost 40 µs a start.
+                 {name: getattr(log_store, name) for name in _LOG_STORE_FIELDS})
+        if gangs is not None:
+            gangs[key] = parts
+    return parts
 
 
 def _coordinator(state: KernelState, workers: Mapping[str, WorkerInfo], spec: JobSpec,

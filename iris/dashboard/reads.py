@@ -50,6 +50,15 @@ def _summary_columns(table: str = "jobs") -> str:
 _SUMMARY_COLUMNS = _summary_columns()
 _JOB_STATES = frozenset(s.value for s in JobState)
 _ACTIVE_STATES = ("pending", "building", "running")
+# A task's and an attempt's columns (the controller's jobs/rows.py, schema 4), as the keys
+# of their records (`index` is the column `idx`); a task's has_result is stored 0/1.
+_TASK_FIELDS = ("job_id", "index", "state", "attempt_id", "attempts", "failures",
+                "preemptions", "pending_since", "finished_at", "error", "has_result")
+_TASK_COLUMNS = ", ".join(("job_id", "idx", *_TASK_FIELDS[2:]))
+_ATTEMPT_FIELDS = ("attempt_id", "job_id", "task_index", "number", "worker_id", "state",
+                   "assigned_at", "started_at", "finished_at", "exit_code", "error",
+                   "accelerator")
+_ATTEMPT_COLUMNS = ", ".join(_ATTEMPT_FIELDS)
 
 
 @dataclass(frozen=True)
@@ -134,14 +143,15 @@ class JobReader:
         # The env is not shown (it may hold secrets); only the name iris.submit put there.
         view["spec"]["function"] = (spec.get("env") or {}).get(FUNCTION_ENV)
         attempts: dict[int, list[dict]] = {}
-        for (rec,) in self._db.execute("SELECT record FROM attempts WHERE job_id = ?",
-                                       (job_id,)):
-            attempt = json.loads(rec)
+        for row in self._db.execute(f"SELECT {_ATTEMPT_COLUMNS} FROM attempts "
+                                    "WHERE job_id = ?", (job_id,)):
+            attempt = dict(zip(_ATTEMPT_FIELDS, row, strict=True))
             attempts.setdefault(attempt["task_index"], []).append(attempt)
         tasks = []
-        for (rec,) in self._db.execute("SELECT record FROM tasks WHERE job_id = ? "
-                                       "ORDER BY idx", (job_id,)):
-            task = json.loads(rec)
+        for row in self._db.execute(f"SELECT {_TASK_COLUMNS} FROM tasks WHERE job_id = ? "
+                                    "ORDER BY idx", (job_id,)):
+            task = dict(zip(_TASK_FIELDS, row, strict=True))
+            task["has_result"] = bool(task["has_result"])
             task["attempt_list"] = sorted(attempts.get(task["index"], []),
                                           key=lambda a: a["number"])
             tasks.append(task)
@@ -154,10 +164,10 @@ class JobReader:
         out: dict[str, dict] = {}
         for chunk in _chunks(attempt_ids, 500):
             marks = ",".join("?" * len(chunk))
-            for attempt_id, rec in self._db.execute(
-                    f"SELECT attempt_id, record FROM attempts WHERE attempt_id IN ({marks})",
+            for row in self._db.execute(
+                    f"SELECT {_ATTEMPT_COLUMNS} FROM attempts WHERE attempt_id IN ({marks})",
                     chunk):
-                out[attempt_id] = json.loads(rec)
+                out[row[0]] = dict(zip(_ATTEMPT_FIELDS, row, strict=True))
         return out
 
     def pending_queue(self, limit_per_band: int = 200) -> dict[str, list[dict]]:
@@ -167,7 +177,7 @@ class JobReader:
             f"SELECT {_summary_columns('j')}, COUNT(*) "
             "FROM jobs j JOIN tasks t ON t.job_id = j.job_id "
             f"WHERE j.state IN ({','.join('?' * len(_ACTIVE_STATES))}) "
-            "AND json_extract(t.record, '$.state') = 'pending' "
+            "AND t.state = 'pending' "
             "GROUP BY j.job_id ORDER BY j.rowid",
             _ACTIVE_STATES).fetchall()
         bands: dict[str, list[dict]] = {p: [] for p in PRIORITIES}
@@ -183,7 +193,7 @@ class JobReader:
         """How many tasks are in each state (for /metrics; one scan of the tasks table)."""
         counts = {s.value: 0 for s in TaskState}
         for state, n in self._db.execute(
-                "SELECT json_extract(record, '$.state'), COUNT(*) FROM tasks GROUP BY 1"):
+                "SELECT state, COUNT(*) FROM tasks GROUP BY 1"):
             counts[state] = n
         return counts
 
@@ -192,7 +202,7 @@ class JobReader:
         for chunk in _chunks(job_ids, 500):
             marks = ",".join("?" * len(chunk))
             for job_id, state, n in self._db.execute(
-                    f"SELECT job_id, json_extract(record, '$.state'), COUNT(*) FROM tasks "
+                    f"SELECT job_id, state, COUNT(*) FROM tasks "
                     f"WHERE job_id IN ({marks}) GROUP BY 1, 2", chunk):
                 out.setdefault(job_id, {})[state] = n
         return out

@@ -302,8 +302,14 @@ def _plain(value: Any, sparse: bool = False) -> Any:
             if not (t is str or t is int or t is float or v is None or t is bool):
                 return {k: _plain(v, sparse) for k, v in value.items()}
         return dict(value)
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return encode(value, sparse=sparse)
+    if kind in _FIELDS or (dataclasses.is_dataclass(value) and not isinstance(value, type)):
+        return encode(value, sparse=sparse)  # a message class seen before: no is_dataclass
+    if kind is tuple:  # most (argv, pip) hold strings only: copied as a list
+        for v in value:
+            t = type(v)
+            if not (t is str or t is int or t is float or v is None or t is bool):
+                return [_plain(v, sparse) for v in value]
+        return list(value)
     if isinstance(value, tuple):
         return [_plain(v, sparse) for v in value]
     if isinstance(value, frozenset):

@@ -141,5 +141,14 @@ def test_fleet_view_rebuilds_only_what_changed(tmp_path):
         fleet = view.fleet(svc.state, svc.workers.workers, svc.stopping)
         assert view.rebuilds == rebuilds and fleet.hosts[-1].host_id == "w50"
         assert start.worker_id in svc.workers.workers
+        # A hold set or cleared flips the row's flag: no row is built again.
+        updated, flipped = view.updated, view.flipped
+        fleet = view.fleet(svc.state, svc.workers.workers, svc.stopping, held={"w7"})
+        assert (view.updated, view.flipped) == (updated, flipped + 1)
+        assert fleet.hosts[7].held and fleet.blocked[7]
+        fleet = view.fleet(svc.state, svc.workers.workers, svc.stopping, held=())
+        assert (view.updated, view.flipped) == (updated, flipped + 2)
+        assert not fleet.hosts[7].held and not fleet.blocked[7]
+        assert view.rebuilds == rebuilds
     finally:
         svc.close()

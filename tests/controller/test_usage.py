@@ -227,7 +227,7 @@ def test_a_version_2_job_store_gains_the_usage_tables_by_migration(tmp_path):
         assert store.notes("/alice/x") == [{"at": 1.0, "kind": "exec", "user": "alice"}]
     db = sqlite3.connect(tmp_path / DB_NAME)
     assert db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0] \
-        == str(SCHEMA_VERSION) == "3"
+        == str(SCHEMA_VERSION) == "4"
     db.close()
 
 

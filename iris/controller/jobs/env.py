@@ -31,27 +31,48 @@ def task_environment(spec: JobSpec, task_index: int, attempt_id: str, *,
     For a multi-host gang, `coordinator_address` ("host:port" of the gang's first task) is
     required: every process of the gang must dial the same JAX coordinator. `gang_hosts`
     names the host of each task of the gang, by position (unknown hosts read 127.0.0.1).
+    The shared part and the task's own, merged (see shared_environment).
     """
-    if not 0 <= task_index < spec.num_tasks:
-        raise ValueError(f"task index {task_index} out of range for {spec.num_tasks} tasks")
+    env = shared_environment(spec, controller_address=controller_address,
+                             coordinator_address=coordinator_address)
+    env.update(own_environment(spec, task_index, attempt_id,
+                               coordinator_address=coordinator_address, gang_hosts=gang_hosts))
+    return env
+
+
+def shared_environment(spec: JobSpec, *, controller_address: str,
+                       coordinator_address: str | None = None) -> dict[str, str]:
+    """The variables every task of a gang (or of a job without gangs) shares: the job's own
+    `env` overridden by Iris's. Built once per gang for its starts (controller/launch.py);
+    `own_environment` goes over it (a task's own variables override the job's `env` too)."""
     env = dict(spec.env)
     env.update({
         "IRIS_ADDRESS": controller_address,
         "IRIS_JOB_ID": spec.name,
-        "IRIS_TASK_INDEX": str(task_index),
         "IRIS_NUM_TASKS": str(spec.num_tasks),
-        "IRIS_ATTEMPT_ID": attempt_id,
     })
+    if spec.gang_size > 1:
+        if not coordinator_address:
+            raise ValueError(f"job {spec.name}: a gang of {spec.gang_size} needs a "
+                             "coordinator address")
+        env.update({"JAX_COORDINATOR_ADDRESS": coordinator_address,
+                    "JAX_NUM_PROCESSES": str(spec.gang_size)})
+    return env
+
+
+def own_environment(spec: JobSpec, task_index: int, attempt_id: str, *,
+                    coordinator_address: str | None = None,
+                    gang_hosts: Sequence[str] = ()) -> dict[str, str]:
+    """The variables of one task and attempt: its index, attempt, and place in its gang."""
+    if not 0 <= task_index < spec.num_tasks:
+        raise ValueError(f"task index {task_index} out of range for {spec.num_tasks} tasks")
+    env = {"IRIS_TASK_INDEX": str(task_index), "IRIS_ATTEMPT_ID": attempt_id}
     gang = spec.gang_size
     if gang > 1:
         if not coordinator_address:
             raise ValueError(f"job {spec.name}: a gang of {gang} needs a coordinator address")
         position = task_index % gang
-        env.update({
-            "JAX_COORDINATOR_ADDRESS": coordinator_address,
-            "JAX_NUM_PROCESSES": str(gang),
-            "JAX_PROCESS_ID": str(position),
-        })
+        env["JAX_PROCESS_ID"] = str(position)
         hosts = [gang_hosts[i] if i < len(gang_hosts) else "127.0.0.1" for i in range(gang)]
         if spec.resources.tpu:
             env.update(_tpu_slice_env(spec, position, hosts, coordinator_address))

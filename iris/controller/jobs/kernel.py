@@ -212,7 +212,7 @@ def _running(tx: lc.Tx, ev: AttemptRunning) -> None:
         return
     attempt.state = TaskState.RUNNING
     tx.state.set_task_state(task, TaskState.RUNNING)
-    attempt.started_at = tx.now
+    tx.state.attempt_started(attempt, tx.now)
     tx.touch(task, attempt)
     timeout = tx.state.jobs[task.job_id].spec.timeout_s
     if timeout is not None:

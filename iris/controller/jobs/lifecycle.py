@@ -7,8 +7,6 @@ Persist effect holding copies of exactly the changed records.
 
 from __future__ import annotations
 
-import copy
-
 from iris.controller.jobs.events import Effect, JobFinished, Persist, StopAttempt
 from iris.controller.jobs.model import (
     ACTIVE_ATTEMPT,
@@ -58,9 +56,10 @@ class Tx:
         live = self.state.jobs
         persist = Persist(
             event_id=self.event_id, kind=self.kind, at=self.now,
-            jobs=tuple(copy.copy(j) for j in self.jobs.values() if j.job_id in live),
-            tasks=tuple(copy.copy(t) for t in self.tasks.values() if t.job_id in live),
-            attempts=tuple(copy.copy(a) for a in self.attempts.values() if a.job_id in live),
+            # __copy__ itself (model.py): copy.copy's dispatch was a fifth of each copy.
+            jobs=tuple(j.__copy__() for j in self.jobs.values() if j.job_id in live),
+            tasks=tuple(t.__copy__() for t in self.tasks.values() if t.job_id in live),
+            attempts=tuple(a.__copy__() for a in self.attempts.values() if a.job_id in live),
             results=tuple(self.results), deleted_jobs=tuple(self.deleted))
         return [persist, *self.effects]
 

@@ -45,6 +45,10 @@ class KernelState:
     by_worker: dict[str, set[str]] = field(default_factory=dict)
     """worker id -> ids of the attempts the controller wants running there."""
     job_attempts: dict[str, list[str]] = field(default_factory=dict)
+    worker_changes: set[str] = field(default_factory=set, compare=False, repr=False)
+    """Workers whose attempts changed (one came, went, or started running) since the fleet
+    view last took this set (scheduler_view.FleetView, its one reader): the host rows to
+    rebuild, without comparing every host on every pass."""
     deadlines: list[tuple[float, int, str, tuple]] = field(default_factory=list)
     """Heap of (when, seq, kind, key): task timeouts and scheduling timeouts. Entries are
     checked when they fire, so a stale one (the task moved on) is simply dropped."""
@@ -91,12 +95,19 @@ class KernelState:
         self.attempts[attempt.attempt_id] = attempt
         self.job_attempts.setdefault(attempt.job_id, []).append(attempt.attempt_id)
         self.by_worker.setdefault(attempt.worker_id, set()).add(attempt.attempt_id)
+        self.worker_changes.add(attempt.worker_id)
+
+    def attempt_started(self, attempt: Attempt, now: float) -> None:
+        """The attempt reached RUNNING at `now` (its host's row shows when)."""
+        attempt.started_at = now
+        self.worker_changes.add(attempt.worker_id)
 
     def release_attempt(self, attempt: Attempt) -> None:
         """The attempt no longer holds its worker."""
         held = self.by_worker.get(attempt.worker_id)
         if held is not None:
             held.discard(attempt.attempt_id)
+            self.worker_changes.add(attempt.worker_id)
             if not held:
                 del self.by_worker[attempt.worker_id]
 
@@ -154,6 +165,7 @@ class KernelState:
         if attempt is None or attempt.state not in ACTIVE_ATTEMPT:
             return
         self.by_worker.setdefault(attempt.worker_id, set()).add(attempt.attempt_id)
+        self.worker_changes.add(attempt.worker_id)
         if attempt.state is TaskState.RUNNING and spec.timeout_s and attempt.started_at:
             self.add_deadline(attempt.started_at + spec.timeout_s, "timeout",
                               (attempt.attempt_id,))

@@ -104,18 +104,34 @@ class Fleet:
     def update(self, i: int, h: HostView) -> bool:
         """Host i is now `h`. False (nothing changed) when more than what runs on it or its
         hold changed: the caller then builds the fleet again."""
-        old = self.hosts[i]
-        if not same_static(old, h):
+        if not same_static(self.hosts[i], h):
             return False
+        self.set_running(i, h.running, h.held)
+        self.hosts[i] = h
+        return True
+
+    def set_running(self, i: int, running: tuple[RunningAttempt, ...], held: bool) -> None:
+        """Host i is its row but for what runs on it and its hold: `update` without
+        building the registration part again, nor comparing it."""
+        old = self.hosts[i]
         for a in old.running:
             if a.gang_id:
                 members = self.gang_members[a.gang_id]
                 members.remove((i, a))
                 if not members:
                     del self.gang_members[a.gang_id]
-        self.hosts[i] = h
-        self._load_running(i, h)
-        return True
+        row = object.__new__(HostView)
+        row.__dict__.update(old.__dict__, running=running, held=held)
+        self.hosts[i] = row
+        self._load_running(i, row)
+
+    def set_held(self, i: int, held: bool) -> None:
+        """Host i's hold set or cleared, nothing else about it changed: its row is the
+        same but for the flag (a copy of it, ~1 µs, where building the row again was ~15)."""
+        row = object.__new__(HostView)
+        row.__dict__.update(self.hosts[i].__dict__, held=held)
+        self.hosts[i] = row
+        self.blocked[i] = held
 
     def append(self, h: HostView) -> None:
         """A new host, last: the same as a build with it at the end of the list."""
