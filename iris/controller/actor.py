@@ -22,7 +22,7 @@ from typing import Any
 from iris.actors import Node, actor, tokens
 from iris.actors.batching import batched
 from iris.actors.hosting import requires
-from iris.actors.keys import CONTROLLER_KEY, region_key, worker_key
+from iris.actors.keys import CONTROLLER_KEY, REGISTRY_KEY, region_key, worker_key
 from iris.base.errors import ConfigError, InvalidRequestError, IrisError, NotFoundError
 from iris.controller.credentials import Credentials, controller_token, grant_roles, load_secret
 from iris.controller.inspect import locate, summary
@@ -368,6 +368,7 @@ class Controller:
                 self._svc.schedule_now()  # the end of the queue: the pass left for it
             last = gang_frames or self._node.backlog(CONTROLLER_KEY) == 0
             effects = self._svc.take_effects(gang_frames=last)
+            self._withdraw_names(self._svc.take_ended())
             if not effects:
                 return answer
             for effect in effects:
@@ -377,6 +378,13 @@ class Controller:
                     self._node.call_in_loop(self._waiters.wake, list(effect.job_ids))
                 else:  # region inventories and gang requests, in order
                     self._regions.carry(effect)
+
+    def _withdraw_names(self, attempts: list[str]) -> None:
+        """Ended attempts: the registry (served by this node) drops their actors' names now,
+        so a name served again never resolves to the stopped actor."""
+        if attempts:
+            self._node.call(self._node.address, REGISTRY_KEY, "withdraw", (attempts,),
+                            timeout_s=30.0).add_done_callback(_log_withdraw_failure)
 
     def _command(self, command: Command) -> None:
         """A start or stop to a worker, typed until here, with that worker's token."""
@@ -432,3 +440,9 @@ def _log_failure(fut: Any) -> None:
     error = fut.exception()
     if error is not None:  # the worker's heartbeat and reconcile repair what a lost call missed
         _log.warning("command to worker failed: %s", error)
+
+
+def _log_withdraw_failure(fut: Any) -> None:
+    error = fut.exception()
+    if error is not None:  # the names' leases still end them, within registry.LEASE_S
+        _log.warning("withdrawing ended attempts' names from the registry failed: %s", error)
