@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import asyncio
 import heapq
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from iris.actors.holders import NO_HOLDER, Holder, Withdrawn, check_holder, current_only
-from iris.actors.hosting import actor, requires
+from iris.actors.hosting import HostedActor, actor
 from iris.base.clock import SYSTEM_CLOCK, Clock
 from iris.base.errors import InvalidRequestError, StaleAttemptError
 from iris.base.ids import normalize_path
@@ -216,9 +217,10 @@ class Registry:
                          key: str | None = None) -> int:
         return self._table.unregister(name, address, key)
 
-    @requires()  # the controller, in this process: a client must not drop others' names
-    async def withdraw(self, attempts: list[str]) -> int:
-        """These attempts ended: their names go now, and they may not register again."""
+    def _withdraw(self, attempts: list[str]) -> int:
+        """These attempts ended: their names go now, and they may not register again. On
+        the node's loop, where this actor's methods run (`withdrawer`); not a method a
+        caller can reach."""
         return self._table.withdraw(attempts, self._clock.monotonic())
 
     async def renew(self, owner: str) -> int:
@@ -278,3 +280,11 @@ class Registry:
         to_wall = self._clock.wall() - now
         return [{**e.as_dict(), "registered_at": e.registered_at + to_wall,
                  "expires_at": e.expires_at + to_wall} for e in self._table.list(prefix, now)]
+
+
+def withdrawer(hosted: HostedActor) -> Callable[[list[str]], None]:
+    """How the controller hosted beside this registry withdraws ended attempts' names: run
+    on the node's loop, in order with the registry's calls, never a call through the node's
+    own address. Thread-safe; returns at once."""
+    registry: Registry = hosted.instance
+    return lambda attempts: hosted.node.call_in_loop(registry._withdraw, attempts)

@@ -17,12 +17,13 @@ import asyncio
 import dataclasses
 import logging
 import re
+from collections.abc import Callable
 from typing import Any
 
 from iris.actors import Node, actor, tokens
 from iris.actors.batching import batched
 from iris.actors.hosting import requires
-from iris.actors.keys import CONTROLLER_KEY, REGISTRY_KEY, region_key, worker_key
+from iris.actors.keys import CONTROLLER_KEY, region_key, worker_key
 from iris.base.errors import ConfigError, InvalidRequestError, IrisError, NotFoundError
 from iris.controller.credentials import Credentials, controller_token, grant_roles, load_secret
 from iris.controller.inspect import locate, summary
@@ -48,8 +49,11 @@ class Controller:
     # each tick that finds nothing to do costs a few microseconds.
     tick_interval_s = 0.05
 
-    def __init__(self, config: ControllerConfig, node: Node):
+    def __init__(self, config: ControllerConfig, node: Node,
+                 withdraw_names: Callable[[list[str]], None] | None = None):
         self._node = node
+        # The registry beside it (registry.withdrawer): ended attempts' names go at once.
+        self._withdraw_names = withdraw_names
         # Region actors other nodes serve (regions/remote.py): a bad entry stops the start.
         remote = check_region_actors(config.region_actors, {r.region for r in config.autoscale})
         self._svc = ControllerService(config, node.address, node.clock)
@@ -368,7 +372,9 @@ class Controller:
                 self._svc.schedule_now()  # the end of the queue: the pass left for it
             last = gang_frames or self._node.backlog(CONTROLLER_KEY) == 0
             effects = self._svc.take_effects(gang_frames=last)
-            self._withdraw_names(self._svc.take_ended())
+            ended = self._svc.take_ended()
+            if ended and self._withdraw_names is not None:  # before the stops go out
+                self._withdraw_names(ended)
             if not effects:
                 return answer
             for effect in effects:
@@ -378,13 +384,6 @@ class Controller:
                     self._node.call_in_loop(self._waiters.wake, list(effect.job_ids))
                 else:  # region inventories and gang requests, in order
                     self._regions.carry(effect)
-
-    def _withdraw_names(self, attempts: list[str]) -> None:
-        """Ended attempts: the registry (served by this node) drops their actors' names now,
-        so a name served again never resolves to the stopped actor."""
-        if attempts:
-            self._node.call(self._node.address, REGISTRY_KEY, "withdraw", (attempts,),
-                            timeout_s=30.0).add_done_callback(_log_withdraw_failure)
 
     def _command(self, command: Command) -> None:
         """A start or stop to a worker, typed until here, with that worker's token."""
@@ -440,9 +439,3 @@ def _log_failure(fut: Any) -> None:
     error = fut.exception()
     if error is not None:  # the worker's heartbeat and reconcile repair what a lost call missed
         _log.warning("command to worker failed: %s", error)
-
-
-def _log_withdraw_failure(fut: Any) -> None:
-    error = fut.exception()
-    if error is not None:  # the names' leases still end them, within registry.LEASE_S
-        _log.warning("withdrawing ended attempts' names from the registry failed: %s", error)

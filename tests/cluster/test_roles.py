@@ -74,11 +74,8 @@ EXPECTED: dict[str, dict[str, frozenset]] = {
         **dict.fromkeys(["sync", "sync_delta", "handle", "handle_many"], CONTROLLER),
         **dict.fromkeys(["stop_slices", "handle_requests"], INTERNAL),
     },
-    "registry": {
-        **dict.fromkeys(["register", "unregister", "renew", "resolve", "resolve_any", "list"],
-                        ANY),
-        "withdraw": INTERNAL,
-    },
+    "registry": dict.fromkeys(["register", "unregister", "renew", "resolve", "resolve_any",
+                               "list"], ANY),
     "worker": {
         "status": ANY,
         **dict.fromkeys(["start_attempt", "stop_attempt", "drain"], CONTROLLER),
