@@ -120,7 +120,7 @@ def _kill_live_jobs(cluster) -> None:
     next test's actor of the same name never meets them. A name still listed is a stale
     entry, which `iris.spawn` or `iris.resolve` might hand back: fail here, naming it and
     its holder. The wait covers the withdrawal's hop from the controller to the registry
-    (one in-process call); it is one renewal interval, a third of the registry's lease, so
+    (a post onto the node's loop); it is one renewal interval, a third of the registry's lease, so
     a name that only its lease would have cleared is seen here."""
     from iris.actors.registry import RENEW_INTERVAL_S
     from iris.client.retry import call_controller
