@@ -17,11 +17,12 @@ from iris.actors.config import NodeConfig
 from iris.actors.current import context as _context
 from iris.actors.current import current_context, in_task, set_joiner
 from iris.actors.future import ActorFuture
+from iris.actors.holders import holder_from_env
 from iris.actors.node import Node
 from iris.actors.refs import ActorGroup, ActorRef
 from iris.actors.registry import LEASE_S, REGISTRY_KEY, RENEW_INTERVAL_S
 from iris.actors.security import Security
-from iris.base.errors import ActorNotFoundError, ConfigError
+from iris.base.errors import ActorNotFoundError, ConfigError, StaleAttemptError
 from iris.base.ids import join_path, parent_path
 
 _log = logging.getLogger(__name__)
@@ -60,6 +61,10 @@ class ClusterContext:
         self.namespace = namespace
         self._owns_node = owns_node
         self._served: dict[str, str] = {}  # absolute name -> key in this node
+        # The task attempt this process runs as (None outside a task): the registry drops
+        # its names when the controller ends that attempt.
+        self._holder = holder_from_env(os.environ)
+        self._sole: set[str] = set()  # names served as a spawned actor's (serve_spawned)
         self._tokens: list = []
         self._closed = False
         node.cluster = self
@@ -91,18 +96,37 @@ class ClusterContext:
 
     def serve(self, cls: type, name: str, *args: Any, **kwargs: Any) -> ActorRef:
         """Host an instance of `cls` in this process and register it as `name`."""
+        return self._serve(cls, name, args, kwargs, sole=False)
+
+    def serve_spawned(self, cls: type, name: str, args: tuple = ()) -> ActorRef:
+        """As serve, for the actor `iris.spawn` started: inside a task, the name is that job's
+        alone, so a later spawn's job serving it hides this one (holders.py)."""
+        return self._serve(cls, name, args, {}, sole=True)
+
+    def _serve(self, cls: type, name: str, args: tuple, kwargs: dict, sole: bool) -> ActorRef:
         full = self.full_name(name)
         self.node.host(full, cls, args, kwargs)
+        holder = self._holder_of(full, sole)
         try:
-            self._registry("register", full, self.node.address, full, self.node.id).result()
+            self._registry("register", full, self.node.address, full, self.node.id, None,
+                           holder).result()
         except BaseException:
             self.node.unhost(full)
             raise
         self._served[full] = full
         return ActorRef(full, self.node.address, full)
 
+    def _holder_of(self, full: str, sole: bool | None = None) -> dict | None:
+        """The holder `full` is registered with (remembering `sole` when given)."""
+        if sole is not None:
+            (self._sole.add if sole else self._sole.discard)(full)
+        if self._holder is None:
+            return None
+        return {**self._holder, "sole": True} if full in self._sole else self._holder
+
     def unserve(self, name: str) -> None:
         full = self.full_name(name)
+        self._sole.discard(full)
         if self._served.pop(full, None) is not None:
             self._registry("unregister", full, self.node.address, full).result()
             self.node.unhost(full)
@@ -118,13 +142,19 @@ class ClusterContext:
         first = endpoints[0]
         return ActorRef(first["name"], first["address"], first["key"])
 
-    def resolve_all(self, name: str, timeout: float = 0.0) -> ActorGroup:
-        """Every live replica of `name` (waiting up to `timeout` s for at least one)."""
-        endpoints = self._lookup(name, timeout)
+    def resolve_all(self, name: str, timeout: float = 0.0, job: str | None = None
+                    ) -> ActorGroup:
+        """Every live replica of `name` (waiting up to `timeout` s for at least one); with
+        `job`, only those that job's tasks serve (`name` is then taken as given, not looked
+        up through enclosing namespaces)."""
+        endpoints = self._lookup(name, timeout, job)
         full = endpoints[0]["name"] if endpoints else self.full_name(name)
         return ActorGroup(full, [ActorRef(full, e["address"], e["key"]) for e in endpoints])
 
-    def _lookup(self, name: str, timeout: float) -> list[dict]:
+    def _lookup(self, name: str, timeout: float, job: str | None = None) -> list[dict]:
+        if job is not None:
+            return self._registry("resolve", self.full_name(name), timeout, job,
+                                  timeout_s=timeout + _REGISTRY_TIMEOUT_S).result()
         return self._registry("resolve_any", self.scope(name), timeout,
                               timeout_s=timeout + _REGISTRY_TIMEOUT_S).result()
 
@@ -170,7 +200,17 @@ class ClusterContext:
             return
         if fut.result() < len(self._served):  # the registry lost us (restart, or a long stall)
             for full, key in list(self._served.items()):
-                self._registry("register", full, self.node.address, key, self.node.id)
+                self._registry("register", full, self.node.address, key, self.node.id, None,
+                               self._holder_of(full)).add_done_callback(
+                    lambda f, full=full: self._registered_again(full, f))
+
+    def _registered_again(self, full: str, fut: ActorFuture) -> None:
+        error = fut.exception()
+        if isinstance(error, StaleAttemptError):  # this attempt was ended: its names went
+            if self._served.pop(full, None) is not None:
+                _log.info("%s is no longer registered: %s", full, error)
+        elif error is not None:
+            _log.warning("registering %s again failed: %s", full, error)
 
     # ------------------------------------------------------------ lifecycle
 

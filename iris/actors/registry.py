@@ -5,17 +5,26 @@ the cluster's root node under REGISTRY_KEY. A node renews the leases of all the 
 registered with one `renew(owner)` call per RENEW_INTERVAL_S; when its process dies the
 renewals stop and its names vanish after LEASE_S. A renew that finds nothing (the registry
 restarted and forgot) tells the node to register its names again.
+
+A name served by a task carries its holder: the job, the task index and the attempt id (the
+controller's fencing token). The controller withdraws an attempt's names the moment that
+attempt ends (killed, exited, its worker lost), and a withdrawn attempt may not register
+again; while a dead holder's lease still runs, a newer attempt of the same task, or for a
+spawned actor's name a newer job, registering the name hides it. So a name served again
+after its actor was stopped resolves to the new actor, never the old one (holders.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import heapq
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
-from iris.actors.hosting import actor
+from iris.actors.holders import NO_HOLDER, Holder, Withdrawn, check_holder, current_only
+from iris.actors.hosting import HostedActor, actor
 from iris.base.clock import SYSTEM_CLOCK, Clock
-from iris.base.errors import InvalidRequestError
+from iris.base.errors import InvalidRequestError, StaleAttemptError
 from iris.base.ids import normalize_path
 
 REGISTRY_KEY = "/iris/registry"
@@ -38,6 +47,10 @@ class Endpoint:
     owner: str  # the node id that renews it
     registered_at: float
     expires_at: float
+    job: str = ""  # the holder (holders.py); "" when not served by a task
+    task: int = -1
+    attempt: str = ""
+    sole: bool = False
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -54,11 +67,14 @@ class RegistryTable:
     def __init__(self) -> None:
         self._names: dict[str, dict[tuple[str, str], Endpoint]] = {}
         self._owned: dict[str, set[tuple[str, str, str]]] = {}  # owner -> (name, address, key)
+        self._held: dict[str, set[tuple[str, str, str]]] = {}  # attempt id -> its entries
         self._deadlines: list[tuple[float, str]] = []  # (expiry, owner); stale ones skipped
+        self.withdrawn = Withdrawn()
 
     def register(self, name: str, address: str, key: str, owner: str, lease_s: float,
-                 now: float) -> Endpoint:
-        """Idempotent: registering the same (name, address, key) again renews it."""
+                 now: float, holder: Holder = NO_HOLDER) -> Endpoint:
+        """Idempotent: registering the same (name, address, key) again renews it. Refused
+        (StaleAttemptError) for a holder whose attempt was withdrawn: it has ended."""
         if not isinstance(name, str):
             raise InvalidRequestError(f"name: expected a string, got {type(name).__name__}",
                                       "name")
@@ -71,6 +87,10 @@ class RegistryTable:
         if isinstance(lease_s, bool) or not isinstance(lease_s, int | float) \
                 or not 0 < lease_s <= 3600:
             raise InvalidRequestError(f"register {name}: lease_s must be in (0, 3600]", "lease_s")
+        if holder.attempt and self.withdrawn.has(holder.attempt, now):
+            raise StaleAttemptError(
+                f"register {name}: attempt {holder.attempt} of {holder.job}[{holder.task}] "
+                "has ended (its names were withdrawn)")
         entries = self._names.setdefault(name, {})
         existing = entries.get((address, key))
         if existing is None and len(self._owned.get(owner, ())) >= MAX_NAMES_PER_OWNER:
@@ -83,11 +103,14 @@ class RegistryTable:
             self._disown(existing)
             existing.owner = owner
             existing.expires_at = now + lease_s
+            existing.job, existing.task, existing.attempt, existing.sole = holder
             entry = existing
         else:
             entry = entries[(address, key)] = Endpoint(name, address, key, owner, now,
-                                                       now + lease_s)
+                                                       now + lease_s, *holder)
         self._owned.setdefault(owner, set()).add((name, address, key))
+        if holder.attempt:
+            self._held.setdefault(holder.attempt, set()).add((name, address, key))
         heapq.heappush(self._deadlines, (entry.expires_at, owner))
         return entry
 
@@ -101,6 +124,20 @@ class RegistryTable:
         if not entries:
             self._names.pop(name, None)
         return len(doomed)
+
+    def withdraw(self, attempts: list[str], now: float) -> int:
+        """The attempts ended: drop their names now, and refuse them from now on."""
+        if not isinstance(attempts, list) or not all(
+                isinstance(a, str) and 0 < len(a) <= 256 for a in attempts):
+            raise InvalidRequestError("withdraw: attempts must be a list of attempt ids "
+                                      "(non-empty strings of at most 256 characters)",
+                                      "attempts")
+        removed = 0
+        for attempt in attempts:
+            self.withdrawn.add(attempt, now)
+            for name, address, key in list(self._held.get(attempt, ())):
+                removed += self.unregister(name, address, key)
+        return removed
 
     def renew(self, owner: str, lease_s: float, now: float) -> int:
         """Extend every live name of `owner`: O(its names), not O(the table)."""
@@ -134,14 +171,20 @@ class RegistryTable:
             owned.discard((entry.name, entry.address, entry.key))
             if not owned:
                 del self._owned[entry.owner]
+        held = self._held.get(entry.attempt) if entry.attempt else None
+        if held is not None:
+            held.discard((entry.name, entry.address, entry.key))
+            if not held:
+                del self._held[entry.attempt]
 
     def lookup(self, name: str, now: float) -> list[Endpoint]:
-        """Live endpoints of `name`, oldest registration first."""
+        """Live endpoints of `name` held by its current holders, oldest registration first
+        (a newer job's, or a newer attempt's, hide those they replace: holders.py)."""
         entries = self._names.get(name)
         if not entries:
             return []
-        return sorted((e for e in entries.values() if e.expires_at > now),
-                      key=lambda e: (e.registered_at, e.address, e.key))
+        return current_only(sorted((e for e in entries.values() if e.expires_at > now),
+                                   key=lambda e: (e.registered_at, e.address, e.key)))
 
     def list(self, prefix: str, now: float) -> list[Endpoint]:
         return [e for name in sorted(self._names) if name.startswith(prefix)
@@ -159,9 +202,12 @@ class Registry:
         self._waiters: dict[str, list[asyncio.Future]] = {}
 
     async def register(self, name: str, address: str, key: str, owner: str,
-                       lease_s: float | None = None) -> dict:
+                       lease_s: float | None = None, holder: dict | None = None) -> dict:
+        """`holder`: the task attempt serving the name ({"job", "task", "attempt"}), so the
+        controller can withdraw it when that attempt ends; None outside a task."""
+        checked = check_holder(name if isinstance(name, str) else "?", holder)
         entry = self._table.register(name, address, key, owner, lease_s or self._lease_s,
-                                     self._clock.monotonic())
+                                     self._clock.monotonic(), checked)
         for waiter in self._waiters.pop(entry.name, []):
             if not waiter.done():
                 waiter.set_result(None)
@@ -171,6 +217,12 @@ class Registry:
                          key: str | None = None) -> int:
         return self._table.unregister(name, address, key)
 
+    def _withdraw(self, attempts: list[str]) -> int:
+        """These attempts ended: their names go now, and they may not register again. On
+        the node's loop, where this actor's methods run (`withdrawer`); not a method a
+        caller can reach."""
+        return self._table.withdraw(attempts, self._clock.monotonic())
+
     async def renew(self, owner: str) -> int:
         if not isinstance(owner, str):
             raise InvalidRequestError("owner: expected a string", "owner")
@@ -178,52 +230,48 @@ class Registry:
         self._table.expire(now)
         return self._table.renew(owner, self._lease_s, now)
 
-    async def resolve(self, name: str, wait_s: float = 0.0) -> list[dict]:
-        """Live endpoints of `name`; with wait_s > 0, wait up to that long for one to appear."""
-        name = normalize_path(name)
-        entries = self._table.lookup(name, self._clock.monotonic())
-        if entries or wait_s <= 0:
-            return [e.as_dict() for e in entries]
-        waiter = asyncio.get_running_loop().create_future()
-        self._waiters.setdefault(name, []).append(waiter)
-        try:
-            await asyncio.wait_for(waiter, timeout=min(wait_s, MAX_WAIT_S))
-        except TimeoutError:
-            pass
-        finally:
-            waiters = self._waiters.get(name)
-            if waiters and waiter in waiters:
-                waiters.remove(waiter)
-                if not waiters:
-                    del self._waiters[name]
-        return [e.as_dict() for e in self._table.lookup(name, self._clock.monotonic())]
+    async def resolve(self, name: str, wait_s: float = 0.0, job: str | None = None
+                      ) -> list[dict]:
+        """Live endpoints of `name`; with wait_s > 0, wait up to that long for one to appear.
+        With `job`, only the endpoints that job's tasks hold (how a spawn finds its own
+        actor, not an earlier one of the same name)."""
+        if job is not None and (not isinstance(job, str) or not job):
+            raise InvalidRequestError("resolve: job must be a non-empty job id", "job")
+        return await self._first_found([normalize_path(name)], wait_s, job)
 
     async def resolve_any(self, names: list[str], wait_s: float = 0.0) -> list[dict]:
         """Endpoints of the first of `names` that is registered (waiting up to wait_s for
         any of them): how a relative name is looked up through enclosing namespaces."""
-        names = [normalize_path(n) for n in names]
+        return await self._first_found([normalize_path(n) for n in names], wait_s, None)
+
+    async def _first_found(self, names: list[str], wait_s: float, job: str | None
+                           ) -> list[dict]:
         deadline = self._clock.monotonic() + min(max(wait_s, 0.0), MAX_WAIT_S)
         while True:
             now = self._clock.monotonic()
             for name in names:
-                entries = self._table.lookup(name, now)
+                entries = [e for e in self._table.lookup(name, now)
+                           if job is None or e.job == job]
                 if entries:
                     return [e.as_dict() for e in entries]
             if now >= deadline:
                 return []
-            waiters = [asyncio.get_running_loop().create_future() for _ in names]
+            await self._any_registered(names, deadline - now)
+
+    async def _any_registered(self, names: list[str], timeout: float) -> None:
+        """Wait until one of `names` is registered (again), or `timeout` passes."""
+        waiters = [asyncio.get_running_loop().create_future() for _ in names]
+        for name, waiter in zip(names, waiters, strict=True):
+            self._waiters.setdefault(name, []).append(waiter)
+        try:
+            await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
             for name, waiter in zip(names, waiters, strict=True):
-                self._waiters.setdefault(name, []).append(waiter)
-            try:
-                await asyncio.wait(waiters, timeout=deadline - now,
-                                   return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                for name, waiter in zip(names, waiters, strict=True):
-                    pending = self._waiters.get(name)
-                    if pending and waiter in pending:
-                        pending.remove(waiter)
-                        if not pending:
-                            del self._waiters[name]
+                pending = self._waiters.get(name)
+                if pending and waiter in pending:
+                    pending.remove(waiter)
+                    if not pending:
+                        del self._waiters[name]
 
     async def list(self, prefix: str = "/") -> list[dict]:
         """Live entries under `prefix`; `registered_at` and `expires_at` in wall-clock epoch
@@ -232,3 +280,11 @@ class Registry:
         to_wall = self._clock.wall() - now
         return [{**e.as_dict(), "registered_at": e.registered_at + to_wall,
                  "expires_at": e.expires_at + to_wall} for e in self._table.list(prefix, now)]
+
+
+def withdrawer(hosted: HostedActor) -> Callable[[list[str]], None]:
+    """How the controller hosted beside this registry withdraws ended attempts' names: run
+    on the node's loop, in order with the registry's calls, never a call through the node's
+    own address. Thread-safe; returns at once."""
+    registry: Registry = hosted.instance
+    return lambda attempts: hosted.node.call_in_loop(registry._withdraw, attempts)

@@ -269,7 +269,9 @@ def spawn_job(cls: type, *args: Any, name: str, resources: Resources | None = No
     clock = SYSTEM_CLOCK
     deadline = clock.monotonic() + timeout
     while True:  # the name appears, or the task's own error comes back as soon as it fails
-        group = ctx.resolve_all(full, timeout=min(1.0, max(deadline - clock.monotonic(), 0)))
+        # Only this job's actors: an earlier one of the same name may still be listed.
+        group = ctx.resolve_all(full, timeout=min(1.0, max(deadline - clock.monotonic(), 0)),
+                                job=job.job_id)
         if len(group) >= replicas:
             break
         state = job.status()["state"]
@@ -292,7 +294,7 @@ def _serve_forever(cls: type, full_name: str, args: tuple) -> None:
     from iris.worker.task_runtime import on_preempt  # as `iris.on_preempt` in any task
 
     ctx = connect()
-    ctx.serve(cls, full_name, *args)
+    ctx.serve_spawned(cls, full_name, args)
     # Stopped (the job killed, its parent gone, the host preempted): the name leaves the
     # registry now, so a caller or a new actor of that name does not meet the old one for
     # the rest of its lease (registry.LEASE_S, 3 s). After the actor's own callbacks.

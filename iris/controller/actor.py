@@ -17,6 +17,7 @@ import asyncio
 import dataclasses
 import logging
 import re
+from collections.abc import Callable
 from typing import Any
 
 from iris.actors import Node, actor, tokens
@@ -48,8 +49,11 @@ class Controller:
     # each tick that finds nothing to do costs a few microseconds.
     tick_interval_s = 0.05
 
-    def __init__(self, config: ControllerConfig, node: Node):
+    def __init__(self, config: ControllerConfig, node: Node,
+                 withdraw_names: Callable[[list[str]], None] | None = None):
         self._node = node
+        # The registry beside it (registry.withdrawer): ended attempts' names go at once.
+        self._withdraw_names = withdraw_names
         # Region actors other nodes serve (regions/remote.py): a bad entry stops the start.
         remote = check_region_actors(config.region_actors, {r.region for r in config.autoscale})
         self._svc = ControllerService(config, node.address, node.clock)
@@ -368,6 +372,9 @@ class Controller:
                 self._svc.schedule_now()  # the end of the queue: the pass left for it
             last = gang_frames or self._node.backlog(CONTROLLER_KEY) == 0
             effects = self._svc.take_effects(gang_frames=last)
+            ended = self._svc.take_ended()
+            if ended and self._withdraw_names is not None:  # before the stops go out
+                self._withdraw_names(ended)
             if not effects:
                 return answer
             for effect in effects:

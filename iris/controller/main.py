@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from iris.actors import ClusterContext, Node, NodeConfig, Registry, Security, ports, tokens
 from iris.actors.keys import CONTROLLER_KEY, INSPECT_KEY, region_key
-from iris.actors.registry import REGISTRY_KEY
+from iris.actors.registry import REGISTRY_KEY, withdrawer
 from iris.base.errors import ConfigError, ConflictError, IrisError
 from iris.controller.actor import Controller
 from iris.controller.checkpoint import CheckpointSettings, from_storage
@@ -73,8 +73,9 @@ def tune_gc() -> None:
 
 def host_controller(node: Node, config: ControllerConfig) -> None:
     """Serve the registry and the controller in `node` (the cluster's address is its address)."""
-    node.host(REGISTRY_KEY, Registry)
-    node.host(CONTROLLER_KEY, Controller, (config, node))
+    registry = node.host(REGISTRY_KEY, Registry)
+    # Ended attempts' names leave the registry as the controller ends them (holders.py).
+    node.host(CONTROLLER_KEY, Controller, (config, node, withdrawer(registry)))
     # Looking inside tasks (issue 31): calls workers with their command tokens.
     node.host(INSPECT_KEY, Inspector, (node,))
 

@@ -34,6 +34,7 @@ from iris.controller.figures_feed import FiguresFeed
 from iris.controller.gangs.tracking import CoordinatorConfig, GangTracker
 from iris.controller.jobs import event_log, kernel
 from iris.controller.jobs import events as ev
+from iris.controller.jobs.model import ACTIVE_ATTEMPT
 from iris.controller.jobs.spec import JobSpec
 from iris.controller.jobs.state import KernelConfig
 from iris.controller.jobs.store import JobStore
@@ -71,6 +72,8 @@ class ControllerService:
         self.bundles = BundleStore(config.state_dir / "bundles")
         self.commands: list[Command] = []
         self._finished: list[str] = []
+        self._ended: list[str] = []  # attempts ended since take_ended: the registry drops
+        # their names (their actors are stopped or dead)
         self._broken: str | None = None
         self._turn_now: tuple[float, float] | None = None  # (wall, monotonic): turns.py
         # Placement runs only after something changed (an event, a worker came or went):
@@ -133,7 +136,10 @@ class ControllerService:
             self.sync_regions(force=self.gangs.asked())
         if not effects:
             return effects
-        self._commit([e for e in effects if isinstance(e, ev.Persist)], log)
+        persists = [e for e in effects if isinstance(e, ev.Persist)]
+        self._commit(persists, log)
+        self._ended += [a.attempt_id for p in persists for a in p.attempts
+                        if a.state not in ACTIVE_ATTEMPT and a.finished_at == p.at]
         self.figures_feed.observe(effects, self.state, now)
         gangs: dict = {}  # each gang's hosts, looked up once for its starts (launch.py)
         for effect in effects:
@@ -330,6 +336,11 @@ class ControllerService:
         if finished:
             effects.append(JobsFinished(tuple(finished)))
         return effects
+
+    def take_ended(self) -> list[str]:
+        """The attempts that ended since the last call (their registry names must go)."""
+        ended, self._ended = self._ended, []
+        return ended
 
     def take_commands(self) -> list[Command]:
         """Only the commands to workers (what tests of the service look at)."""

@@ -115,24 +115,25 @@ def backend(request) -> Iterator[str]:
 
 
 def _kill_live_jobs(cluster) -> None:
-    """Kill what the test left running, then wait for their names to leave the registry,
-    so the next test's actor of the same name is not mistaken for them: `iris.spawn` returns
-    whichever actor the registry names, and a killed one that is still listed there answers
-    nothing (the next test's calls then fail after the 3 s peer-dead rule, as if its own
-    actor were starved). A killed task leaves at once; a dead one's name lapses after the
-    registry's lease, so the bound is that lease many times over, and past it this fails
-    here, naming them, not in the next test."""
-    from iris.actors.registry import LEASE_S
+    """Kill what the test left running, then check that their names left the registry: the
+    controller withdraws an attempt's names as it ends it (iris/actors/holders.py), so the
+    next test's actor of the same name never meets them. A name still listed is a stale
+    entry, which `iris.spawn` or `iris.resolve` might hand back: fail here, naming it and
+    its holder. The wait covers the withdrawal's hop from the controller to the registry
+    (a post onto the node's loop); it is one renewal interval, a third of the registry's lease, so
+    a name that only its lease would have cleared is seen here."""
+    from iris.actors.registry import RENEW_INTERVAL_S
     from iris.client.retry import call_controller
 
     for row in call_controller(cluster.node, cluster.address, "list_jobs", (None, False)):
         call_controller(cluster.node, cluster.address, "kill", (row["job_id"],))
     gate = threading.Event()
-    deadline = time.monotonic() + 20 * LEASE_S
+    deadline = time.monotonic() + RENEW_INTERVAL_S
     while True:
-        left = [a["name"] for a in cluster.list_actors("/") if not a["name"].startswith("/iris")]
+        left = [f"{a['name']} (job {a.get('job') or '-'}, attempt {a.get('attempt') or '-'})"
+                for a in cluster.list_actors("/") if not a["name"].startswith("/iris")]
         if not left:
             return
         assert time.monotonic() < deadline, \
-            f"killed actors still registered {20 * LEASE_S:.0f} s later: {left}"
-        gate.wait(0.1)
+            f"killed actors still registered after their jobs were killed: {left}"
+        gate.wait(0.05)

@@ -1,0 +1,135 @@
+"""Who holds a registry name: the task attempt serving it, and which holder is current. Pure.
+
+A name served from inside a task carries its holder: the job id, the task index and the
+attempt id (the controller's fencing token, $IRIS_ATTEMPT_ID), and whether the name is the
+job's alone (`sole`: an actor `iris.spawn` started; a name many jobs join, such as a weights
+publisher's subscribers, is not). The rules:
+- An attempt's names are withdrawn when the controller ends that attempt, and the attempt may
+  not register again (`Withdrawn` remembers it for WITHDRAWN_KEEP_S): a stopping process's
+  re-registration cannot bring a dead actor back.
+- Among the live entries of one name, a newer attempt of a task hides that task's older
+  attempt (one task never runs two), and among `sole` entries a newer job hides an older
+  one (newer: registered the name later). A dead holder nobody reported (its host vanished)
+  is thus passed over as soon as its successor registers, not after its lease. Entries
+  without a holder (served by a process outside any task) are never hidden: several of
+  them are replicas, as before.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping
+from typing import NamedTuple, Protocol, TypeVar
+
+from iris.base.errors import InvalidRequestError
+
+# A withdrawn attempt is refused for this long: far past any stop's grace period.
+WITHDRAWN_KEEP_S = 600.0
+# At most this many withdrawn attempts remembered (the oldest go first): bounded memory.
+MAX_WITHDRAWN = 100_000
+
+
+class Holder(NamedTuple):
+    job: str
+    task: int
+    attempt: str
+    sole: bool = False
+
+
+NO_HOLDER = Holder("", -1, "")
+_KEYS = {"job", "task", "attempt"}
+
+
+def check_holder(name: str, raw: object) -> Holder:
+    """A register call's `holder` (None, or {"job", "task", "attempt"[, "sole"]}) as a
+    Holder."""
+    if raw is None:
+        return NO_HOLDER
+    if not isinstance(raw, dict) or not _KEYS <= set(raw) <= _KEYS | {"sole"}:
+        raise InvalidRequestError(f"register {name}: holder must be a dict of job, task, "
+                                  f"attempt and optionally sole, got {raw!r:.120}", "holder")
+    job, task, attempt = raw["job"], raw["task"], raw["attempt"]
+    if not isinstance(job, str) or not 0 < len(job) <= 1024:
+        raise InvalidRequestError(f"register {name}: holder.job must be a non-empty string of "
+                                  "at most 1024 characters", "holder.job")
+    if isinstance(task, bool) or not isinstance(task, int) or task < 0:
+        raise InvalidRequestError(f"register {name}: holder.task must be a task index (an "
+                                  f"integer >= 0), got {task!r:.40}", "holder.task")
+    if not isinstance(attempt, str) or not 0 < len(attempt) <= 256:
+        raise InvalidRequestError(f"register {name}: holder.attempt must be a non-empty "
+                                  "string of at most 256 characters", "holder.attempt")
+    sole = raw.get("sole", False)
+    if not isinstance(sole, bool):
+        raise InvalidRequestError(f"register {name}: holder.sole must be true or false",
+                                  "holder.sole")
+    return Holder(job, task, attempt, sole)
+
+
+def holder_from_env(env: Mapping[str, str]) -> dict | None:
+    """The holder of names this process serves: its task attempt, if it runs as one."""
+    job, attempt = env.get("IRIS_JOB_ID"), env.get("IRIS_ATTEMPT_ID")
+    index = env.get("IRIS_TASK_INDEX", "0")
+    if not job or not attempt or not index.isdigit():
+        return None
+    return {"job": job, "task": int(index), "attempt": attempt}
+
+
+class _Entry(Protocol):
+    registered_at: float
+    job: str
+    task: int
+    attempt: str
+    sole: bool
+
+
+E = TypeVar("E", bound=_Entry)
+
+
+def current_only(entries: list[E]) -> list[E]:
+    """`entries` (one name's) without those a newer holder replaced; order kept."""
+    first: dict[tuple[str, int, str], float] = {}  # each attempt's first registration
+    sole_first: dict[str, float] = {}  # each job's first `sole` registration
+    for e in entries:
+        if e.job:
+            key = (e.job, e.task, e.attempt)
+            first[key] = min(first.get(key, e.registered_at), e.registered_at)
+            if e.sole:
+                sole_first[e.job] = min(sole_first.get(e.job, e.registered_at),
+                                        e.registered_at)
+    if len(first) < 2:
+        return entries
+    newest: dict[tuple[str, int], tuple[float, str]] = {}  # (job, task) -> newest attempt
+    for (job, task, attempt), at in first.items():
+        if (at, attempt) > newest.get((job, task), (float("-inf"), "")):
+            newest[(job, task)] = (at, attempt)
+    sole_job = max(sole_first, key=lambda j: (sole_first[j], j)) if sole_first else None
+    return [e for e in entries if not e.job or (
+        newest[(e.job, e.task)][1] == e.attempt and (not e.sole or e.job == sole_job))]
+
+
+class Withdrawn:
+    """Attempts whose names were withdrawn, remembered for `keep_s` (at most `limit`)."""
+
+    def __init__(self, keep_s: float = WITHDRAWN_KEEP_S, limit: int = MAX_WITHDRAWN):
+        self._keep_s = keep_s
+        self._limit = limit
+        self._order: deque[tuple[float, str]] = deque()
+        self._ids: set[str] = set()
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def add(self, attempt: str, now: float) -> None:
+        if attempt not in self._ids:
+            self._ids.add(attempt)
+            self._order.append((now, attempt))
+        self._trim(now)
+
+    def has(self, attempt: str, now: float) -> bool:
+        self._trim(now)
+        return attempt in self._ids
+
+    def _trim(self, now: float) -> None:
+        while self._order and (len(self._order) > self._limit
+                               or self._order[0][0] <= now - self._keep_s):
+            self._ids.discard(self._order.popleft()[1])
