@@ -193,6 +193,7 @@ def run_worker(controller: str, *, region: str = "local", attrs: dict[str, str] 
         responder = notices.NoticeResponder(node, controller, CONTROLLER_KEY, worker_id, root,
                                             token)
         worker = hosted.instance
+        node.post_to(worker_key(worker_id), worker.on_tick)  # register now, not at a tick
         watcher = slurm_notice.SlurmNotice(
             responder, stop, on_signal=worker.machine_ending,
             on_sent=worker.notice_sent).install() if slurm else \
