@@ -213,6 +213,26 @@ def run_worker(controller: str, *, region: str = "local", attrs: dict[str, str] 
         os.close(lock)
 
 
+def serve(*, controller: str | None, address: str | None, region: str, attr: list[str],
+          work_dir: Path | None, worker_id: str | None, bind: str, keys: str | None,
+          token_file: Path | None, preemption_notice: str, warm: bool,
+          exit_with_parent: bool) -> int:
+    """`iris worker --controller ADDR ...`: the options as the command takes them
+    (command.py, or the CLI), until told to stop."""
+    controller = controller or address
+    if not controller:
+        raise SystemExit("iris worker: --controller ADDR is required")
+    stop = StopEvent()
+    install_stop_signals(stop)
+    if exit_with_parent:
+        stop_with_parent(os.getppid(), stop)
+    token = tokens.read(token_file) if token_file else None
+    run_worker(controller, region=region, attrs=parse_attrs(attr), root=work_dir,
+               worker_id=worker_id, bind=bind, keys_dir=keys, stop=stop, token=token,
+               preemption_notice=preemption_notice, warm=warm)
+    return 0
+
+
 def _leave(node: Node, key: str, worker: Worker, responder: notices.NoticeResponder,
            grace_s: float, why: str) -> None:
     """Say goodbye while the node still runs (the module docstring's steps 1-3); returns once
