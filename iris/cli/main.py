@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import threading
 from collections.abc import Callable
@@ -152,24 +151,10 @@ def _worker(args: argparse.Namespace) -> int:
     if args.target is not None:
         raise InvalidRequestError(f"iris worker {args.target}: unknown action (list, drain "
                                   "or revoke)")
-    from iris.worker.main import parse_attrs, run_worker
+    from iris.worker.command import defaults
+    from iris.worker.main import serve
 
-    controller = args.controller or args.address
-    if not controller:
-        raise SystemExit("iris worker: --controller ADDR is required")
-    stop = _stop_event()
-    if args.exit_with_parent:
-        from iris.worker.main import stop_with_parent
-
-        stop_with_parent(os.getppid(), stop)
-    from iris.actors import tokens
-
-    token = tokens.read(args.token_file) if args.token_file else None
-    run_worker(controller, region=args.region, attrs=parse_attrs(args.attr),
-               root=args.work_dir, worker_id=args.worker_id, bind=args.bind,
-               keys_dir=args.keys, stop=stop, token=token,
-               preemption_notice=args.preemption_notice, warm=args.warm)
-    return 0
+    return serve(**{key: getattr(args, key) for key in defaults()})
 
 
 def _actor_list(args: argparse.Namespace) -> int:

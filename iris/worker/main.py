@@ -193,6 +193,7 @@ def run_worker(controller: str, *, region: str = "local", attrs: dict[str, str] 
         responder = notices.NoticeResponder(node, controller, CONTROLLER_KEY, worker_id, root,
                                             token)
         worker = hosted.instance
+        node.post_to(worker_key(worker_id), worker.on_tick)  # register now, not at a tick
         watcher = slurm_notice.SlurmNotice(
             responder, stop, on_signal=worker.machine_ending,
             on_sent=worker.notice_sent).install() if slurm else \
@@ -210,6 +211,26 @@ def run_worker(controller: str, *, region: str = "local", attrs: dict[str, str] 
             watcher.stop()
         ctx.close()
         os.close(lock)
+
+
+def serve(*, controller: str | None, address: str | None, region: str, attr: list[str],
+          work_dir: Path | None, worker_id: str | None, bind: str, keys: str | None,
+          token_file: Path | None, preemption_notice: str, warm: bool,
+          exit_with_parent: bool) -> int:
+    """`iris worker --controller ADDR ...`: the options as the command takes them
+    (command.py, or the CLI), until told to stop."""
+    controller = controller or address
+    if not controller:
+        raise SystemExit("iris worker: --controller ADDR is required")
+    stop = StopEvent()
+    install_stop_signals(stop)
+    if exit_with_parent:
+        stop_with_parent(os.getppid(), stop)
+    token = tokens.read(token_file) if token_file else None
+    run_worker(controller, region=region, attrs=parse_attrs(attr), root=work_dir,
+               worker_id=worker_id, bind=bind, keys_dir=keys, stop=stop, token=token,
+               preemption_notice=preemption_notice, warm=warm)
+    return 0
 
 
 def _leave(node: Node, key: str, worker: Worker, responder: notices.NoticeResponder,
