@@ -95,20 +95,23 @@ def test_actor_list_without_an_address_names_the_variable():
     assert done.returncode == 2 and "IRIS_ADDRESS" in done.stderr
 
 
-def test_job_run_streams_output_and_exits_with_the_job_state(child_process):
-    server = child_process("import sys; from iris.cli import main; "
-                           "print('READY', flush=True); sys.exit(main(['cluster', 'start', "
-                           "'--local', '--workers', '1']))")
-    server.wait_ready()
-    address = server.proc.stdout.readline().split()[3]
+def _job_ids(address: str) -> set[str]:
+    listed = iris_cli("--address", address, "job", "list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    return {j["job_id"] for j in json.loads(listed.stdout)}
+
+
+def test_job_run_streams_output_and_exits_with_the_job_state(one_worker):
+    address = one_worker.address
+    earlier = _job_ids(address)  # the cluster is the module's: other tests' jobs are there
     ok = iris_cli("--address", address, "job", "run", "--", "python", "-c", "print('hi there')")
     assert ok.returncode == 0, ok.stderr
     assert "hi there" in ok.stdout and "succeeded" in ok.stderr
     bad = iris_cli("--address", address, "job", "run", "--", "python", "-c", "raise SystemExit(4)")
     assert bad.returncode == 1 and "failed" in bad.stderr
     listed = iris_cli("--address", address, "job", "list", "--json")
-    assert sorted(j["state"] for j in json.loads(listed.stdout)) == ["failed", "succeeded"]
-    server.stop()  # its workers first, then the controller
+    assert sorted(j["state"] for j in json.loads(listed.stdout)
+                  if j["job_id"] not in earlier) == ["failed", "succeeded"]
 
 
 def test_version_is_the_package_version():

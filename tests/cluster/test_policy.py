@@ -62,14 +62,31 @@ def no_workers(_no_workers):
     current_context.reset(token)
 
 
-def test_fallback_taken_when_preferred_type_absent(tmp_path):
-    with iris.local_cluster(workers=1, worker_cpu=2, state_dir=tmp_path / "c",
-                            worker_attrs=V5E_4):
-        job = iris.submit(accelerator, resources=iris.Resources(tpu="v6e-4,v5litepod-4"))
-        assert job.result(timeout=180) == "v5litepod-4"
-        (task,) = job.status()["tasks"]
-        assert task["accelerator"] == "v5litepod-4"
-        assert job.status()["accelerators"] == ["v6e-4", "v5litepod-4"]
+@pytest.fixture(scope="module")
+def _v5e_worker(tmp_path_factory):
+    state = tmp_path_factory.mktemp("policy-v5e") / "c"
+    with iris.local_cluster(workers=1, worker_cpu=2, state_dir=state, worker_attrs=V5E_4,
+                            stop_grace_s=2) as cluster:
+        yield cluster, str(state / "controller" / "admin.token")
+
+
+@pytest.fixture
+def v5e_worker(_v5e_worker):
+    """One worker posing as a v5litepod-4 host, shared by two tests, current for this test;
+    and the admin token file."""
+    from iris.actors.current import current_context
+
+    token = current_context.set(_v5e_worker[0])
+    yield _v5e_worker
+    current_context.reset(token)
+
+
+def test_fallback_taken_when_preferred_type_absent(v5e_worker):
+    job = iris.submit(accelerator, resources=iris.Resources(tpu="v6e-4,v5litepod-4"))
+    assert job.result(timeout=180) == "v5litepod-4"
+    (task,) = job.status()["tasks"]
+    assert task["accelerator"] == "v5litepod-4"
+    assert job.status()["accelerators"] == ["v6e-4", "v5litepod-4"]
 
 
 def test_fallbacks_of_different_host_counts_refused_at_submit(no_workers):
@@ -78,14 +95,13 @@ def test_fallbacks_of_different_host_counts_refused_at_submit(no_workers):
     assert iris.current() is no_workers[0]
 
 
-def test_over_budget_user_is_demoted_to_batch_and_told(tmp_path, wait_until):
-    with iris.local_cluster(workers=1, worker_cpu=2, state_dir=tmp_path / "c",
-                            worker_attrs=V5E_4, stop_grace_s=2) as cluster:
-        tpu = iris.Resources(tpu="v5litepod-4")
-        running = iris.submit(hold, str(tmp_path), resources=tpu, priority="batch")
+def test_over_budget_user_is_demoted_to_batch_and_told(v5e_worker, tmp_path, wait_until):
+    cluster, token = v5e_worker
+    tpu = iris.Resources(tpu="v5litepod-4")
+    running = iris.submit(hold, str(tmp_path), resources=tpu, priority="batch")
+    user = running.status()["user"]  # this process's user (the client keeps one)
+    try:
         wait_until(lambda: (tmp_path / "holding").exists(), what="alice's batch job running")
-        token = tmp_path / "c" / "controller" / "admin.token"
-        user = running.status()["user"]  # this process's user (the client keeps one)
         # 1e-6 accelerator-hours: spent in a millisecond by 4 chips, so she is over at once.
         done = _cli(cluster, "user", "budget", "set", user, "--hours", "0.000001",
                     "--admin-token-file", str(token), "--json")
@@ -119,6 +135,10 @@ def test_over_budget_user_is_demoted_to_batch_and_told(tmp_path, wait_until):
             dashboard.stop()
         (tmp_path / "release").touch()
         assert urgent.result(timeout=180) == "v5litepod-4"
+    finally:  # the cluster is the module's: the next test's jobs run as this user too
+        (tmp_path / "release").touch()
+        budgets.set_budget(user, clear=True, admin_token_file=token)
+        running.wait(timeout=120)
 
 
 def test_band_above_cap_refused_at_submit_and_budget_cli_round_trips(no_workers):
