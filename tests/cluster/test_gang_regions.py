@@ -17,6 +17,7 @@ import pytest
 import iris
 from iris.actors.context import ClusterContext
 from iris.actors.keys import CONTROLLER_KEY, region_key
+from iris.base.errors import ActorNotFoundError
 from iris.controller.config import ScaleGroupConfig
 from iris.controller.providers.local import LocalProvider
 from tests.cluster.tasks import hold_until
@@ -32,6 +33,15 @@ def _tpu_group(region: str) -> ScaleGroupConfig:
 
 def _call(cluster, method, *args, key=CONTROLLER_KEY):
     return cluster.node.call(cluster.address, key, method, args).result(60)
+
+def _free(cluster, regions) -> bool:
+    """Every region's actor is up (the controller makes one when it first syncs the region's
+    hosts) and holds no reservation."""
+    try:
+        return all(_call(cluster, "live_reservations", key=region_key(r)) == 0 for r in regions)
+    except ActorNotFoundError:
+        return False
+
 
 
 class _Regions(NamedTuple):
@@ -54,8 +64,9 @@ def _three_region_cluster(tmp_path_factory):
                                                  "central-1")
             cpu = ScaleGroupConfig("cpu", "eu-west", "cpu", None, 1, 0, ("eu-west-a",))
             providers["eu-west"].create_slice(cpu, "eu-west-a", "west-1")
-            wait_for(lambda: len(_call(cluster, "list_workers")) == 9, 180,
-                     "nine workers in three regions to register")
+            wait_for(lambda: len(_call(cluster, "list_workers")) == 9
+                     and _free(cluster, providers), 180,
+                     "nine workers in three regions to register, and the regions' actors")
             yield _Regions(cluster, providers)
         finally:
             for provider in providers.values():
@@ -69,8 +80,7 @@ def three_regions(_three_region_cluster):
     from iris.actors.current import current_context
 
     cluster = _three_region_cluster.cluster
-    wait_for(lambda: all(_call(cluster, "live_reservations", key=region_key(r)) == 0
-                         for r in _three_region_cluster.providers), 120,
+    wait_for(lambda: _free(cluster, _three_region_cluster.providers), 120,
              "the slices of earlier tests' gangs released")
     token = current_context.set(cluster)
     yield _three_region_cluster
