@@ -274,22 +274,24 @@ def no_leaked_processes(request):
                          + "; ".join(f"{pid}: {cmd[:200]}" for pid, cmd in left.items()))
 
 
+def wait_for(predicate, timeout_s: float = 120.0, what: str = "condition", explain=None):
+    """The first truthy value of `predicate()`, polled every 50 ms for up to `timeout_s`;
+    `explain()`, if given, describes the state when the wait times out. For module-scoped
+    fixtures; tests take it as the `wait_until` fixture."""
+    gate = threading.Event()
+    for _ in range(int(timeout_s / 0.05)):
+        value = predicate()
+        if value:
+            return value
+        gate.wait(0.05)
+    detail = f"; state: {explain()}" if explain else ""
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}{detail}")
+
+
 @pytest.fixture
 def wait_until():
     """wait(predicate, timeout_s=120, what=...) -> the predicate's first truthy value.
 
     Polls every 50 ms, bounded: the things waited for here are other processes' files and
     the controller's state, which offer no event to wait on from the test."""
-
-    def wait(predicate, timeout_s: float = 120.0, what: str = "condition", explain=None):
-        """`explain()`, if given, describes the state when the wait times out."""
-        gate = threading.Event()
-        for _ in range(int(timeout_s / 0.05)):
-            value = predicate()
-            if value:
-                return value
-            gate.wait(0.05)
-        detail = f"; state: {explain()}" if explain else ""
-        raise AssertionError(f"timed out after {timeout_s} s waiting for {what}{detail}")
-
-    return wait
+    return wait_for

@@ -7,8 +7,29 @@ import os
 import subprocess
 import sys
 
+import pytest
+
+import iris
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ENV = {**os.environ, "PYTHONPATH": ROOT}
+
+
+@pytest.fixture(scope="module")
+def _shared(tmp_path_factory):
+    """One local worker for the tests that run jobs through the CLI (each names its own)."""
+    with iris.local_cluster(workers=1, state_dir=tmp_path_factory.mktemp("cli")) as ctx:
+        yield ctx
+
+
+@pytest.fixture
+def one_worker(_shared):
+    """The shared cluster, current for this test (fixtures may run in another context)."""
+    from iris.actors.current import current_context
+
+    token = current_context.set(_shared)
+    yield _shared
+    current_context.reset(token)
 
 
 def iris_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -74,20 +95,23 @@ def test_actor_list_without_an_address_names_the_variable():
     assert done.returncode == 2 and "IRIS_ADDRESS" in done.stderr
 
 
-def test_job_run_streams_output_and_exits_with_the_job_state(child_process):
-    server = child_process("import sys; from iris.cli import main; "
-                           "print('READY', flush=True); sys.exit(main(['cluster', 'start', "
-                           "'--local', '--workers', '1']))")
-    server.wait_ready()
-    address = server.proc.stdout.readline().split()[3]
+def _job_ids(address: str) -> set[str]:
+    listed = iris_cli("--address", address, "job", "list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    return {j["job_id"] for j in json.loads(listed.stdout)}
+
+
+def test_job_run_streams_output_and_exits_with_the_job_state(one_worker):
+    address = one_worker.address
+    earlier = _job_ids(address)  # the cluster is the module's: other tests' jobs are there
     ok = iris_cli("--address", address, "job", "run", "--", "python", "-c", "print('hi there')")
     assert ok.returncode == 0, ok.stderr
     assert "hi there" in ok.stdout and "succeeded" in ok.stderr
     bad = iris_cli("--address", address, "job", "run", "--", "python", "-c", "raise SystemExit(4)")
     assert bad.returncode == 1 and "failed" in bad.stderr
     listed = iris_cli("--address", address, "job", "list", "--json")
-    assert sorted(j["state"] for j in json.loads(listed.stdout)) == ["failed", "succeeded"]
-    server.stop()  # its workers first, then the controller
+    assert sorted(j["state"] for j in json.loads(listed.stdout)
+                  if j["job_id"] not in earlier) == ["failed", "succeeded"]
 
 
 def test_version_is_the_package_version():
@@ -102,58 +126,48 @@ def test_version_is_the_package_version():
     assert iris.__version__ not in ("", "0+unknown")
 
 
-def test_address_after_the_verb_and_a_job_named_by_a_prefix(tmp_path):
-    import json
-    import subprocess
-    import sys
+def test_address_after_the_verb_and_a_job_named_by_a_prefix(one_worker):
+    ctx = one_worker
+    job = iris.submit(["true"], name="prefix-me")
+    job.wait(timeout=120)
 
-    import iris
+    def cli(*argv: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "iris", *argv], capture_output=True,
+                              text=True, timeout=120)
 
-    with iris.local_cluster(workers=1, state_dir=tmp_path) as ctx:
-        job = iris.submit(["true"], name="prefix-me")
-        job.wait(timeout=120)
-
-        def cli(*argv: str) -> subprocess.CompletedProcess:
-            return subprocess.run([sys.executable, "-m", "iris", *argv], capture_output=True,
-                                  text=True, timeout=120)
-
-        listed = cli("job", "list", "--json", "--address", ctx.address)
-        assert listed.returncode == 0, listed.stderr
-        assert job.job_id in {row["job_id"] for row in json.loads(listed.stdout)}
-        by_name = cli("job", "status", "prefix-m", "--json", "--address", ctx.address)
-        assert by_name.returncode == 0, by_name.stderr
-        assert json.loads(by_name.stdout)["job_id"] == job.job_id
-        missing = cli("job", "status", "no-such-job", "--address", ctx.address)
-        assert missing.returncode != 0 and "no job 'no-such-job'" in missing.stderr
+    listed = cli("job", "list", "--json", "--address", ctx.address)
+    assert listed.returncode == 0, listed.stderr
+    assert job.job_id in {row["job_id"] for row in json.loads(listed.stdout)}
+    by_name = cli("job", "status", "prefix-m", "--json", "--address", ctx.address)
+    assert by_name.returncode == 0, by_name.stderr
+    assert json.loads(by_name.stdout)["job_id"] == job.job_id
+    missing = cli("job", "status", "no-such-job", "--address", ctx.address)
+    assert missing.returncode != 0 and "no job 'no-such-job'" in missing.stderr
 
 
-def test_job_run_names_the_exit_code_and_ctrl_c_stops_the_job(tmp_path, wait_until):
+def test_job_run_names_the_exit_code_and_ctrl_c_stops_the_job(one_worker):
     import signal
-    import subprocess
-    import sys
 
-    import iris
+    ctx = one_worker
+    failed = subprocess.run(
+        [sys.executable, "-m", "iris", "job", "run", "--address", ctx.address, "--",
+         "sh", "-c", "echo last words; exit 3"], capture_output=True, text=True, timeout=180)
+    assert failed.returncode == 1
+    assert "last words" in failed.stdout
+    assert "failed: task 0: exited with code 3" in failed.stderr
 
-    with iris.local_cluster(workers=1, state_dir=tmp_path) as ctx:
-        failed = subprocess.run(
-            [sys.executable, "-m", "iris", "job", "run", "--address", ctx.address, "--",
-             "sh", "-c", "echo last words; exit 3"], capture_output=True, text=True, timeout=180)
-        assert failed.returncode == 1
-        assert "last words" in failed.stdout
-        assert "failed: task 0: exited with code 3" in failed.stderr
-
-        running = subprocess.Popen(
-            [sys.executable, "-m", "iris", "job", "run", "--address", ctx.address, "--name",
-             "sleepy", "--", "sh", "-c", "echo started; sleep 600"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            stdin=subprocess.DEVNULL)
-        assert running.stdout.readline().strip().endswith("started")
-        running.send_signal(signal.SIGINT)
-        _, err = running.communicate(timeout=120)
-        assert running.returncode == 130 and "stopped /" in err
-        job_id = err.split("stopped ")[1].split()[0]
-        status = ctx.node.call(ctx.address, "/iris/controller", "status", (job_id,)).result(60)
-        assert status["state"] == "killed"
+    running = subprocess.Popen(
+        [sys.executable, "-m", "iris", "job", "run", "--address", ctx.address, "--name",
+         "sleepy", "--", "sh", "-c", "echo started; sleep 600"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdin=subprocess.DEVNULL)
+    assert running.stdout.readline().strip().endswith("started")
+    running.send_signal(signal.SIGINT)
+    _, err = running.communicate(timeout=120)
+    assert running.returncode == 130 and "stopped /" in err
+    job_id = err.split("stopped ")[1].split()[0]
+    status = ctx.node.call(ctx.address, "/iris/controller", "status", (job_id,)).result(60)
+    assert status["state"] == "killed"
 
 
 def test_job_run_gang_options_out_of_bounds_are_refused_naming_the_field():

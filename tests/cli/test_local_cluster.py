@@ -44,6 +44,22 @@ def test_local_workers_advertise_their_share_and_refuse_what_no_share_holds(tmp_
             iris.submit(["true"], resources=iris.Resources(memory="2GiB"))
 
 
+@pytest.fixture(scope="module")
+def _no_workers(tmp_path_factory):
+    with iris.local_cluster(workers=0, state_dir=tmp_path_factory.mktemp("local")) as ctx:
+        yield ctx
+
+
+@pytest.fixture
+def no_workers(_no_workers):
+    """A cluster without workers shared by the module's tests, current for this test."""
+    from iris.actors.current import current_context
+
+    token = current_context.set(_no_workers)
+    yield _no_workers
+    current_context.reset(token)
+
+
 def _hold(port: int) -> socket.socket | None:
     """Listen on `port` (None if another process already does: it is taken either way)."""
     sock = socket.socket()
@@ -56,19 +72,19 @@ def _hold(port: int) -> socket.socket | None:
     return sock
 
 
-def test_taken_default_dashboard_port_is_reported_and_an_asked_one_refused(tmp_path):
+def test_taken_default_dashboard_port_is_reported_and_an_asked_one_refused(no_workers):
+    ctx = no_workers
     holder = _hold(DEFAULT_PORT)
     try:
-        with iris.local_cluster(workers=0, state_dir=tmp_path) as ctx:
-            handle = launch(ctx.node, ctx.address)
-            try:
-                assert handle.port != DEFAULT_PORT
-                assert f"port {DEFAULT_PORT} is taken" in handle.note
-                assert str(handle.port) in handle.note and "--dashboard-port" in handle.note
-            finally:
-                handle.stop()
-            with pytest.raises(PortInUseError, match=f"127.0.0.1:{DEFAULT_PORT}"):
-                launch(ctx.node, ctx.address, port=DEFAULT_PORT)
+        handle = launch(ctx.node, ctx.address)
+        try:
+            assert handle.port != DEFAULT_PORT
+            assert f"port {DEFAULT_PORT} is taken" in handle.note
+            assert str(handle.port) in handle.note and "--dashboard-port" in handle.note
+        finally:
+            handle.stop()
+        with pytest.raises(PortInUseError, match=f"127.0.0.1:{DEFAULT_PORT}"):
+            launch(ctx.node, ctx.address, port=DEFAULT_PORT)
     finally:
         if holder is not None:
             holder.close()
@@ -80,11 +96,14 @@ class Probe:
         return "pong"
 
 
-def test_list_actors_times_are_wall_clock_epoch_seconds(tmp_path):
-    with iris.local_cluster(workers=0, state_dir=tmp_path) as ctx:
-        before = ctx.node.clock.wall()
-        Probe.serve("probe")
-        after = ctx.node.clock.wall()
+def test_list_actors_times_are_wall_clock_epoch_seconds(no_workers):
+    ctx = no_workers
+    before = ctx.node.clock.wall()
+    Probe.serve("probe")
+    after = ctx.node.clock.wall()
+    try:
         (entry,) = [e for e in iris.list_actors() if e["name"] == "/probe"]
         assert before - 1 <= entry["registered_at"] <= after + 1
         assert entry["expires_at"] > entry["registered_at"]
+    finally:  # the cluster outlives the test: its actor thread must not
+        ctx.unserve("probe")

@@ -270,13 +270,30 @@ def test_durable_submit_survives_the_machine_and_a_plain_one_is_resubmitted(
         site.close()
 
 
-def test_durable_submit_without_checkpoints_says_the_job_is_not_durable(tmp_path):
-    with iris.local_cluster(workers=1, state_dir=tmp_path / "c"):
-        with pytest.raises(ConfigError, match="accepted, but is not yet durable.*"
-                                              "snapshot_bucket"):
-            iris.submit(quick, str(tmp_path), "x", durable=True)
-        with pytest.raises(iris.IrisError, match="durable: expected True or False"):
-            iris.submit(quick, str(tmp_path), "x", durable="yes")
+@pytest.fixture(scope="module")
+def _no_checkpoints(tmp_path_factory):
+    with iris.local_cluster(workers=0, state_dir=tmp_path_factory.mktemp("plain") / "c") as c:
+        yield c
+
+
+@pytest.fixture
+def no_checkpoints(_no_checkpoints):
+    """A cluster that takes no checkpoints (and needs no worker: what is asked of it is
+    refused or answered by the controller), shared by two tests, current for this test."""
+    from iris.actors.current import current_context
+
+    token = current_context.set(_no_checkpoints)
+    yield _no_checkpoints
+    current_context.reset(token)
+
+
+def test_durable_submit_without_checkpoints_says_the_job_is_not_durable(no_checkpoints,
+                                                                       tmp_path):
+    with pytest.raises(ConfigError, match="accepted, but is not yet durable.*"
+                                          "snapshot_bucket"):
+        iris.submit(quick, str(tmp_path), "x", durable=True)
+    with pytest.raises(iris.IrisError, match="durable: expected True or False"):
+        iris.submit(quick, str(tmp_path), "x", durable="yes")
 
 
 def test_serve_refuses_a_bad_restore_before_serving_and_changes_nothing(tmp_path, gcs):
@@ -299,14 +316,14 @@ def test_serve_refuses_a_bad_restore_before_serving_and_changes_nothing(tmp_path
         site.close()
 
 
-def test_checkpoint_commands_on_a_controller_without_checkpoints_say_how_to_enable(tmp_path):
-    with iris.local_cluster(workers=0, state_dir=tmp_path / "c") as cluster:
-        for verb in ("checkpoint", "checkpoints"):
-            out = subprocess.run([sys.executable, "-m", "iris", "--address", cluster.address,
-                                  "cluster", verb, "--json"], capture_output=True, text=True,
-                                 env={**os.environ, "PYTHONPATH": ROOT}, timeout=120)
-            assert out.returncode == 2, out
-            assert "takes no checkpoints: set storage.snapshot_bucket" in out.stderr, out
+def test_checkpoint_commands_on_a_controller_without_checkpoints_say_how_to_enable(
+        no_checkpoints):
+    for verb in ("checkpoint", "checkpoints"):
+        out = subprocess.run([sys.executable, "-m", "iris", "--address", no_checkpoints.address,
+                              "cluster", verb, "--json"], capture_output=True, text=True,
+                             env={**os.environ, "PYTHONPATH": ROOT}, timeout=120)
+        assert out.returncode == 2, out
+        assert "takes no checkpoints: set storage.snapshot_bucket" in out.stderr, out
 
 
 def test_two_controllers_on_one_prefix_one_is_refused_and_a_take_over_fences_the_first(

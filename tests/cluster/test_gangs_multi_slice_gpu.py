@@ -11,24 +11,37 @@ from __future__ import annotations
 import pytest
 
 import iris
-from iris.actors.keys import CONTROLLER_KEY
+from iris.actors.keys import CONTROLLER_KEY, region_key
+from iris.base.errors import ActorNotFoundError
 from iris.controller.config import ScaleGroupConfig
 from iris.controller.providers.local import LocalProvider
 from tests.cluster.tasks import gang_env
+from tests.conftest import wait_for
 
 V4 = {"accelerator_type": "v4-16", "accelerator_count": "4"}
 
 
-def _call(cluster, method, *args):
-    return cluster.node.call(cluster.address, CONTROLLER_KEY, method, args).result(60)
+def _call(cluster, method, *args, key=CONTROLLER_KEY):
+    return cluster.node.call(cluster.address, key, method, args).result(60)
+
+def _free(cluster, regions) -> bool:
+    """Every region's actor is up (the controller makes one when it first syncs the region's
+    hosts) and holds no reservation."""
+    try:
+        return all(_call(cluster, "live_reservations", key=region_key(r)) == 0 for r in regions)
+    except ActorNotFoundError:
+        return False
 
 
-@pytest.fixture
-def two_regions(tmp_path, wait_until):
-    """us-east: two v4-16 slices; us-central: one. Six worker processes."""
-    with iris.local_cluster(state_dir=tmp_path / "c", worker_attrs=V4,
+
+@pytest.fixture(scope="module")
+def _two_region_cluster(tmp_path_factory):
+    """us-east: two v4-16 slices; us-central: one. Six worker processes, shared by the
+    module's two tests (each waits for the slices it needs to be free, see two_regions)."""
+    root = tmp_path_factory.mktemp("two-regions")
+    with iris.local_cluster(state_dir=root / "c", worker_attrs=V4,
                             stop_grace_s=2.0) as cluster:
-        providers = {r: LocalProvider(cluster.address, tmp_path / r, r)
+        providers = {r: LocalProvider(cluster.address, root / r, r)
                      for r in ("us-east", "us-central")}
         try:
             for region, slices in (("us-east", 2), ("us-central", 1)):
@@ -36,12 +49,27 @@ def two_regions(tmp_path, wait_until):
                                          max_slices=2)
                 for i in range(slices):
                     providers[region].create_slice(group, f"{region}-a", f"{region}-{i}")
-            wait_until(lambda: len(_call(cluster, "list_workers")) == 6, 180,
-                       "six workers in two regions to register")
+            wait_for(lambda: len(_call(cluster, "list_workers")) == 6
+                     and _free(cluster, providers), 180,
+                     "six workers in two regions to register, and the regions' actors")
             yield cluster
         finally:
             for provider in providers.values():
                 provider.close()
+
+
+@pytest.fixture
+def two_regions(_two_region_cluster):
+    """The shared cluster, current for this test, once no gang an earlier test ran holds a
+    slice (its reservation released), so each test starts with all three slices free."""
+    from iris.actors.current import current_context
+
+    cluster = _two_region_cluster
+    wait_for(lambda: _free(cluster, ("us-east", "us-central")), 120,
+             "the slices of earlier tests' gangs released")
+    token = current_context.set(cluster)
+    yield cluster
+    current_context.reset(token)
 
 
 def test_two_slice_gang_lands_whole_in_one_region_and_each_task_knows_its_slice(

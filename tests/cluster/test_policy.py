@@ -42,31 +42,66 @@ def _cli(cluster, *argv: str, env: dict | None = None) -> subprocess.CompletedPr
                           env={**os.environ, **(env or {})})
 
 
-def test_fallback_taken_when_preferred_type_absent(tmp_path):
-    with iris.local_cluster(workers=1, worker_cpu=2, state_dir=tmp_path / "c",
-                            worker_attrs=V5E_4):
-        job = iris.submit(accelerator, resources=iris.Resources(tpu="v6e-4,v5litepod-4"))
-        assert job.result(timeout=180) == "v5litepod-4"
-        (task,) = job.status()["tasks"]
-        assert task["accelerator"] == "v5litepod-4"
-        assert job.status()["accelerators"] == ["v6e-4", "v5litepod-4"]
+@pytest.fixture(scope="module")
+def _no_workers(tmp_path_factory):
+    state = tmp_path_factory.mktemp("policy") / "c"
+    with iris.local_cluster(workers=0, state_dir=state) as cluster:
+        yield cluster, str(state / "controller" / "admin.token")
 
 
-def test_fallbacks_of_different_host_counts_refused_at_submit(tmp_path):
-    with iris.local_cluster(workers=0, state_dir=tmp_path / "c"):
-        with pytest.raises(InvalidRequestError, match="same number of hosts"):
-            iris.submit(accelerator, resources=iris.Resources(tpu=["v6e-4", "v5litepod-16"]))
-        assert iris.current() is not None
+@pytest.fixture
+def no_workers(_no_workers):
+    """A cluster without workers shared by the module's tests that only submit (nothing
+    runs), current for this test, and its admin token file. Its jobs stay pending, so each
+    test looks at its own."""
+    from iris.actors.current import current_context
+
+    cluster, admin_token = _no_workers
+    token = current_context.set(cluster)
+    yield cluster, admin_token
+    current_context.reset(token)
 
 
-def test_over_budget_user_is_demoted_to_batch_and_told(tmp_path, wait_until):
-    with iris.local_cluster(workers=1, worker_cpu=2, state_dir=tmp_path / "c",
-                            worker_attrs=V5E_4, stop_grace_s=2) as cluster:
-        tpu = iris.Resources(tpu="v5litepod-4")
-        running = iris.submit(hold, str(tmp_path), resources=tpu, priority="batch")
+@pytest.fixture(scope="module")
+def _v5e_worker(tmp_path_factory):
+    state = tmp_path_factory.mktemp("policy-v5e") / "c"
+    with iris.local_cluster(workers=1, worker_cpu=2, state_dir=state, worker_attrs=V5E_4,
+                            stop_grace_s=2) as cluster:
+        yield cluster, str(state / "controller" / "admin.token")
+
+
+@pytest.fixture
+def v5e_worker(_v5e_worker):
+    """One worker posing as a v5litepod-4 host, shared by two tests, current for this test;
+    and the admin token file."""
+    from iris.actors.current import current_context
+
+    token = current_context.set(_v5e_worker[0])
+    yield _v5e_worker
+    current_context.reset(token)
+
+
+def test_fallback_taken_when_preferred_type_absent(v5e_worker):
+    job = iris.submit(accelerator, resources=iris.Resources(tpu="v6e-4,v5litepod-4"))
+    assert job.result(timeout=180) == "v5litepod-4"
+    (task,) = job.status()["tasks"]
+    assert task["accelerator"] == "v5litepod-4"
+    assert job.status()["accelerators"] == ["v6e-4", "v5litepod-4"]
+
+
+def test_fallbacks_of_different_host_counts_refused_at_submit(no_workers):
+    with pytest.raises(InvalidRequestError, match="same number of hosts"):
+        iris.submit(accelerator, resources=iris.Resources(tpu=["v6e-4", "v5litepod-16"]))
+    assert iris.current() is no_workers[0]
+
+
+def test_over_budget_user_is_demoted_to_batch_and_told(v5e_worker, tmp_path, wait_until):
+    cluster, token = v5e_worker
+    tpu = iris.Resources(tpu="v5litepod-4")
+    running = iris.submit(hold, str(tmp_path), resources=tpu, priority="batch")
+    user = running.status()["user"]  # this process's user (the client keeps one)
+    try:
         wait_until(lambda: (tmp_path / "holding").exists(), what="alice's batch job running")
-        token = tmp_path / "c" / "controller" / "admin.token"
-        user = running.status()["user"]  # this process's user (the client keeps one)
         # 1e-6 accelerator-hours: spent in a millisecond by 4 chips, so she is over at once.
         done = _cli(cluster, "user", "budget", "set", user, "--hours", "0.000001",
                     "--admin-token-file", str(token), "--json")
@@ -100,62 +135,68 @@ def test_over_budget_user_is_demoted_to_batch_and_told(tmp_path, wait_until):
             dashboard.stop()
         (tmp_path / "release").touch()
         assert urgent.result(timeout=180) == "v5litepod-4"
+    finally:  # the cluster is the module's: the next test's jobs run as this user too
+        (tmp_path / "release").touch()
+        budgets.set_budget(user, clear=True, admin_token_file=token)
+        running.wait(timeout=120)
 
 
-def test_band_above_cap_refused_at_submit_and_budget_cli_round_trips(tmp_path):
-    with iris.local_cluster(workers=0, state_dir=tmp_path / "c") as cluster:
-        token = str(tmp_path / "c" / "controller" / "admin.token")
-        refused = _cli(cluster, "user", "budget", "set", "bob", "--max-priority", "batch")
-        assert refused.returncode != 0 and "admin token" in refused.stderr
-        set_ = _cli(cluster, "user", "budget", "set", "bob", "--hours", "800",
-                    "--max-priority", "batch", "--window-days", "7",
-                    "--admin-token-file", token)
-        assert set_.returncode == 0, set_.stderr
-        as_bob = {"IRIS_USER": "bob"}
-        run = _cli(cluster, "job", "run", "--priority", "production", "--no-wait", "--", "true",
-                   env=as_bob)
-        assert run.returncode != 0
-        assert "priority: production is above the cap for user bob: at most batch" in run.stderr
-        assert json.loads(_cli(cluster, "job", "list", "--json").stdout) == []
-        ok = _cli(cluster, "job", "run", "--priority", "batch", "--no-wait", "--json", "--",
-                  "true", env=as_bob)
-        assert ok.returncode == 0, ok.stderr
-        got = json.loads(_cli(cluster, "user", "budget", "get", "bob", "--json").stdout)
-        assert (got["subject"], got["hours"], got["max_priority"], got["window_days"]) == \
-            ("bob", 800.0, "batch", 7.0)
-        listing = json.loads(_cli(cluster, "user", "budget", "list", "--json").stdout)
-        assert [b["subject"] for b in listing["budgets"]] == ["bob"]
-        cleared = _cli(cluster, "user", "budget", "set", "bob", "--clear",
-                       "--admin-token-file", token)
-        assert cleared.returncode == 0, cleared.stderr
-        again = _cli(cluster, "job", "run", "--priority", "production", "--no-wait", "--",
-                     "true", env=as_bob)
-        assert again.returncode == 0, again.stderr  # the cap went with the budget
+def test_band_above_cap_refused_at_submit_and_budget_cli_round_trips(no_workers):
+    cluster, token = no_workers
+    refused = _cli(cluster, "user", "budget", "set", "bob", "--max-priority", "batch")
+    assert refused.returncode != 0 and "admin token" in refused.stderr
+    set_ = _cli(cluster, "user", "budget", "set", "bob", "--hours", "800",
+                "--max-priority", "batch", "--window-days", "7",
+                "--admin-token-file", token)
+    assert set_.returncode == 0, set_.stderr
+    as_bob = {"IRIS_USER": "bob"}
+    run = _cli(cluster, "job", "run", "--priority", "production", "--no-wait", "--", "true",
+               env=as_bob)
+    assert run.returncode != 0
+    assert "priority: production is above the cap for user bob: at most batch" in run.stderr
+    jobs = json.loads(_cli(cluster, "job", "list", "--json").stdout)
+    assert [j for j in jobs if j["user"] == "bob"] == []  # the refused one made none
+    ok = _cli(cluster, "job", "run", "--priority", "batch", "--no-wait", "--json", "--",
+              "true", env=as_bob)
+    assert ok.returncode == 0, ok.stderr
+    got = json.loads(_cli(cluster, "user", "budget", "get", "bob", "--json").stdout)
+    assert (got["subject"], got["hours"], got["max_priority"], got["window_days"]) == \
+        ("bob", 800.0, "batch", 7.0)
+    listing = json.loads(_cli(cluster, "user", "budget", "list", "--json").stdout)
+    assert "bob" in [b["subject"] for b in listing["budgets"]]
+    cleared = _cli(cluster, "user", "budget", "set", "bob", "--clear",
+                   "--admin-token-file", token)
+    assert cleared.returncode == 0, cleared.stderr
+    again = _cli(cluster, "job", "run", "--priority", "production", "--no-wait", "--",
+                 "true", env=as_bob)
+    assert again.returncode == 0, again.stderr  # the cap went with the budget
 
 
-def test_band_above_cap_refused_through_the_api(tmp_path):
-    with iris.local_cluster(workers=0, state_dir=tmp_path / "c"):
-        user = iris.submit(["true"], priority="batch").status()["user"]
-        budgets.set_budget(user, max_priority="interactive",
-                           admin_token_file=tmp_path / "c" / "controller" / "admin.token")
+def test_band_above_cap_refused_through_the_api(no_workers):
+    user = iris.submit(["true"], priority="batch").status()["user"]
+    token = no_workers[1]
+    budgets.set_budget(user, max_priority="interactive", admin_token_file=token)
+    try:
         with pytest.raises(InvalidRequestError, match="at most interactive") as err:
             iris.submit(["true"], priority="production")
         assert err.value.field == "priority"
+    finally:  # this process's user submits in the module's other tests
+        budgets.set_budget(user, clear=True, admin_token_file=token)
 
 
-def test_existing_capacity_only_job_says_it_waits_for_hosts_already_up(tmp_path, wait_until):
-    with iris.local_cluster(workers=0, state_dir=tmp_path / "c") as cluster:
-        job = iris.submit(["true"], existing_capacity_only=True)
-        reason = wait_until(lambda: job.status().get("pending_reason"),
-                            what="a pending reason")
-        assert reason["code"] == "EXISTING_CAPACITY_ONLY"
-        assert "waits for existing capacity" in reason["message"]
-        assert job.status()["existing_capacity_only"] is True
-        run = _cli(cluster, "job", "run", "--existing-capacity-only", "--no-wait", "--json",
-                   "--", "true")
-        assert run.returncode == 0, run.stderr
-        with pytest.raises(InvalidRequestError, match="existing_capacity_only"):
-            iris.submit(["true"], existing_capacity_only="yes")
+def test_existing_capacity_only_job_says_it_waits_for_hosts_already_up(no_workers, wait_until):
+    cluster = no_workers[0]
+    job = iris.submit(["true"], existing_capacity_only=True)
+    reason = wait_until(lambda: job.status().get("pending_reason"),
+                        what="a pending reason")
+    assert reason["code"] == "EXISTING_CAPACITY_ONLY"
+    assert "waits for existing capacity" in reason["message"]
+    assert job.status()["existing_capacity_only"] is True
+    run = _cli(cluster, "job", "run", "--existing-capacity-only", "--no-wait", "--json",
+               "--", "true")
+    assert run.returncode == 0, run.stderr
+    with pytest.raises(InvalidRequestError, match="existing_capacity_only"):
+        iris.submit(["true"], existing_capacity_only="yes")
 
 
 def test_budget_survives_controller_restart(tmp_path):

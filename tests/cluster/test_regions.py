@@ -8,7 +8,6 @@ import secrets
 import subprocess
 import sys
 import textwrap
-import threading
 from pathlib import Path
 from typing import NamedTuple
 
@@ -158,39 +157,3 @@ def test_more_gangs_than_slices_the_extra_one_is_unplaceable_with_reasons(cluste
         assert len(hosts) == len(set(hosts)) == 12  # no host promised twice
     finally:
         cluster.node.unhost(OWNER_KEY)
-
-
-def jax_facts() -> dict:
-    return {k: os.environ.get(k) for k in ("IRIS_TASK_INDEX", "JAX_COORDINATOR_ADDRESS",
-                                           "JAX_NUM_PROCESSES", "JAX_PROCESS_ID")}
-
-
-def test_tpu_gang_job_lands_whole_on_a_local_slice(tmp_path):
-    from iris.controller.config import ScaleGroupConfig
-    from iris.controller.providers.base import SliceState
-    from iris.controller.providers.local import LocalProvider
-
-    tpu = {"accelerator_type": "v5litepod-16", "accelerator_count": "4"}
-    with iris.local_cluster(state_dir=tmp_path / "c", worker_attrs=tpu) as cluster:
-        provider = LocalProvider(cluster.address, tmp_path / "hosts", "local")
-        group = ScaleGroupConfig("v5e-16", "local", "tpu", "v5litepod-16", 4, 4, ("local-a",))
-        try:
-            provider.create_slice(group, "local-a", "slice-1")
-            pause = threading.Event()
-            for _ in range(2400):  # the four hosts boot and register (bounded: 120 s)
-                registered = iris.current().node.call(cluster.address, "/iris/controller",
-                                                      "list_workers").result(30)
-                if (len(registered) == 4
-                        and provider.slice_status("slice-1").state is SliceState.READY):
-                    break
-                pause.wait(0.05)
-            assert provider.slice_status("slice-1").state is SliceState.READY
-            job = iris.submit(jax_facts, resources=iris.Resources(tpu="v5litepod-16"))
-            facts = job.result(timeout=180)
-            hosts = {t["worker_id"] for t in job.tasks()}
-            assert hosts == {f"slice-1-h{i}" for i in range(4)}  # whole slice, one task each
-            assert sorted(f["JAX_PROCESS_ID"] for f in facts) == ["0", "1", "2", "3"]
-            assert {f["JAX_NUM_PROCESSES"] for f in facts} == {"4"}
-            assert len({f["JAX_COORDINATOR_ADDRESS"] for f in facts}) == 1
-        finally:
-            provider.close()
