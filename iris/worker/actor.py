@@ -93,6 +93,7 @@ class Worker:
         self._registered = False
         self._last_report = 0.0
         self._interval = HEARTBEAT_S  # as the controller last asked
+        self._front: str | None = None  # the report front the controller named, if any
         self._sinks: dict[SinkKey, LogSink] = {}
         self._shippers: dict[str, LogShipper] = {}  # attempt id -> its live log shipper
         self._dropped_lines_closed = 0  # by shippers already closed, for a lifetime counter
@@ -290,6 +291,22 @@ class Worker:
         return self._node.call(address, key, method, args, timeout_s=timeout_s,
                                auth=auth).result()
 
+    def _call_report(self, *args: Any) -> Any:
+        """`report`, to this worker's report front if the controller named one
+        (controller/report_fronts.py); a front that fails or refuses it (dead, restarted,
+        not yet told our credential) is dropped and the report goes to the controller
+        directly at once, whose answer points us at a front again once one is up."""
+        if self._front is not None:
+            try:
+                return self._node.call(self._front, self._controller[1], "report", args,
+                                       timeout_s=5.0, auth=self._cred.credential if self._cred
+                                       else None).result()
+            except IrisError as exc:
+                _log.warning("worker %s: report front %s failed (%s): reporting to the "
+                             "controller directly", self.worker_id, self._front, exc)
+                self._front = None
+        return self._call("report", *args)
+
     def _fetch_bundle(self, digest: str) -> bytes:
         """A workspace bundle from the controller (called on an attempt's thread)."""
         return self._call("get_bundle", digest, timeout_s=300.0)
@@ -374,8 +391,8 @@ class Worker:
         # Usage readings ride along only when there are some (most reports have none).
         usage = samples_for(self._sampler.take(), self._book.held)
         try:
-            answer = control.decode(control.ReportAnswer, self._call(
-                "report", self.worker_id, _wire(sent), {"log_shipping": self._shipping_stats()},
+            answer = control.decode(control.ReportAnswer, self._call_report(
+                self.worker_id, _wire(sent), {"log_shipping": self._shipping_stats()},
                 sorted(self._book.held), *([usage] if usage else [])))
         except PermissionDeniedError as exc:
             self._refused(exc)
@@ -387,6 +404,8 @@ class Worker:
             self._registered = False
             return
         self._renew(sent_at)
+        if answer.reports_to is not None:  # a controller with report fronts points us
+            self._front = answer.reports_to or None
         self._interval = report_interval(answer.interval_s)
         self._acknowledge(sent, set(answer.acked))
 
