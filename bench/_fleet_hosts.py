@@ -35,7 +35,7 @@ from iris.actors.keys import CONTROLLER_KEY, worker_key
 from iris.base.errors import OverloadedError
 from iris.controller.main import raise_open_files
 from iris.wire import messages, remote_errors
-from iris.worker.actor import report_interval
+from iris.worker.actor import CONTROLLER_IDLE_S, report_interval
 
 RUN_S = 0.05
 # A worker's calls to the controller time out after 5 s (worker/actor.py `_call`), and it
@@ -71,7 +71,7 @@ def exited(attempt: str) -> dict:
 class Host:
     __slots__ = ("worker_id", "sock", "registered", "next_beat", "updates", "sent", "running",
                  "pending", "ends", "interval", "hold_until", "sent_at", "credential",
-                 "front", "front_sock", "front_at", "via_front")
+                 "front", "front_sock", "front_at", "via_front", "ctl_used")
 
     def __init__(self, worker_id: str, sock: zmq.Socket, first_beat: float):
         self.worker_id, self.sock = worker_id, sock
@@ -93,6 +93,7 @@ class Host:
         self.front_sock: zmq.Socket | None = None
         self.front_at: str | None = None  # where front_sock is connected
         self.via_front = False
+        self.ctl_used = 0.0  # its last call to the controller (idle: closed, as a worker)
 
 
 def main() -> None:
@@ -129,7 +130,21 @@ def main() -> None:
         host.sent_at = time.monotonic()
         auth = token if method == "join" else (host.credential or token)
         host.via_front = method == "report" and host.front is not None
-        sock = _front_sock(host, ctx, poller, by_sock) if host.via_front else host.sock
+        if host.via_front:
+            sock = _front_sock(host, ctx, poller, by_sock)
+            if host.sock is not None and host.sent_at - host.ctl_used > CONTROLLER_IDLE_S:
+                poller.unregister(host.sock)  # as a worker lets go of an idle connection
+                del by_sock[host.sock]
+                host.sock.close(0)
+                host.sock = None
+        else:
+            if host.sock is None:
+                host.sock = ctx.socket(zmq.DEALER)
+                host.sock.setsockopt(zmq.LINGER, 0)
+                host.sock.connect(address)
+                by_sock[host.sock] = host
+                poller.register(host.sock, zmq.POLLIN)
+            sock, host.ctl_used = host.sock, host.sent_at
         sock.send_multipart(messages.encode_call(cid, actor, method, int(CALL_S * 1000),
                                                  args, {}, auth=auth), copy=False)
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import os
+import resource
 import signal
 import sys
 import threading
@@ -125,6 +126,11 @@ def main(argv: list[str]) -> None:
                         "%(message)s")
     index, controller, state_dir, bind = int(argv[0]), argv[1], Path(argv[2]), argv[3]
     keys_dir = argv[4] if len(argv) > 4 else None
+    try:  # a connection per worker it serves, as the controller's (main.raise_open_files)
+        hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (ValueError, OSError) as exc:
+        _log.warning("front %d: cannot raise the open-files limit: %s", index, exc)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     serve(index, controller, state_dir, bind, keys_dir, stop)

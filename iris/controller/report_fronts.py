@@ -34,6 +34,9 @@ from iris.controller.credentials import controller_token, load_secret
 _log = logging.getLogger(__name__)
 MAX_FRONTS = 64
 RESTART_AFTER_S = 1.0  # a front that keeps dying is restarted at most once a second
+# The controller's own connections to workers (its commands) unused this long are closed,
+# checked every LET_GO_EVERY_S: with fronts, it holds a descriptor per busy worker only.
+IDLE_PEER_S, LET_GO_EVERY_S = 60.0, 10.0
 
 
 class ReportFronts:
@@ -49,6 +52,7 @@ class ReportFronts:
         self._addresses: list[str | None] = [None] * count
         self._started = [0.0] * count
         self.restarts = [0] * count
+        self._let_go_at = 0.0
         # token -> (role, worker id): the worker credentials a front must honour.
         self._grants: dict[bytes, tuple[str, str | None]] = {}
 
@@ -69,9 +73,9 @@ class ReportFronts:
 
     def _push(self, changes: list, only: str | None = None) -> None:
         for address in [only] if only else self._addresses:
-            if address is not None:
-                self._node.call(address, CONTROLLER_KEY, "grants", (changes,), oneway=True,
-                                auth=self._auth)
+            if address is not None:  # a call, not a cast: owed an answer, never let go
+                self._node.call(address, CONTROLLER_KEY, "grants", (changes,), timeout_s=30.0,
+                                auth=self._auth).add_done_callback(_log_failure)
 
     # ------------------------------------------------------------ supervision
 
@@ -100,7 +104,10 @@ class ReportFronts:
         return True
 
     def tick(self, now: float) -> None:
-        """Restart a front that exited (logged, counted)."""
+        """Restart a front that exited (logged, counted); close idle connections."""
+        if now - self._let_go_at >= LET_GO_EVERY_S:
+            self._let_go_at = now
+            self._node.let_go(IDLE_PEER_S)
         for index, proc in enumerate(self._procs):
             if proc is None or proc.poll() is None:
                 continue
@@ -154,3 +161,9 @@ def point_at_fronts(fronts: ReportFronts, msgs: list, answers: list) -> list:
         if type(answer) is dict:
             answer["reports_to"] = fronts.address_for(msg.worker_id)
     return answers
+
+
+def _log_failure(fut: Any) -> None:
+    error = fut.exception()
+    if error is not None:  # its workers are refused there and report here directly meanwhile
+        _log.warning("grants to a report front failed: %s", error)

@@ -45,6 +45,9 @@ from iris.worker.usage_sampler import SamplerConfig, UsageSampler, samples_for
 from iris.worker.watchdog import ensure_running, wait_gone
 
 _log = logging.getLogger(__name__)
+# Reporting through a report front, the controller's connection is closed after this
+# long unused (controller/report_fronts.py).
+CONTROLLER_IDLE_S = 10.0
 # Heartbeat period until the controller asks for another (each report's answer carries
 # `interval_s`: a large fleet reports less often), never past REPORT_INTERVAL_MAX_S, which
 # the lease outlasts (wire/fencing.py).
@@ -295,12 +298,18 @@ class Worker:
         """`report`, to this worker's report front if the controller named one
         (controller/report_fronts.py); a front that fails or refuses it (dead, restarted,
         not yet told our credential) is dropped and the report goes to the controller
-        directly at once, whose answer points us at a front again once one is up."""
+        directly at once, whose answer points us at a front again once one is up. While
+        reports go through a front, the connection to the controller is closed once idle
+        for CONTROLLER_IDLE_S (the next call opens it again)."""
         if self._front is not None:
             try:
-                return self._node.call(self._front, self._controller[1], "report", args,
-                                       timeout_s=5.0, auth=self._cred.credential if self._cred
-                                       else None).result()
+                answer = self._node.call(self._front, self._controller[1], "report", args,
+                                         timeout_s=5.0, auth=self._cred.credential
+                                         if self._cred else None).result()
+                # The controller's connection, idle: closed, so that a controller of more
+                # hosts than it has file descriptors holds only the busy ones.
+                self._node.let_go(CONTROLLER_IDLE_S, self._controller[0])
+                return answer
             except IrisError as exc:
                 _log.warning("worker %s: report front %s failed (%s): reporting to the "
                              "controller directly", self.worker_id, self._front, exc)
