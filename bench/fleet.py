@@ -1,7 +1,7 @@
 """Benchmark: one real controller holding a fleet of N simulated hosts (issue 21).
 
     python -m bench.fleet [--quick] [--hosts 1000,5000,10000] [--procs 4] [--window 60]
-                          [--rate JOBS_PER_S] [--profile DIR]
+                          [--rate JOBS_PER_S] [--profile DIR] [--fronts 0,2]
 
 Not a test: it asserts nothing. For each N, a fresh `iris controller serve` process and N
 simulated hosts in --procs helper processes (bench/_fleet_hosts.py: a DEALER, so a TCP
@@ -44,6 +44,15 @@ seconds a client submits small command jobs one after another and waits for each
   fencing.late_after_s, what /metrics, the dashboard and `iris worker list` say), by the
   old rule (silent > 1.5 s, whatever the interval), overdue (silent > their interval + 1 s:
   a report more than a second behind), and the longest silence seen.
+
+--fronts K[,K...]: the controller runs K report fronts (`--report-fronts K`,
+controller/report_fronts.py), each size once per K, in this order (an A/B in one run). The
+controller's figures above are its own process's; fronts_cpu_idle / fronts_cpu /
+fronts_rss_mb are its fronts' together (from /proc, its children); rss_kb_per_host is the
+controller's RSS at the end over N; reports_via_front the share of the hosts' reports sent
+to a front; front_failures the reports a front failed (the host then sent it to the
+controller). A simulated host, as a worker does, closes its controller connection after
+10 s unused while it reports through a front.
 
 --quick runs N = 500 and 2,000 (unless --hosts says) with a 15 s window (unless --window
 says), so that bench.ab, which passes --quick, can run any size. The last line is one JSON
