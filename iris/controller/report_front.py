@@ -40,6 +40,11 @@ from iris.controller.worker_requests import check_report
 _log = logging.getLogger(__name__)
 # A batch's call to the controller: as long as a worker waits for its report's answer.
 FORWARD_TIMEOUT_S = 5.0
+# A front stops when its controller has not answered `front_hello` for this long (it is
+# gone); a controller merely busy (a registration storm keeps its turn for seconds) answers
+# late, and the front keeps serving meanwhile.
+ORPHAN_AFTER_S = 60.0
+HELLO_EVERY_S = 5.0
 _ROLES = (tokens.WORKER, tokens.REVOKED)  # the only roles a controller hands a front
 
 
@@ -96,27 +101,31 @@ class ReportFront:
 
 def serve(index: int, controller: str, state_dir: Path, bind: str,
           keys_dir: str | None, stop: threading.Event) -> None:
-    """Serve as front `index` until `stop` (or until the controller no longer answers
-    `front_hello`: a front never outlives its controller by more than a call's timeout)."""
+    """Serve as front `index` until `stop`, or until the controller has not answered
+    `front_hello` for ORPHAN_AFTER_S (gone), or answers that it replaced this front."""
     auth = controller_token(load_secret(state_dir))
     security = Security.load(keys_dir) if keys_dir else None
     node = Node(NodeConfig(bind=bind), security=security).start()
     try:
         node.grant(auth, tokens.CONTROLLER)
         node.host(CONTROLLER_KEY, ReportFront, (node, index, controller, auth))
+        answered = node.clock.monotonic()
         while not stop.is_set():
             try:  # who we are, and that we are alive; the controller pushes the grants
                 hired = node.call(controller, CONTROLLER_KEY, "front_hello",
                                   (index, node.address, os.getpid()), timeout_s=10.0,
                                   auth=auth).result()
+                answered = node.clock.monotonic()
             except IrisError as exc:
-                _log.error("front %d: the controller at %s did not answer: %s; stopping",
-                           index, controller, exc)
-                return
+                if node.clock.monotonic() - answered > ORPHAN_AFTER_S:
+                    _log.error("front %d: the controller at %s has not answered for %.0f s "
+                               "(%s); stopping", index, controller, ORPHAN_AFTER_S, exc)
+                    return
+                hired = True  # busy, not gone
             if not hired:  # the controller started another front in this one's place
                 _log.error("front %d: replaced by the controller; stopping", index)
                 return
-            stop.wait(5.0)
+            stop.wait(HELLO_EVERY_S)
     finally:
         node.stop()
 
