@@ -154,6 +154,7 @@ def main() -> None:
         if host.pending and host.via_front:  # its front did not answer: the controller next
             host.front, host.pending = None, {}
             stats["front_failures"] += 1
+            stats["front_timeout"] = stats.get("front_timeout", 0) + 1
         if not host.registered:
             if time.monotonic() < host.hold_until:
                 return
@@ -230,6 +231,7 @@ def _on_reply(host: Host, sock: zmq.Socket, stats: dict) -> bool:
         return False  # answered after the host gave up on it
     if msg[1] == messages.ERROR and host.via_front:  # as a worker: the controller next
         stats["front_failures"] += 1
+        stats[f"front_{msg[3]}"] = stats.get(f"front_{msg[3]}", 0) + 1  # why, by code
         host.front = None
     elif msg[1] == messages.ERROR:
         stats["errors"] += 1

@@ -280,6 +280,9 @@ def run(n: int, procs: int, window: float, controller_root: Path = ROOT,
                 "reports_via_front": sum(c.get("via_front", 0) for c in counts)
                 / max(1, sum(c.get("reports", 0) for c in counts)),
                 "front_failures": sum(c.get("front_failures", 0) for c in counts),
+                "front_failed_by": {k: sum(c.get(k, 0) for c in counts) for k in
+                                    sorted({k for c in counts for k in c
+                                            if k.startswith("front_") and k != "front_failures"})},
                 "rss_mb_per_min_last5": _RssSampler.slope_mb_per_min(rss_series),
                 "rss_mb_series": [round(m) for _, m in rss_series],
                 "submit_done_ms_p50": statistics.median(latencies) if latencies else None,

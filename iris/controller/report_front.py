@@ -84,9 +84,11 @@ class ReportFront:
             return [exc] * len(msgs)
 
     @requires(tokens.CONTROLLER)
-    def grants(self, changes: list) -> int:
+    async def grants(self, changes: list) -> int:
         """The controller's worker credentials: (token, role, worker id) each; role None
-        revokes. Only the roles a controller hands workers are taken."""
+        revokes. Only the roles a controller hands workers are taken. On the node's loop,
+        where calls are let in (a turn behind a batch waiting for the controller let a
+        worker pointed here meanwhile be refused)."""
         for token, role, principal in changes:
             if role is None:
                 self._node.revoke(bytes(token))
