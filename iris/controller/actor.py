@@ -32,7 +32,12 @@ from iris.controller.preemption_notices import apply_notice
 from iris.controller.reclaim import RegionReclaim
 from iris.controller.regions.region import STOP_ALL_SLICES_S, RegionCarrier
 from iris.controller.regions.remote import check_region_actors
-from iris.controller.report_fronts import point_at_fronts, start_fronts
+from iris.controller.report_fronts import (
+    front_batch,
+    point_at_fronts,
+    split_answers,
+    start_fronts,
+)
 from iris.controller.service import ControllerConfig, ControllerService
 from iris.controller.service_types import Command, JobsFinished
 from iris.controller.upkeep import Upkeep
@@ -243,11 +248,17 @@ class Controller:
         return answers if self._fronts is None else point_at_fronts(self._fronts, msgs, answers)
 
     @requires(tokens.CONTROLLER)  # a front this controller started (report_front.py)
+    @batched("_front_batches", check=front_batch, late=True)
     def front_reports(self, index: int, items: list) -> list:
-        """A front's batch of reports, checked there as `report` checks them here."""
-        self.reports_batched += len(items)
+        """A front's batch of reports, checked there as `report` checks them here; the
+        batches of all fronts waiting are one turn (`_front_batches`)."""
+        return self._front_batches([front_batch(index, items)])[0]
+
+    def _front_batches(self, batches: list) -> list:
+        msgs = [m for batch in batches for m in batch]
+        self.reports_batched += len(msgs)
         self.report_batches += 1
-        return self._after(self._svc.reports([control.WorkerReport(*item) for item in items]))
+        return split_answers(batches, self._after(self._svc.reports(msgs)))
 
     @requires(tokens.CONTROLLER)
     def front_hello(self, index: int, address: str, pid: int) -> bool:

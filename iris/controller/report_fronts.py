@@ -30,6 +30,7 @@ from iris.actors import Node
 from iris.actors.keys import CONTROLLER_KEY
 from iris.base.errors import InvalidRequestError
 from iris.controller.credentials import controller_token, load_secret
+from iris.wire import control
 
 _log = logging.getLogger(__name__)
 MAX_FRONTS = 64
@@ -152,6 +153,25 @@ def start_fronts(config: Any, node: Node) -> ReportFronts | None:
                           controller_token(load_secret(config.state_dir)), config.keys_dir)
     fronts.start(node.clock.monotonic())
     return fronts
+
+
+def front_batch(index: Any, items: Any) -> list:
+    """A front's batch as WorkerReports (on the controller's loop thread). The front checked
+    each report (`check_report`) and speaks with the controller's token: only the shape is
+    checked here."""
+    if type(items) is not list:
+        raise InvalidRequestError(f"front_reports: items is a list, not {type(items).__name__}",
+                                  "items")
+    return [control.WorkerReport(*item) for item in items]
+
+
+def split_answers(batches: list, answers: list) -> list:
+    """The answers to the reports of several batches, one list per batch, in order."""
+    out, at = [], 0
+    for batch in batches:
+        out.append(answers[at:at + len(batch)])
+        at += len(batch)
+    return out
 
 
 def point_at_fronts(fronts: ReportFronts, msgs: list, answers: list) -> list:
