@@ -20,6 +20,7 @@ from iris.controller.inspector import Inspector
 from iris.controller.regions.autoscaler import AutoscalerConfig
 from iris.controller.regions.capacity import offers_from_groups
 from iris.controller.regions.region import STOP_LOCAL_SLICES_S, RegionScaling
+from iris.controller.report_fronts import check_fronts
 from iris.controller.service import ControllerConfig
 from iris.controller.state_lock import StateDirLock
 from iris.logstore.config import LogStoreConfig
@@ -187,6 +188,7 @@ def run_controller(state_dir: Path, *, bind: str = "tcp://127.0.0.1:0",
     from iris.base.clock import SYSTEM_CLOCK
 
     extra = _settings(cluster, Path(state_dir), worker_dead_after_s)  # config errors first
+    check_fronts(report_fronts)
     # Then, before any socket: a taken state dir or address, a bad checkpoint or prefix
     # stops here, nothing started and nothing changed.
     lock = _refuse_taken(Path(state_dir), bind, SYSTEM_CLOCK.wall())

@@ -28,7 +28,7 @@ from urllib.parse import urlparse
 
 from iris.actors import Node
 from iris.actors.keys import CONTROLLER_KEY
-from iris.base.errors import InvalidRequestError
+from iris.base.errors import ConfigError, InvalidRequestError
 from iris.controller.credentials import controller_token, load_secret
 from iris.wire import control
 
@@ -40,12 +40,18 @@ RESTART_AFTER_S = 1.0  # a front that keeps dying is restarted at most once a se
 IDLE_PEER_S, LET_GO_EVERY_S = 60.0, 10.0
 
 
+def check_fronts(count: object) -> int:
+    """How many report fronts, checked (ConfigError names the setting)."""
+    if type(count) is not int or not 0 <= count <= MAX_FRONTS:
+        raise ConfigError(f"report_fronts: a whole number of helper processes, 0-{MAX_FRONTS}, "
+                          f"not {count!r}")
+    return count
+
+
 class ReportFronts:
     def __init__(self, count: int, node: Node, state_dir: str, auth: bytes,
                  keys_dir: str | None = None):
-        if type(count) is not int or not 0 < count <= MAX_FRONTS:
-            raise InvalidRequestError(f"report_fronts: 0-{MAX_FRONTS}, not {count!r}",
-                                      "report_fronts")
+        check_fronts(count)
         self._node, self._auth = node, auth
         host = urlparse(node.address).hostname or "127.0.0.1"
         self._argv = [str(state_dir), f"tcp://{host}:0"] + ([keys_dir] if keys_dir else [])
@@ -124,7 +130,7 @@ class ReportFronts:
     def address_for(self, worker_id: str) -> str:
         """Where `worker_id` should report: its front's address, or "" (the controller
         itself) while that front is not up."""
-        return self._addresses[zlib.crc32(worker_id.encode()) % len(self._procs)] or ""
+        return self._addresses[zlib.crc32(worker_id.encode()) % len(self._addresses)] or ""
 
     def counts(self) -> dict:
         return {"count": len(self._procs), "up": sum(a is not None for a in self._addresses),
