@@ -35,7 +35,7 @@ from iris.actors.keys import CONTROLLER_KEY, worker_key
 from iris.base.errors import OverloadedError
 from iris.controller.main import raise_open_files
 from iris.wire import messages, remote_errors
-from iris.worker.actor import report_interval
+from iris.worker.actor import CONTROLLER_IDLE_S, report_interval
 
 RUN_S = 0.05
 # A worker's calls to the controller time out after 5 s (worker/actor.py `_call`), and it
@@ -70,7 +70,8 @@ def exited(attempt: str) -> dict:
 
 class Host:
     __slots__ = ("worker_id", "sock", "registered", "next_beat", "updates", "sent", "running",
-                 "pending", "ends", "interval", "hold_until", "sent_at", "credential")
+                 "pending", "ends", "interval", "hold_until", "sent_at", "credential",
+                 "front", "front_sock", "front_at", "via_front", "ctl_used")
 
     def __init__(self, worker_id: str, sock: zmq.Socket, first_beat: float):
         self.worker_id, self.sock = worker_id, sock
@@ -86,6 +87,13 @@ class Host:
         self.hold_until = 0.0  # told to come back later (admission control), as a worker is
         self.sent_at = 0.0  # when the call in flight (at most one, as a worker) was sent
         self.credential: bytes | None = None  # its own, from `join` (controller/credentials)
+        # The report front the controller named (controller/report_fronts.py), its DEALER,
+        # and whether the call in flight went there (a failure there: back to the controller).
+        self.front: str | None = None
+        self.front_sock: zmq.Socket | None = None
+        self.front_at: str | None = None  # where front_sock is connected
+        self.via_front = False
+        self.ctl_used = 0.0  # its last call to the controller (idle: closed, as a worker)
 
 
 def main() -> None:
@@ -95,7 +103,7 @@ def main() -> None:
     token = bytes.fromhex(os.environ.get("IRIS_CLUSTER_TOKEN", "")) or None
     raise_open_files()  # a socket per host, as the controller needs one per worker
     ctx = zmq.Context()
-    ctx.set(zmq.MAX_SOCKETS, count + 64)
+    ctx.set(zmq.MAX_SOCKETS, 2 * count + 64)  # a DEALER to the controller, one to a front
     router = ctx.socket(zmq.ROUTER)
     port = router.bind_to_random_port("tcp://127.0.0.1")
     me = f"tcp://127.0.0.1:{port}"
@@ -112,7 +120,8 @@ def main() -> None:
         by_sock[sock] = host
         by_key[worker_key(host.worker_id)] = host
         poller.register(sock, zmq.POLLIN)
-    stats = {"reports": 0, "reregister": 0, "errors": 0, "attempts": 0}
+    stats = {"reports": 0, "reregister": 0, "errors": 0, "attempts": 0, "front_failures": 0,
+             "via_front": 0}
     call_ids = iter(range(1, 1 << 62))
 
     def call(host: Host, actor: str, method: str, args: tuple) -> None:
@@ -120,12 +129,32 @@ def main() -> None:
         host.pending = {cid: method}  # one at a time; a reply after CALL_S is dropped
         host.sent_at = time.monotonic()
         auth = token if method == "join" else (host.credential or token)
-        host.sock.send_multipart(messages.encode_call(cid, actor, method, int(CALL_S * 1000),
-                                                      args, {}, auth=auth), copy=False)
+        host.via_front = method == "report" and host.front is not None
+        if host.via_front:
+            sock = _front_sock(host, ctx, poller, by_sock)
+            if host.sock is not None and host.sent_at - host.ctl_used > CONTROLLER_IDLE_S:
+                poller.unregister(host.sock)  # as a worker lets go of an idle connection
+                del by_sock[host.sock]
+                host.sock.close(0)
+                host.sock = None
+        else:
+            if host.sock is None:
+                host.sock = ctx.socket(zmq.DEALER)
+                host.sock.setsockopt(zmq.LINGER, 0)
+                host.sock.connect(address)
+                by_sock[host.sock] = host
+                poller.register(host.sock, zmq.POLLIN)
+            sock, host.ctl_used = host.sock, host.sent_at
+        sock.send_multipart(messages.encode_call(cid, actor, method, int(CALL_S * 1000),
+                                                 args, {}, auth=auth), copy=False)
 
     def beat(host: Host) -> None:
         if host.pending and time.monotonic() - host.sent_at < CALL_S:
             return  # a worker waits for its call's answer (or its timeout) before the next
+        if host.pending and host.via_front:  # its front did not answer: the controller next
+            host.front, host.pending = None, {}
+            stats["front_failures"] += 1
+            stats["front_timeout"] = stats.get("front_timeout", 0) + 1
         if not host.registered:
             if time.monotonic() < host.hold_until:
                 return
@@ -139,6 +168,7 @@ def main() -> None:
             host.sent = list(host.updates)
             call(host, CONTROLLER_KEY, "report", report_args(host))
             stats["reports"] += 1
+            stats["via_front"] += host.via_front
 
     end = time.monotonic() + seconds
     stop: list[bool] = []
@@ -158,7 +188,7 @@ def main() -> None:
                     heapq.heappush(due, (now + RUN_S, seq, None))  # an attempt ends then
                 continue
             host = by_sock[sock]
-            if _on_reply(host, stats) and host.updates:  # more to say: at once, as a worker
+            if _on_reply(host, sock, stats) and host.updates:  # more to say: at once
                 beat(host)
         now = time.monotonic()
         while due and due[0][0] <= now:
@@ -175,14 +205,35 @@ def main() -> None:
     ctx.destroy(linger=0)
 
 
-def _on_reply(host: Host, stats: dict) -> bool:
+def _front_sock(host: Host, ctx: zmq.Context, poller: zmq.Poller, by_sock: dict) -> zmq.Socket:
+    """The host's DEALER to its report front, connected when first needed (or moved)."""
+    if host.front_sock is not None and host.front_at != host.front:
+        poller.unregister(host.front_sock)
+        del by_sock[host.front_sock]
+        host.front_sock.close(0)
+        host.front_sock = None
+    if host.front_sock is None:
+        host.front_sock = ctx.socket(zmq.DEALER)
+        host.front_sock.setsockopt(zmq.LINGER, 0)
+        host.front_sock.connect(host.front)
+        host.front_at = host.front
+        by_sock[host.front_sock] = host
+        poller.register(host.front_sock, zmq.POLLIN)
+    return host.front_sock
+
+
+def _on_reply(host: Host, sock: zmq.Socket, stats: dict) -> bool:
     """Handle one reply; True if it answered the host's call in flight."""
-    frames = host.sock.recv_multipart()
+    frames = sock.recv_multipart()
     msg = messages.decode(frames[0], frames[1:])
     method = host.pending.pop(msg[2], None)
     if method is None:
         return False  # answered after the host gave up on it
-    if msg[1] == messages.ERROR:
+    if msg[1] == messages.ERROR and host.via_front:  # as a worker: the controller next
+        stats["front_failures"] += 1
+        stats[f"front_{msg[3]}"] = stats.get(f"front_{msg[3]}", 0) + 1  # why, by code
+        host.front = None
+    elif msg[1] == messages.ERROR:
         stats["errors"] += 1
         if msg[3] == messages.E_PERMISSION:  # credential revoked (or lost): join again
             host.credential, host.registered = None, False
@@ -200,6 +251,8 @@ def _on_reply(host: Host, stats: dict) -> bool:
         host.updates = [u for u in host.updates if not any(u is v for v in host.sent)]
     elif method == "report":
         host.interval = report_interval(msg[4].get("interval_s"))
+        if msg[4].get("reports_to") is not None:  # a controller with report fronts
+            host.front = msg[4]["reports_to"] or None
         if msg[4].get("reregister"):
             stats["reregister"] += 1
             host.registered = False

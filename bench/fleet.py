@@ -1,7 +1,7 @@
 """Benchmark: one real controller holding a fleet of N simulated hosts (issue 21).
 
     python -m bench.fleet [--quick] [--hosts 1000,5000,10000] [--procs 4] [--window 60]
-                          [--rate JOBS_PER_S] [--profile DIR]
+                          [--rate JOBS_PER_S] [--profile DIR] [--fronts 0,2]
 
 Not a test: it asserts nothing. For each N, a fresh `iris controller serve` process and N
 simulated hosts in --procs helper processes (bench/_fleet_hosts.py: a DEALER, so a TCP
@@ -44,6 +44,15 @@ seconds a client submits small command jobs one after another and waits for each
   fencing.late_after_s, what /metrics, the dashboard and `iris worker list` say), by the
   old rule (silent > 1.5 s, whatever the interval), overdue (silent > their interval + 1 s:
   a report more than a second behind), and the longest silence seen.
+
+--fronts K[,K...]: the controller runs K report fronts (`--report-fronts K`,
+controller/report_fronts.py), each size once per K, in this order (an A/B in one run). The
+controller's figures above are its own process's; fronts_cpu_idle / fronts_cpu /
+fronts_rss_mb are its fronts' together (from /proc, its children); rss_kb_per_host is the
+controller's RSS at the end over N; reports_via_front the share of the hosts' reports sent
+to a front; front_failures the reports a front failed (the host then sent it to the
+controller). A simulated host, as a worker does, closes its controller connection after
+10 s unused while it reports through a front.
 
 --quick runs N = 500 and 2,000 (unless --hosts says) with a 15 s window (unless --window
 says), so that bench.ab, which passes --quick, can run any size. The last line is one JSON
@@ -186,11 +195,15 @@ def _py_spy(pid: int, seconds: float, out: Path | None) -> subprocess.Popen | No
 
 
 def run(n: int, procs: int, window: float, controller_root: Path = ROOT,
-        rate: float = 0.0, profile: Path | None = None) -> dict:
+        rate: float = 0.0, profile: Path | None = None, fronts: int = 0) -> dict:
+    from bench import _fleet_fronts
+
     state = Path(tempfile.mkdtemp(prefix="iris-fleet-"))
     address = f"tcp://127.0.0.1:{_port()}"
     ctl = subprocess.Popen([sys.executable, "-m", "iris", "controller", "serve", "--state-dir",
-                            str(state), "--bind", address], stdout=subprocess.PIPE,
+                            str(state), "--bind", address,
+                            *(["--report-fronts", str(fronts)] if fronts else [])],
+                           stdout=subprocess.PIPE,
                            stderr=subprocess.DEVNULL, text=True, cwd=controller_root,
                            env={**os.environ, "PYTHONPATH": str(controller_root)})
     hosts: list[subprocess.Popen] = []
@@ -220,21 +233,28 @@ def run(n: int, procs: int, window: float, controller_root: Path = ROOT,
             reports0 = _reports(ctx)
             spies = [_py_spy(ctl.pid, IDLE_S, profile and profile / f"idle-{n}.txt")]
             kinds = _thread_kinds(ctl.pid)
+            fpids = _fleet_fronts.front_pids(ctl.pid)
+            fidle0 = _fleet_fronts.cpu_s(fpids)
             idle0, threads0, i0 = _cpu_s(ctl.pid), _thread_cpu_s(ctl.pid), time.monotonic()
             time.sleep(IDLE_S)  # heartbeats only: what holding the fleet costs
             idle_s = time.monotonic() - i0
             idle_cpu_s = _cpu_s(ctl.pid) - idle0
+            fronts_idle_s = _fleet_fronts.cpu_s(fpids) - fidle0
             threads1 = _thread_cpu_s(ctl.pid)
             reports1 = _reports(ctx)
             reports = reports1["reports"] - reports0["reports"] or n * idle_s  # see above
             batches = reports1["batches"] - reports0["batches"]
             cpu0, rss0, t0 = _cpu_s(ctl.pid), _rss_mb(ctl.pid), time.monotonic()
+            fcpu0 = _fleet_fronts.cpu_s(fpids)
             sampler = _RssSampler(ctl.pid)
             sampler.start()
             spies.append(_py_spy(ctl.pid, window, profile and profile / f"jobs-{n}.txt"))
             latencies, not_done = _jobs(window, rate)
             cpu = (_cpu_s(ctl.pid) - cpu0) / (time.monotonic() - t0) * 100
+            fronts_cpu = (_fleet_fronts.cpu_s(fpids) - fcpu0) / (time.monotonic() - t0) * 100
             rss1 = _rss_mb(ctl.pid)
+            fronts_rss = _fleet_fronts.rss_mb(fpids)
+            fronts_now = _fleet_fronts.front_pids(ctl.pid)
             rss_series = sampler.stop()
             lateness = late.stop()
             listed = len(_controller(ctx, "list_workers", timeout_s=120))
@@ -245,7 +265,7 @@ def run(n: int, procs: int, window: float, controller_root: Path = ROOT,
             h.terminate()
         counts = [json.loads(h.stdout.read().strip().splitlines()[-1] or "{}") for h in hosts]
         reregister = sum(c.get("reregister", 0) for c in counts)
-        return {"hosts": n, "register_s": register_s,
+        return {"hosts": n, "fronts": fronts, "register_s": register_s,
                 "controller_cpu_idle": idle_cpu_s / idle_s * 100,
                 "reports_per_s": reports / idle_s,
                 "cpu_us_per_report": idle_cpu_s / reports * 1e6 if reports else None,
@@ -254,7 +274,15 @@ def run(n: int, procs: int, window: float, controller_root: Path = ROOT,
                 "reports_per_batch": reports / batches if batches else None,
                 "interval_s": reports1.get("interval_s"),
                 "controller_cpu": cpu,
-                "rss_mb_start": rss0, "rss_mb_end": rss1,
+                "rss_mb_start": rss0, "rss_mb_end": rss1, "rss_kb_per_host": rss1 * 1024 / n,
+                "fronts_cpu_idle": fronts_idle_s / idle_s * 100, "fronts_cpu": fronts_cpu,
+                "fronts_rss_mb": fronts_rss, "fronts_replaced": fpids != fronts_now,
+                "reports_via_front": sum(c.get("via_front", 0) for c in counts)
+                / max(1, sum(c.get("reports", 0) for c in counts)),
+                "front_failures": sum(c.get("front_failures", 0) for c in counts),
+                "front_failed_by": {k: sum(c.get(k, 0) for c in counts) for k in
+                                    sorted({k for c in counts for k in c
+                                            if k.startswith("front_") and k != "front_failures"})},
                 "rss_mb_per_min_last5": _RssSampler.slope_mb_per_min(rss_series),
                 "rss_mb_series": [round(m) for _, m in rss_series],
                 "submit_done_ms_p50": statistics.median(latencies) if latencies else None,
@@ -377,6 +405,9 @@ def main() -> None:
                          "one after another)")
     ap.add_argument("--controller-root", type=Path, default=ROOT,
                     help="run the controller from this checkout (figures 'before' a change)")
+    ap.add_argument("--fronts", default="0",
+                    help="report fronts (iris controller serve --report-fronts), a list for "
+                         "an A/B in one run, e.g. 0,2 (default 0)")
     ap.add_argument("--profile", type=Path,
                     help="py-spy (in this venv) records the controller over the heartbeat-only "
                          "and the job windows: DIR/idle-N.txt, DIR/jobs-N.txt (folded stacks)")
@@ -385,27 +416,34 @@ def main() -> None:
     sizes = [int(x) for x in hosts.split(",")]
     window = args.window or (15.0 if args.quick else 60.0)
     rows = []
-    cols = ["hosts", "register_s", "controller_cpu_idle", "reports_per_s", "cpu_us_per_report",
+    fronts = [int(x) for x in args.fronts.split(",")]
+    cols = ["hosts", "fronts", "register_s", "controller_cpu_idle", "reports_per_s",
+            "cpu_us_per_report",
             "threads_us_per_report",
             "reports_per_batch", "interval_s", "controller_cpu", "rss_mb_start", "rss_mb_end",
             "rss_mb_per_min_last5", "submit_done_ms_p50", "submit_done_ms_p90",
             "submit_done_ms_max", "jobs", "jobs_per_s", "jobs_not_done", "false_losses",
             "pass_ms_p50",
-            "late_max", "late_1_5s_max", "overdue_max", "silent_max_s"]
-    for n in sizes:
-        step(f"{n:,} simulated hosts")
+            "late_max", "late_1_5s_max", "overdue_max", "silent_max_s", "rss_kb_per_host",
+            "fronts_cpu_idle", "fronts_cpu", "fronts_rss_mb", "reports_via_front",
+            "front_failures"]
+    for n, k in [(n, k) for n in sizes for k in fronts]:
+        step(f"{n:,} simulated hosts, {k} report fronts")
         try:
             rows.append(run(n, args.procs, window, args.controller_root, args.rate,
-                            args.profile))
+                            args.profile, k))
         except Exception as exc:  # the controller stopped answering: that is the figure
-            rows.append({"hosts": n, "failed": f"{type(exc).__name__}: {exc}"[:300]})
+            rows.append({"hosts": n, "fronts": k,
+                         "failed": f"{type(exc).__name__}: {exc}"[:300]})
         print(" | ".join(cols), flush=True)
         for r in rows:
             print(" | ".join(fmt(r[c]) if isinstance(r.get(c), float) else str(r.get(c, "-"))
                              for c in cols) if "failed" not in r else
                   f"{r['hosts']} | failed: {r['failed']}", flush=True)
-    print(json.dumps({f"n{r['hosts']}_{k}": v for r in rows for k, v in r.items()
-                      if k != "hosts"}))
+    tag = (lambda r: f"n{r['hosts']}") if fronts == [0] else \
+        (lambda r: f"n{r['hosts']}_f{r['fronts']}")  # bench.ab's keys as before without fronts
+    print(json.dumps({f"{tag(r)}_{k}": v for r in rows for k, v in r.items()
+                      if k not in ("hosts", "fronts")}))
 
 
 if __name__ == "__main__":

@@ -237,6 +237,12 @@ class Node:
         """Calls carrying `token` hold no role here from now on (any thread)."""
         self._grants.pop(bytes(token), None)
 
+    def let_go(self, idle_s: float, address: str | None = None) -> None:
+        """Close the connection to `address` (to every peer, if None) if it is idle: nothing
+        owed, nothing heard for `idle_s` (NodeLoop.let_go; any thread, done on the loop). A
+        worker reporting through a report front lets go of the controller's."""
+        self.call_in_loop(self.io.let_go, idle_s, address)
+
     def call(self, address: str, actor: str, method: str, args: tuple = (),
              kwargs: dict | None = None, *, timeout_s: float | None = None,
              oneway: bool = False, auth: bytes | None = None) -> ActorFuture:

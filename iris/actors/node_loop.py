@@ -252,6 +252,20 @@ class NodeLoop:
         if oneway:
             fut.set_result(None)
 
+    def let_go(self, idle_s: float, address: str | None = None) -> int:
+        """Close the connection to `address` (to every peer, if None) when no call waits on
+        it, nothing is queued for it and nothing was heard from it for `idle_s`: its file
+        descriptor, and the receiver's, given back; the next call connects afresh. How many."""
+        now, closed = self.now(), 0
+        for peer in [self.peers.get(address)] if address is not None else list(self.peers.values()):
+            if peer is None or peer.pending or peer in self._dirty_peers or \
+                    now - peer.last_heard < idle_s:
+                continue
+            peer.close()
+            del self.peers[peer.address]
+            closed += 1
+        return closed
+
     def send_to_peer(self, peer: Peer, frames: list) -> bool:
         try:
             sockio.send_frames(peer.dealer, frames)

@@ -123,7 +123,7 @@ def _controller_serve(args: argparse.Namespace) -> int:
     run_controller(args.state_dir, bind=args.bind, keys_dir=args.keys, stop=_stop_event(),
                    cluster=cluster, on_start=lambda node: _serve_dashboard(args, cluster, node),
                    restore="none" if args.no_restore else args.restore,
-                   take_over=args.take_over)
+                   take_over=args.take_over, report_fronts=args.report_fronts)
     return 0
 
 

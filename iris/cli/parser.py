@@ -404,6 +404,10 @@ def _controller(verbs) -> Any:
                        "controller owns it; that one stops on its next lease renewal (within "
                        "20 s), e.g. when moving the controller to a new VM while the old one "
                        "still runs")
+    serve.add_argument("--report-fronts", type=int, default=0, metavar="K",
+                       help="K helper processes that take the workers' reports off the "
+                       "controller's socket (docs/architecture.md, Report fronts), e.g. 2 "
+                       "past ~10,000 hosts (default 0: the controller takes them)")
     dashboard_options(serve)
     return actions
 

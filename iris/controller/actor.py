@@ -33,6 +33,12 @@ from iris.controller.preemption_notices import apply_notice
 from iris.controller.reclaim import RegionReclaim
 from iris.controller.regions.region import STOP_ALL_SLICES_S, RegionCarrier
 from iris.controller.regions.remote import check_region_actors
+from iris.controller.report_fronts import (
+    front_batch,
+    point_at_fronts,
+    split_answers,
+    start_fronts,
+)
 from iris.controller.service import ControllerConfig, ControllerService
 from iris.controller.service_types import Command, JobsFinished
 from iris.controller.upkeep import Upkeep
@@ -58,7 +64,10 @@ class Controller:
         remote = check_region_actors(config.region_actors, {r.region for r in config.autoscale})
         self._svc = ControllerService(config, node.address, node.clock)
         grant_roles(node.grant, config.state_dir)  # the cluster, admin and controller tokens
-        self._creds = Credentials(config.state_dir, node.grant, node.revoke,
+        # Report fronts (report_fronts.py) honour the workers' credentials too: mirrored.
+        self._fronts = start_fronts(config, node)
+        grants = node if self._fronts is None else self._fronts
+        self._creds = Credentials(config.state_dir, grants.grant, grants.revoke,
                                   now=node.clock.monotonic())
         self._waiters = JobWaiters(self._svc.job_state, _TERMINAL)  # on the loop thread only
         self.report_batches = self.reports_batched = 0  # for the snapshot: batch sizes
@@ -235,10 +244,32 @@ class Controller:
         return self._after(self._svc.report(worker_id, updates, stats, running, usage))
 
     def _reports(self, msgs: list) -> list:
-        """A batch of checked reports (batching.py): one turn, one transaction, one pass."""
+        """A batch of checked reports (batching.py): one turn, one transaction, one pass.
+        With report fronts, each answer says where to report next (report_fronts.py)."""
         self.reports_batched += len(msgs)
         self.report_batches += 1
-        return self._after(self._svc.reports(msgs))
+        answers = self._after(self._svc.reports(msgs))
+        return answers if self._fronts is None else point_at_fronts(self._fronts, msgs, answers)
+
+    @requires(tokens.CONTROLLER)  # a front this controller started (report_front.py)
+    @batched("_front_batches", check=front_batch, late=True)
+    def front_reports(self, index: int, items: list) -> list:
+        """A front's batch of reports, checked there as `report` checks them here; the
+        batches of all fronts waiting are one turn (`_front_batches`)."""
+        return self._front_batches([front_batch(index, items)])[0]
+
+    def _front_batches(self, batches: list) -> list:
+        msgs = [m for batch in batches for m in batch]
+        self.reports_batched += len(msgs)
+        self.report_batches += 1
+        return split_answers(batches, self._after(self._svc.reports(msgs)))
+
+    @requires(tokens.CONTROLLER)
+    def front_hello(self, index: int, address: str, pid: int) -> bool:
+        """A report front is up at `address` (report_fronts.py); False: not one of ours."""
+        if self._fronts is None:
+            return False
+        return self._fronts.hello(index, address, pid)
 
     @requires(tokens.WORKER)
     def goodbye(self, worker_id: str, address: str) -> None:
@@ -413,12 +444,17 @@ class Controller:
 
     def on_tick(self) -> None:
         self._svc.tick()  # the coordinator's timers fire there too
+        if self._fronts is not None:
+            self._fronts.tick(self._node.clock.monotonic())  # a dead front is restarted
         self._upkeep.tick(self._node.clock.monotonic(), {
             "batches": self.report_batches, "reports": self.reports_batched,
-            "interval_s": self._svc.report_interval()})
+            "interval_s": self._svc.report_interval(),
+            **({} if self._fronts is None else {"fronts": self._fronts.counts()})})
         self._after(None, gang_frames=True)  # what turns left for the end of a busy queue
 
     def on_stop(self) -> None:
+        if self._fronts is not None:
+            self._fronts.close()
         self._regions.close()
         self._creds.close()
         if self._checkpoints is not None:

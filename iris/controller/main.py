@@ -20,6 +20,7 @@ from iris.controller.inspector import Inspector
 from iris.controller.regions.autoscaler import AutoscalerConfig
 from iris.controller.regions.capacity import offers_from_groups
 from iris.controller.regions.region import STOP_LOCAL_SLICES_S, RegionScaling
+from iris.controller.report_fronts import check_fronts
 from iris.controller.service import ControllerConfig
 from iris.controller.state_lock import StateDirLock
 from iris.logstore.config import LogStoreConfig
@@ -176,16 +177,19 @@ def run_controller(state_dir: Path, *, bind: str = "tcp://127.0.0.1:0",
                    worker_dead_after_s: float | None = None,
                    cluster: ClusterConfig | None = None,
                    on_start: Callable[[Node], Callable[[], None]] | None = None,
-                   restore: str | None = None, take_over: bool = False) -> None:
+                   restore: str | None = None, take_over: bool = False,
+                   report_fronts: int = 0) -> None:
     """Serve until `stop`. `on_start(node)` runs once the controller is up (the CLI starts the
     dashboard there: a higher layer, so it is handed in); it returns its own stop function.
     `restore`: None (a new, empty state dir restores the newest checkpoint), "latest", a
-    checkpoint name, or "none" (see checkpoint/restore.py)."""
+    checkpoint name, or "none" (see checkpoint/restore.py). `report_fronts`: helper
+    processes taking the workers' reports (report_fronts.py); 0: none."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: "
                         "%(message)s")
     from iris.base.clock import SYSTEM_CLOCK
 
     extra = _settings(cluster, Path(state_dir), worker_dead_after_s)  # config errors first
+    check_fronts(report_fronts)
     # Then, before any socket: a taken state dir or address, a bad checkpoint or prefix
     # stops here, nothing started and nothing changed.
     lock = _refuse_taken(Path(state_dir), bind, SYSTEM_CLOCK.wall())
@@ -209,7 +213,9 @@ def run_controller(state_dir: Path, *, bind: str = "tcp://127.0.0.1:0",
         raise_open_files()
         tune_gc()
         fatal = _serve(node, ControllerConfig(state_dir=Path(state_dir),
-                                              checkpoints=checkpoints, **extra),
+                                              checkpoints=checkpoints,
+                                              report_fronts=report_fronts,
+                                              keys_dir=keys_dir, **extra),
                        stop or threading.Event(), on_start)
     finally:
         lock.release()

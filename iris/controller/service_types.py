@@ -57,6 +57,11 @@ class ControllerConfig:
     on_fatal: Callable[[str], None] | None = None
     # Checkpoints of the job store to GCS (checkpoint.CheckpointSettings); None: none taken.
     checkpoints: Any = None
+    # Report fronts (report_fronts.py): helper processes that take the workers' reports off
+    # the controller's socket and hand it checked batches. 0: the controller takes them.
+    report_fronts: int = 0
+    # The CURVE keys directory the controller serves with, for its fronts to serve with too.
+    keys_dir: str | None = None
 
 
 @dataclass(frozen=True)

@@ -135,6 +135,10 @@ class ReportAnswer:
     reregister: bool = False
     interval_s: float | None = field(default=None, metadata=limits(min_value=0.0,
                                                                    max_value=3600.0))
+    # Where to report next, from a controller with report fronts (controller/report_fronts.py):
+    # a front's address, or "" for the controller itself; None (a front's own answer, or a
+    # controller without fronts): where this report went.
+    reports_to: str | None = field(default=None, metadata=limits(max_len=512))
 
 
 @dataclass(frozen=True)

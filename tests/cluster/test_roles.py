@@ -61,6 +61,7 @@ EXPECTED: dict[str, dict[str, frozenset]] = {
         **dict.fromkeys(["register_worker", "report", "goodbye", "worker_crashed",
                          "preemption_notice"], WORKER),
         **dict.fromkeys(["budget_set", "drain_worker", "revoke_worker", "stop_slices"], ADMIN),
+        **dict.fromkeys(["front_reports", "front_hello"], CONTROLLER),  # report fronts
         **dict.fromkeys(["drain_hosts", "undrain_hosts", "hosts_gone", "inspect_target"],
                         INTERNAL),
     },
