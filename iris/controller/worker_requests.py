@@ -99,12 +99,12 @@ def reports(svc: Any, msgs: list[control.WorkerReport]) -> list:
     heard, note_stats = svc.desk.workers.heard, svc.desk.note_stats
     # The answer to a report that carried no updates (most of them): the same every time
     # within a turn, so encoded once and copied.
-    plain = control.encode(control.ReportAnswer(interval_s=interval))
+    plain = _answer(control.ReportAnswer(interval_s=interval))
     answers: list = []
     events, changed, check = [], [], []
     for msg in msgs:
         if not heard(msg.worker_id, now, interval):
-            answers.append(control.encode(control.ReportAnswer(reregister=True,
+            answers.append(_answer(control.ReportAnswer(reregister=True,
                                                                interval_s=interval)))
             continue
         if msg.stats is not None:
@@ -118,7 +118,7 @@ def reports(svc: Any, msgs: list[control.WorkerReport]) -> list:
             continue
         changed.append(len(answers))
         events += [_update_event(svc, msg.worker_id, u) for u in msg.updates]
-        answers.append(control.encode(control.ReportAnswer(
+        answers.append(_answer(control.ReportAnswer(
             acked=tuple(u.attempt_id for u in msg.updates), interval_s=interval)))
     if events:
         try:
@@ -199,3 +199,14 @@ def _update_event(svc: Any, worker_id: str, update: control.AttemptUpdate) -> ev
         return ev.Preempted(eid, update.attempt_id, update.error or "preempted")
     code = update.exit_code if update.exit_code is not None else 1
     return ev.AttemptExited(eid, update.attempt_id, code, update.error, update.result)
+
+
+def _answer(answer: control.ReportAnswer) -> dict:
+    """A report's answer as sent: `reports_to` only where a controller with report fronts
+    sets it, since a worker from before that field refuses an answer naming it (unknown
+    field) and must keep working against this controller (same protocol version)."""
+    plain = control.encode(answer)
+    if plain.get("reports_to") is None:
+        del plain["reports_to"]
+    return plain
+
