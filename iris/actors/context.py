@@ -22,7 +22,7 @@ from iris.actors.node import Node
 from iris.actors.refs import ActorGroup, ActorRef
 from iris.actors.registry import LEASE_S, REGISTRY_KEY, RENEW_INTERVAL_S
 from iris.actors.security import Security
-from iris.base.errors import ActorNotFoundError, ConfigError, StaleAttemptError
+from iris.base.errors import ActorNotFoundError, BadArgumentsError, ConfigError, StaleAttemptError
 from iris.base.ids import join_path, parent_path
 
 _log = logging.getLogger(__name__)
@@ -64,6 +64,9 @@ class ClusterContext:
         # The task attempt this process runs as (None outside a task): the registry drops
         # its names when the controller ends that attempt.
         self._holder = holder_from_env(os.environ)
+        # A registry from before holders (same protocol version) refuses the holder and
+        # resolve's job argument: learnt at the first refusal, then neither is sent.
+        self._old_registry = False
         self._sole: set[str] = set()  # names served as a spawned actor's (serve_spawned)
         self._tokens: list = []
         self._closed = False
@@ -108,19 +111,28 @@ class ClusterContext:
         self.node.host(full, cls, args, kwargs)
         holder = self._holder_of(full, sole)
         try:
-            self._registry("register", full, self.node.address, full, self.node.id, None,
-                           holder).result()
+            self._register_now(full, holder)
         except BaseException:
             self.node.unhost(full)
             raise
         self._served[full] = full
         return ActorRef(full, self.node.address, full)
 
+    def _register_now(self, full: str, holder: dict | None) -> None:
+        args = (full, self.node.address, full, self.node.id, None)
+        if holder is not None:
+            try:
+                self._registry("register", *args, holder).result()
+                return
+            except BadArgumentsError:  # a registry from before holders (same protocol)
+                self._old_registry = True
+        self._registry("register", *args).result()
+
     def _holder_of(self, full: str, sole: bool | None = None) -> dict | None:
         """The holder `full` is registered with (remembering `sole` when given)."""
         if sole is not None:
             (self._sole.add if sole else self._sole.discard)(full)
-        if self._holder is None:
+        if self._holder is None or self._old_registry:
             return None
         return {**self._holder, "sole": True} if full in self._sole else self._holder
 
@@ -152,9 +164,12 @@ class ClusterContext:
         return ActorGroup(full, [ActorRef(full, e["address"], e["key"]) for e in endpoints])
 
     def _lookup(self, name: str, timeout: float, job: str | None = None) -> list[dict]:
-        if job is not None:
-            return self._registry("resolve", self.full_name(name), timeout, job,
-                                  timeout_s=timeout + _REGISTRY_TIMEOUT_S).result()
+        if job is not None and not self._old_registry:
+            try:
+                return self._registry("resolve", self.full_name(name), timeout, job,
+                                      timeout_s=timeout + _REGISTRY_TIMEOUT_S).result()
+            except BadArgumentsError:  # a registry from before holders: any holder's entry
+                self._old_registry = True
         return self._registry("resolve_any", self.scope(name), timeout,
                               timeout_s=timeout + _REGISTRY_TIMEOUT_S).result()
 

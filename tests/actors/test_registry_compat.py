@@ -1,0 +1,43 @@
+"""A task's context against a registry from before holders (same protocol version): it
+refuses register's `holder` and resolve's `job`; the context learns that at the first refusal
+and goes on without them, so a rolling upgrade that reaches workers first keeps serving."""
+
+from __future__ import annotations
+
+import iris
+from iris.actors import ClusterContext, Node, NodeConfig, Registry
+from iris.actors.registry import REGISTRY_KEY
+
+
+@iris.actor
+class OldRegistry(Registry):
+    """The registry's methods as they were before holders: no holder, no job."""
+
+    async def register(self, name: str, address: str, key: str, owner: str,
+                       lease_s: float | None = None) -> dict:
+        return await super().register(name, address, key, owner, lease_s)
+
+    async def resolve(self, name: str, wait_s: float = 0.0) -> list[dict]:
+        return await super().resolve(name, wait_s)
+
+
+@iris.actor
+class Echo:
+    def echo(self, value):
+        return value
+
+
+def test_a_task_serves_and_resolves_by_job_through_an_older_registry(monkeypatch):
+    monkeypatch.setenv("IRIS_JOB_ID", "/alice/j1")
+    monkeypatch.setenv("IRIS_ATTEMPT_ID", "att-1")
+    monkeypatch.setenv("IRIS_TASK_INDEX", "0")
+    node = Node(NodeConfig(bind="tcp://127.0.0.1:0")).start()
+    try:
+        node.host(REGISTRY_KEY, OldRegistry)
+        with ClusterContext(node, node.address) as ctx:
+            ref = ctx.serve(Echo, "echo")
+            assert ref.echo("hi").result(timeout=30) == "hi"
+            group = ctx.resolve_all("/echo", timeout=5.0, job="/alice/j1")
+            assert [r.echo(1).result(timeout=30) for r in group] == [1]
+    finally:
+        node.stop()
