@@ -333,7 +333,8 @@ class _Operator:
             state_dir=args.state_dir or Path(ctl.state_dir or "iris-state"),
             bind=args.bind or ctl.bind or ctl.address, config=args.config, keys=None,
             dashboard_host=args.dashboard_host, dashboard_port=args.dashboard_port,
-            restore=None, no_restore=False, take_over=False))  # as serve: newest, if empty
+            restore=None, no_restore=False, take_over=False,  # as serve: newest, if empty
+            report_fronts=0))
 
 
 def scale_group_rows(snapshot: dict) -> list[dict]:

@@ -115,7 +115,16 @@ def started(code: str, ready: Path, *args: str, wait_until=None, **submit) -> ir
     wait_until(lambda: ready.exists() or job.status()["state"] in ("failed", "killed"),
                WAIT_S, f"{job.job_id} to be ready")
     assert ready.exists(), job.status()
+    # The process runs before its worker's "running" report reaches the controller, and a
+    # stack, profile or exec asks the controller, which answers from what it was told.
+    wait_until(lambda: _all_running(job), WAIT_S,
+               f"the controller to see {job.job_id} running")
     return job
+
+
+def _all_running(job: iris.JobHandle) -> bool:
+    tasks = job.status().get("tasks") or []
+    return bool(tasks) and all(t.get("state") == "running" for t in tasks)
 
 
 def test_memory_a_task_holds_shows_in_its_summary_and_series(on, tmp_path, wait_until, cli):
