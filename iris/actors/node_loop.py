@@ -375,8 +375,10 @@ class NodeLoop:
         if last is not None and now - last > _STALL_S:
             self.stalled_s += now - last - self.config.sweep_interval_s
             # What peers sent meanwhile may still sit in the kernel: libzmq's I/O thread was
-            # stopped too and reads it only now, so no peer is judged until it has had time.
-            self._judge_from = now + _STALL_S
+            # stopped too and reads it only now, and a process let go after a stop is often
+            # still starved. So no peer is judged before it has had a whole liveness window
+            # since (a heartbeat or an answer), as when it was first met.
+            self._judge_from = now + max(_STALL_S, self.config.peer_dead_after_s)
 
     def _sweep(self) -> None:
         # Runs until the loop stops, even while the node is stopping: actor threads blocked
