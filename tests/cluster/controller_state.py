@@ -6,7 +6,8 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from iris.actors.keys import CONTROLLER_KEY
+from iris.actors.keys import CONTROLLER_KEY, region_key
+from iris.base.errors import ActorNotFoundError
 
 
 def controller_state(node, address: str, db_path: Path) -> dict:
@@ -24,3 +25,18 @@ def controller_state(node, address: str, db_path: Path) -> dict:
     moving = {"last_heard_s_ago", "late", "report_interval_s", "late_after_s"}
     workers = [{k: v for k, v in w.items() if k not in moving} for w in ask("list_workers")]
     return {"rows": rows, "workers": workers, "jobs": ask("list_jobs"), "regions": ask("regions")}
+
+
+def call(cluster, method, *args, key=CONTROLLER_KEY):
+    """One call to the cluster's controller (or, with `key`, another actor of its node)."""
+    return cluster.node.call(cluster.address, key, method, args).result(60)
+
+
+def regions_free(cluster, regions) -> bool:
+    """Every region's actor is up (the controller makes one when it first syncs the region's
+    hosts) and holds no reservation: what a test sharing a cluster waits for first."""
+    try:
+        return all(call(cluster, "live_reservations", key=region_key(r)) == 0 for r in regions)
+    except ActorNotFoundError:
+        return False
+

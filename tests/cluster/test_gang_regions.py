@@ -16,10 +16,10 @@ import pytest
 
 import iris
 from iris.actors.context import ClusterContext
-from iris.actors.keys import CONTROLLER_KEY, region_key
-from iris.base.errors import ActorNotFoundError
+from iris.actors.keys import region_key
 from iris.controller.config import ScaleGroupConfig
 from iris.controller.providers.local import LocalProvider
+from tests.cluster.controller_state import call, regions_free
 from tests.cluster.tasks import hold_until
 from tests.conftest import wait_for
 
@@ -31,16 +31,6 @@ def _tpu_group(region: str) -> ScaleGroupConfig:
     return ScaleGroupConfig("v5e-16", region, "tpu", "v5litepod-16", 4, 4, (f"{region}-a",))
 
 
-def _call(cluster, method, *args, key=CONTROLLER_KEY):
-    return cluster.node.call(cluster.address, key, method, args).result(60)
-
-def _free(cluster, regions) -> bool:
-    """Every region's actor is up (the controller makes one when it first syncs the region's
-    hosts) and holds no reservation."""
-    try:
-        return all(_call(cluster, "live_reservations", key=region_key(r)) == 0 for r in regions)
-    except ActorNotFoundError:
-        return False
 
 
 
@@ -64,8 +54,8 @@ def _three_region_cluster(tmp_path_factory):
                                                  "central-1")
             cpu = ScaleGroupConfig("cpu", "eu-west", "cpu", None, 1, 0, ("eu-west-a",))
             providers["eu-west"].create_slice(cpu, "eu-west-a", "west-1")
-            wait_for(lambda: len(_call(cluster, "list_workers")) == 9
-                     and _free(cluster, providers), 180,
+            wait_for(lambda: len(call(cluster, "list_workers")) == 9
+                     and regions_free(cluster, providers), 180,
                      "nine workers in three regions to register, and the regions' actors")
             yield _Regions(cluster, providers)
         finally:
@@ -80,7 +70,7 @@ def three_regions(_three_region_cluster):
     from iris.actors.current import current_context
 
     cluster = _three_region_cluster.cluster
-    wait_for(lambda: _free(cluster, _three_region_cluster.providers), 120,
+    wait_for(lambda: regions_free(cluster, _three_region_cluster.providers), 120,
              "the slices of earlier tests' gangs released")
     token = current_context.set(cluster)
     yield _three_region_cluster
@@ -96,8 +86,8 @@ def test_gang_jobs_land_whole_in_one_region_each_and_a_third_waits_for_a_slice(
     cluster = three_regions.cluster
     regions = tuple(three_regions.providers)
     # The cluster is shared: count this test's reservations from what the others left.
-    before = {r: _call(cluster, "stats", key=region_key(r)) for r in regions}
-    snapshot_before = _call(cluster, "snapshot")["gang_reservations"]["committed"]
+    before = {r: call(cluster, "stats", key=region_key(r)) for r in regions}
+    snapshot_before = call(cluster, "snapshot")["gang_reservations"]["committed"]
     gate = tmp_path / "go"
     first = [iris.submit(hold_until, str(gate), resources=TPU_JOB, name=f"gang-{i}")
              for i in range(2)]
@@ -112,21 +102,21 @@ def test_gang_jobs_land_whole_in_one_region_each_and_a_third_waits_for_a_slice(
     reason = wait_until(lambda: third.status().get("pending_reason"), 60, "a pending reason")
     assert third.status()["state"] == "pending"
     assert reason["code"] in ("NO_CAPACITY", "WAITING_FOR_GANG"), reason
-    assert set(_call(cluster, "regions")) == {"us-east", "us-central", "eu-west"}
-    live = {r: _call(cluster, "live_reservations", key=region_key(r)) for r in regions}
+    assert set(call(cluster, "regions")) == {"us-east", "us-central", "eu-west"}
+    live = {r: call(cluster, "live_reservations", key=region_key(r)) for r in regions}
     assert live == {"us-east": 1, "us-central": 1, "eu-west": 0}
 
     gate.touch()  # the first two finish; the third gets a whole slice and finishes too
     for job in (*first, third):
         assert sorted(job.result(timeout=180)) == ["0", "1", "2", "3"]
     assert len(_slice_of(third)) == 1
-    wait_until(lambda: all(_call(cluster, "live_reservations", key=region_key(r)) == 0
+    wait_until(lambda: all(call(cluster, "live_reservations", key=region_key(r)) == 0
                            for r in regions), 60, "every reservation released")
-    stats = {r: _call(cluster, "stats", key=region_key(r)) for r in regions}
+    stats = {r: call(cluster, "stats", key=region_key(r)) for r in regions}
     assert sum(s["committed"] - before[r]["committed"] for r, s in stats.items()) == 3
     assert sum(s["released"] - before[r]["released"] for r, s in stats.items()) == 3
     # ...and /metrics' source, the controller snapshot, counts them (it lags by a poll)
-    wait_until(lambda: _call(cluster, "snapshot")["gang_reservations"]["committed"]
+    wait_until(lambda: call(cluster, "snapshot")["gang_reservations"]["committed"]
                == snapshot_before + 3, 60, "the snapshot to count three more committed")
 
 
@@ -150,9 +140,9 @@ def test_production_gang_preempts_a_batch_gang_whole_which_resumes_and_finishes(
                            name="prod-gang", priority="production")
         wait_until(lambda: prod.status()["state"] == "running", 120, "production running",
                    explain=lambda: {"prod": prod.status(), "batch": batch.tasks(),
-                                    "regions": {r: _call(cluster, "stats", key=region_key(r))
+                                    "regions": {r: call(cluster, "stats", key=region_key(r))
                                                 for r in three_regions.providers},
-                                    "workers": _call(cluster, "list_workers")})
+                                    "workers": call(cluster, "list_workers")})
         # the whole batch gang gave the slice up: none of its tasks still runs
         assert {t["state"] for t in batch.tasks()} == {"pending"}
         assert filler.status()["state"] == "running"  # production does not preempt its own

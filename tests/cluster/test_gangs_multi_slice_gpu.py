@@ -11,26 +11,15 @@ from __future__ import annotations
 import pytest
 
 import iris
-from iris.actors.keys import CONTROLLER_KEY, region_key
-from iris.base.errors import ActorNotFoundError
 from iris.controller.config import ScaleGroupConfig
 from iris.controller.providers.local import LocalProvider
+from tests.cluster.controller_state import call, regions_free
 from tests.cluster.tasks import gang_env
 from tests.conftest import wait_for
 
 V4 = {"accelerator_type": "v4-16", "accelerator_count": "4"}
 
 
-def _call(cluster, method, *args, key=CONTROLLER_KEY):
-    return cluster.node.call(cluster.address, key, method, args).result(60)
-
-def _free(cluster, regions) -> bool:
-    """Every region's actor is up (the controller makes one when it first syncs the region's
-    hosts) and holds no reservation."""
-    try:
-        return all(_call(cluster, "live_reservations", key=region_key(r)) == 0 for r in regions)
-    except ActorNotFoundError:
-        return False
 
 
 
@@ -49,8 +38,8 @@ def _two_region_cluster(tmp_path_factory):
                                          max_slices=2)
                 for i in range(slices):
                     providers[region].create_slice(group, f"{region}-a", f"{region}-{i}")
-            wait_for(lambda: len(_call(cluster, "list_workers")) == 6
-                     and _free(cluster, providers), 180,
+            wait_for(lambda: len(call(cluster, "list_workers")) == 6
+                     and regions_free(cluster, providers), 180,
                      "six workers in two regions to register, and the regions' actors")
             yield cluster
         finally:
@@ -65,7 +54,7 @@ def two_regions(_two_region_cluster):
     from iris.actors.current import current_context
 
     cluster = _two_region_cluster
-    wait_for(lambda: _free(cluster, ("us-east", "us-central")), 120,
+    wait_for(lambda: regions_free(cluster, ("us-east", "us-central")), 120,
              "the slices of earlier tests' gangs released")
     token = current_context.set(cluster)
     yield cluster
