@@ -9,6 +9,7 @@ import sys
 import textwrap
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 from census import (  # noqa: F401 - the --census plugin (tests/census.py)
@@ -272,6 +273,19 @@ def no_leaked_processes(request):
             pass
     raise AssertionError("processes left running after the test: "
                          + "; ".join(f"{pid}: {cmd[:200]}" for pid, cmd in left.items()))
+
+
+@contextmanager
+def as_current(cluster):
+    """`cluster` current for the block: a module-scoped cluster shared by a module's tests is
+    made in another context than each test's (pytest runs fixtures where it likes)."""
+    from iris.actors.current import current_context
+
+    token = current_context.set(cluster)
+    try:
+        yield cluster
+    finally:
+        current_context.reset(token)
 
 
 def wait_for(predicate, timeout_s: float = 120.0, what: str = "condition", explain=None):

@@ -10,6 +10,7 @@ import sys
 import pytest
 
 import iris
+from tests.conftest import as_current
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ENV = {**os.environ, "PYTHONPATH": ROOT}
@@ -25,11 +26,8 @@ def _shared(tmp_path_factory):
 @pytest.fixture
 def one_worker(_shared):
     """The shared cluster, current for this test (fixtures may run in another context)."""
-    from iris.actors.current import current_context
-
-    token = current_context.set(_shared)
-    yield _shared
-    current_context.reset(token)
+    with as_current(_shared):
+        yield _shared
 
 
 def iris_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:

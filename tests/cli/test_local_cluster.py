@@ -12,6 +12,7 @@ from iris.base.errors import InvalidRequestError
 from iris.client.cluster import local_share
 from iris.dashboard import launch
 from iris.dashboard.server import DEFAULT_PORT, PortInUseError
+from tests.conftest import as_current
 
 
 def test_local_share_splits_the_machine_between_workers_unless_asked():
@@ -53,11 +54,8 @@ def _no_workers(tmp_path_factory):
 @pytest.fixture
 def no_workers(_no_workers):
     """A cluster without workers shared by the module's tests, current for this test."""
-    from iris.actors.current import current_context
-
-    token = current_context.set(_no_workers)
-    yield _no_workers
-    current_context.reset(token)
+    with as_current(_no_workers):
+        yield _no_workers
 
 
 def _hold(port: int) -> socket.socket | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 import iris
+from tests.conftest import as_current
 
 
 @pytest.fixture(scope="module")
@@ -19,8 +20,5 @@ def shared_cluster(tmp_path_factory):
 @pytest.fixture
 def jobs_cluster(shared_cluster):
     """Make the shared cluster current for this test (fixtures may run in another context)."""
-    from iris.actors.current import current_context
-
-    token = current_context.set(shared_cluster)
-    yield shared_cluster
-    current_context.reset(token)
+    with as_current(shared_cluster):
+        yield shared_cluster

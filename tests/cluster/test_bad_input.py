@@ -15,6 +15,7 @@ from iris.actors.keys import CONTROLLER_KEY, region_key, worker_key
 from iris.base.errors import InvalidRequestError, IrisError, PermissionDeniedError
 from tests import joining
 from tests.cluster.controller_state import controller_state
+from tests.conftest import as_current
 
 pytestmark = pytest.mark.slow
 
@@ -39,11 +40,8 @@ def client(cluster):
 
 @pytest.fixture
 def current(cluster):
-    from iris.actors.current import current_context
-
-    token = current_context.set(cluster)
-    yield cluster
-    current_context.reset(token)
+    with as_current(cluster):
+        yield cluster
 
 
 _CLIENT = {}

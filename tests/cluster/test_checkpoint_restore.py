@@ -22,7 +22,7 @@ from iris.base.clock import SYSTEM_CLOCK
 from iris.base.errors import ConfigError, NotFoundError
 from iris.client.jobs import JobHandle, _controller
 from tests.cluster.test_crashes import free_port, hold, quick, starts
-from tests.conftest import stop_in_order
+from tests.conftest import as_current, stop_in_order
 from tests.logstore.conftest import FakeGcs, _server
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
@@ -280,11 +280,8 @@ def _no_checkpoints(tmp_path_factory):
 def no_checkpoints(_no_checkpoints):
     """A cluster that takes no checkpoints (and needs no worker: what is asked of it is
     refused or answered by the controller), shared by two tests, current for this test."""
-    from iris.actors.current import current_context
-
-    token = current_context.set(_no_checkpoints)
-    yield _no_checkpoints
-    current_context.reset(token)
+    with as_current(_no_checkpoints):
+        yield _no_checkpoints
 
 
 def test_durable_submit_without_checkpoints_says_the_job_is_not_durable(no_checkpoints,

@@ -22,7 +22,7 @@ from iris.actors import tokens
 from iris.actors.keys import CONTROLLER_KEY, worker_inspect_key
 from iris.base.errors import PermissionDeniedError
 from iris.client import inspect
-from tests.conftest import ROOT
+from tests.conftest import ROOT, as_current
 
 pytestmark = pytest.mark.slow
 WAIT_S = 120.0  # a loaded 2-core machine: starting a task can take many seconds
@@ -78,11 +78,8 @@ def cluster(tmp_path_factory):
 
 @pytest.fixture
 def on(cluster):
-    from iris.actors.current import current_context
-
-    token = current_context.set(cluster)
-    yield cluster
-    current_context.reset(token)
+    with as_current(cluster):
+        yield cluster
 
 
 def shell(cluster, *argv: str, env: dict | None = None) -> subprocess.CompletedProcess:

@@ -11,6 +11,7 @@ import iris
 from iris.base.resources import human_bytes
 from iris.worker.outcome import failure_line
 from iris.worker.process import AttemptStartError
+from tests.conftest import as_current
 
 PYTHON = sys.executable
 WAIT_S = 60.0  # generous: six agents share two cores
@@ -87,11 +88,8 @@ def one_worker(tmp_path_factory):
 
 @pytest.fixture
 def current(one_worker):
-    from iris.actors.current import current_context
-
-    token = current_context.set(one_worker)
-    yield one_worker
-    current_context.reset(token)
+    with as_current(one_worker):
+        yield one_worker
 
 
 def test_a_job_of_a_missing_command_fails_saying_so_in_status_and_result(current):
