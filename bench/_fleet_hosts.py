@@ -35,7 +35,8 @@ from iris.actors.keys import CONTROLLER_KEY, worker_key
 from iris.base.errors import OverloadedError
 from iris.controller.main import raise_open_files
 from iris.wire import messages, remote_errors
-from iris.worker.actor import CONTROLLER_IDLE_S, report_interval
+from iris.worker.actor import report_interval
+from iris.worker.report_route import CONTROLLER_IDLE_S
 
 RUN_S = 0.05
 # A worker's calls to the controller time out after 5 s (worker/actor.py `_call`), and it

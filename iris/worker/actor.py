@@ -40,14 +40,12 @@ from iris.worker.inbox import Inbox
 from iris.worker.inspector import WorkerInspector
 from iris.worker.process import AttemptProcess
 from iris.worker.records import proc_start_ticks
+from iris.worker.report_route import ReportRoute
 from iris.worker.runner import AttemptRunner, RunnerConfig
 from iris.worker.usage_sampler import SamplerConfig, UsageSampler, samples_for
 from iris.worker.watchdog import ensure_running, wait_gone
 
 _log = logging.getLogger(__name__)
-# Reporting through a report front, the controller's connection is closed after this
-# long unused (controller/report_fronts.py).
-CONTROLLER_IDLE_S = 10.0
 # Heartbeat period until the controller asks for another (each report's answer carries
 # `interval_s`: a large fleet reports less often), never past REPORT_INTERVAL_MAX_S, which
 # the lease outlasts (wire/fencing.py).
@@ -100,7 +98,7 @@ class Worker:
         self._registered = False
         self._last_report = 0.0
         self._interval = HEARTBEAT_S  # as the controller last asked
-        self._front: str | None = None  # the report front the controller named, if any
+        self._route = ReportRoute(node, worker_id, self._controller)  # a front, or here
         self._sinks: dict[SinkKey, LogSink] = {}
         self._shippers: dict[str, LogShipper] = {}  # attempt id -> its live log shipper
         self._dropped_lines_closed = 0  # by shippers already closed, for a lifetime counter
@@ -300,28 +298,6 @@ class Worker:
         return self._node.call(address, key, method, args, timeout_s=timeout_s,
                                auth=auth).result()
 
-    def _call_report(self, *args: Any) -> Any:
-        """`report`, to this worker's report front if the controller named one
-        (controller/report_fronts.py); a front that fails or refuses it (dead, restarted,
-        not yet told our credential) is dropped and the report goes to the controller
-        directly at once, whose answer points us at a front again once one is up. While
-        reports go through a front, the connection to the controller is closed once idle
-        for CONTROLLER_IDLE_S (the next call opens it again)."""
-        if self._front is not None:
-            try:
-                answer = self._node.call(self._front, self._controller[1], "report", args,
-                                         timeout_s=5.0, auth=self._cred.credential
-                                         if self._cred else None).result()
-                # The controller's connection, idle: closed, so that a controller of more
-                # hosts than it has file descriptors holds only the busy ones.
-                self._node.let_go(CONTROLLER_IDLE_S, self._controller[0])
-                return answer
-            except IrisError as exc:
-                _log.warning("worker %s: report front %s failed (%s): reporting to the "
-                             "controller directly", self.worker_id, self._front, exc)
-                self._front = None
-        return self._call("report", *args)
-
     def _fetch_bundle(self, digest: str) -> bytes:
         """A workspace bundle from the controller (called on an attempt's thread)."""
         return self._call("get_bundle", digest, timeout_s=300.0)
@@ -406,9 +382,11 @@ class Worker:
         # Usage readings ride along only when there are some (most reports have none).
         usage = samples_for(self._sampler.take(), self._book.held)
         try:
-            answer = control.decode(control.ReportAnswer, self._call_report(
-                self.worker_id, _wire(sent), {"log_shipping": self._shipping_stats()},
-                sorted(self._book.held), *([usage] if usage else [])))
+            answer = control.decode(control.ReportAnswer, self._route.report(
+                (self.worker_id, _wire(sent), {"log_shipping": self._shipping_stats()},
+                 sorted(self._book.held), *([usage] if usage else [])),
+                self._cred.credential if self._cred else None,
+                lambda *args: self._call("report", *args)))
         except PermissionDeniedError as exc:
             self._refused(exc)
             return
@@ -419,8 +397,7 @@ class Worker:
             self._registered = False
             return
         self._renew(sent_at)
-        if answer.reports_to is not None:  # a controller with report fronts points us
-            self._front = answer.reports_to or None
+        self._route.follow(answer.reports_to)  # a controller with report fronts points us
         self._interval = report_interval(answer.interval_s)
         self._acknowledge(sent, set(answer.acked))
 
