@@ -58,6 +58,9 @@ bash scripts/setup.sh test
 .venv/bin/ruff check iris tests bench examples
 .venv/bin/lint-imports
 .venv/bin/python -m compileall -q -j 0 iris tests >/dev/null
+# pytest's assertion-rewritten test modules, written once on both cores instead of by each of
+# the five workers at once on a fresh clone (~4.7 CPU-s apiece; tests/prewarm.py).
+.venv/bin/python tests/prewarm.py
 # Five workers on the machine's two cores: three quarters of the suite's test time is waiting
 # (clusters' intervals, processes starting), which the other workers' tests fill. Units of
 # work are whole modules, or a directory sharing one session fixture, or an xdist_group
