@@ -1,5 +1,5 @@
-"""Write pytest's assertion-rewritten .pyc of every test module once, before the xdist workers
-start (scripts/test.sh), on both cores.
+"""Write the caches every xdist worker would otherwise fill for itself at once on a fresh clone,
+once, before the workers start (scripts/test.sh), on both cores.
 
 pytest rewrites the asserts of each test module and conftest.py (parse, rewrite, compile) and
 caches the result in __pycache__ (`*-pytest-<version>.pyc`). On a fresh clone there is no
@@ -7,8 +7,12 @@ cache yet, and the five workers all start together: each rewrote all ~200 module
 apiece (collecting took 8.0 CPU-s cold, 3.4 warm, per worker). Here they are written once, by
 two processes; the workers then find them.
 
-This uses pytest's own rewriting functions, which are not a public API: if they change, this
-says so and does nothing, and the workers rewrite as before (slower, same result).
+Hypothesis likewise collects the literal constants of every local module it finds imported
+(Iris's, bench's, examples') to draw from, and caches them under .hypothesis/constants; each
+worker parsed all of them, ~1.5 CPU-s apiece. They are cached here the same way.
+
+Both use functions that are not a public API of pytest or Hypothesis: if they change, this
+says so and does nothing, and the workers fill the caches as before (slower, same result).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 TESTS = Path(__file__).resolve().parent
+ROOT = TESTS.parent
 
 
 def _rewrite(paths: list[Path]) -> int:
@@ -40,19 +45,35 @@ def _rewrite(paths: list[Path]) -> int:
     return written
 
 
+def _constants(paths: list[Path]) -> int:
+    import types
+
+    from hypothesis.internal.constants_ast import constants_from_module
+
+    for path in paths:
+        module = types.ModuleType(path.stem)
+        module.__file__ = str(path)  # all constants_from_module reads (its source)
+        constants_from_module(module)
+    return 0
+
+
 def main() -> int:
     if sys.dont_write_bytecode:
         return 0  # the workers could not read what is not written either
-    paths = sorted([*TESTS.rglob("test_*.py"), *TESTS.rglob("conftest.py")])
-    halves = [paths[0::2], paths[1::2]]
+    tests = sorted([*TESTS.rglob("test_*.py"), *TESTS.rglob("conftest.py")])
+    local = sorted(p for d in ("iris", "bench", "examples") for p in (ROOT / d).rglob("*.py"))
     try:
-        with ProcessPoolExecutor(len(halves)) as pool:
-            written = sum(pool.map(_rewrite, halves))
+        with ProcessPoolExecutor(2) as pool:
+            rewrites = [pool.submit(_rewrite, tests[0::2]), pool.submit(_rewrite, tests[1::2])]
+            constants = pool.submit(_constants, local)
+            written = sum(f.result() for f in rewrites)
+            constants.result()
     except (ImportError, AttributeError, TypeError) as exc:
-        print(f"tests/prewarm.py: pytest's rewriting API changed ({exc!r}); "
-              "each worker rewrites the test modules itself", file=sys.stderr)
+        print(f"tests/prewarm.py: pytest's or Hypothesis's API changed ({exc!r}); each worker "
+              "fills its caches itself", file=sys.stderr)
         return 0
-    print(f"rewrote the asserts of {written} of {len(paths)} test modules", file=sys.stderr)
+    print(f"prewarm: rewrote the asserts of {written} of {len(tests)} test modules; "
+          f"Hypothesis's constants of {len(local)} modules cached", file=sys.stderr)
     return 0
 
 
