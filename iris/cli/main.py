@@ -41,8 +41,8 @@ def _hoist_global_options(argv: list[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(_hoist_global_options(list(sys.argv[1:] if argv is None
-                                                           else argv)))
+    argv = _hoist_global_options(list(sys.argv[1:] if argv is None else argv))
+    args = build_parser(argv).parse_args(argv)
     key = ("operate", None) if wanted(args) else (args.verb, getattr(args, "action", None))
     try:
         handler = _handler(key)

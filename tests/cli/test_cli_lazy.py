@@ -58,3 +58,31 @@ def test_cli_help_and_parsing_import_no_verbs_module():
     for heavy in ("iris.actors", "iris.client", "iris.controller", "iris.worker",
                   "iris.cli.jobs", "iris.cli.operate", "iris.cli.slices", "iris.cli.inspect"):
         assert heavy not in loaded, f"parsing imported {heavy}"
+
+
+def _outcome(parser: argparse.ArgumentParser, argv: list[str], capsys) -> tuple:
+    try:
+        parsed = vars(parser.parse_args(argv))
+        code = None
+    except SystemExit as exc:
+        parsed, code = None, exc.code
+    out = capsys.readouterr()
+    return parsed, code, out.out, out.err
+
+
+@pytest.mark.parametrize("path", list(_paths(build_parser())), ids=lambda p: " ".join(p))
+def test_cli_one_verbs_parser_helps_and_refuses_as_the_whole_one(path, capsys):
+    """main.py builds only the verb's options (one_verb.py): same help, same errors."""
+    for argv in ([*path, "--help"], [*path], [*path, "--no-such-option"],
+                 ["--address", "tcp://h:1", *path, "--help"]):
+        assert _outcome(build_parser(argv), argv, capsys) == \
+            _outcome(build_parser(), argv, capsys), argv
+
+
+@pytest.mark.parametrize("argv", [
+    ["job", "run", "--cpu", "2", "--", "python", "-c", "print(1)"], ["no-such-verb"],
+    ["--address", "tcp://h:1", "job", "logs", "-f", "train"], [], ["--version"],
+    ["controller", "serve", "--state-dir", "s"], ["slice", "list", "--config", "c.yaml"],
+    ["cluster", "--config", "c.yaml", "slice", "list"], ["task", "profile", "t/0"]])
+def test_cli_one_verbs_parser_parses_as_the_whole_one(argv, capsys):
+    assert _outcome(build_parser(argv), argv, capsys) == _outcome(build_parser(), argv, capsys)
