@@ -42,7 +42,7 @@ from iris.actors.batching import batched
 from iris.actors.hosting import actor, requires
 from iris.actors.node import Node
 from iris.controller.main import tune_gc
-from iris.controller.worker_requests import check_report
+from iris.controller.report_check import check_report
 from iris.wire import messages
 
 _TICKS = os.sysconf("SC_CLK_TCK")

@@ -1,6 +1,6 @@
-"""`iris job summary|url` and `iris task stack|profile|exec`: looking inside a job. Their
-arguments (`add_job_actions`, `add_task_verb`) and their printing; the calls are the
-client's (client/inspect.py).
+"""`iris job summary|url` and `iris task stack|profile|exec`: looking inside a job: their
+printing (their arguments are parser_ops.py's); the calls are the client's
+(client/inspect.py).
 
 A task is named `JOB/N` (task N of JOB: its id, a unique prefix, or a name relative to
 you) or `JOB` alone (task 0). Errors name what is wrong and exit 2 (main.py); `--json`
@@ -19,84 +19,9 @@ from iris.base.errors import InvalidRequestError, NotFoundError
 from iris.base.resources import human_bytes
 from iris.cli import flame
 from iris.cli.jobs import iso, print_rows, resolve_job
+from iris.cli.parser_ops import FORMATS
 from iris.client import inspect
 from iris.wire.control import MAX_PROFILE_S
-
-_JSON_HELP = "print the result as one JSON document instead of text"
-_TASK_HELP = ("the task: JOB/N for task N of JOB (its id, a unique prefix, or a name relative "
-              "to you), or JOB for task 0, e.g. train/1")
-_FORMATS = {"speedscope": "speedscope.json", "svg": "svg", "folded": "folded.txt"}
-
-
-# ------------------------------------------------------------ arguments
-
-
-def add_job_actions(actions) -> None:
-    summary = actions.add_parser(
-        "summary", help="per task and attempt: waits, run time, exit, CPU, peak memory "
-        "against the request, chip-hours, retries; the job's totals",
-        description="What each task and attempt of a job waited, ran and used, and why it "
-        "was retried; the job's totals and events (exec into its tasks).",
-        epilog="example: iris job summary train --json")
-    summary.add_argument("job_id", metavar="JOB", help="the job: its id, a unique prefix of "
-                         "it, or a name relative to you, e.g. train")
-    summary.add_argument("--json", action="store_true", help=_JSON_HELP)
-    url = actions.add_parser(
-        "url", help="the address of a task's named port (Resources(ports=[...]), "
-        "iris job run --port NAME)",
-        description="Print where a task of a job listens for one of its named ports.",
-        epilog="example: iris job url train http --task 0")
-    url.add_argument("job_id", metavar="JOB", help="the job, e.g. train")
-    url.add_argument("port", metavar="PORT", help="the port's name, e.g. http")
-    url.add_argument("--task", type=int, default=0, metavar="N",
-                     help="which task's port, e.g. 1 (default 0)")
-    url.add_argument("--json", action="store_true", help=_JSON_HELP)
-
-
-def add_task_verb(verbs) -> None:
-    task = verbs.add_parser("task", help="look inside a live task: its stacks, a profile, "
-                            "a command in its environment")
-    actions = task.add_subparsers(dest="action", required=True, metavar="ACTION")
-    stack = actions.add_parser(
-        "stack", help="print every thread's Python stack of the task's processes",
-        description="Print every thread's Python stack of each process of a running task "
-        "(py-spy dump on its worker).", epilog="example: iris task stack train/0")
-    stack.add_argument("task", metavar="JOB[/TASK]", help=_TASK_HELP)
-    stack.add_argument("--json", action="store_true", help=_JSON_HELP)
-    profile = actions.add_parser(
-        "profile", help="record a sampling profile of a running task and write it here",
-        description="Sample a running task's Python stacks (its subprocesses too) for "
-        "SECONDS and write the profile to a local file: speedscope JSON (open it at "
-        "https://www.speedscope.app), an SVG flame graph, or folded stacks.",
-        epilog="example: iris task profile train/0 --seconds 30 --format svg")
-    profile.add_argument("task", metavar="JOB[/TASK]", help=_TASK_HELP)
-    profile.add_argument("--seconds", type=float, default=10.0, metavar="S",
-                         help=f"how long to sample, e.g. 30 (default 10; at most "
-                         f"{MAX_PROFILE_S:g})")
-    profile.add_argument("--rate", type=int, default=100, metavar="HZ",
-                         help="samples a second, e.g. 200 (default 100)")
-    profile.add_argument("--format", choices=sorted(_FORMATS), default="speedscope",
-                         help="speedscope (JSON), svg (a flame graph) or folded (one "
-                         "stack and count a line), e.g. svg (default speedscope)")
-    profile.add_argument("--output", "-o", type=Path, metavar="FILE",
-                         help="where to write it, e.g. prof.svg (default: "
-                         "profile-JOB-TASK.<format> here)")
-    profile.add_argument("--json", action="store_true",
-                         help="print what was written (path, samples, note) as JSON")
-    run = actions.add_parser(
-        "exec", help="run a command in a running task's environment on its host",
-        description="Run a command on a running task's host, in its environment: its venv, "
-        "working directory, environment variables and memory cgroup. Output streams back; "
-        "the exit code is the command's. For the job's owner, or an operator with the "
-        "admin token; each use is recorded in the job's events (iris job summary).",
-        epilog="example: iris task exec train/0 -- python -c 'import sys; print(sys.prefix)'")
-    run.add_argument("task", metavar="JOB[/TASK]", help=_TASK_HELP)
-    run.add_argument("--admin-token-file", type=Path, metavar="FILE",
-                     help="operators: the controller's admin token, to exec into anyone's "
-                     "job, e.g. /var/lib/iris/admin.token")
-    run.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD ...",
-                     help="the command and its arguments, after --, e.g. -- ls -la")
-
 
 # ------------------------------------------------------------ handlers
 
@@ -199,7 +124,7 @@ def task_profile(args: argparse.Namespace) -> int:
             "svg": lambda: flame.svg(got["folded"], name),
             "folded": lambda: got["folded"]}[args.format]()
     path = args.output or Path(f"profile-{job_id.strip('/').replace('/', '-')}-{index}."
-                               f"{_FORMATS[args.format]}")
+                               f"{FORMATS[args.format]}")
     path.write_text(text)
     shown = {"path": str(path), "format": args.format, "samples": got["samples"],
              "ended_early": got["ended_early"], "note": got["note"]}

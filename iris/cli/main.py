@@ -1,12 +1,15 @@
 """The `iris` command line: dispatch only (arguments in parser.py); each verb calls the API.
 
 Every listing takes --json, which prints the rows the table shows as one JSON document.
-Client verbs find the cluster with --address or $IRIS_ADDRESS.
+Client verbs find the cluster with --address or $IRIS_ADDRESS. A verb's module is imported
+only when that verb runs: parsing (and --help) imports none of them, and `iris controller
+serve` none of the client's.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
 import threading
@@ -14,9 +17,8 @@ from collections.abc import Callable
 
 import iris
 from iris.base.errors import InvalidRequestError, IrisError
-from iris.base.resources import parse_size
-from iris.cli import budgets, checkpoints, inspect, jobs, operate
 from iris.cli.parser import build_parser
+from iris.cli.parser_ops import wanted
 
 
 def _hoist_global_options(argv: list[str]) -> list[str]:
@@ -39,12 +41,12 @@ def _hoist_global_options(argv: list[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(_hoist_global_options(list(sys.argv[1:] if argv is None
-                                                           else argv)))
-    handler = operate.run if operate.wanted(args) else \
-        _HANDLERS[(args.verb, getattr(args, "action", None))]
+    argv = _hoist_global_options(list(sys.argv[1:] if argv is None else argv))
+    args = build_parser(argv).parse_args(argv)
+    key = ("operate", None) if wanted(args) else (args.verb, getattr(args, "action", None))
     try:
-        if handler in _CLIENT_VERBS:
+        handler = _handler(key)
+        if key in _CLIENT_VERBS:
             with iris.connect(args.address):
                 return handler(args)
         return handler(args)
@@ -55,7 +57,16 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
+def _handler(key: tuple[str, str | None]) -> Callable[[argparse.Namespace], int]:
+    target = _HANDLERS[key]
+    if callable(target):
+        return target
+    module, _, name = target.partition(":")
+    return getattr(importlib.import_module(f"iris.cli.{module}"), name)
+
+
 def _demo(args: argparse.Namespace) -> int:
+    from iris.base.resources import parse_size
     from iris.cli.demo import run_demo
 
     weights = parse_size(args.weights, "--weights")
@@ -76,10 +87,13 @@ def _keys_generate(args: argparse.Namespace) -> int:
 
 
 def _stop_event() -> threading.Event:
-    from iris.worker.main import StopEvent, install_stop_signals
+    """Set by SIGTERM or SIGINT. Not the worker's StopEvent: importing iris.worker.main for it
+    cost a controller ~0.1 CPU-s at each start (the whole worker), for a reason nobody reads."""
+    import signal
 
-    stop = StopEvent()
-    install_stop_signals(stop)
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
     return stop
 
 
@@ -145,6 +159,8 @@ def _serve_dashboard(args: argparse.Namespace, cluster, node) -> Callable[[], No
 
 def _worker(args: argparse.Namespace) -> int:
     if args.action in ("list", "drain", "revoke"):
+        from iris.cli import jobs
+
         with iris.connect(args.address or args.controller):
             return {"list": jobs.worker_list, "drain": jobs.worker_drain,
                     "revoke": jobs.worker_revoke}[args.action](args)
@@ -158,6 +174,8 @@ def _worker(args: argparse.Namespace) -> int:
 
 
 def _actor_list(args: argparse.Namespace) -> int:
+    from iris.cli import jobs
+
     rows = [row for row in iris.list_actors(args.prefix)
             if args.all or not row["name"].startswith("/iris/")]
     if not args.json:
@@ -174,13 +192,16 @@ def _completion(args: argparse.Namespace) -> int:
     return 0
 
 
-_HANDLERS = {
+# (verb, action) -> its handler: a function here, or "module:function" of iris.cli, imported
+# when that verb runs.
+_HANDLERS: dict[tuple[str, str | None], str | Callable[[argparse.Namespace], int]] = {
+    ("operate", None): "operate:run",  # every verb parser_ops.wanted() says is an operator's
     ("demo", None): _demo,
     ("keys", "generate"): _keys_generate,
     ("cluster", "start"): _cluster_start,
-    ("cluster", "status"): jobs.cluster_status,
-    ("cluster", "checkpoint"): checkpoints.checkpoint,
-    ("cluster", "checkpoints"): checkpoints.checkpoints,
+    ("cluster", "status"): "jobs:cluster_status",
+    ("cluster", "checkpoint"): "checkpoints:checkpoint",
+    ("cluster", "checkpoints"): "checkpoints:checkpoints",
     ("controller", "serve"): _controller_serve,
     ("worker", None): _worker,
     ("worker", "list"): _worker,
@@ -188,19 +209,20 @@ _HANDLERS = {
     ("worker", "revoke"): _worker,
     ("actor", "list"): _actor_list,
     ("completion", None): _completion,
-    ("job", "run"): jobs.job_run,
-    ("job", "list"): jobs.job_list,
-    ("job", "status"): jobs.job_status,
-    ("job", "stop"): jobs.job_stop,
-    ("job", "logs"): jobs.job_logs,
-    ("user", "budget"): budgets.budget,
-    ("job", "summary"): inspect.job_summary,
-    ("job", "url"): inspect.job_url,
-    ("task", "stack"): inspect.task_stack,
-    ("task", "profile"): inspect.task_profile,
-    ("task", "exec"): inspect.task_exec,
+    ("job", "run"): "jobs:job_run",
+    ("job", "list"): "jobs:job_list",
+    ("job", "status"): "jobs:job_status",
+    ("job", "stop"): "jobs:job_stop",
+    ("job", "logs"): "jobs:job_logs",
+    ("user", "budget"): "budgets:budget",
+    ("job", "summary"): "inspect:job_summary",
+    ("job", "url"): "inspect:job_url",
+    ("task", "stack"): "inspect:task_stack",
+    ("task", "profile"): "inspect:task_profile",
+    ("task", "exec"): "inspect:task_exec",
 }
-_CLIENT_VERBS = {jobs.cluster_status, checkpoints.checkpoint, checkpoints.checkpoints, _actor_list, jobs.job_run, jobs.job_list,
-                 jobs.job_status, jobs.job_stop, jobs.job_logs, budgets.budget,
-                 inspect.job_summary, inspect.job_url, inspect.task_stack, inspect.task_profile,
-                 inspect.task_exec}
+# The verbs that run connected to the cluster (--address or $IRIS_ADDRESS).
+_CLIENT_VERBS = {("cluster", "status"), ("cluster", "checkpoint"), ("cluster", "checkpoints"),
+                 ("actor", "list"), ("job", "run"), ("job", "list"), ("job", "status"),
+                 ("job", "stop"), ("job", "logs"), ("user", "budget"), ("job", "summary"),
+                 ("job", "url"), ("task", "stack"), ("task", "profile"), ("task", "exec")}

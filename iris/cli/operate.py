@@ -9,7 +9,8 @@ the controller answers; `stop` deletes every slice and then the VM. Without one 
 (daemon.py, cluster_dir.py) and `stop` stops every slice of every provider through it, then
 it, then whatever is left with the cluster's mark (operate_local.py). Slices are the
 autoscaler's, made as the config says. The same verbs stand at the top level with their own
---config (`iris slice list --config F`, `iris controller status --config F`).
+--config (`iris slice list --config F`, `iris controller status --config F`). Their
+arguments, and which parsed arguments are these verbs (`wanted`), are parser_ops.py's.
 """
 
 from __future__ import annotations
@@ -25,91 +26,6 @@ from iris.base.errors import InvalidRequestError, IrisError
 from iris.cli import cluster_dir, operate_local, slices
 from iris.cli.daemon import LocalController
 from iris.cli.jobs import print_rows
-
-# A fresh controller VM boots (~30 s), installs Iris (~1 min with uv) and starts; 15 min
-# covers a slow image pull or pip fallback before `start` gives up waiting.
-START_TIMEOUT_S = 900.0
-_CONTROLLER_ACTIONS = ("start", "stop", "restart", "status", "run-local")
-
-
-def add_cluster_actions(cluster: Any) -> None:
-    """stop, restart, controller, slice, vm under `iris cluster` (start/status exist)."""
-    for name, text in (("stop", "stop every slice of every provider, then the controller "
-                        "(its VM, or its process here); asks first"),
-                       ("restart", "restart the controller, keeping its jobs")):
-        p = slices.leaf(cluster, name, text, f"iris cluster --config cluster.yaml {name}")
-        _common(p, yes=name == "stop")
-    _controller_actions(cluster.add_parser("controller", help="the controller alone"), False)
-    slices.add_slice_verbs(cluster.add_parser("slice", help="the cluster's slices"))
-    slices.add_vm_verbs(cluster.add_parser("vm", help="the cluster's VMs"))
-
-
-def add_top_level(verbs: Any, controller_sub: Any) -> None:
-    """`iris slice|vm ... --config F` and `iris controller start|... --config F`."""
-    for action in _CONTROLLER_ACTIONS:
-        _controller_action(controller_sub, action, with_config=True)
-    for verb, add in (("slice", slices.add_slice_verbs), ("vm", slices.add_vm_verbs)):
-        p = verbs.add_parser(verb, help=f"operator: the cluster's {verb}s (needs --config)")
-        p.add_argument("--config", type=Path, help="cluster config YAML (here or after the "
-                       "verb), e.g. cluster.yaml")
-        add(p)
-
-
-def _common(p: argparse.ArgumentParser, yes: bool = False) -> None:
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
-    p.add_argument("--local", action="store_true", help="the controller runs on this "
-                   "machine even if the config names a controller VM")
-    p.add_argument("--timeout", type=float, default=START_TIMEOUT_S, metavar="SECONDS",
-                   help=f"how long to wait for the controller to answer, e.g. 600 (default "
-                   f"{START_TIMEOUT_S:.0f})")
-    if yes:
-        p.add_argument("--yes", action="store_true", help="do not ask before deleting")
-
-
-def _controller_actions(parser: argparse.ArgumentParser, with_config: bool) -> None:
-    sub = parser.add_subparsers(dest="controller_action", required=True)
-    for action in _CONTROLLER_ACTIONS:
-        _controller_action(sub, action, with_config)
-
-
-def _controller_action(sub: Any, action: str, with_config: bool) -> None:
-    p = slices.leaf(sub, action, {
-        "start": "start the controller (its VM, or a daemon here) and wait until it answers",
-        "stop": "stop the controller (its VM, or its process here; cloud slices are left; "
-                "asks first)",
-        "restart": "restart the controller: it resumes from its state on disk",
-        "status": "where the controller runs and whether it answers",
-        "run-local": "run the controller and its autoscaler on this machine, in the "
-                     "foreground"}[action],
-        f"iris controller {action} --config cluster.yaml")
-    if with_config:
-        p.add_argument("--config", type=Path, required=True,
-                       help="cluster config YAML, e.g. cluster.yaml")
-    if action == "run-local":
-        p.add_argument("--state-dir", type=Path, help="where jobs are kept, e.g. ./iris-state "
-                       "(default: controller.state_dir, else ./iris-state)")
-        p.add_argument("--bind", help="address to listen on, e.g. tcp://127.0.0.1:7100 "
-                       "(default: controller.bind, else controller.address)")
-        p.add_argument("--dashboard-port", type=int, default=None, metavar="PORT",
-                       help="dashboard HTTP port, e.g. 8265 (default 8265)")
-        p.add_argument("--dashboard-host", default="127.0.0.1", metavar="HOST",
-                       help="dashboard address, e.g. 0.0.0.0 (default loopback; any other "
-                       "needs $IRIS_DASHBOARD_TOKEN)")
-    else:
-        _common(p, yes=action == "stop")
-
-
-def wanted(args: argparse.Namespace) -> bool:
-    """Whether these parsed arguments are an operator verb of this module."""
-    if args.verb in ("slice", "vm"):
-        return True
-    if args.verb == "controller":
-        return args.action != "serve"
-    if args.verb != "cluster" or (getattr(args, "local", False) and args.config is None):
-        return False  # `iris cluster start --local`: an embedded cluster in the foreground
-    if args.action in ("checkpoint", "checkpoints"):  # client verbs (checkpoints.py)
-        return False
-    return args.config is not None or args.action not in ("status",)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -381,4 +297,4 @@ def _host_logs(address: str, host: str, as_json: bool) -> int:
     return 0
 
 
-__all__ = ["add_cluster_actions", "add_top_level", "confirm", "run", "wanted"]
+__all__ = ["confirm", "run"]

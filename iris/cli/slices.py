@@ -19,7 +19,6 @@ import json
 import os
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from iris.actors import tokens
@@ -34,56 +33,6 @@ if TYPE_CHECKING:  # the config module (~15 ms) is loaded by the verbs that read
 SLICE_COLUMNS = ["slice_id", "group", "zone", "state", "hosts"]
 VM_COLUMNS = ["vm_id", "role", "slice", "zone", "state", "address"]
 _GONE = (SliceState.DELETING, SliceState.NOT_FOUND)
-
-
-def leaf(sub: Any, name: str, help: str, example: str) -> argparse.ArgumentParser:
-    """A verb's parser whose --help ends with an example (as every verb's does)."""
-    return sub.add_parser(name, help=help, description=help[:1].upper() + help[1:] + ".",
-                          epilog=f"example: {example}",
-                          formatter_class=argparse.RawDescriptionHelpFormatter)
-
-
-def add_slice_verbs(parent: Any) -> None:
-    """`slice create|list|get|terminate` under `parent` (a subparsers object)."""
-    sub = parent.add_subparsers(dest="slice_action", required=True)
-    create = leaf(sub, "create", "make one slice of a scale group now",
-                  "iris slice create --scale-group v5e-16 --config cluster.yaml")
-    create.add_argument("--scale-group", required=True, metavar="G",
-                        help="the scale group to make it in, e.g. v5e-16")
-    create.add_argument("--zone", help="the zone, e.g. us-central2-b (default: the group's "
-                        "zones, in order)")
-    listing = leaf(sub, "list", "the cluster's slices", "iris slice list --json")
-    listing.add_argument("--scale-group", metavar="G",
-                         help="only this scale group's slices, e.g. v5e-16")
-    get = leaf(sub, "get", "one slice", "iris slice get v5e-16-abc123")
-    get.add_argument("slice_id", help="the slice, e.g. v5e-16-abc123 (see slice list)")
-    term = leaf(sub, "terminate", "delete slices (asks first)",
-                "iris slice terminate --all --yes")
-    term.add_argument("slice_ids", nargs="*", metavar="SLICE_ID",
-                      help="slices to delete, e.g. v5e-16-abc123 (or --all)")
-    term.add_argument("--all", action="store_true", help="every slice of the cluster")
-    term.add_argument("--yes", action="store_true", help="do not ask before deleting")
-    for p in (create, listing, get, term):
-        _leaf_options(p)
-
-
-def add_vm_verbs(parent: Any) -> None:
-    sub = parent.add_subparsers(dest="vm_action", required=True)
-    _leaf_options(leaf(sub, "status", "every VM: the controller's and each host",
-                       "iris vm status --config cluster.yaml"))
-    get = leaf(sub, "get", "one VM", "iris vm get v5e-16-abc123-h0")
-    logs = leaf(sub, "logs", "a host's task output from the log store, or the controller "
-                "VM's serial console", "iris vm logs v5e-16-abc123-h0")
-    for p in (get, logs):
-        p.add_argument("vm_id", help="the VM, e.g. v5e-16-abc123-h0 (see vm status)")
-        _leaf_options(p)
-
-
-def _leaf_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
-    # Also after the verb (`iris slice list --config F`); SUPPRESS keeps an earlier one.
-    p.add_argument("--config", type=Path, default=argparse.SUPPRESS,
-                   help="cluster config YAML, e.g. cluster.yaml")
 
 
 class Providers:
@@ -281,5 +230,4 @@ def _out(rows: list[dict], columns: list[str], as_json: bool, one: bool = False)
         print_rows(rows, columns, as_json)
 
 
-__all__ = ["Providers", "add_slice_verbs", "add_vm_verbs", "create_slice", "slice_row",
-           "slice_verb", "vm_rows"]
+__all__ = ["Providers", "create_slice", "slice_row", "slice_verb", "vm_rows"]

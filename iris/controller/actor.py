@@ -33,6 +33,7 @@ from iris.controller.preemption_notices import apply_notice
 from iris.controller.reclaim import RegionReclaim
 from iris.controller.regions.region import STOP_ALL_SLICES_S, RegionCarrier
 from iris.controller.regions.remote import check_region_actors
+from iris.controller.report_check import check_report
 from iris.controller.report_fronts import (
     front_batch,
     point_at_fronts,
@@ -43,7 +44,6 @@ from iris.controller.service import ControllerConfig, ControllerService
 from iris.controller.service_types import Command, JobsFinished
 from iris.controller.upkeep import Upkeep
 from iris.controller.waiters import JobWaiters
-from iris.controller.worker_requests import check_report
 from iris.wire import control, schema
 
 _log = logging.getLogger(__name__)

@@ -14,7 +14,7 @@ from iris.actors.keys import CONTROLLER_KEY, INSPECT_KEY, region_key
 from iris.actors.registry import REGISTRY_KEY, withdrawer
 from iris.base.errors import ConfigError, ConflictError, IrisError
 from iris.controller.actor import Controller
-from iris.controller.checkpoint import CheckpointSettings, from_storage
+from iris.controller.checkpoint.settings import CheckpointSettings, from_storage
 from iris.controller.config import IN_PROCESS_PROVIDERS
 from iris.controller.inspector import Inspector
 from iris.controller.regions.autoscaler import AutoscalerConfig

@@ -35,7 +35,7 @@ from iris.actors.keys import CONTROLLER_KEY
 from iris.actors.security import Security
 from iris.base.errors import InvalidRequestError, IrisError
 from iris.controller.credentials import controller_token, load_secret
-from iris.controller.worker_requests import check_report
+from iris.controller.report_check import check_report
 
 _log = logging.getLogger(__name__)
 # A batch's call to the controller: as long as a worker waits for its report's answer.

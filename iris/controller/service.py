@@ -41,6 +41,7 @@ from iris.controller.jobs.store import JobStore
 from iris.controller.launch import RESTORE_ATTEMPT_STRIDE, launch
 from iris.controller.placement_pass import PlacementPass
 from iris.controller.region_pushes import SYNC_EVERY_S, RegionPushes
+from iris.controller.report_check import check_report
 from iris.controller.service_types import Command, ControllerConfig, JobsFinished
 from iris.controller.stop_book import StopBook
 from iris.controller.turns import PassLater, now_mono, now_wall, turn
@@ -385,8 +386,7 @@ class ControllerService:
     def report(self, worker_id: Any, updates: Any, stats: Any = None,
                running: Any = None, usage: Any = ()) -> dict:
         """One worker's report (worker_requests.reports)."""
-        [answer] = self.reports([worker_requests.check_report(worker_id, updates, stats,
-                                                              running, usage)])
+        [answer] = self.reports([check_report(worker_id, updates, stats, running, usage)])
         if isinstance(answer, Exception):
             raise answer
         return answer

@@ -3,6 +3,11 @@
 Not the routes (app.py). The server never runs on the node's loop nor on the controller's
 actor thread: a slow page or a burst of browsers costs this thread, not scheduling. It talks
 to the controller only through node calls (thread-safe) and reads the job store read-only.
+
+aiohttp and the routes are imported at the first connection, not at the start: the port is
+bound (as aiohttp's TCPSite binds it) and the history sampled from the start, and a
+controller no one browses never pays aiohttp's import (~0.2 CPU-s; issue 33). The first
+page waits for it once.
 """
 
 from __future__ import annotations
@@ -12,16 +17,15 @@ import errno
 import ipaddress
 import logging
 import secrets
+import socket
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-
-from aiohttp import web
+from typing import Any
 
 from iris.actors import Node
 from iris.actors.keys import CONTROLLER_KEY
 from iris.base.errors import ConfigError
-from iris.dashboard.app import build_app
 from iris.dashboard.backend import Backend
 
 _log = logging.getLogger(__name__)
@@ -125,24 +129,86 @@ def _serve(backend: Backend, token: str | None, write_token: str, host: str, por
 
 async def _run(backend: Backend, token: str | None, write_token: str, host: str, port: int,
                stop: threading.Event, started: dict, ready: threading.Event) -> None:
+    try:
+        socks = _listen(host, port)
+    except OSError as exc:
+        started["error"] = exc
+        ready.set()
+        return
+    started["port"] = socks[0].getsockname()[1]
+    ready.set()
+    loop = asyncio.get_running_loop()
+    sampler = asyncio.ensure_future(_sample(backend, stop))
+    # The stop Event is set from any thread; one executor thread parks on it.
+    stopped = loop.run_in_executor(None, stop.wait)
+    first = asyncio.ensure_future(_first_connection(socks))
+    runner = None
+    try:
+        await asyncio.wait({stopped, first}, return_when=asyncio.FIRST_COMPLETED)
+        if not stop.is_set():
+            runner = await _serve_app(backend, token, write_token, socks)
+            await stopped
+    finally:
+        sampler.cancel()
+        first.cancel()
+        if runner is not None:
+            await runner.cleanup()
+        for sock in socks:
+            sock.close()
+
+
+def _listen(host: str, port: int) -> list[socket.socket]:
+    """Listening sockets as aiohttp's TCPSite makes them (asyncio's create_server): one per
+    address `host` resolves to, SO_REUSEADDR, IPv6 sockets IPv6-only, backlog 128."""
+    infos = socket.getaddrinfo(host or None, port, socket.AF_UNSPEC, socket.SOCK_STREAM, 0,
+                               socket.AI_PASSIVE)
+    socks: list[socket.socket] = []
+    try:
+        for family, kind, proto, _, address in dict.fromkeys(infos):
+            sock = socket.socket(family, kind, proto)
+            socks.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, True)
+            if family == socket.AF_INET6 and hasattr(socket, "IPPROTO_IPV6"):
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, True)
+            try:
+                sock.bind(address)
+            except OSError as exc:  # worded as asyncio words it
+                raise OSError(exc.errno, f"error while attempting to bind on address "
+                              f"{address!r}: {(exc.strerror or '').lower()}") from None
+            sock.listen(128)
+            sock.setblocking(False)
+    except OSError:
+        for sock in socks:
+            sock.close()
+        raise
+    return socks
+
+
+async def _first_connection(socks: list[socket.socket]) -> None:
+    """Returns once a client connects to any of `socks` (it waits in their backlog)."""
+    loop = asyncio.get_running_loop()
+    came = loop.create_future()
+    for sock in socks:
+        loop.add_reader(sock.fileno(), lambda: came.done() or came.set_result(None))
+    try:
+        await came
+    finally:
+        for sock in socks:
+            loop.remove_reader(sock.fileno())
+
+
+async def _serve_app(backend: Backend, token: str | None, write_token: str,
+                     socks: list[socket.socket]) -> Any:
+    """Serve the routes on the bound sockets; the runner, to clean up."""
+    from aiohttp import web
+
+    from iris.dashboard.app import build_app
+
     runner = web.AppRunner(build_app(backend, token, write_token), access_log=None)
     await runner.setup()
-    try:
-        site = web.TCPSite(runner, host, port)
-        try:
-            await site.start()
-        except OSError as exc:
-            started["error"] = exc
-            ready.set()
-            return
-        started["port"] = runner.addresses[0][1]
-        ready.set()
-        sampler = asyncio.ensure_future(_sample(backend, stop))
-        # The stop Event is set from any thread; one executor thread parks on it.
-        await asyncio.get_running_loop().run_in_executor(None, stop.wait)
-        sampler.cancel()
-    finally:
-        await runner.cleanup()
+    for sock in socks:
+        await web.SockSite(runner, sock).start()
+    return runner
 
 
 async def _sample(backend: Backend, stop: threading.Event) -> None:

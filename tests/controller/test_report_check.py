@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 
 from iris.base.errors import InvalidRequestError
-from iris.controller.worker_requests import check_report
+from iris.controller.report_check import check_report
 from iris.wire import control
 
 _NAMES = ("worker_id", "updates", "stats", "running", "usage")
@@ -52,3 +52,23 @@ def test_a_heartbeat_keeps_its_figures_and_attempts():
     msg = check_report("w1", [], stats, ["a1", "a2"])
     assert msg == control.WorkerReport("w1", (), stats, ("a1", "a2"), ())
     assert msg.stats is stats  # as the generic decode: the map itself, not a copy
+
+
+def test_report_front_process_imports_no_job_model():
+    """A report front (its own process, report_front.py) checks reports with report_check.py
+    and loads none of the controller's job model, scheduler or store (issue 33)."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    probe = ("import sys, json, iris.controller.report_front\n"
+             "print(json.dumps(sorted(m for m in sys.modules if m.startswith('iris.controller'))))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          timeout=120, env={**os.environ,
+                                            "PYTHONPATH": str(Path(__file__).parents[2])})
+    assert done.returncode == 0, done.stderr
+    assert set(json.loads(done.stdout)) <= {
+        "iris.controller", "iris.controller.credential_log", "iris.controller.credentials",
+        "iris.controller.report_check", "iris.controller.report_front"}

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from iris.base.clock import FakeClock
+from iris.controller.report_check import check_report
 from iris.controller.service import ControllerConfig, ControllerService
-from iris.controller.worker_requests import check_report
 from iris.controller.workers import REPORTS_PER_S, report_interval_s
 from iris.wire import fencing
 from iris.worker.actor import HEARTBEAT_S, report_interval

@@ -39,3 +39,30 @@ def test_controller_serve_prints_a_dashboard_url_that_answers(tmp_path):
     finally:
         proc.terminate()
         assert proc.wait(timeout=60) == 0
+
+
+_PROBE = """
+import socket, sys, time
+from iris.actors import Node, NodeConfig
+from iris.dashboard import start_dashboard
+node = Node(NodeConfig(bind="tcp://127.0.0.1:0")).start()
+dash = start_dashboard(node, node.address, sys.argv[1], port=0)
+print("at start", "aiohttp" in sys.modules, flush=True)
+with socket.create_connection((dash.host, dash.port), timeout=30):
+    deadline = time.monotonic() + 60
+    while "aiohttp.web" not in sys.modules and time.monotonic() < deadline:
+        time.sleep(0.05)
+print("after a connection", "aiohttp.web" in sys.modules, flush=True)
+dash.stop()
+node.stop()
+"""
+
+
+def test_dashboard_imports_aiohttp_at_its_first_connection_not_at_start(tmp_path):
+    """A controller no one browses never pays aiohttp's import (issue 33); the port is
+    bound from the start, and the first connection brings the routes up."""
+    done = subprocess.run([sys.executable, "-c", _PROBE, str(tmp_path)], capture_output=True,
+                          text=True, timeout=180)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:2] == ["at start False", "after a connection True"], \
+        done.stdout

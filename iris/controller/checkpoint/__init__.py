@@ -1,5 +1,6 @@
-"""Controller state that outlives its machine: checkpoints of the job store in GCS."""
+"""Controller state that outlives its machine: checkpoints of the job store in GCS.
 
-from iris.controller.checkpoint.settings import CheckpointSettings, from_storage
+Import the modules themselves (settings.CheckpointSettings, ...): this package imports none,
+so the checkpoint packing child (pack.py) loads the standard library and nothing else."""
 
-__all__ = ["CheckpointSettings", "from_storage"]
+__all__: list[str] = []

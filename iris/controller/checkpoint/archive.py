@@ -1,6 +1,6 @@
 """A checkpoint as a local file: a consistent copy of the job store, compressed. No network.
 
-`pack` copies the live database with SQLite's online backup API (one step, inside one read
+`pack` (pack.py, run by a niced child process: `pack_in_child`) copies the live database with SQLite's online backup API (one step, inside one read
 transaction, so the copy is exactly one committed state; in WAL mode the controller keeps
 committing meanwhile), then writes a gzip'd tar of the copy and the role secrets: a new
 controller must accept the cluster token the workers already hold, or none of them could
@@ -16,7 +16,6 @@ store change it covers (`seq`), schema version, job counts by state, sizes and d
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import sqlite3
@@ -24,37 +23,28 @@ import subprocess
 import sys
 import tarfile
 from pathlib import Path
-from typing import Any
 
 from iris.actors import tokens
 from iris.base.errors import StorageError
+from iris.controller.checkpoint import pack
+from iris.controller.checkpoint.pack import CHUNK, FORMAT, sha256
 from iris.controller.jobs.store import SCHEMA_VERSION
 from iris.wire.states import DB_NAME
 
-FORMAT = 1  # of the archive and manifest; bump when either changes shape
-# gzip level 6 (zlib's default): SQLite pages of JSON records shrink ~8x; level 1 was
-# ~30% larger for ~40% less CPU, and the upload, not the CPU, is what a big state waits on.
-COMPRESS_LEVEL = 6
 MEMBERS = (DB_NAME, tokens.CLUSTER_TOKEN_FILE, tokens.ADMIN_TOKEN_FILE,
            tokens.CONTROLLER_SECRET_FILE, tokens.REVOKED_WORKERS_FILE,
            tokens.WORKER_CREDENTIALS_FILE)
-_CHUNK = 1 << 20
-# The copy and compression run in a child process at this niceness: measured at 10,000
-# jobs on a loaded 2-core machine, packing on a thread of the controller raised submit p50
-# from 10 to 49 ms (GIL hand-offs around tarfile's small writes, and CPU); in a child it
-# shares no GIL, and the kernel serves the controller first when cores are short.
-_CHILD_NICE = 10
 _CHILD_TIMEOUT_S = 1800.0  # 100,000 jobs packed in seconds; an hour-long pack is a hang
 
 
 def pack_in_child(db_path: Path, state_dir: Path, out: Path, name: str,
                   taken_at: float) -> dict:
-    """`pack`, run by a niced child process; its manifest. StorageError if it fails."""
-    argv = [sys.executable, "-m", __name__, str(db_path), str(state_dir), str(out), name,
-            repr(taken_at)]
+    """pack.pack, run by a niced child process; its manifest. StorageError if it fails."""
+    argv = [sys.executable, "-m", pack.__name__, str(db_path), str(state_dir), str(out), name,
+            repr(taken_at), *MEMBERS]
     try:
         # No preexec_fn: that forces a fork() under the GIL of a process holding every job
-        # in memory; the child renices itself instead (see __main__ below).
+        # in memory; the child renices itself instead (pack.py's __main__).
         done = subprocess.run(argv, capture_output=True, text=True, timeout=_CHILD_TIMEOUT_S,
                               check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -63,76 +53,6 @@ def pack_in_child(db_path: Path, state_dir: Path, out: Path, name: str,
         tail = done.stderr.strip().splitlines()[-1:] or [f"exit code {done.returncode}"]
         raise StorageError(f"packing checkpoint {name}: {tail[0]}")
     return json.loads(done.stdout)
-
-
-def pack(db_path: Path, state_dir: Path, out: Path, name: str, taken_at: float) -> dict:
-    """Write the archive of the store at `db_path` (+ tokens in `state_dir`) to `out`;
-    return its manifest.
-
-    The copy is made in memory, not on disk: 25 MB of copy written beside the live store
-    (10,000 jobs) slowed the controller's fsync per commit while it lasted. The child holds
-    the database twice at its peak (the copy, then its image: ~510 MB at 100,000 jobs) and
-    once while it compresses."""
-    image, facts = _backup(db_path)
-    with tarfile.open(out, "w:gz", compresslevel=COMPRESS_LEVEL) as tar:
-        info = tarfile.TarInfo(DB_NAME)
-        info.size, info.mtime, info.mode = len(image), int(taken_at), 0o600
-        tar.addfile(info, _ImageReader(image))
-        for token in MEMBERS[1:]:
-            if (state_dir / token).exists():
-                tar.add(state_dir / token, arcname=token)
-    return {"format": FORMAT, "name": name, "taken_at": taken_at, **facts,
-            "db_bytes": len(image), "bytes": out.stat().st_size, "sha256": _sha256(out)}
-
-
-def _backup(db_path: Path) -> tuple[bytes, dict[str, Any]]:
-    """The database as one consistent image, and what the manifest says of it."""
-    src = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
-    dst = sqlite3.connect(":memory:")
-    try:
-        src.backup(dst)  # pages=-1: every page in one step, one consistent read snapshot
-        src.close()
-        version = int(dst.execute("SELECT value FROM meta WHERE key = 'schema_version'")
-                      .fetchone()[0])
-        seq = dst.execute("SELECT COALESCE(MAX(seq), 0) FROM events").fetchone()[0]
-        by_state = dict(dst.execute("SELECT state, COUNT(*) FROM jobs GROUP BY state"))
-        image = dst.serialize()
-    finally:
-        dst.close()
-        src.close()
-    return image, {"schema_version": version, "seq": seq, "jobs": sum(by_state.values()),
-                   "jobs_by_state": by_state}
-
-
-class _ImageReader:
-    """Reads a database image for tarfile without copying it, with header bytes 18-19 set
-    to 1: they say WAL (2), copied from the live file, and 1 (rollback journal) is what
-    `PRAGMA journal_mode = DELETE` writes, so the restored file is whole without a -wal
-    beside it (sqlite.org/fileformat2.html, "File format version numbers")."""
-
-    def __init__(self, image: bytes):
-        self._view = memoryview(image)
-        self._pos = 0
-
-    def read(self, n: int = -1) -> bytes:
-        end = len(self._view) if n < 0 else min(self._pos + n, len(self._view))
-        chunk = bytes(self._view[self._pos:end])
-        if self._pos < 20 and end > 18:  # the chunk holds byte 18 or 19
-            patched = bytearray(chunk)
-            for offset in (18, 19):
-                if self._pos <= offset < end:
-                    patched[offset - self._pos] = 1
-            chunk = bytes(patched)
-        self._pos = end
-        return chunk
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(_CHUNK):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def encode_manifest(manifest: dict) -> str:
@@ -161,7 +81,7 @@ def unpack(archive: Path, manifest: dict, into: Path) -> Path:
     if size != manifest["bytes"]:
         raise StorageError(f"checkpoint {name} is truncated or damaged: {size} bytes, its "
                            f"manifest says {manifest['bytes']}")
-    if _sha256(archive) != manifest["sha256"]:
+    if sha256(archive) != manifest["sha256"]:
         raise StorageError(f"checkpoint {name} is corrupt: its sha256 does not match its "
                            "manifest")
     if manifest["schema_version"] > SCHEMA_VERSION:
@@ -189,7 +109,7 @@ def _extract(tar: tarfile.TarFile, member: tarfile.TarInfo, dest: Path) -> None:
     if src is None:
         raise StorageError(f"{member.name}: not a file")
     with src, open(dest, "wb") as out:
-        while block := src.read(_CHUNK):
+        while block := src.read(CHUNK):
             out.write(block)
     if member.name != DB_NAME:
         os.chmod(dest, 0o600)  # tokens are secrets
@@ -221,10 +141,3 @@ def summary(manifest: dict) -> dict:
     """What a listing shows of a checkpoint."""
     return {k: manifest.get(k) for k in ("name", "taken_at", "bytes", "db_bytes", "jobs",
                                          "jobs_by_state", "schema_version", "seq")}
-
-
-
-if __name__ == "__main__":  # pack_in_child's child: args db state_dir out name taken_at
-    os.nice(_CHILD_NICE)
-    _db, _state, _out, _name, _at = sys.argv[1:6]
-    print(json.dumps(pack(Path(_db), Path(_state), Path(_out), _name, float(_at))))
