@@ -111,8 +111,9 @@ class LocalProvider:
                 "--region", self._region, "--worker-id", host_id, "--exit-with-parent",
                 "--work-dir", str(self._root / slice_id / host_id),
                 # One task environment cache for every host of every slice (as a Slurm node
-                # shares one): each venv is built once, not at each host's first task.
-                "--env-cache", os.environ.get(_ENV_CACHE_ENV) or str(self._root.parent / "envs")]
+                # shares one): each venv is built once, not at each host's first task. Named
+                # apart from the slices (a slice id starts with a letter).
+                "--env-cache", os.environ.get(_ENV_CACHE_ENV) or str(self._root / ".envs")]
         for key, value in attrs.items():
             argv += ["--attr", f"{key}={value}"]
         work_dir = self._root / slice_id / host_id
