@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import pytest
+import spawns
 from census import (  # noqa: F401 - the --census plugin (tests/census.py)
     pytest_addoption,
     pytest_runtest_makereport,
@@ -21,6 +22,8 @@ from census import (  # noqa: F401 - the --census plugin (tests/census.py)
 )
 from census import pytest_configure as census_configure
 from scheduling import finish_unit_fixtures, longest_units_first, make_scheduler
+
+spawns.install()
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -257,25 +260,42 @@ def shared_process_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k != _TAG}
 
 
-def _tagged_processes(tag: str) -> dict[int, str]:
-    """Live processes whose environment carries `tag`: pid -> command line."""
+def _tagged_processes(tag: str, pids=None) -> dict[int, str]:
+    """Live processes whose environment carries `tag`: pid -> command line. Among `pids`
+    only, when given (a pid is only ours while its environment still carries the tag)."""
     needle = f"{_TAG}={tag}".encode()
+    if pids is None:
+        pids = [int(e.name) for e in os.scandir("/proc") if e.name.isdigit()]
     found = {}
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+    for pid in pids:
+        if pid == os.getpid():
             continue
         try:
-            with open(f"/proc/{entry.name}/environ", "rb") as f:
+            with open(f"/proc/{pid}/environ", "rb") as f:
                 if needle not in f.read().split(b"\0"):
                     continue
-            with open(f"/proc/{entry.name}/stat", "rb") as f:
+            with open(f"/proc/{pid}/stat", "rb") as f:
                 if f.read().rsplit(b")", 1)[1].split()[0] in (b"Z", b"X"):
                     continue
-            with open(f"/proc/{entry.name}/cmdline", "rb") as f:
-                found[int(entry.name)] = f.read().replace(b"\0", b" ").decode(errors="replace")
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                found[pid] = f.read().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue  # gone, or not ours to read
     return found
+
+
+def _left_running(tag: str) -> dict[int, str]:
+    """The test's processes still running after _PROCESS_EXIT_S. The machine is scanned
+    once, then only the processes found are watched until they are gone, then the machine
+    again (for what they started meanwhile)."""
+    gate = threading.Event()
+    left = _tagged_processes(tag)
+    for _ in range(int(_PROCESS_EXIT_S / 0.1)):
+        if not left:
+            return left
+        gate.wait(0.1)
+        left = _tagged_processes(tag, list(left)) or _tagged_processes(tag)
+    return left
 
 
 @pytest.fixture(autouse=True)
@@ -287,23 +307,22 @@ def no_leaked_processes(request):
     were started before the tag was set, so they are not counted."""
     tag = f"{os.getpid()}-{request.node.nodeid}"
     os.environ[_TAG] = tag
+    starts = spawns.started()
     try:
         yield
     finally:
         os.environ.pop(_TAG, None)
-    gate = threading.Event()
-    for _ in range(int(_PROCESS_EXIT_S / 0.1)):
-        left = _tagged_processes(tag)
-        if not left:
-            return
-        gate.wait(0.1)
+    if spawns.started() == starts:
+        return  # this process started nothing meanwhile: nothing can carry the tag (spawns.py)
+    left = _left_running(tag)
     for pid in left:  # do not let one leak fail every later test too
         try:
             os.kill(pid, 9)
         except OSError:
             pass
-    raise AssertionError("processes left running after the test: "
-                         + "; ".join(f"{pid}: {cmd[:200]}" for pid, cmd in left.items()))
+    if left:
+        raise AssertionError("processes left running after the test: "
+                             + "; ".join(f"{pid}: {cmd[:200]}" for pid, cmd in left.items()))
 
 
 @contextmanager

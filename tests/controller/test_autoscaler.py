@@ -538,9 +538,21 @@ class _Checked(Fleet):
             self.unregistered[sid] = 1
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# 100 runs in the main suite; the soak tier (tests/README.md) searches 1000 more.
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(_OPS, min_size=30, max_size=100))
 def test_decide_random_events_keep_invariants(ops):
+    _run_checked(ops)
+
+
+@pytest.mark.soak
+@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(_OPS, min_size=30, max_size=100))
+def test_decide_random_events_keep_invariants_soak(ops):
+    _run_checked(ops)
+
+
+def _run_checked(ops) -> None:
     fleet = _Checked()
     for op in ops:
         fleet.apply(op)
