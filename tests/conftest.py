@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
 from collections.abc import Iterator
@@ -15,10 +17,10 @@ import pytest
 import spawns
 from census import (  # noqa: F401 - the --census plugin (tests/census.py)
     pytest_addoption,
-    pytest_configure,
     pytest_runtest_makereport,
     pytest_runtest_protocol,
 )
+from census import pytest_configure as census_configure
 from scheduling import finish_unit_fixtures, longest_units_first, make_scheduler
 
 spawns.install()
@@ -32,6 +34,35 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # suite's children get SIGINT as a terminal gives it.
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+# The worker's variable for where task environments live (iris/worker/envs.py).
+ENV_CACHE = "IRIS_ENV_CACHE"
+_ENV_CACHE_KEY = pytest.StashKey[str]()  # the run's cache, when this process made it
+
+
+def pytest_configure(config) -> None:
+    census_configure(config)
+    _share_task_environments(config)
+
+
+def _share_task_environments(config) -> None:
+    """One task environment cache for the whole run: every worker the suite starts (local
+    clusters, LocalProvider slices, in-process workers; ~170 in a full run) builds the default
+    venv once in all, not once each (issue 33: 251 uv runs, ~30 CPU-s). Made here, before
+    xdist starts its workers, which inherit the variable. Tests of building itself give their
+    workers a cache of their own. A cache the user set is kept, and kept after the run."""
+    if os.environ.get(ENV_CACHE) or hasattr(config, "workerinput"):
+        return  # the user's own, or an xdist worker: the run's is already set
+    path = tempfile.mkdtemp(prefix="iris-test-envs-")
+    os.environ[ENV_CACHE] = path
+    config.stash[_ENV_CACHE_KEY] = path
+
+
+def pytest_unconfigure(config) -> None:
+    path = config.stash.get(_ENV_CACHE_KEY, None)
+    if path is not None:
+        os.environ.pop(ENV_CACHE, None)
+        shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.hookimpl(trylast=True)

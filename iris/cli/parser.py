@@ -310,6 +310,10 @@ def _worker(verbs) -> None:
     worker.add_argument("--work-dir", type=Path, metavar="DIR",
                         help="where attempts, environments and bundles live, e.g. /var/lib/iris "
                         "(one worker per directory)")
+    worker.add_argument("--env-cache", type=Path, metavar="DIR",
+                        help="where task environments (uv venvs) live, shared by every worker "
+                        "on this machine, e.g. /var/cache/iris-envs (default: $IRIS_ENV_CACHE, "
+                        "else WORK_DIR/envs)")
     worker.add_argument("--worker-id", metavar="ID",
                         help="this worker's id, e.g. host-7 (default: the host name)")
     worker.add_argument("--bind", default="tcp://127.0.0.1:0", metavar="ADDR",

@@ -30,6 +30,9 @@ if TYPE_CHECKING:
 
 # Worker processes get this long to register before local_cluster gives up.
 _WORKER_START_S = 60.0
+# The worker's own default for --env-cache (iris/worker/envs.py): a cache the user chose for
+# every worker of the machine is this cluster's too.
+_ENV_CACHE_ENV = "IRIS_ENV_CACHE"
 
 
 
@@ -76,6 +79,7 @@ def local_cluster(workers: int = 0, *, bind: str = "tcp://127.0.0.1:0",
                   worker_attrs: dict[str, str] | None = None,
                   stop_grace_s: float = 10.0, log_store: LogStoreConfig | None = None,
                   autoscale: Sequence[RegionScaling] = (),
+                  env_cache: str | Path | None = None,
                   ) -> Iterator[ClusterContext]:
     """An embedded cluster on this machine, current inside the `with` block.
 
@@ -83,9 +87,13 @@ def local_cluster(workers: int = 0, *, bind: str = "tcp://127.0.0.1:0",
     worker offers; by default this machine's CPUs and memory shared between the `workers`
     (see `local_share`). `autoscale`: regions whose scale groups grow and shrink through a
     provider (e.g. LocalProvider processes) on top of the `workers` started here.
+    `env_cache`: where the workers keep task environments (uv venvs), one directory they all
+    share so each is built once; default $IRIS_ENV_CACHE, else `envs` in the state dir.
     """
     if not isinstance(workers, int) or workers < 0:
         raise ConfigError(f"workers: expected an int >= 0, got {workers!r}")
+    if env_cache is not None and (not isinstance(env_cache, (str, Path)) or env_cache == ""):
+        raise ConfigError(f"env_cache: expected a directory path, got {env_cache!r}")
     share = local_share(workers, worker_cpu, worker_memory)
     with ExitStack() as stack:
         root = Path(state_dir) if state_dir else Path(
@@ -109,7 +117,8 @@ def local_cluster(workers: int = 0, *, bind: str = "tcp://127.0.0.1:0",
                                                offers=offers, autoscale=tuple(autoscale)))
         ctx = ClusterContext(node, node.address)
         token = (root / "controller" / tokens.CLUSTER_TOKEN_FILE).read_text().strip()
-        procs = [_start_worker(node.address, root / f"worker-{i}", share,
+        envs = Path(env_cache or os.environ.get(_ENV_CACHE_ENV) or root / "envs")
+        procs = [_start_worker(node.address, root / f"worker-{i}", envs, share,
                                worker_attrs or {}, token) for i in range(workers)]
         # Unwound first: workers stop (and stop their attempts) while the controller they
         # report to is still up; then the node with the controller and registry.
@@ -132,11 +141,11 @@ def _machine_memory() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
-def _start_worker(address: str, root: Path, share: LocalShare, attrs: dict[str, str],
-                  token: str) -> subprocess.Popen:
+def _start_worker(address: str, root: Path, envs: Path, share: LocalShare,
+                  attrs: dict[str, str], token: str) -> subprocess.Popen:
     root.mkdir(parents=True, exist_ok=True)
     argv = [sys.executable, "-m", "iris", "worker", "--controller", address,
-            "--work-dir", str(root), "--attr", f"cpu={share.cpu}",
+            "--work-dir", str(root), "--env-cache", str(envs), "--attr", f"cpu={share.cpu}",
             "--attr", f"memory={share.memory}", "--exit-with-parent"]
     for key, value in attrs.items():
         argv += ["--attr", f"{key}={value}"]

@@ -76,7 +76,8 @@ class Worker:
                  attributes: dict[str, str], root: Path, node: Node,
                  advertised: Resources, grace_s: float = 10.0, token: bytes | None = None,
                  task_env: tuple[tuple[str, str], ...] = (), gpu_devices: tuple[str, ...] = (),
-                 warm: bool = False, on_drain: Callable[[str], None] | None = None):
+                 warm: bool = False, on_drain: Callable[[str], None] | None = None,
+                 env_root: Path | None = None):
         self.worker_id = worker_id
         self._on_drain = on_drain  # asks this worker's process to stop (main.py)
         # While leaving (main.py's goodbye): (done, when to stop attempts here, when to give
@@ -87,7 +88,8 @@ class Worker:
         self._controller = (controller_address, controller_key)
         self._key = worker_key(worker_id)
         self._attributes = attributes
-        config = RunnerConfig(root=root, grace_s=grace_s, gpu_devices=gpu_devices)
+        config = RunnerConfig(root=root, grace_s=grace_s, gpu_devices=gpu_devices,
+                              env_root=env_root)
         config = dataclasses.replace(config, base_env=config.base_env + task_env)
         self._runner = AttemptRunner(config, advertised,
                                      cgroups=cgroups.detect(), fetch_bundle=self._fetch_bundle)

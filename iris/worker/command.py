@@ -19,7 +19,8 @@ _VALUED = {"--controller": ("controller", str), "--address": ("address", str),
            "--work-dir": ("work_dir", Path), "--worker-id": ("worker_id", str),
            "--bind": ("bind", str), "--keys": ("keys", str),
            "--token-file": ("token_file", Path),
-           "--preemption-notice": ("preemption_notice", str)}
+           "--preemption-notice": ("preemption_notice", str),
+           "--env-cache": ("env_cache", Path)}
 _FLAGS = {"--warm": "warm", "--exit-with-parent": "exit_with_parent"}
 NOTICE_MODES = ("auto", "gce", "slurm", "off")
 
@@ -29,7 +30,7 @@ def defaults() -> dict[str, Any]:
     return {"controller": None, "address": None, "region": "local", "attr": [],
             "work_dir": None, "worker_id": None, "bind": "tcp://127.0.0.1:0", "keys": None,
             "token_file": None, "preemption_notice": "auto", "warm": False,
-            "exit_with_parent": False}
+            "exit_with_parent": False, "env_cache": None}
 
 
 def parse(argv: list[str]) -> dict[str, Any] | None:

@@ -9,11 +9,15 @@ another job's packages. The `iris` package itself reaches the venv through a `.p
 naming a directory that holds only an `iris` symlink, so the task can `import iris` and
 nothing else of the worker's tree leaks in.
 
-The key is sha256 over the interpreter version and the sorted, normalized requirements: two
-jobs asking for the same set share one venv. Builds of one key are serialized by a file lock
-(threads and processes alike); a venv is published by writing its `.iris-ready` marker last
-(a venv cannot be renamed after building: uv writes absolute paths into its scripts), so a
-half-built venv is never used and a failed one is deleted.
+The key is sha256 over everything a venv's contents depend on: the interpreter (its real
+path and version), the `iris` package its `.pth` names (the checkout's absolute path) and the
+sorted, normalized requirements. Two jobs asking for the same set share one venv, and so may
+every worker of a machine (`iris worker --env-cache DIR`, or $IRIS_ENV_CACHE): workers of two
+checkouts sharing a cache get venvs of their own, each naming its own `iris`. Builds of one
+key are serialized by a file lock (threads and processes alike); a venv is published by
+writing its `.iris-ready` marker last (a venv cannot be renamed after building: uv writes
+absolute paths into its scripts), so a half-built venv is never used and a failed one is
+deleted.
 """
 
 from __future__ import annotations
@@ -33,6 +37,9 @@ from pathlib import Path
 from iris.base.errors import InvalidRequestError, IrisError
 
 _READY = ".iris-ready"
+# Where a worker keeps its task environments when --env-cache is not given (default: under
+# its work dir): one directory shared by every worker of a machine builds each venv once.
+ENV_CACHE_ENV = "IRIS_ENV_CACHE"
 # iris/worker/envs.py -> iris/ (found by path: importing `iris` would pull in the client)
 _IRIS_PACKAGE = Path(__file__).resolve().parents[1]
 # cryptography: a task that receives weights or big call frames from another host opens
@@ -71,6 +78,7 @@ class EnvConfig:
     uv_cache_dir: Path | None = None  # None: uv's default cache, shared by every build
     runtime_requirements: tuple[str, ...] = field(default_factory=_pinned_runtime)
     offline: bool = False  # True: install only from uv's cache (no registry access)
+    iris_package: Path = _IRIS_PACKAGE  # the `iris` a task imports: this checkout's
 
 
 def normalize_requirement(req: object) -> str:
@@ -134,7 +142,10 @@ class EnvironmentCache:
         return sorted(reqs)
 
     def key_for(self, pip: Iterable[str]) -> str:
-        blob = json.dumps({"python": self._version(), "requirements": self.requirements_for(pip)})
+        blob = json.dumps({"python": self._version(),
+                           "interpreter": os.path.realpath(self.config.python),
+                           "iris": str(self.config.iris_package),
+                           "requirements": self.requirements_for(pip)})
         return hashlib.sha256(blob.encode()).hexdigest()[:32]
 
     def lookup(self, pip: Iterable[str]) -> Environment | None:
@@ -201,11 +212,14 @@ class EnvironmentCache:
                 f"(exit {proc.returncode}):\n{''.join(output).strip()}")
 
     def _link_iris(self, env: Environment) -> None:
-        src = self.config.root / ".iris-src"
+        # One directory per checkout: a cache shared by workers of two checkouts must not
+        # hand one's tasks the other's `iris` (the key names the checkout too).
+        target = self.config.iris_package
+        src = self.config.root / ".iris-src" / hashlib.sha256(
+            str(target).encode()).hexdigest()[:16]
         link = src / "iris"
-        target = _IRIS_PACKAGE
         if not link.exists():
-            src.mkdir(exist_ok=True)
+            src.mkdir(parents=True, exist_ok=True)
             tmp = src / f".iris-{os.getpid()}"
             tmp.unlink(missing_ok=True)
             tmp.symlink_to(target)

@@ -37,6 +37,7 @@ from iris.base.resources import Resources, tpu_shape
 from iris.worker import preemption_notice as notices
 from iris.worker import slurm_notice
 from iris.worker.actor import Worker
+from iris.worker.envs import ENV_CACHE_ENV
 
 _log = logging.getLogger(__name__)
 
@@ -91,6 +92,19 @@ def _lock_work_dir(root: Path) -> int:
     os.ftruncate(fd, 0)
     os.pwrite(fd, str(os.getpid()).encode(), 0)
     return fd
+
+
+def _env_cache(path: Path) -> Path:
+    """The task environment cache, made if missing; one that cannot be is refused here,
+    before the worker registers, not at its first task."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"--env-cache {path}: cannot keep task environments there "
+                          f"({exc.strerror or exc})") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise ConfigError(f"--env-cache {path}: not writable by this worker")
+    return path
 
 
 def advertised_resources(attributes: dict[str, str]) -> Resources:
@@ -162,10 +176,14 @@ def run_worker(controller: str, *, region: str = "local", attrs: dict[str, str] 
                bind: str = "tcp://127.0.0.1:0", keys_dir: str | None = None,
                grace_s: float = 10.0, ready: threading.Event | None = None,
                stop: threading.Event | None = None, token: bytes | None = None,
-               preemption_notice: str = "auto", warm: bool = False) -> None:
+               preemption_notice: str = "auto", warm: bool = False,
+               env_cache: Path | None = None) -> None:
+    """`env_cache`: where task environments live (default $IRIS_ENV_CACHE, else under
+    `root`); every worker of a machine may share one (envs.py)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: "
                         "%(message)s")
     root = root or Path(os.environ.get("IRIS_WORKER_DIR", "/tmp/iris-worker"))
+    env_cache = _env_cache(env_cache or Path(os.environ.get(ENV_CACHE_ENV) or root / "envs"))
     lock = _lock_work_dir(root)  # held while this worker runs
     worker_id = _worker_id(root, worker_id)
     attributes = _host_attributes(region, attrs or {})
@@ -189,7 +207,7 @@ def run_worker(controller: str, *, region: str = "local", attrs: dict[str, str] 
         hosted = node.host(worker_key(worker_id), Worker, (
             worker_id, controller, CONTROLLER_KEY, attributes, root, node, advertised,
             grace_s, token, task_env, gpu_devices, warm),
-            {"on_drain": lambda why: request_stop(stop, why)})
+            {"on_drain": lambda why: request_stop(stop, why), "env_root": env_cache})
         responder = notices.NoticeResponder(node, controller, CONTROLLER_KEY, worker_id, root,
                                             token)
         worker = hosted.instance
@@ -216,7 +234,7 @@ def run_worker(controller: str, *, region: str = "local", attrs: dict[str, str] 
 def serve(*, controller: str | None, address: str | None, region: str, attr: list[str],
           work_dir: Path | None, worker_id: str | None, bind: str, keys: str | None,
           token_file: Path | None, preemption_notice: str, warm: bool,
-          exit_with_parent: bool) -> int:
+          exit_with_parent: bool, env_cache: Path | None = None) -> int:
     """`iris worker --controller ADDR ...`: the options as the command takes them
     (command.py, or the CLI), until told to stop."""
     controller = controller or address
@@ -229,7 +247,7 @@ def serve(*, controller: str | None, address: str | None, region: str, attr: lis
     token = tokens.read(token_file) if token_file else None
     run_worker(controller, region=region, attrs=parse_attrs(attr), root=work_dir,
                worker_id=worker_id, bind=bind, keys_dir=keys, stop=stop, token=token,
-               preemption_notice=preemption_notice, warm=warm)
+               preemption_notice=preemption_notice, warm=warm, env_cache=env_cache)
     return 0
 
 

@@ -72,7 +72,10 @@ class RunnerConfig:
     grace_s: float = DEFAULT_GRACE_S  # SIGTERM -> SIGKILL; the default of 10 s
     use_zygote: bool = True  # callables fork from a per-env zygote (~4 ms vs ~100+ ms)
     base_env: tuple[tuple[str, str], ...] = field(default_factory=default_base_env)
-    env_config: EnvConfig | None = None  # None: EnvConfig(root / "envs")
+    env_config: EnvConfig | None = None  # None: EnvConfig(env_root)
+    # Where task environments live: None = root / "envs"; a directory shared by every worker
+    # of the machine builds each venv once (`iris worker --env-cache DIR`).
+    env_root: Path | None = None
     # The names of this host's GPUs as its tasks must see them (index i -> name), when its
     # launcher gave the worker only some (Slurm's GRES: "4,5,6,7"); () = 0..N-1.
     gpu_devices: tuple[str, ...] = ()
@@ -119,7 +122,7 @@ class AttemptRunner:
         self.envs = EnvironmentCache(config.env_config or EnvConfig(
             # Resolved: a venv's scripts and its .pth hold absolute paths, and `envs` may be a
             # link to a cache that outlives this work dir (Slurm slices share one per node).
-            root=(config.root / "envs").resolve()))
+            root=(config.env_root or config.root / "envs").resolve()))
         self.bundles = BundleCache(config.root / "bundles")
         self._cgroups = cgroups
         self._clock = clock

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
+import time
+from pathlib import Path
 
 import pytest
 
 import iris
-from iris.base.errors import InvalidRequestError
+from iris.base.errors import ConfigError, InvalidRequestError
 from iris.client.cluster import local_share
 from iris.dashboard import launch
 from iris.dashboard.server import DEFAULT_PORT, PortInUseError
-from tests.conftest import as_current
+from tests.conftest import ENV_CACHE, as_current
 
 
 def test_local_share_splits_the_machine_between_workers_unless_asked():
@@ -43,6 +46,35 @@ def test_local_workers_advertise_their_share_and_refuse_what_no_share_holds(tmp_
         assert [(w["cpu"], w["memory_bytes"]) for w in workers] == [(1.0, 1 << 30)] * 2
         with pytest.raises(iris.IrisError, match="memory=2 GiB"):
             iris.submit(["true"], resources=iris.Resources(memory="2GiB"))
+
+
+def venv_once_all_run(barrier: str, count: int) -> str:
+    """This task's venv, once `count` tasks have joined `barrier` (a file each): all of them
+    ran at once, so on as many workers when each needs a whole worker."""
+    Path(barrier, str(os.getpid())).touch()
+    deadline = time.monotonic() + 300
+    while len(os.listdir(barrier)) < count and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return sys.prefix
+
+
+def test_local_workers_share_one_env_cache_in_the_state_dir(tmp_path, monkeypatch):
+    monkeypatch.delenv(ENV_CACHE, raising=False)  # the cluster's own, not the suite's
+    barrier, state = tmp_path / "barrier", tmp_path / "state"
+    barrier.mkdir()
+    with iris.local_cluster(workers=2, worker_cpu=1, state_dir=state):
+        job = iris.submit(venv_once_all_run, str(barrier), 2, replicas=2)
+        prefixes = job.result(timeout=300)
+        assert len({t["worker_id"] for t in job.tasks()}) == 2
+    assert len(set(prefixes)) == 1, prefixes
+    assert Path(prefixes[0]).parent == (state / "envs").resolve()
+    assert not list(state.glob("worker-*/envs"))
+
+
+@pytest.mark.parametrize("bad", [3, "", ["envs"]])
+def test_local_cluster_refuses_an_env_cache_that_is_no_path(bad):
+    with pytest.raises(ConfigError, match="env_cache"), iris.local_cluster(env_cache=bad):
+        pass
 
 
 @pytest.fixture(scope="module")

@@ -19,6 +19,8 @@ RUNS = [
      "--worker-id", "host-7", "--bind", "tcp://0.0.0.0:5556", "--keys", "./keys",
      "--token-file", "/etc/iris/cluster.token", "--preemption-notice", "slurm", "--warm"],
     ["--region", "a", "--region", "b", "--preemption-notice=off"],
+    ["--controller", "tcp://h:1", "--env-cache", "/var/cache/iris-envs"],
+    ["--env-cache=envs", "--work-dir=w"],
 ]
 NOT_MINE = [
     ["list"], ["drain", "w-1"], ["--help"], ["-h"], ["--controller"], ["--contr", "x"],
@@ -54,3 +56,16 @@ def test_python_m_iris_worker_verbs_still_reach_the_cli():
                           "gcp", "--controller", "tcp://h:1"], capture_output=True, text=True,
                          timeout=60)
     assert bad.returncode == 2 and "invalid choice: 'gcp'" in bad.stderr
+
+
+def test_python_m_iris_worker_refuses_an_env_cache_it_cannot_make(tmp_path: Path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    proc = subprocess.run([sys.executable, "-m", "iris", "worker", "--controller",
+                           "tcp://127.0.0.1:9", "--work-dir", str(tmp_path / "w"),
+                           "--env-cache", str(blocker / "envs")],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert f"iris: --env-cache {blocker / 'envs'}: cannot keep task environments there" \
+        in proc.stderr
+    assert not (tmp_path / "w" / "worker_id").exists()  # refused before anything else
