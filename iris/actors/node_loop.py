@@ -81,11 +81,9 @@ class NodeLoop:
         self._router: zmq.Socket | None = None
         self.peers: dict[str, Peer] = {}
         self._local: LocalPeer | None = None  # made on the first in-process call
-        # Seconds this loop could not run (sweeps late by more than a second), kept so that
-        # its own stall is never counted as a peer's silence (_note_stall).
-        self.stalled_s = 0.0
-        self._last_sweep: float | None = None
-        self._judge_from = float("-inf")  # no peer is declared dead before (_note_stall)
+        # When the last sweep ran (run() sets it as it asks for the first): a sweep far
+        # later than asked is this loop's own stall, not its peers' silence (_note_stall).
+        self._last_sweep = now()
         self._deadlines = DeadlineQueue()
         self._outbox: collections.deque = collections.deque()
         self._wake_pending = False
@@ -105,6 +103,7 @@ class NodeLoop:
         self._router, self.address = router, address
         self.loop.add_reader(router.getsockopt(zmq.FD), self._on_router_readable)
         self.loop.add_reader(self._waker.fileno(), self._on_waker)
+        self._last_sweep = self.now()  # a stall before the first sweep is a stall too
         self.loop.call_later(self.config.sweep_interval_s, self._sweep)
         ready()
         try:
@@ -370,15 +369,15 @@ class NodeLoop:
 
     def _note_stall(self, now: float) -> None:
         """A sweep far later than asked means this loop could not run (a starved process,
-        a stopped VM, a long GC): that time counts as nobody's silence (Peer.silent_s)."""
+        a stopped VM, a long GC), so the silence of its peers meanwhile says nothing: what
+        they sent may still sit in the kernel (libzmq's I/O thread was stopped too and reads
+        it only now). Each peer's silence then counts from now, as when it was first met: a
+        PING after heartbeat_interval_s, declared dead after peer_dead_after_s of silence."""
         last, self._last_sweep = self._last_sweep, now
-        if last is not None and now - last > _STALL_S:
-            self.stalled_s += now - last - self.config.sweep_interval_s
-            # What peers sent meanwhile may still sit in the kernel: libzmq's I/O thread was
-            # stopped too and reads it only now, and a process let go after a stop is often
-            # still starved. So no peer is judged before it has had a whole liveness window
-            # since (a heartbeat or an answer), as when it was first met.
-            self._judge_from = now + max(_STALL_S, self.config.peer_dead_after_s)
+        if now - last > _STALL_S:
+            self.stats.own_stalls += 1
+            for peer in self.peers.values():
+                peer.restart_silence(now)
 
     def _sweep(self) -> None:
         # Runs until the loop stops, even while the node is stopping: actor threads blocked
@@ -393,7 +392,7 @@ class NodeLoop:
                 actor=fut.actor, method=fut.method, address=peer.address))
         cfg = self.config
         self._note_stall(now)
-        for address, peer in list(self.peers.items()) if now >= self._judge_from else ():
+        for address, peer in list(self.peers.items()):
             if not peer.check_liveness(now, cfg.heartbeat_interval_s, cfg.peer_dead_after_s):
                 self.drain_peer(peer, ask_first=True)  # an answer read late is not silence
                 if peer.check_liveness(now, cfg.heartbeat_interval_s, cfg.peer_dead_after_s):

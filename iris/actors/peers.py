@@ -8,7 +8,9 @@ replies and has been silent for `heartbeat_interval_s` gets a PING; silent for
 `peer_dead_after_s` it is declared dead: its pending calls fail with PeerUnavailableError and
 its socket is closed (the next call connects afresh). A DISCONNECTED event from the socket
 monitor fails pending calls at once: libzmq drops messages queued in a torn-down pipe, so
-a call in flight at that moment may be lost, and the caller must hear about it.
+a call in flight at that moment may be lost, and the caller must hear about it. Silence is
+counted only while this node could listen: after its own loop stood still, every waited-on
+peer's silence starts again (restart_silence).
 """
 
 from __future__ import annotations
@@ -37,15 +39,13 @@ _MONITORED = (zmq.EVENT_DISCONNECTED | zmq.EVENT_HANDSHAKE_FAILED_AUTH
 class Peer:
     """One remote node we call. `pending` maps call id -> (future, actor, method)."""
 
-    __slots__ = ("address", "dealer", "monitor", "pending", "last_heard", "ping_sent",
-                 "stalled_at_heard", "_io")
+    __slots__ = ("address", "dealer", "monitor", "pending", "last_heard", "ping_sent", "_io")
 
     def __init__(self, io: NodeLoop, address: str):
         self._io = io
         self.address = address
         self.pending: dict[int, ActorFuture] = {}
         self.last_heard = 0.0
-        self.stalled_at_heard = io.stalled_s
         self.ping_sent = False
         self.dealer = io.new_socket(zmq.DEALER)
         self.dealer.setsockopt(zmq.ROUTING_ID, shm_scope.routing_id())  # says our PID namespace
@@ -61,15 +61,19 @@ class Peer:
     def track(self, call_id: int, fut: ActorFuture, now: float) -> None:
         if not self.pending:
             self.last_heard = now  # the silence clock starts when we start waiting
-            self.stalled_at_heard = self._io.stalled_s
             self.ping_sent = False
         fut.sent_at = now
         self.pending[call_id] = fut
 
     def heard(self, now: float) -> None:
         self.last_heard = now
-        self.stalled_at_heard = self._io.stalled_s
         self.ping_sent = False
+
+    def restart_silence(self, now: float) -> None:
+        """This node stood still (NodeLoop._note_stall): the silence of a peer that owes us
+        replies counts from now. One owed nothing keeps when it was last heard (let_go)."""
+        if self.pending:
+            self.heard(now)
 
     def on_reply(self, header: bytes, buffers: list, now: float) -> None:
         """A REPLY, ERROR or PONG from this peer (loop thread): complete the call's future."""
@@ -114,16 +118,11 @@ class Peer:
             fut.set_exception(remote_errors.error_from(
                 msg[3], msg[4], msg[5], actor=fut.actor, method=fut.method, address=self.address))
 
-    def silent_s(self, now: float) -> float:
-        """Seconds without a word from the peer while this node could listen: time its own
-        loop stood still (NodeLoop.stalled_s) is not the peer's silence."""
-        return now - self.last_heard - (self._io.stalled_s - self.stalled_at_heard)
-
     def check_liveness(self, now: float, interval_s: float, dead_after_s: float) -> bool:
         """PING if quiet; return False when the peer must be declared dead."""
         if not self.pending:
             return True
-        silent = self.silent_s(now)
+        silent = now - self.last_heard
         if silent >= dead_after_s:
             return False
         if silent >= interval_s and not self.ping_sent:
@@ -212,7 +211,6 @@ class LocalPeer(Peer):
         self.address = io.address
         self.pending = {}
         self.last_heard = 0.0
-        self.stalled_at_heard = io.stalled_s
         self.ping_sent = False
         self.dealer = self.monitor = None
 

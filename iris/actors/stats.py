@@ -34,6 +34,9 @@ class NodeStats:
     # Replies that arrived after their call had failed (deadline or dead peer).
     late_replies: int = 0
     peers_declared_dead: int = 0
+    # Times this node's own loop stood still for over a second (a starved process, a
+    # stopped VM, a long GC): its peers' silence meanwhile was not held against them.
+    own_stalls: int = 0
     # Calls refused with OverloadedError because their actor had max_waiting_calls waiting.
     refused_overloaded: int = 0
     # Outcomes of the calls this node made (see the module docstring).

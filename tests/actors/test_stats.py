@@ -6,7 +6,6 @@ from __future__ import annotations
 import threading
 
 import pytest
-import zmq
 
 from iris.actors import Node, NodeConfig, actor
 from iris.base.errors import DeadlineExceededError, PeerUnavailableError
@@ -78,20 +77,6 @@ def test_call_stats_deadline_counts_a_timeout_without_timing_it(pair, wait_until
     assert client.stats.call_outcomes()["timeout"] == 1
     assert client.stats.call_outcomes()["ok"] == 0
     assert client.stats.latency_snapshot()["count"] == 0
-
-
-@pytest.fixture
-def mute_peer():
-    """A bare ROUTER that takes calls and never answers: (its address, the socket)."""
-    ctx = zmq.Context()
-    router = ctx.socket(zmq.ROUTER)
-    router.setsockopt(zmq.LINGER, 0)
-    port = router.bind_to_random_port("tcp://127.0.0.1")
-    try:
-        yield f"tcp://127.0.0.1:{port}", router
-    finally:
-        router.close(linger=0)
-        ctx.term()
 
 
 def test_call_stats_silent_peer_declared_dead_counts_peer_unavailable(pair, mute_peer):
