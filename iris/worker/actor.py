@@ -196,7 +196,8 @@ class Worker:
 
     def on_tick(self) -> None:
         self._inbox.drain()
-        self._on_event(attempts.Tick())
+        if self._book.held:  # the kernel's timeouts are held attempts' (attempts._tick)
+            self._on_event(attempts.Tick())
         now = self._node.clock.monotonic()
         if self._leaving is not None:
             self._leave_step()
