@@ -22,7 +22,8 @@ Run as `python -m iris.worker.watchdog WORK_DIR`; the cluster token comes in
 IRIS_CLUSTER_TOKEN (removed once read), CURVE keys in IRIS_KEYS_DIR.
 
 A host runs one per worker for the worker's whole life, and a test run starts ~180 of them:
-so it imports at start only what a look needs (the lease, /proc), ~45 ms of CPU less each;
+so it imports at start only what a look needs (the lease, /proc): ~21 ms of CPU less each
+(81 -> 60 ms, bench/RESULTS.md, issue 33);
 what stops attempts (adoption.py, with the process machinery under it) and what tells the
 controller (the actors layer, credential.py) are imported when first needed.
 """
