@@ -22,7 +22,7 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from iris.actors import Node, actor, tokens
 from iris.actors.hosting import requires
@@ -30,8 +30,6 @@ from iris.actors.keys import worker_inspect_key, worker_key
 from iris.base.clock import SYSTEM_CLOCK
 from iris.base.errors import IrisError, OverloadedError, PermissionDeniedError
 from iris.base.resources import Resources
-from iris.logstore.shipper import LogShipper
-from iris.logstore.sinks import LogSink
 from iris.wire import control, schema
 from iris.wire.fencing import REPORT_INTERVAL_MAX_S
 from iris.worker import attempts, cgroups, credential, lease
@@ -44,6 +42,10 @@ from iris.worker.report_route import ReportRoute
 from iris.worker.runner import AttemptRunner, RunnerConfig
 from iris.worker.usage_sampler import SamplerConfig, UsageSampler, samples_for
 from iris.worker.watchdog import ensure_running, wait_gone
+
+if TYPE_CHECKING:  # made by AttemptWork at an attempt's start
+    from iris.logstore.shipper import LogShipper
+    from iris.logstore.sinks import LogSink
 
 _log = logging.getLogger(__name__)
 # Heartbeat period until the controller asks for another (each report's answer carries
@@ -184,7 +186,6 @@ class Worker:
 
     def on_start(self) -> None:
         self._runner.recover(adopt=False)  # a previous life's attempts: killed, not run twice
-        self._sampler.start()
         self._node.host(worker_inspect_key(self.worker_id), WorkerInspector,
                         (self._process_of, self._root / "inspect"))
         if self._warm:  # off this turn: registration must not wait for it
@@ -197,7 +198,8 @@ class Worker:
 
     def on_tick(self) -> None:
         self._inbox.drain()
-        self._on_event(attempts.Tick())
+        if self._book.held:  # the kernel's timeouts are held attempts' (attempts._tick)
+            self._on_event(attempts.Tick())
         now = self._node.clock.monotonic()
         if self._leaving is not None:
             self._leave_step()
@@ -271,6 +273,7 @@ class Worker:
             _log.info("attempt %s ended: %s", event.attempt_id, event.outcome)
         for effect in effects:
             if isinstance(effect, attempts.BeginStart):
+                self._sampler.start()  # its thread from the first attempt on (once)
                 sink = self._sinks.get(sink_key(effect.launch.log_store))
                 self._executor.submit(self._work.start, effect.launch, sink)
             elif isinstance(effect, attempts.BeginStop):

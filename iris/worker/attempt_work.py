@@ -13,12 +13,10 @@ import collections
 import logging
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from iris.base.errors import IrisError
 from iris.base.resources import Resources
-from iris.logstore.config import LogStoreConfig, open_sink
-from iris.logstore.shipper import LogShipper
-from iris.logstore.sinks import LogSink
 from iris.wire import control
 from iris.worker import attempts
 from iris.worker.inbox import Inbox
@@ -28,12 +26,16 @@ from iris.worker.process import AttemptProcess
 from iris.worker.runner import AttemptRequest, AttemptRunner, AttemptState
 from iris.worker.usage_sampler import UsageSampler
 
+if TYPE_CHECKING:
+    from iris.logstore.shipper import LogShipper
+    from iris.logstore.sinks import LogSink
+
 _log = logging.getLogger(__name__)
 # Error text of a failed attempt: the last lines it wrote to stderr.
 _ERROR_TAIL_LINES = 20
 
 SinkKey = tuple
-OnShipping = Callable[[str, SinkKey, LogSink, LogShipper], None]
+OnShipping = Callable[[str, SinkKey, "LogSink", "LogShipper"], None]
 OnShipperClosed = Callable[[str, int], None]
 
 
@@ -69,6 +71,11 @@ class AttemptWork:
 
     def start(self, launch: control.Launch, sink: LogSink | None) -> None:
         """Start one attempt; its phases and its end come back as events."""
+        # The log store's modules at the first attempt, not at every worker's start (an idle
+        # worker, or one that runs nothing, never needs them: ~10 ms of CPU each).
+        from iris.logstore.config import LogStoreConfig, open_sink
+        from iris.logstore.shipper import LogShipper
+
         attempt_id = launch.attempt_id
         shipper = None
         try:

@@ -6,6 +6,9 @@ Not the Worker actor: looking inside a task never waits behind starts, stops and
 and they never wait behind it. Every method is async and hands the blocking part (py-spy,
 a process's pipes) to a small thread pool of its own. An attempt is named by its id; the
 Worker's book says which process that is (`locate`), so a stale or foreign id is refused.
+
+Every worker hosts one, and most are never asked: py-spy's wrapper and the exec sessions
+are imported on the first request that needs them (~5 ms of each worker's start).
 """
 
 from __future__ import annotations
@@ -15,16 +18,17 @@ import concurrent.futures
 import dataclasses
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from iris.actors import actor, tokens
 from iris.actors.hosting import requires
 from iris.base.errors import InvalidRequestError, NotFoundError
 from iris.wire import control
-from iris.worker import pyspy
-from iris.worker.exec_sessions import ExecSessions
 from iris.worker.process import AttemptProcess
 from iris.worker.usage import attempt_pids
+
+if TYPE_CHECKING:
+    from iris.worker.exec_sessions import ExecSessions
 
 # Threads for inspection work: each blocks for a dump (~0.3 s), a profile (its seconds) or
 # an exec poll (up to 10 s); 32 covers the exec sessions (16) with room for profiles.
@@ -41,7 +45,7 @@ class WorkerInspector:
     def __init__(self, locate: Locate, scratch: Path):
         self._locate = locate
         self._scratch = scratch
-        self._sessions = ExecSessions()
+        self._exec: ExecSessions | None = None  # made by the first exec_start
         self._pool = concurrent.futures.ThreadPoolExecutor(_THREADS, "iris-inspect")
 
     def _process(self, attempt_id: Any) -> AttemptProcess:
@@ -53,6 +57,14 @@ class WorkerInspector:
             raise NotFoundError(f"attempt {attempt_id} is not running on this worker")
         return proc
 
+    @property
+    def _sessions(self) -> ExecSessions:
+        if self._exec is None:
+            from iris.worker.exec_sessions import ExecSessions
+
+            self._exec = ExecSessions()
+        return self._exec
+
     async def _blocking(self, fn: Callable, *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
 
@@ -61,6 +73,8 @@ class WorkerInspector:
         """Every thread's Python stack of each of the attempt's processes (py-spy dump)."""
         proc = self._process(attempt_id)
         pids = attempt_pids(proc.pid, proc.record.start_ticks, proc.cgroup) or [proc.pid]
+        from iris.worker import pyspy
+
         stacks = await self._blocking(pyspy.dump, sorted(pids))
         return {"attempt_id": attempt_id, "processes": [dataclasses.asdict(s) for s in stacks]}
 
@@ -69,6 +83,8 @@ class WorkerInspector:
         """A sampling profile of the attempt (`job_id` names the attempt here)."""
         req = control.decode(control.ProfileRequest, raw)
         proc = self._process(req.job_id)
+        from iris.worker import pyspy
+
         got = await self._blocking(pyspy.record, proc.pid, req.seconds, req.rate,
                                    self._scratch)
         return {"attempt_id": req.job_id, **dataclasses.asdict(got)}
@@ -95,8 +111,10 @@ class WorkerInspector:
         await self._blocking(self._sessions.end, str(session))
 
     def on_tick(self) -> None:
-        self._sessions.sweep(lambda attempt_id: self._locate(attempt_id) is not None)
+        if self._exec is not None:
+            self._exec.sweep(lambda attempt_id: self._locate(attempt_id) is not None)
 
     def on_stop(self) -> None:
-        self._sessions.close()
+        if self._exec is not None:
+            self._exec.close()
         self._pool.shutdown(wait=False, cancel_futures=True)
