@@ -23,7 +23,6 @@ Last line: one JSON object of medians.
 from __future__ import annotations
 
 import argparse
-import fcntl
 import json
 import os
 import signal
@@ -31,13 +30,14 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 import cloudpickle
 
 import iris
+from bench.starts import _FirstLine
+from iris.worker import watchdog as watchdog_module
 from iris.worker.process import AttemptProcess, AttemptSpec
 from iris.worker.runner import TASK_API, default_base_env
 from iris.worker.zygote import Zygote
@@ -96,18 +96,6 @@ def _wait_for(predicate, timeout_s: float, what: str):
     raise RuntimeError(f"bench: {what} did not happen in {timeout_s:.0f} s")
 
 
-def _locked(path: Path) -> bool:
-    """Does another process hold the flock on `path`?"""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
-    return False
-
-
 def _worker_round(address: str, work_dir: Path, idle_s: float) -> dict:
     proc = subprocess.Popen(
         [sys.executable, "-m", "iris", "worker", "--controller", address, "--work-dir",
@@ -123,7 +111,7 @@ def _worker_round(address: str, work_dir: Path, idle_s: float) -> dict:
         watchdog = _wait_for(lambda: [p for p in _children(proc.pid)
                                       if "iris.worker.watchdog" in _cmdline(p)], 60,
                              "the watchdog's start")[0]
-        _wait_for(lambda: _locked(work_dir / "watchdog.lock"), 60, "the watchdog's lock")
+        _wait_for(lambda: watchdog_module._lock_held(work_dir), 60, "the watchdog's lock")
         watchdog_start = cpu_s(watchdog)
         time.sleep(1.0)  # the first reports and renewals settle
         w0, d0 = run_ns(proc.pid), run_ns(watchdog)
@@ -141,17 +129,6 @@ def _worker_round(address: str, work_dir: Path, idle_s: float) -> dict:
             "worker_life_cpu_s": usage.ru_utime + usage.ru_stime,
             "watchdog_start_cpu_s": watchdog_start,
             "watchdog_idle_cpu_ms_per_s": (d1 - d0) / idle_s / 1e6}
-
-
-class _FirstLine:
-    def __init__(self) -> None:
-        self.event = threading.Event()
-        self.value: float | None = None
-
-    def __call__(self, stream: str, line: bytes, ts: float) -> None:
-        if stream == "stdout" and line.startswith(b"running ") and self.value is None:
-            self.value = float(line.split()[1])
-            self.event.set()
 
 
 def plain_task() -> None:
