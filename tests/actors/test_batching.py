@@ -134,12 +134,16 @@ def test_a_batched_call_past_its_deadline_runs_only_if_its_method_allows_late(no
     client.call(server.address, KEY, "block", timeout_s=60)
     assert hosted.instance.blocked.wait(30)
     received = server.stats.calls_received
-    doubled = client.call(server.address, KEY, "double", (1,), timeout_s=0.2)
-    noted = client.call(server.address, KEY, "note", (7,), timeout_s=0.2)
+    timeout_s = 0.2
+    doubled = client.call(server.address, KEY, "double", (1,), timeout_s=timeout_s)
+    noted = client.call(server.address, KEY, "note", (7,), timeout_s=timeout_s)
     wait_until(lambda: server.stats.calls_received >= received + 2, 60, "both received")
     for fut in (doubled, noted):  # both callers gave up while the actor was held
         with pytest.raises(DeadlineExceededError):
             fut.result(60)
+    # The server's deadline runs from when it received a call (node.py), which may be later
+    # than the caller's: past it for certain only `timeout_s` after both were seen received.
+    threading.Event().wait(2 * timeout_s)
     hosted.instance.gate.set()
     wait_until(lambda: hosted.instance.noted == [7], 60, "the late report applied")
     assert client.call(server.address, KEY, "double", (2,), timeout_s=60).result(60) == 4
