@@ -113,6 +113,8 @@ class WorkerTable:
                           cpu, memory, accelerators, old.registered_at if old else now, now,
                           self.stalled)
         self.workers[worker_id] = info
+        if self._last_tick is None:  # listening from now: a stall before the first tick counts
+            self._last_tick = now
         return info
 
     def heard(self, worker_id: str, now: float, asked_s: float | None = None) -> bool:

@@ -31,6 +31,18 @@ def test_a_stalled_controller_declares_no_worker_lost(tmp_path):
     assert len(service.list_workers()) == 200
 
 
+def test_a_stall_before_the_controllers_first_tick_is_its_own_too(tmp_path):
+    """Workers registered, then the controller's loop stood still before it ever ticked (a
+    controller started on a starved host): that silence was the controller's as well."""
+    clock = FakeClock()
+    service = ControllerService(ControllerConfig(state_dir=tmp_path), "tcp://127.0.0.1:1", clock)
+    for i in range(3):
+        service.register_worker(f"w{i}", f"tcp://127.0.0.1:{2000 + i}", ATTRS, [])
+    clock.advance(SILENT_LOST_S * 2)  # stuck before the first tick
+    service.tick()
+    assert len(service.list_workers()) == 3
+
+
 def test_a_silent_worker_is_still_lost_when_the_controller_listened(tmp_path):
     clock = FakeClock()
     service = ControllerService(ControllerConfig(state_dir=tmp_path), "tcp://127.0.0.1:1", clock)
