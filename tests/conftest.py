@@ -23,6 +23,8 @@ from census import (  # noqa: F401 - the --census plugin (tests/census.py)
 from census import pytest_configure as census_configure
 from scheduling import finish_unit_fixtures, longest_units_first, make_scheduler
 
+from iris.wire.states import ENV_CACHE_ENV
+
 spawns.install()
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -35,8 +37,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
-# The worker's variable for where task environments live (iris/worker/envs.py).
-ENV_CACHE = "IRIS_ENV_CACHE"
+# The worker's variable for where task environments live (iris/wire/states.py).
+ENV_CACHE = ENV_CACHE_ENV
 _ENV_CACHE_KEY = pytest.StashKey[str]()  # the run's cache, when this process made it
 
 

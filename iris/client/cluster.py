@@ -24,15 +24,13 @@ from iris.actors.keys import CONTROLLER_KEY
 from iris.base.errors import ConfigError, InvalidRequestError, IrisError
 from iris.base.resources import human_bytes, parse_size
 from iris.logstore.config import LogStoreConfig
+from iris.wire.states import ENV_CACHE_ENV
 
 if TYPE_CHECKING:
     from iris.controller.regions.region import RegionScaling
 
 # Worker processes get this long to register before local_cluster gives up.
 _WORKER_START_S = 60.0
-# The worker's own default for --env-cache (iris/worker/envs.py): a cache the user chose for
-# every worker of the machine is this cluster's too.
-_ENV_CACHE_ENV = "IRIS_ENV_CACHE"
 
 
 
@@ -117,7 +115,7 @@ def local_cluster(workers: int = 0, *, bind: str = "tcp://127.0.0.1:0",
                                                offers=offers, autoscale=tuple(autoscale)))
         ctx = ClusterContext(node, node.address)
         token = (root / "controller" / tokens.CLUSTER_TOKEN_FILE).read_text().strip()
-        envs = Path(env_cache or os.environ.get(_ENV_CACHE_ENV) or root / "envs")
+        envs = Path(env_cache or os.environ.get(ENV_CACHE_ENV) or root / "envs")
         procs = [_start_worker(node.address, root / f"worker-{i}", envs, share,
                                worker_attrs or {}, token) for i in range(workers)]
         # Unwound first: workers stop (and stop their attempts) while the controller they

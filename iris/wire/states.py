@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import enum
 
-__all__ = ["ACTIVE_ATTEMPT", "CLUSTER_MARK_ENV", "DB_NAME", "FAILED_TASK", "PRIORITIES", "TERMINAL_JOB",
+__all__ = ["ACTIVE_ATTEMPT", "CLUSTER_MARK_ENV", "DB_NAME", "ENV_CACHE_ENV", "FAILED_TASK", "PRIORITIES", "TERMINAL_JOB",
            "TERMINAL_TASK", "JobState", "TaskState"]
 
 PRIORITIES = ("production", "interactive", "batch")
@@ -23,6 +23,11 @@ DB_NAME = "jobs.sqlite3"
 # the cluster's directory: `iris cluster stop` finds what is left by it, and so may an
 # operator (`grep -l IRIS_CLUSTER_MARK= /proc/*/environ`). Workers pass it on to tasks.
 CLUSTER_MARK_ENV = "IRIS_CLUSTER_MARK"
+
+# Where a worker keeps its task environments when not given --env-cache (default: under its
+# work dir); set for every worker of a machine, they share one cache and build each venv
+# once. Launchers that pick a cache of their own (local_cluster, LocalProvider) let it win.
+ENV_CACHE_ENV = "IRIS_ENV_CACHE"
 
 
 class TaskState(enum.StrEnum):

@@ -37,9 +37,6 @@ from pathlib import Path
 from iris.base.errors import InvalidRequestError, IrisError
 
 _READY = ".iris-ready"
-# Where a worker keeps its task environments when --env-cache is not given (default: under
-# its work dir): one directory shared by every worker of a machine builds each venv once.
-ENV_CACHE_ENV = "IRIS_ENV_CACHE"
 # iris/worker/envs.py -> iris/ (found by path: importing `iris` would pull in the client)
 _IRIS_PACKAGE = Path(__file__).resolve().parents[1]
 # cryptography: a task that receives weights or big call frames from another host opens

@@ -34,10 +34,10 @@ from iris.base.clock import SYSTEM_CLOCK
 from iris.base.errors import ConfigError, InvalidRequestError
 from iris.base.ids import new_id
 from iris.base.resources import Resources, tpu_shape
+from iris.wire.states import ENV_CACHE_ENV
 from iris.worker import preemption_notice as notices
 from iris.worker import slurm_notice
 from iris.worker.actor import Worker
-from iris.worker.envs import ENV_CACHE_ENV
 
 _log = logging.getLogger(__name__)
 

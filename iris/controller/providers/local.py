@@ -27,11 +27,10 @@ from iris.controller.providers.base import (
     SliceState,
     check_create_request,
 )
+from iris.wire.states import ENV_CACHE_ENV
 
 # A worker that has not said where it serves within this long is reported FAILED.
 _BOOT_TIMEOUT_S = 120.0
-# The worker's default for --env-cache (iris/worker/envs.py): the machine's chosen cache wins.
-_ENV_CACHE_ENV = "IRIS_ENV_CACHE"
 
 
 @dataclass
@@ -113,7 +112,7 @@ class LocalProvider:
                 # One task environment cache for every host of every slice (as a Slurm node
                 # shares one): each venv is built once, not at each host's first task. Named
                 # apart from the slices (a slice id starts with a letter).
-                "--env-cache", os.environ.get(_ENV_CACHE_ENV) or str(self._root / ".envs")]
+                "--env-cache", os.environ.get(ENV_CACHE_ENV) or str(self._root / ".envs")]
         for key, value in attrs.items():
             argv += ["--attr", f"{key}={value}"]
         work_dir = self._root / slice_id / host_id
