@@ -14,11 +14,14 @@ instead of after the controller's 31 s silence rule:
 3. `goodbye`: the controller drops the worker from its list; then the node stops.
 
 A controller that cannot be reached is not waited for: the attempts are stopped here, and
-the controller's silence rule covers the rest.
+the controller's silence rule covers the rest. Each step has its own timeout, and the
+process as a whole has one more (`serve`, _STOP_BOUND_S): whatever still hangs past it, the
+threads' stacks go to its log (faulthandler) and it exits 1 rather than hold its host.
 """
 
 from __future__ import annotations
 
+import faulthandler
 import fcntl
 import logging
 import os
@@ -44,6 +47,9 @@ _log = logging.getLogger(__name__)
 # After the goodbye's grace (the attempts' SIGTERM -> SIGKILL) this much more for their exits
 # to be acknowledged and the goodbye answered; past it the node stops regardless.
 _GOODBYE_MARGIN_S = 10.0
+# The notice (10 s), the goodbye (2 x 10 s grace + the margin), the node's stop (the
+# attempts' 10 s grace, the watchdog's 10 s), and as much again for a loaded host.
+_STOP_BOUND_S = 120.0
 
 
 class StopEvent(threading.Event):
@@ -51,9 +57,17 @@ class StopEvent(threading.Event):
 
     reason = "stopped"
 
+    def __init__(self, exit_after_s: float | None = None):
+        """`exit_after_s`: a whole process's stop (`serve`): once set, the process dumps its
+        threads' stacks and exits 1 if it is still running this much later."""
+        super().__init__()
+        self._exit_after_s = exit_after_s
+
     def stop_because(self, reason: str) -> None:
         if not self.is_set():
             self.reason = reason
+            if self._exit_after_s is not None:
+                faulthandler.dump_traceback_later(self._exit_after_s, exit=True)
         self.set()
 
 
@@ -240,7 +254,7 @@ def serve(*, controller: str | None, address: str | None, region: str, attr: lis
     controller = controller or address
     if not controller:
         raise SystemExit("iris worker: --controller ADDR is required")
-    stop = StopEvent()
+    stop = StopEvent(exit_after_s=_STOP_BOUND_S)
     install_stop_signals(stop)
     if exit_with_parent:
         stop_with_parent(os.getppid(), stop)

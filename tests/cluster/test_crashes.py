@@ -79,11 +79,22 @@ def start_controller(state_dir: Path, address: str) -> subprocess.Popen:
     return proc
 
 
-def start_worker(address: str, work_dir: Path) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "iris", "worker", "--controller", address,
-                             "--work-dir", str(work_dir), "--attr", "cpu=32"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+def start_worker(address: str, work_dir: Path, log: Path | None = None) -> subprocess.Popen:
+    """`log`: the worker's stderr kept there (its log, for a failure's message)."""
+    with open(log if log else os.devnull, "ab") as err:
+        return subprocess.Popen([sys.executable, "-m", "iris", "worker", "--controller",
+                                 address, "--work-dir", str(work_dir), "--attr", "cpu=32"],
+                                stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
+
+
+def _stuck(proc: subprocess.Popen, logs: list[Path]) -> str:
+    """What a process that did not exit was doing (its threads' stacks, by py-spy, a
+    dependency of Iris), and its logs: for a failure's message."""
+    spy = Path(sys.executable).with_name("py-spy")
+    stacks = subprocess.run([str(spy), "dump", "--pid", str(proc.pid)], capture_output=True,
+                            text=True, timeout=60)
+    return "\n".join([f"py-spy dump:\n{stacks.stdout}{stacks.stderr}"] + [
+        f"{p.name}:\n{p.read_text(errors='replace')}" for p in logs if p.exists()])
 
 
 def test_controller_sigkill_and_restart_loses_no_job_and_restarts_nothing(tmp_path, wait_until):
@@ -173,8 +184,8 @@ def test_a_worker_stopped_cleanly_leaves_no_process_behind(tmp_path, wait_until)
     removed: the local provider's contract test failed so in a suite run)."""
     address = f"tcp://127.0.0.1:{free_port()}"
     controller = start_controller(tmp_path / "state", address)
-    work_dir = tmp_path / "w"
-    worker = start_worker(address, work_dir)
+    work_dir, log = tmp_path / "w", tmp_path / "worker.log"
+    worker = start_worker(address, work_dir, log)
     try:
         with iris.connect(address) as ctx:
             wait_until(lambda: len(_controller(ctx, "list_workers")) == 1, what="the worker")
@@ -184,7 +195,11 @@ def test_a_worker_stopped_cleanly_leaves_no_process_behind(tmp_path, wait_until)
         os.kill(watchdog, signal.SIGSTOP)
         worker.send_signal(signal.SIGTERM)
         threading.Timer(1.0, os.kill, (watchdog, signal.SIGCONT)).start()
-        assert worker.wait(60) == 0
+        try:
+            assert worker.wait(60) == 0
+        except subprocess.TimeoutExpired:
+            raise AssertionError("the worker did not exit in 60 s; " + _stuck(worker, [
+                log, work_dir / "watchdog.log"])) from None
         assert watchdogs_of(work_dir) == []
     finally:
         for pid in watchdogs_of(work_dir):
