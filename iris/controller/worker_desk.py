@@ -36,6 +36,8 @@ class WorkerDesk:
         # Every region a worker or the config ever named: each becomes an actor (max_regions).
         self._regions_seen: set[str] = set(regions)
         self._registrations = 0
+        # The retry hints' jitter: a generator of its own, not the process's shared one.
+        self._jitter = random.Random()
         # Workers that had attempts (running, or stopping) before a restart and have not
         # come back yet; lost once restart_grace_s has passed since `started`.
         self._unclaimed = set(unclaimed)
@@ -74,7 +76,7 @@ class WorkerDesk:
             # they can be admitted. (A retry within ~1 s for all of them, as before, brought
             # 10,000 refusals a second, each a turn of the controller: it fell behind.)
             self._admit_slot = max(now, self._admit_slot) + 1.0 / REGISTRATIONS_PER_S
-            wait = (self._admit_slot - now) * (1.0 + 0.1 * random.random())
+            wait = (self._admit_slot - now) * (1.0 + 0.1 * self._jitter.random())
             raise OverloadedError(f"too many registrations at once: retry in {wait:.1f} s",
                                   retry_after_s=wait)
         self._admission -= 1.0
