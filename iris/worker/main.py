@@ -50,10 +50,12 @@ _GOODBYE_MARGIN_S = 10.0
 # The notice (10 s), the goodbye (2 x 10 s grace + the margin), the node's stop (the
 # attempts' 10 s grace, the watchdog's 10 s), and as much again for a loaded host.
 _STOP_BOUND_S = 120.0
-# The main thread waits for the stop in slices this long, never in one unbounded wait: a
-# SIGTERM the kernel hands to another thread (it does when the main thread has a signal
-# pending, e.g. a child's SIGCHLD, and is not yet running) only trips Python's flag, and a
-# main thread asleep in a lock would never run the handler (`wait_for_stop`).
+# The main thread waits for the stop in slices this long, never in one unbounded wait. The
+# kernel hands a process's SIGTERM to another thread when the main one has a signal pending
+# and is not yet running (seen: the SIGCHLD of the watchdog stopping, queued because the
+# thread that started it blocked signals for a moment, as glibc does to start a thread or a
+# process); there Python's handler only trips a flag, which a main thread asleep in a lock
+# never sees: the worker outlived its SIGTERM until a second one (`wait_for_stop`).
 _SIGNAL_SLICE_S = 0.5
 
 
