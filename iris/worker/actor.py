@@ -216,12 +216,16 @@ class Worker:
             self._report()
 
     def on_stop(self) -> None:
+        started = SYSTEM_CLOCK.monotonic()
         self._sampler.stop()
         # The goodbye went before the node stopped (`leave`); what is left is stopped here.
         self._executor.shutdown(wait=False, cancel_futures=True)  # starts not begun never will
         self._runner.close()  # every attempt stopped (its grace each): nothing left to fence
         (self._root / lease.LEASE_NAME).unlink(missing_ok=True)  # the watchdog may go
-        if not wait_gone(self._root, _WATCHDOG_GONE_S):
+        if wait_gone(self._root, _WATCHDOG_GONE_S):
+            _log.info("stop: attempts stopped, watchdog gone (%.1f s)",
+                      SYSTEM_CLOCK.monotonic() - started)
+        else:
             _log.warning("worker %s: its watchdog is still running %.0f s after the stop",
                          self.worker_id, _WATCHDOG_GONE_S)
 

@@ -50,6 +50,13 @@ _GOODBYE_MARGIN_S = 10.0
 # The notice (10 s), the goodbye (2 x 10 s grace + the margin), the node's stop (the
 # attempts' 10 s grace, the watchdog's 10 s), and as much again for a loaded host.
 _STOP_BOUND_S = 120.0
+# The main thread waits for the stop in slices this long, never in one unbounded wait. The
+# kernel hands a process's SIGTERM to another thread when the main one has a signal pending
+# and is not yet running (seen: the SIGCHLD of the watchdog stopping, queued because the
+# thread that started it blocked signals for a moment, as glibc does to start a thread or a
+# process); there Python's handler only trips a flag, which a main thread asleep in a lock
+# never sees: the worker outlived its SIGTERM until a second one (`wait_for_stop`).
+_SIGNAL_SLICE_S = 0.5
 
 
 class StopEvent(threading.Event):
@@ -233,7 +240,7 @@ def run_worker(controller: str, *, region: str = "local", attrs: dict[str, str] 
         print(f"worker {worker_id} serving at {node.address}", flush=True)
         if ready is not None:
             ready.set()
-        stop.wait()
+        wait_for_stop(stop)
         if watcher is not None:
             watcher.stop()
         _leave(node, worker_key(worker_id), hosted.instance, responder, grace_s,
@@ -241,8 +248,19 @@ def run_worker(controller: str, *, region: str = "local", attrs: dict[str, str] 
     finally:
         if watcher is not None:
             watcher.stop()
+        started = SYSTEM_CLOCK.monotonic()
         ctx.close()
+        _log.info("stop: node stopped (%.1f s)", SYSTEM_CLOCK.monotonic() - started)
         os.close(lock)
+
+
+def wait_for_stop(stop: threading.Event) -> None:
+    """On the main thread: wait for `stop` in slices, so that a signal whose handler was
+    tripped on another thread runs here within _SIGNAL_SLICE_S (Python runs handlers only
+    on the main thread, between bytecodes; a lock wait is cut short only by a signal
+    delivered to this very thread). One unbounded wait held a worker past its SIGTERM."""
+    while not stop.wait(_SIGNAL_SLICE_S):
+        pass
 
 
 def serve(*, controller: str | None, address: str | None, region: str, attr: list[str],
@@ -270,10 +288,17 @@ def _leave(node: Node, key: str, worker: Worker, responder: notices.NoticeRespon
     """Say goodbye while the node still runs (the module docstring's steps 1-3); returns once
     the controller has been told, or could not be."""
     _log.warning("worker stopping (%s): handing its attempts back, then goodbye", why)
+    started = SYSTEM_CLOCK.monotonic()
     done = threading.Event()
     told = responder(notices.Notice(f"worker stopping: {why}", SYSTEM_CLOCK.wall() + grace_s))
-    if node.post_to(key, worker.leave, done, grace_s, told):
-        done.wait(2 * grace_s + _GOODBYE_MARGIN_S)
+    _log.info("stop: notice %s (%.1f s)", "sent" if told else "failed",
+              SYSTEM_CLOCK.monotonic() - started)
+    if not node.post_to(key, worker.leave, done, grace_s, told):
+        _log.info("stop: leave not run (the worker actor is gone)")
+    elif done.wait(2 * grace_s + _GOODBYE_MARGIN_S):
+        _log.info("stop: leave done (%.1f s)", SYSTEM_CLOCK.monotonic() - started)
+    else:
+        _log.info("stop: leave gave up after %.1f s", SYSTEM_CLOCK.monotonic() - started)
 
 
 def stop_with_parent(parent_pid: int, stop: threading.Event) -> None:
