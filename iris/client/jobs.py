@@ -290,6 +290,7 @@ def spawn_job(cls: type, *args: Any, name: str, resources: Resources | None = No
 def _serve_forever(cls: type, full_name: str, args: tuple) -> None:
     import threading
 
+    from iris.base import signals
     from iris.client.cluster import connect
     from iris.worker.task_runtime import on_preempt  # as `iris.on_preempt` in any task
 
@@ -299,4 +300,4 @@ def _serve_forever(cls: type, full_name: str, args: tuple) -> None:
     # registry now, so a caller or a new actor of that name does not meet the old one for
     # the rest of its lease (registry.LEASE_S, 3 s). After the actor's own callbacks.
     on_preempt(ctx.close)
-    threading.Event().wait()
+    signals.wait_for(threading.Event())  # in slices, so its SIGTERM handler runs (signals.py)

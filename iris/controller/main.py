@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from iris.actors import ClusterContext, Node, NodeConfig, Registry, Security, ports, tokens
 from iris.actors.keys import CONTROLLER_KEY, INSPECT_KEY, region_key
 from iris.actors.registry import REGISTRY_KEY, withdrawer
+from iris.base import signals
 from iris.base.errors import ConfigError, ConflictError, IrisError
 from iris.controller.actor import Controller
 from iris.controller.checkpoint.settings import CheckpointSettings, from_storage
@@ -273,7 +274,7 @@ def _serve(node: Node, config: ControllerConfig, stop: threading.Event,
               flush=True)
         stop_extra = on_start(node) if on_start else None
         try:
-            stop.wait()
+            signals.wait_for(stop)  # in slices: a SIGTERM taken by another thread
             stop_in_process_slices(node, config)
         finally:
             if stop_extra:

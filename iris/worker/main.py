@@ -33,6 +33,7 @@ from pathlib import Path
 
 from iris.actors import ClusterContext, Node, NodeConfig, Security, tokens
 from iris.actors.keys import CONTROLLER_KEY, worker_key
+from iris.base import signals
 from iris.base.clock import SYSTEM_CLOCK
 from iris.base.errors import ConfigError, InvalidRequestError
 from iris.base.ids import new_id
@@ -50,13 +51,6 @@ _GOODBYE_MARGIN_S = 10.0
 # The notice (10 s), the goodbye (2 x 10 s grace + the margin), the node's stop (the
 # attempts' 10 s grace, the watchdog's 10 s), and as much again for a loaded host.
 _STOP_BOUND_S = 120.0
-# The main thread waits for the stop in slices this long, never in one unbounded wait. The
-# kernel hands a process's SIGTERM to another thread when the main one has a signal pending
-# and is not yet running (seen: the SIGCHLD of the watchdog stopping, queued because the
-# thread that started it blocked signals for a moment, as glibc does to start a thread or a
-# process); there Python's handler only trips a flag, which a main thread asleep in a lock
-# never sees: the worker outlived its SIGTERM until a second one (`wait_for_stop`).
-_SIGNAL_SLICE_S = 0.5
 
 
 class StopEvent(threading.Event):
@@ -240,7 +234,7 @@ def run_worker(controller: str, *, region: str = "local", attrs: dict[str, str] 
         print(f"worker {worker_id} serving at {node.address}", flush=True)
         if ready is not None:
             ready.set()
-        wait_for_stop(stop)
+        signals.wait_for(stop)  # in slices: a SIGTERM taken by another thread (signals.py)
         if watcher is not None:
             watcher.stop()
         _leave(node, worker_key(worker_id), hosted.instance, responder, grace_s,
@@ -252,15 +246,6 @@ def run_worker(controller: str, *, region: str = "local", attrs: dict[str, str] 
         ctx.close()
         _log.info("stop: node stopped (%.1f s)", SYSTEM_CLOCK.monotonic() - started)
         os.close(lock)
-
-
-def wait_for_stop(stop: threading.Event) -> None:
-    """On the main thread: wait for `stop` in slices, so that a signal whose handler was
-    tripped on another thread runs here within _SIGNAL_SLICE_S (Python runs handlers only
-    on the main thread, between bytecodes; a lock wait is cut short only by a signal
-    delivered to this very thread). One unbounded wait held a worker past its SIGTERM."""
-    while not stop.wait(_SIGNAL_SLICE_S):
-        pass
 
 
 def serve(*, controller: str | None, address: str | None, region: str, attr: list[str],

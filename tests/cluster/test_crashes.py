@@ -249,3 +249,26 @@ def test_a_sigterm_taken_by_another_thread_still_stops_the_worker(tmp_path, wait
         for pid in watchdogs_of(work_dir):
             _kill_group(pid)
         stop_in_order([worker], [controller])
+
+
+def _main_thread_waits(pid: int) -> bool:
+    """Is the main thread of `pid` asleep on a lock (a futex), not running bytecode (which
+    would run a tripped handler at once)?"""
+    return "futex" in Path(f"/proc/{pid}/task/{pid}/wchan").read_text()
+
+
+def test_a_sigterm_taken_by_another_thread_still_stops_the_controller(tmp_path, wait_until):
+    """The controller's main thread waits for its stop as the worker's does (in slices,
+    iris/base/signals.py), so a SIGTERM the kernel hands to another of its threads still
+    stops it, cleanly."""
+    controller = start_controller(tmp_path / "state", f"tcp://127.0.0.1:{free_port()}")
+    try:
+        wait_until(lambda: _main_thread_waits(controller.pid), what="its main thread waiting")
+        os.kill(_thread_taking(controller.pid, signal.SIGTERM), signal.SIGTERM)
+        try:
+            assert controller.wait(60) == 0
+        except subprocess.TimeoutExpired:
+            raise AssertionError("the controller did not exit in 60 s; "
+                                 + _stuck(controller, [])) from None
+    finally:
+        stop_in_order([controller])
