@@ -64,7 +64,9 @@ def on_preempt(callback: Callable[..., None]) -> None:
     with _lock:
         _callbacks.append(callback)
         if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, _handle_sigterm)
+            if signal.getsignal(signal.SIGTERM) is not _handle_sigterm:
+                signal.signal(signal.SIGTERM, _handle_sigterm)
+                _watch_wakeup_fd()
         elif signal.getsignal(signal.SIGTERM) is not _handle_sigterm:
             raise RuntimeError("on_preempt: first call must come from the main thread "
                                "(Python installs signal handlers only there)")
@@ -82,6 +84,40 @@ def _handle_sigterm(signum: int, frame: object) -> None:
         callbacks = list(_callbacks)
     threading.Thread(target=_run_callbacks_then_exit, args=(callbacks,),
                      name="iris-preempt", daemon=True).start()
+
+
+def _watch_wakeup_fd() -> None:
+    """Run the callbacks even when the main thread cannot run the handler: Python runs it
+    only there, between bytecodes, and a main thread inside a long C call (an XLA step, a
+    lock) or passed over by the kernel for another thread (it had a signal pending) runs it
+    late or never, past the grace. Python's C-level handler also writes the signal's number
+    to the wakeup fd from whatever thread took it; a thread of ours reads it and fires.
+    Left alone where the fd is someone else's (an asyncio loop's signal handlers)."""
+    r, w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        previous = signal.set_wakeup_fd(w, warn_on_full_buffer=False)
+    except ValueError:  # not the main thread after all
+        previous = None
+    if previous != -1:
+        if previous is not None:
+            signal.set_wakeup_fd(previous)
+        os.close(r)
+        os.close(w)
+        return
+    os.set_blocking(r, True)
+
+    def read() -> None:
+        while True:
+            try:
+                taken = os.read(r, 64)
+            except OSError:
+                return
+            if not taken:
+                return
+            if signal.SIGTERM in taken:
+                _handle_sigterm(signal.SIGTERM, None)
+
+    threading.Thread(target=read, name="iris-preempt-watch", daemon=True).start()
 
 
 def _run_callbacks_then_exit(callbacks: list[Callable[..., None]]) -> None:
