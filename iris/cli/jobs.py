@@ -51,8 +51,13 @@ def resolve_job(given: str) -> str:
 def job_run(args: argparse.Namespace) -> int:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
-        raise SystemExit("iris job run: give the command after --")
-    env = dict(pair.split("=", 1) for pair in args.env if "=" in pair)
+        raise InvalidRequestError("give the command after --, e.g. iris job run "
+                                  "-- python -V", "command")
+    bad = [pair for pair in args.env if "=" not in pair or pair.startswith("=")]
+    if bad:
+        raise InvalidRequestError(f"--env {bad[0]}: expected NAME=VALUE, e.g. --env SEED=1",
+                                  "--env")
+    env = dict(pair.split("=", 1) for pair in args.env)
     handle = iris.submit(command, name=args.name, replicas=args.replicas, env=env,
                          pip=args.pip, priority=args.priority, dry_run=args.dry_run,
                          durable=args.durable,
@@ -172,7 +177,7 @@ def job_stop(args: argparse.Namespace) -> int:
     elif args.job_id:
         killed = [_controller(ctx, "kill", resolve_job(args.job_id))["job_id"]]
     else:
-        raise SystemExit("iris job stop: give a job id or --prefix")
+        raise InvalidRequestError("give a job id or --prefix, e.g. iris job stop train", "job_id")
     print(json.dumps(killed) if args.json else "\n".join(f"killed {j}" for j in killed))
     return 0
 

@@ -16,8 +16,8 @@ import threading
 from collections.abc import Callable
 
 import iris
-from iris.base.errors import InvalidRequestError, IrisError
-from iris.cli.parser import build_parser
+from iris.base.errors import ConfigError, InvalidRequestError, IrisError
+from iris.cli.parser import UsageError, build_parser
 from iris.cli.parser_ops import wanted
 
 
@@ -42,7 +42,12 @@ def _hoist_global_options(argv: list[str]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     argv = _hoist_global_options(list(sys.argv[1:] if argv is None else argv))
-    args = build_parser(argv).parse_args(argv)
+    as_json = "--json" in argv[:argv.index("--") if "--" in argv else len(argv)]
+    try:
+        args = build_parser(argv).parse_args(argv)
+    except UsageError as exc:
+        return _fail(f"{exc.usage}{exc.prog}: error: {exc.message}", exc.message, as_json,
+                     {"usage": True})
     key = ("operate", None) if wanted(args) else (args.verb, getattr(args, "action", None))
     try:
         handler = _handler(key)
@@ -51,10 +56,20 @@ def main(argv: list[str] | None = None) -> int:
                 return handler(args)
         return handler(args)
     except IrisError as exc:
-        print(f"iris: {exc}", file=sys.stderr)
-        return 2
+        field = getattr(exc, "field", None)
+        return _fail(f"iris: {exc}", str(exc), as_json,
+                     {"kind": type(exc).__name__, **({"field": field} if field else {})})
     except KeyboardInterrupt:
         return 130
+
+
+def _fail(text: str, message: str, as_json: bool, facts: dict) -> int:
+    """An error: `text` on stderr; with --json, also {"error": message, ...} on stdout, where
+    the result would have been, so a script reading the JSON sees why. Exit code 2."""
+    print(text, file=sys.stderr)
+    if as_json:
+        print(json.dumps({"error": message, **facts}))
+    return 2
 
 
 def _handler(key: tuple[str, str | None]) -> Callable[[argparse.Namespace], int]:
@@ -62,13 +77,20 @@ def _handler(key: tuple[str, str | None]) -> Callable[[argparse.Namespace], int]
     if callable(target):
         return target
     module, _, name = target.partition(":")
-    return getattr(importlib.import_module(f"iris.cli.{module}"), name)
+    try:
+        return getattr(importlib.import_module(f"iris.cli.{module}"), name)
+    except ImportError as exc:  # a broken or partial install: say which, not a traceback
+        raise ConfigError(f"cannot load this command's module iris.cli.{module}: {exc}; the "
+                          "install looks broken: reinstall Iris") from exc
 
 
 def _demo(args: argparse.Namespace) -> int:
     from iris.base.resources import parse_size
     from iris.cli.demo import run_demo
 
+    for flag, value in (("--rollouts", args.rollouts), ("--iterations", args.iterations)):
+        if value < 1:
+            raise InvalidRequestError(f"{flag} {value}: must be at least 1", flag)
     weights = parse_size(args.weights, "--weights")
     if not 0 < weights <= 8 << 30:
         raise InvalidRequestError(f"--weights {args.weights}: must be more than 0 and at most "
@@ -81,7 +103,11 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _keys_generate(args: argparse.Namespace) -> int:
-    root = iris.generate_keys(args.dir)
+    try:
+        root = iris.generate_keys(args.dir)
+    except OSError as exc:
+        raise InvalidRequestError(f"cannot write keys to {args.dir}: {exc.strerror or exc}",
+                                  "dir") from exc
     print(f"cluster keys written to {root}; authorized public keys live in {root}/authorized")
     return 0
 

@@ -39,6 +39,22 @@ _ADDRESS_HELP = ("the cluster's address, e.g. tcp://127.0.0.1:5555 (default: $IR
 _JSON_HELP = "print the result as one JSON document instead of a table"
 
 
+class UsageError(SystemExit):
+    """A command line argparse refuses: raised (exit code 2) instead of printed, so that main
+    can also say it as JSON under --json. Its text reads as argparse's own."""
+
+    def __init__(self, message: str, prog: str, usage: str):
+        super().__init__(2)
+        self.message, self.prog, self.usage = message, prog, usage
+
+
+class _Parser(argparse.ArgumentParser):
+    """Every verb's parser (subparsers take their parent's class)."""
+
+    def error(self, message: str):
+        raise UsageError(message, self.prog, self.format_usage())
+
+
 class _Formatter(argparse.RawDescriptionHelpFormatter):
     """Keeps the line breaks of examples; descriptions are filled to 88 columns first."""
 
@@ -63,8 +79,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     """The whole parser; given the command line, only its verb's options are filled in (the
     others are there, with their help, but empty): argparse builds ~300 options in ~10-20 ms
     and each command parses one verb."""
-    parser = argparse.ArgumentParser(prog="iris", description=DESCRIPTION, epilog=EPILOG,
-                                     formatter_class=_RAW)
+    parser = _Parser(prog="iris", description=DESCRIPTION, epilog=EPILOG, formatter_class=_RAW)
     parser.add_argument("--address", metavar="ADDR", help=_ADDRESS_HELP)
     parser.add_argument("--version", action=_Version, nargs=0,
                         help="print the version of Iris and exit")
