@@ -75,6 +75,14 @@ class _Version(argparse.Action):
         parser.exit()
 
 
+def _dir(text: str) -> Path:
+    """A directory option's value; an empty one (`--env-cache ""`, an unset variable) would
+    be the current directory, so it is refused."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("empty: give a directory, e.g. /var/lib/iris")
+    return Path(text)
+
+
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     """The whole parser; given the command line, only its verb's options are filled in (the
     others are there, with their help, but empty): argparse builds ~300 options in ~10-20 ms
@@ -322,10 +330,10 @@ def _worker(verbs) -> None:
     worker.add_argument("--attr", action="append", default=[], metavar="K=V",
                         help="an attribute to advertise, e.g. --attr zone=us-central1-a or "
                         "--attr cpu=8 (repeatable)")
-    worker.add_argument("--work-dir", type=Path, metavar="DIR",
+    worker.add_argument("--work-dir", type=_dir, metavar="DIR",
                         help="where attempts, environments and bundles live, e.g. /var/lib/iris "
                         "(one worker per directory)")
-    worker.add_argument("--env-cache", type=Path, metavar="DIR",
+    worker.add_argument("--env-cache", type=_dir, metavar="DIR",
                         help="where task environments (uv venvs) live, shared by every worker "
                         "on this machine, e.g. /var/cache/iris-envs (default: $IRIS_ENV_CACHE, "
                         "else WORK_DIR/envs)")
@@ -405,7 +413,7 @@ def _controller(verbs) -> Any:
     serve = _sub(actions, "serve", "run the controller (and registry) in the foreground",
                  "iris controller serve --state-dir /var/lib/iris --bind tcp://0.0.0.0:5555 "
                  "--keys ./keys --config cluster.yaml")
-    serve.add_argument("--state-dir", required=True, type=Path, metavar="DIR",
+    serve.add_argument("--state-dir", required=True, type=_dir, metavar="DIR",
                        help="where jobs are kept (SQLite), e.g. /var/lib/iris; a restart on "
                        "the same directory loses nothing")
     serve.add_argument("--bind", default="tcp://127.0.0.1:0", metavar="ADDR",

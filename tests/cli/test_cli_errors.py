@@ -30,7 +30,10 @@ def _run(argv, capsys):
     (["job", "status", "--json"], "the following arguments are required: JOB"),
     (["job", "list", "--json", "--bogus"], "unrecognized arguments: --bogus"),
     (["--json"], "the following arguments are required: VERB"),
-], ids=["wrong-type", "unknown-verb", "missing-arg", "unknown-option", "no-verb"])
+    (["worker", "--env-cache", "", "--json"], "argument --env-cache: empty"),
+    (["controller", "serve", "--state-dir", " ", "--json"], "argument --state-dir: empty"),
+], ids=["wrong-type", "unknown-verb", "missing-arg", "unknown-option", "no-verb",
+        "empty-env-cache", "empty-state-dir"])
 def test_cli_a_refused_command_line_is_json_under_json(argv, said, capsys):
     code, out, err = _run(argv, capsys)
     assert code == 2
