@@ -151,6 +151,9 @@ async def _run(backend: Backend, token: str | None, write_token: str, host: str,
     finally:
         sampler.cancel()
         first.cancel()
+        # Before the sockets close: the cancelled wait unregisters their descriptors as it
+        # ends ("Invalid file descriptor: -1", logged at every unbrowsed stop, otherwise).
+        await asyncio.gather(sampler, first, return_exceptions=True)
         if runner is not None:
             await runner.cleanup()
         for sock in socks:
