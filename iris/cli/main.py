@@ -193,8 +193,12 @@ def _worker(args: argparse.Namespace) -> int:
     if args.target is not None:
         raise InvalidRequestError(f"iris worker {args.target}: unknown action (list, drain "
                                   "or revoke)")
+    from iris.actors.context import check_address
     from iris.worker.command import defaults
     from iris.worker.main import serve
+
+    if args.controller or args.address:  # none: serve says so (as `python -m iris worker`)
+        check_address(args.controller or args.address, "--controller")
 
     return serve(**{key: getattr(args, key) for key in defaults()})
 
