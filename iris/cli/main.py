@@ -108,7 +108,11 @@ def _keys_generate(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise InvalidRequestError(f"cannot write keys to {args.dir}: {exc.strerror or exc}",
                                   "dir") from exc
-    print(f"cluster keys written to {root}; authorized public keys live in {root}/authorized")
+    if args.json:
+        print(json.dumps({"dir": str(root), "authorized": str(root / "authorized")}))
+    else:
+        print(f"cluster keys written to {root}; authorized public keys live in "
+              f"{root}/authorized")
     return 0
 
 
@@ -137,19 +141,30 @@ def _cluster_start(args: argparse.Namespace) -> int:
         dashboard = launch(cluster.node, cluster.address, host=args.dashboard_host,
                            port=args.dashboard_port)
         try:
-            print(f"cluster running at {cluster.address} with {args.workers} workers"
-                  + (f" (each offers {share})" if args.workers else ""), flush=True)
-            print(f"  export IRIS_ADDRESS={cluster.address}", flush=True)
-            print(f"  dashboard: {dashboard.url}  (kills need its token: "
-                  f"{dashboard.login_url})", flush=True)
-            if dashboard.note:
-                print(f"  note: {dashboard.note}", flush=True)
-            print("  try: iris job run -- python -c 'print(42)'   (Ctrl-C here stops the "
-                  "cluster)", flush=True)
+            if args.json:  # one line, once it serves: a script reads the address from it
+                print(json.dumps({"address": cluster.address, "workers": args.workers,
+                                  "worker_offers": str(share) if args.workers else None,
+                                  "dashboard": dashboard.url,
+                                  "login_url": dashboard.login_url,
+                                  "note": dashboard.note}), flush=True)
+            else:
+                _print_started(cluster.address, args.workers, share, dashboard)
             _stop_event().wait()
         finally:
             dashboard.stop()
     return 0
+
+
+def _print_started(address: str, workers: int, share, dashboard) -> None:
+    print(f"cluster running at {address} with {workers} workers"
+          + (f" (each offers {share})" if workers else ""), flush=True)
+    print(f"  export IRIS_ADDRESS={address}", flush=True)
+    print(f"  dashboard: {dashboard.url}  (kills need its token: {dashboard.login_url})",
+          flush=True)
+    if dashboard.note:
+        print(f"  note: {dashboard.note}", flush=True)
+    print("  try: iris job run -- python -c 'print(42)'   (Ctrl-C here stops the cluster)",
+          flush=True)
 
 
 def _controller_serve(args: argparse.Namespace) -> int:

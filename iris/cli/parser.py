@@ -451,6 +451,7 @@ def _keys(verbs) -> None:
                     "iris keys generate ./keys")
     generate.add_argument("dir", metavar="DIR",
                           help="directory to create, e.g. ./keys (refuses to overwrite)")
+    generate.add_argument("--json", action="store_true", help=_JSON_HELP)
 
 
 def _demo(verbs) -> None:

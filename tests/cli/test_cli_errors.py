@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -89,3 +90,27 @@ def test_cli_script_and_module_refuse_bad_input_alike_without_traceback():
     assert [r.returncode for r in runs] == [2, 2]
     assert runs[0].stdout == runs[1].stdout and runs[0].stderr == runs[1].stderr
     assert "Traceback" not in runs[0].stderr and json.loads(runs[0].stdout)["error"]
+
+
+def test_cli_keys_generate_says_where_as_json(tmp_path, capsys):
+    code, out, _ = _run(["keys", "generate", str(tmp_path / "keys"), "--json"], capsys)
+    assert code == 0 and json.loads(out) == {"dir": str(tmp_path / "keys"),
+                                             "authorized": str(tmp_path / "keys/authorized")}
+
+
+def test_cli_cluster_start_local_json_is_one_line_a_script_can_use(tmp_path):
+    env = {**os.environ, "PYTHONPATH": ROOT}
+    proc = subprocess.Popen([sys.executable, "-m", "iris", "cluster", "start", "--local",
+                             "--workers", "0", "--dashboard-port", "0", "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env, cwd=tmp_path)
+    try:
+        started = json.loads(proc.stdout.readline())
+        assert started["workers"] == 0 and started["dashboard"].startswith("http://")
+        listed = subprocess.run([sys.executable, "-m", "iris", "job", "list", "--json",
+                                 "--address", started["address"]], capture_output=True,
+                                text=True, env=env, timeout=120)
+        assert listed.returncode == 0 and json.loads(listed.stdout) == [], listed.stderr
+    finally:
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=120) == 0, proc.stderr.read()
