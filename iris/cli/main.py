@@ -1,6 +1,7 @@
 """The `iris` command line: dispatch only (arguments in parser.py); each verb calls the API.
 
-Every listing takes --json, which prints the rows the table shows as one JSON document.
+Every listing takes --json, which prints the rows the table shows as one JSON document;
+under --json an error is one too ({"error": ...} on stdout, its line on stderr, exit 2).
 Client verbs find the cluster with --address or $IRIS_ADDRESS. A verb's module is imported
 only when that verb runs: parsing (and --help) imports none of them, and `iris controller
 serve` none of the client's.
