@@ -18,6 +18,7 @@ from collections.abc import Callable
 
 import iris
 from iris.base.errors import ConfigError, InvalidRequestError, IrisError
+from iris.cli.one_verb import verb_of
 from iris.cli.parser import UsageError, build_parser
 from iris.cli.parser_ops import wanted
 
@@ -41,8 +42,28 @@ def _hoist_global_options(argv: list[str]) -> list[str]:
     return moved + head + argv[end:]
 
 
+def _hoist_cluster_config(argv: list[str]) -> list[str]:
+    """`iris cluster start --config F` reads as `iris cluster --config F start` (the option
+    is the `cluster` verb's; its actions would refuse it as unknown)."""
+    end = argv.index("--") if "--" in argv else len(argv)
+    if verb_of(argv[:end]) != "cluster":
+        return argv
+    at = argv.index("cluster") + 1
+    head, moved, i = argv[:at], [], at
+    rest: list[str] = []
+    while i < end:
+        if argv[i] == "--config" and i + 1 < end:
+            moved += argv[i:i + 2]
+            i += 2
+            continue
+        (moved if argv[i].startswith("--config=") else rest).append(argv[i])
+        i += 1
+    return head + moved + rest + argv[end:]
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = _hoist_global_options(list(sys.argv[1:] if argv is None else argv))
+    argv = _hoist_cluster_config(argv)
     as_json = "--json" in argv[:argv.index("--") if "--" in argv else len(argv)]
     try:
         args = build_parser(argv).parse_args(argv)

@@ -83,6 +83,17 @@ def _dir(text: str) -> Path:
     return Path(text)
 
 
+def _port(text: str) -> int:
+    """A TCP port, 0 (any free one) to 65535, refused before anything starts."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port}: a port is 0 (any free one) to 65535")
+    return port
+
+
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     """The whole parser; given the command line, only its verb's options are filled in (the
     others are there, with their help, but empty): argparse builds ~300 options in ~10-20 ms
@@ -467,7 +478,7 @@ def _demo(verbs) -> None:
 
 
 def dashboard_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--dashboard-port", type=int, default=None, metavar="PORT",
+    parser.add_argument("--dashboard-port", type=_port, default=None, metavar="PORT",
                         help="dashboard HTTP port, e.g. 8265 (default 8265, or a free one "
                         "if another process holds it, which is reported; a taken port given "
                         "here is an error; 0: any free port)")

@@ -33,8 +33,10 @@ def _run(argv, capsys):
     (["--json"], "the following arguments are required: VERB"),
     (["worker", "--env-cache", "", "--json"], "argument --env-cache: empty"),
     (["controller", "serve", "--state-dir", " ", "--json"], "argument --state-dir: empty"),
+    (["cluster", "start", "--local", "--dashboard-port", "99999", "--json"],
+     "argument --dashboard-port: 99999: a port is 0"),
 ], ids=["wrong-type", "unknown-verb", "missing-arg", "unknown-option", "no-verb",
-        "empty-env-cache", "empty-state-dir"])
+        "empty-env-cache", "empty-state-dir", "port-out-of-range"])
 def test_cli_a_refused_command_line_is_json_under_json(argv, said, capsys):
     code, out, err = _run(argv, capsys)
     assert code == 2
@@ -90,6 +92,14 @@ def test_cli_script_and_module_refuse_bad_input_alike_without_traceback():
     assert [r.returncode for r in runs] == [2, 2]
     assert runs[0].stdout == runs[1].stdout and runs[0].stderr == runs[1].stderr
     assert "Traceback" not in runs[0].stderr and json.loads(runs[0].stdout)["error"]
+
+
+def test_cli_cluster_config_after_the_action_reads_as_before_it(tmp_path, capsys):
+    missing = str(tmp_path / "none.yaml")
+    after = _run(["cluster", "status", "--config", missing, "--json"], capsys)
+    before = _run(["cluster", "--config", missing, "status", "--json"], capsys)
+    assert after == before and after[0] == 2
+    assert f"{missing}: cannot read config file" in json.loads(after[1])["error"]
 
 
 def test_cli_keys_generate_says_where_as_json(tmp_path, capsys):
