@@ -146,7 +146,13 @@ async def _run(backend: Backend, token: str | None, write_token: str, host: str,
     try:
         await asyncio.wait({stopped, first}, return_when=asyncio.FIRST_COMPLETED)
         if not stop.is_set():
-            runner = await _serve_app(backend, token, write_token, socks)
+            try:
+                runner = await _serve_app(backend, token, write_token, socks)
+            except Exception as exc:  # aiohttp missing or broken: say so, refuse browsers
+                _log.error("dashboard: cannot serve its pages (%s: %s); it stays off until "
+                           "the controller restarts", type(exc).__name__, exc)
+                for sock in socks:
+                    sock.close()
             await stopped
     finally:
         sampler.cancel()

@@ -99,3 +99,30 @@ def test_dashboard_stopped_unbrowsed_or_after_a_malformed_first_request_logs_no_
     assert done.stdout.split("\n")[:2] == ["HTTP/1.0 400 Bad Request", "200"], done.stdout
     assert "Traceback" not in done.stderr and "never retrieved" not in done.stderr, \
         done.stderr
+
+
+_NO_AIOHTTP = """
+import logging, socket, sys
+logging.basicConfig(level=logging.ERROR)
+sys.modules["aiohttp"] = None  # an install without it: its import fails at first connection
+from iris.actors import Node, NodeConfig
+from iris.dashboard import start_dashboard
+node = Node(NodeConfig(bind="tcp://127.0.0.1:0")).start()
+dash = start_dashboard(node, node.address, sys.argv[1], port=0)
+with socket.create_connection((dash.host, dash.port), timeout=60) as s:
+    s.sendall(b"GET / HTTP/1.0\\r\\n\\r\\n")
+    try:
+        print("answered", s.recv(100) != b"", flush=True)
+    except ConnectionResetError:
+        print("answered False", flush=True)
+dash.stop()
+node.stop()
+"""
+
+
+def test_dashboard_that_cannot_load_its_pages_says_so_and_refuses_browsers(tmp_path):
+    done = subprocess.run([sys.executable, "-c", _NO_AIOHTTP, str(tmp_path)],
+                          capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[:1] == ["answered False"], done.stdout
+    assert "dashboard: cannot serve its pages (ModuleNotFoundError" in done.stderr, done.stderr
