@@ -81,8 +81,9 @@ def job_run(args: argparse.Namespace) -> int:
     watcher = threading.Thread(target=_show_progress, args=(handle, done), daemon=True)
     watcher.start()
     try:
+        out = sys.stderr if args.json else sys.stdout  # --json: stdout is the status alone
         for line in handle.logs(follow=True):
-            print(format_line(line, args.timestamps), flush=True)
+            print(format_line(line, args.timestamps), file=out, flush=True)
         status = handle.wait()
     except KeyboardInterrupt:
         return _interrupted(handle, args.detach_on_interrupt)

@@ -240,7 +240,8 @@ def _job(verbs) -> None:
     run.add_argument("--timestamps", action="store_true",
                      help="prefix each output line with its time (ISO-8601, UTC)")
     run.add_argument("--json", action="store_true",
-                     help="print the final status as JSON (with --no-wait: the job id)")
+                     help="print the final status as JSON, alone on stdout (the job's "
+                     "output goes to stderr then; with --no-wait: the job id)")
     run.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD ...",
                      help="the command and its arguments, after --, e.g. -- python train.py")
     _job_listings(actions)
