@@ -209,15 +209,18 @@ def worker_list(args: argparse.Namespace) -> int:
 def worker_drain(args: argparse.Namespace) -> int:
     """Tell a worker to leave (through the controller, with the admin token); wait until it
     has left the worker list, saying what it handed back."""
+    if not 0 < args.timeout < float("inf"):  # NaN too: a drain would never wait
+        raise InvalidRequestError(f"--timeout {args.timeout:g}: expected a number of seconds "
+                                  "> 0, e.g. 60", "--timeout")
     ctx, told = _admin_worker_call(args, "drain", "drain_worker", "draining a worker")
     print(f"worker {told['worker_id']} ({told['address']}) told to leave; handing back "
           f"{len(told['attempts'])} attempts", file=sys.stderr, flush=True)
     left = args.no_wait or _wait_gone(ctx, args.target, args.timeout)
-    if args.json:
-        print(json.dumps({**told, "left": not args.no_wait and left}))
-    if not left:
+    if not left:  # under --json, this error is the one document on stdout
         raise IrisError(f"worker {args.target} is still listed after {args.timeout:g} s "
                         "(its tasks may be slow to stop; see iris worker list)")
+    if args.json:
+        print(json.dumps({**told, "left": not args.no_wait}))
     if not args.no_wait:
         print(f"worker {args.target} left", file=sys.stderr)
     return 0
