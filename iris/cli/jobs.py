@@ -173,6 +173,9 @@ def job_status(args: argparse.Namespace) -> int:
 
 def job_stop(args: argparse.Namespace) -> int:
     ctx = iris.current()
+    if args.prefix and args.job_id:  # else one of them would be ignored without a word
+        raise InvalidRequestError(f"give a job id ({args.job_id}) or --prefix "
+                                  f"({args.prefix}), not both", "job_id")
     if args.prefix:
         killed = _controller(ctx, "kill_prefix", args.prefix)
     elif args.job_id:
