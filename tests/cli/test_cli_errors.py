@@ -57,13 +57,15 @@ def test_cli_a_refused_command_line_without_json_prints_no_json(capsys):
     (["--address", DEAD, "job", "run", "--json", "--"], "give the command after --", "command"),
     (["--address", DEAD, "job", "stop", "x", "--prefix", "/a/", "--json"], "not both",
      "job_id"),
+    (["--address", DEAD, "user", "budget", "set", "alice", "--clear", "--hours", "3", "--json"],
+     "--clear removes the budget: it takes no --hours", "--hours"),
     (["demo", "--rollouts", "0", "--json"], "--rollouts 0: must be at least 1", "--rollouts"),
     (["worker", "--controller", "10.0.0.2:5555", "--json"], "--controller '10.0.0.2:5555': "
      "expected tcp://HOST:PORT", None),
     (["--address", DEAD, "worker", "drain", "w-1", "--timeout", "nan", "--json"],
      "--timeout nan: expected a number of seconds > 0", "--timeout"),
 ], ids=["bad-address", "env-without-equals", "stop-nothing", "run-nothing", "stop-both",
-        "demo-rollouts", "worker-bad-controller", "drain-timeout-nan"])
+        "clear-with-hours", "demo-rollouts", "worker-bad-controller", "drain-timeout-nan"])
 def test_cli_bad_input_is_refused_at_once_and_said_as_json(argv, said, field, capsys):
     code, out, err = _run(argv, capsys)
     assert code == 2 and said in err and "Traceback" not in err
