@@ -19,8 +19,9 @@ from collections.abc import Callable
 import iris
 from iris.base.errors import ConfigError, InvalidRequestError, IrisError
 from iris.cli.one_verb import verb_of
-from iris.cli.parser import UsageError, build_parser
+from iris.cli.parser import build_parser
 from iris.cli.parser_ops import wanted
+from iris.cli.parser_types import UsageError
 
 
 def _hoist_global_options(argv: list[str]) -> list[str]:

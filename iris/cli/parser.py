@@ -14,6 +14,7 @@ from typing import Any
 
 import iris
 from iris.cli import one_verb, parser_ops
+from iris.cli.parser_types import Parser, dir_path, port
 from iris.wire.states import PRIORITIES
 
 DESCRIPTION = """\
@@ -39,22 +40,6 @@ _ADDRESS_HELP = ("the cluster's address, e.g. tcp://127.0.0.1:5555 (default: $IR
 _JSON_HELP = "print the result as one JSON document instead of a table"
 
 
-class UsageError(SystemExit):
-    """A command line argparse refuses: raised (exit code 2) instead of printed, so that main
-    can also say it as JSON under --json. Its text reads as argparse's own."""
-
-    def __init__(self, message: str, prog: str, usage: str):
-        super().__init__(2)
-        self.message, self.prog, self.usage = message, prog, usage
-
-
-class _Parser(argparse.ArgumentParser):
-    """Every verb's parser (subparsers take their parent's class)."""
-
-    def error(self, message: str):
-        raise UsageError(message, self.prog, self.format_usage())
-
-
 class _Formatter(argparse.RawDescriptionHelpFormatter):
     """Keeps the line breaks of examples; descriptions are filled to 88 columns first."""
 
@@ -75,30 +60,11 @@ class _Version(argparse.Action):
         parser.exit()
 
 
-def _dir(text: str) -> Path:
-    """A directory option's value; an empty one (`--env-cache ""`, an unset variable) would
-    be the current directory, so it is refused."""
-    if not text.strip():
-        raise argparse.ArgumentTypeError("empty: give a directory, e.g. /var/lib/iris")
-    return Path(text)
-
-
-def _port(text: str) -> int:
-    """A TCP port, 0 (any free one) to 65535, refused before anything starts."""
-    try:
-        port = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
-    if not 0 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"{port}: a port is 0 (any free one) to 65535")
-    return port
-
-
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     """The whole parser; given the command line, only its verb's options are filled in (the
     others are there, with their help, but empty): argparse builds ~300 options in ~10-20 ms
     and each command parses one verb."""
-    parser = _Parser(prog="iris", description=DESCRIPTION, epilog=EPILOG, formatter_class=_RAW)
+    parser = Parser(prog="iris", description=DESCRIPTION, epilog=EPILOG, formatter_class=_RAW)
     parser.add_argument("--address", metavar="ADDR", help=_ADDRESS_HELP)
     parser.add_argument("--version", action=_Version, nargs=0,
                         help="print the version of Iris and exit")
@@ -342,10 +308,10 @@ def _worker(verbs) -> None:
     worker.add_argument("--attr", action="append", default=[], metavar="K=V",
                         help="an attribute to advertise, e.g. --attr zone=us-central1-a or "
                         "--attr cpu=8 (repeatable)")
-    worker.add_argument("--work-dir", type=_dir, metavar="DIR",
+    worker.add_argument("--work-dir", type=dir_path, metavar="DIR",
                         help="where attempts, environments and bundles live, e.g. /var/lib/iris "
                         "(one worker per directory)")
-    worker.add_argument("--env-cache", type=_dir, metavar="DIR",
+    worker.add_argument("--env-cache", type=dir_path, metavar="DIR",
                         help="where task environments (uv venvs) live, shared by every worker "
                         "on this machine, e.g. /var/cache/iris-envs (default: $IRIS_ENV_CACHE, "
                         "else WORK_DIR/envs)")
@@ -425,7 +391,7 @@ def _controller(verbs) -> Any:
     serve = _sub(actions, "serve", "run the controller (and registry) in the foreground",
                  "iris controller serve --state-dir /var/lib/iris --bind tcp://0.0.0.0:5555 "
                  "--keys ./keys --config cluster.yaml")
-    serve.add_argument("--state-dir", required=True, type=_dir, metavar="DIR",
+    serve.add_argument("--state-dir", required=True, type=dir_path, metavar="DIR",
                        help="where jobs are kept (SQLite), e.g. /var/lib/iris; a restart on "
                        "the same directory loses nothing")
     serve.add_argument("--bind", default="tcp://127.0.0.1:0", metavar="ADDR",
@@ -479,7 +445,7 @@ def _demo(verbs) -> None:
 
 
 def dashboard_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--dashboard-port", type=_port, default=None, metavar="PORT",
+    parser.add_argument("--dashboard-port", type=port, default=None, metavar="PORT",
                         help="dashboard HTTP port, e.g. 8265 (default 8265, or a free one "
                         "if another process holds it, which is reported; a taken port given "
                         "here is an error; 0: any free port)")
