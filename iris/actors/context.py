@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -29,6 +30,8 @@ _log = logging.getLogger(__name__)
 # Registry calls made on a caller's behalf (register, resolve) fail after this long.
 _REGISTRY_TIMEOUT_S = 30.0
 
+_ADDRESS = re.compile(r"^(tcp://(\[[0-9A-Fa-f:.]+\]|[^\s:/\[\]]+):\d{1,5}|(ipc|inproc)://\S+)$")
+
 
 def current() -> ClusterContext:
     return _context()
@@ -47,10 +50,20 @@ def join(address: str | None = None, *, namespace: str | None = None, bind: str 
     address = address or os.environ.get("IRIS_ADDRESS")
     if not address:
         raise ConfigError("no cluster address: pass one or set $IRIS_ADDRESS")
+    check_address(address, "cluster address")
     bind = bind or os.environ.get("IRIS_BIND") or "tcp://127.0.0.1:0"
     node = Node(NodeConfig(bind=bind), security=security_from_env(security)).start()
     return ClusterContext(node, address, namespace or os.environ.get("IRIS_NAMESPACE") or "/",
                           owns_node=True)
+
+
+def check_address(address: str, what: str) -> str:
+    """`address` if it is one a node can connect to; else ConfigError naming `what` (each
+    call to an address that is not would be retried until its deadline)."""
+    if not _ADDRESS.match(address):
+        raise ConfigError(f"{what} {address!r}: expected tcp://HOST:PORT (or ipc://PATH), "
+                          "e.g. tcp://127.0.0.1:5555")
+    return address
 
 
 class ClusterContext:

@@ -57,7 +57,7 @@ def read(path: Path) -> bytes:
         text = Path(path).read_text().strip()
         return bytes.fromhex(text)
     except (OSError, ValueError) as exc:
-        raise SecurityError(f"cannot read the cluster token in {path}: {exc}") from exc
+        raise SecurityError(f"cannot read the token in {path}: {exc}") from exc
 
 
 def from_env() -> bytes | None:

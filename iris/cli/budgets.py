@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from iris.base.errors import InvalidRequestError
 from iris.cli.jobs import print_rows
 from iris.client import budgets
 
@@ -15,6 +16,12 @@ _USAGE_COLUMNS = ["user", "used_hours", "budget_hours", "groups", "over_budget"]
 def budget(args: argparse.Namespace) -> int:
     if args.budget_action == "set":
         members = [m.strip() for m in (args.members or "").split(",") if m.strip()]
+        given = [flag for flag, value in (("--hours", args.hours), ("--members", args.members),
+                                          ("--max-priority", args.max_priority))
+                 if value is not None]
+        if args.clear and given:  # else they would be dropped without a word
+            raise InvalidRequestError(f"--clear removes the budget: it takes no {given[0]}",
+                                      given[0])
         answer = budgets.set_budget(args.subject, hours=args.hours,
                                     window_days=args.window_days,
                                     max_priority=args.max_priority, members=members,

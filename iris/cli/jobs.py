@@ -51,8 +51,13 @@ def resolve_job(given: str) -> str:
 def job_run(args: argparse.Namespace) -> int:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
-        raise SystemExit("iris job run: give the command after --")
-    env = dict(pair.split("=", 1) for pair in args.env if "=" in pair)
+        raise InvalidRequestError("give the command after --, e.g. iris job run "
+                                  "-- python -V", "command")
+    bad = [pair for pair in args.env if "=" not in pair or pair.startswith("=")]
+    if bad:
+        raise InvalidRequestError(f"--env {bad[0]}: expected NAME=VALUE, e.g. --env SEED=1",
+                                  "--env")
+    env = dict(pair.split("=", 1) for pair in args.env)
     handle = iris.submit(command, name=args.name, replicas=args.replicas, env=env,
                          pip=args.pip, priority=args.priority, dry_run=args.dry_run,
                          durable=args.durable,
@@ -76,8 +81,9 @@ def job_run(args: argparse.Namespace) -> int:
     watcher = threading.Thread(target=_show_progress, args=(handle, done), daemon=True)
     watcher.start()
     try:
+        out = sys.stderr if args.json else sys.stdout  # --json: stdout is the status alone
         for line in handle.logs(follow=True):
-            print(format_line(line, args.timestamps), flush=True)
+            print(format_line(line, args.timestamps), file=out, flush=True)
         status = handle.wait()
     except KeyboardInterrupt:
         return _interrupted(handle, args.detach_on_interrupt)
@@ -167,12 +173,15 @@ def job_status(args: argparse.Namespace) -> int:
 
 def job_stop(args: argparse.Namespace) -> int:
     ctx = iris.current()
+    if args.prefix and args.job_id:  # else one of them would be ignored without a word
+        raise InvalidRequestError(f"give a job id ({args.job_id}) or --prefix "
+                                  f"({args.prefix}), not both", "job_id")
     if args.prefix:
         killed = _controller(ctx, "kill_prefix", args.prefix)
     elif args.job_id:
         killed = [_controller(ctx, "kill", resolve_job(args.job_id))["job_id"]]
     else:
-        raise SystemExit("iris job stop: give a job id or --prefix")
+        raise InvalidRequestError("give a job id or --prefix, e.g. iris job stop train", "job_id")
     print(json.dumps(killed) if args.json else "\n".join(f"killed {j}" for j in killed))
     return 0
 
@@ -203,15 +212,18 @@ def worker_list(args: argparse.Namespace) -> int:
 def worker_drain(args: argparse.Namespace) -> int:
     """Tell a worker to leave (through the controller, with the admin token); wait until it
     has left the worker list, saying what it handed back."""
+    if not 0 < args.timeout < float("inf"):  # NaN too: a drain would never wait
+        raise InvalidRequestError(f"--timeout {args.timeout:g}: expected a number of seconds "
+                                  "> 0, e.g. 60", "--timeout")
     ctx, told = _admin_worker_call(args, "drain", "drain_worker", "draining a worker")
     print(f"worker {told['worker_id']} ({told['address']}) told to leave; handing back "
           f"{len(told['attempts'])} attempts", file=sys.stderr, flush=True)
     left = args.no_wait or _wait_gone(ctx, args.target, args.timeout)
-    if args.json:
-        print(json.dumps({**told, "left": not args.no_wait and left}))
-    if not left:
+    if not left:  # under --json, this error is the one document on stdout
         raise IrisError(f"worker {args.target} is still listed after {args.timeout:g} s "
                         "(its tasks may be slow to stop; see iris worker list)")
+    if args.json:
+        print(json.dumps({**told, "left": not args.no_wait}))
     if not args.no_wait:
         print(f"worker {args.target} left", file=sys.stderr)
     return 0

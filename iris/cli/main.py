@@ -1,6 +1,7 @@
 """The `iris` command line: dispatch only (arguments in parser.py); each verb calls the API.
 
-Every listing takes --json, which prints the rows the table shows as one JSON document.
+Every listing takes --json, which prints the rows the table shows as one JSON document;
+under --json an error is one too ({"error": ...} on stdout, its line on stderr, exit 2).
 Client verbs find the cluster with --address or $IRIS_ADDRESS. A verb's module is imported
 only when that verb runs: parsing (and --help) imports none of them, and `iris controller
 serve` none of the client's.
@@ -16,9 +17,11 @@ import threading
 from collections.abc import Callable
 
 import iris
-from iris.base.errors import InvalidRequestError, IrisError
+from iris.base.errors import ConfigError, InvalidRequestError, IrisError
+from iris.cli.one_verb import verb_of
 from iris.cli.parser import build_parser
 from iris.cli.parser_ops import wanted
+from iris.cli.parser_types import UsageError
 
 
 def _hoist_global_options(argv: list[str]) -> list[str]:
@@ -40,9 +43,34 @@ def _hoist_global_options(argv: list[str]) -> list[str]:
     return moved + head + argv[end:]
 
 
+def _hoist_cluster_config(argv: list[str]) -> list[str]:
+    """`iris cluster start --config F` reads as `iris cluster --config F start` (the option
+    is the `cluster` verb's; its actions would refuse it as unknown)."""
+    end = argv.index("--") if "--" in argv else len(argv)
+    if verb_of(argv[:end]) != "cluster":
+        return argv
+    at = argv.index("cluster") + 1
+    head, moved, i = argv[:at], [], at
+    rest: list[str] = []
+    while i < end:
+        if argv[i] == "--config" and i + 1 < end:
+            moved += argv[i:i + 2]
+            i += 2
+            continue
+        (moved if argv[i].startswith("--config=") else rest).append(argv[i])
+        i += 1
+    return head + moved + rest + argv[end:]
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = _hoist_global_options(list(sys.argv[1:] if argv is None else argv))
-    args = build_parser(argv).parse_args(argv)
+    argv = _hoist_cluster_config(argv)
+    as_json = "--json" in argv[:argv.index("--") if "--" in argv else len(argv)]
+    try:
+        args = build_parser(argv).parse_args(argv)
+    except UsageError as exc:
+        return _fail(f"{exc.usage}{exc.prog}: error: {exc.message}", exc.message, as_json,
+                     {"usage": True})
     key = ("operate", None) if wanted(args) else (args.verb, getattr(args, "action", None))
     try:
         handler = _handler(key)
@@ -51,10 +79,20 @@ def main(argv: list[str] | None = None) -> int:
                 return handler(args)
         return handler(args)
     except IrisError as exc:
-        print(f"iris: {exc}", file=sys.stderr)
-        return 2
+        field = getattr(exc, "field", None)
+        return _fail(f"iris: {exc}", str(exc), as_json,
+                     {"kind": type(exc).__name__, **({"field": field} if field else {})})
     except KeyboardInterrupt:
         return 130
+
+
+def _fail(text: str, message: str, as_json: bool, facts: dict) -> int:
+    """An error: `text` on stderr; with --json, also {"error": message, ...} on stdout, where
+    the result would have been, so a script reading the JSON sees why. Exit code 2."""
+    print(text, file=sys.stderr)
+    if as_json:
+        print(json.dumps({"error": message, **facts}))
+    return 2
 
 
 def _handler(key: tuple[str, str | None]) -> Callable[[argparse.Namespace], int]:
@@ -62,13 +100,20 @@ def _handler(key: tuple[str, str | None]) -> Callable[[argparse.Namespace], int]
     if callable(target):
         return target
     module, _, name = target.partition(":")
-    return getattr(importlib.import_module(f"iris.cli.{module}"), name)
+    try:
+        return getattr(importlib.import_module(f"iris.cli.{module}"), name)
+    except ImportError as exc:  # a broken or partial install: say which, not a traceback
+        raise ConfigError(f"cannot load this command's module iris.cli.{module}: {exc}; the "
+                          "install looks broken: reinstall Iris") from exc
 
 
 def _demo(args: argparse.Namespace) -> int:
     from iris.base.resources import parse_size
     from iris.cli.demo import run_demo
 
+    for flag, value in (("--rollouts", args.rollouts), ("--iterations", args.iterations)):
+        if value < 1:
+            raise InvalidRequestError(f"{flag} {value}: must be at least 1", flag)
     weights = parse_size(args.weights, "--weights")
     if not 0 < weights <= 8 << 30:
         raise InvalidRequestError(f"--weights {args.weights}: must be more than 0 and at most "
@@ -81,8 +126,16 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _keys_generate(args: argparse.Namespace) -> int:
-    root = iris.generate_keys(args.dir)
-    print(f"cluster keys written to {root}; authorized public keys live in {root}/authorized")
+    try:
+        root = iris.generate_keys(args.dir)
+    except OSError as exc:
+        raise InvalidRequestError(f"cannot write keys to {args.dir}: {exc.strerror or exc}",
+                                  "dir") from exc
+    if args.json:
+        print(json.dumps({"dir": str(root), "authorized": str(root / "authorized")}))
+    else:
+        print(f"cluster keys written to {root}; authorized public keys live in "
+              f"{root}/authorized")
     return 0
 
 
@@ -111,19 +164,30 @@ def _cluster_start(args: argparse.Namespace) -> int:
         dashboard = launch(cluster.node, cluster.address, host=args.dashboard_host,
                            port=args.dashboard_port)
         try:
-            print(f"cluster running at {cluster.address} with {args.workers} workers"
-                  + (f" (each offers {share})" if args.workers else ""), flush=True)
-            print(f"  export IRIS_ADDRESS={cluster.address}", flush=True)
-            print(f"  dashboard: {dashboard.url}  (kills need its token: "
-                  f"{dashboard.login_url})", flush=True)
-            if dashboard.note:
-                print(f"  note: {dashboard.note}", flush=True)
-            print("  try: iris job run -- python -c 'print(42)'   (Ctrl-C here stops the "
-                  "cluster)", flush=True)
+            if args.json:  # one line, once it serves: a script reads the address from it
+                print(json.dumps({"address": cluster.address, "workers": args.workers,
+                                  "worker_offers": str(share) if args.workers else None,
+                                  "dashboard": dashboard.url,
+                                  "login_url": dashboard.login_url,
+                                  "note": dashboard.note}), flush=True)
+            else:
+                _print_started(cluster.address, args.workers, share, dashboard)
             _stop_event().wait()
         finally:
             dashboard.stop()
     return 0
+
+
+def _print_started(address: str, workers: int, share, dashboard) -> None:
+    print(f"cluster running at {address} with {workers} workers"
+          + (f" (each offers {share})" if workers else ""), flush=True)
+    print(f"  export IRIS_ADDRESS={address}", flush=True)
+    print(f"  dashboard: {dashboard.url}  (kills need its token: {dashboard.login_url})",
+          flush=True)
+    if dashboard.note:
+        print(f"  note: {dashboard.note}", flush=True)
+    print("  try: iris job run -- python -c 'print(42)'   (Ctrl-C here stops the cluster)",
+          flush=True)
 
 
 def _controller_serve(args: argparse.Namespace) -> int:
@@ -167,8 +231,12 @@ def _worker(args: argparse.Namespace) -> int:
     if args.target is not None:
         raise InvalidRequestError(f"iris worker {args.target}: unknown action (list, drain "
                                   "or revoke)")
+    from iris.actors.context import check_address
     from iris.worker.command import defaults
     from iris.worker.main import serve
+
+    if args.controller or args.address:  # none: serve says so (as `python -m iris worker`)
+        check_address(args.controller or args.address, "--controller")
 
     return serve(**{key: getattr(args, key) for key in defaults()})
 

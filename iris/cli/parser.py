@@ -14,6 +14,7 @@ from typing import Any
 
 import iris
 from iris.cli import one_verb, parser_ops
+from iris.cli.parser_types import Parser, dir_path, port
 from iris.wire.states import PRIORITIES
 
 DESCRIPTION = """\
@@ -63,8 +64,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     """The whole parser; given the command line, only its verb's options are filled in (the
     others are there, with their help, but empty): argparse builds ~300 options in ~10-20 ms
     and each command parses one verb."""
-    parser = argparse.ArgumentParser(prog="iris", description=DESCRIPTION, epilog=EPILOG,
-                                     formatter_class=_RAW)
+    parser = Parser(prog="iris", description=DESCRIPTION, epilog=EPILOG, formatter_class=_RAW)
     parser.add_argument("--address", metavar="ADDR", help=_ADDRESS_HELP)
     parser.add_argument("--version", action=_Version, nargs=0,
                         help="print the version of Iris and exit")
@@ -206,7 +206,8 @@ def _job(verbs) -> None:
     run.add_argument("--timestamps", action="store_true",
                      help="prefix each output line with its time (ISO-8601, UTC)")
     run.add_argument("--json", action="store_true",
-                     help="print the final status as JSON (with --no-wait: the job id)")
+                     help="print the final status as JSON, alone on stdout (the job's "
+                     "output goes to stderr then; with --no-wait: the job id)")
     run.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD ...",
                      help="the command and its arguments, after --, e.g. -- python train.py")
     _job_listings(actions)
@@ -307,10 +308,10 @@ def _worker(verbs) -> None:
     worker.add_argument("--attr", action="append", default=[], metavar="K=V",
                         help="an attribute to advertise, e.g. --attr zone=us-central1-a or "
                         "--attr cpu=8 (repeatable)")
-    worker.add_argument("--work-dir", type=Path, metavar="DIR",
+    worker.add_argument("--work-dir", type=dir_path, metavar="DIR",
                         help="where attempts, environments and bundles live, e.g. /var/lib/iris "
                         "(one worker per directory)")
-    worker.add_argument("--env-cache", type=Path, metavar="DIR",
+    worker.add_argument("--env-cache", type=dir_path, metavar="DIR",
                         help="where task environments (uv venvs) live, shared by every worker "
                         "on this machine, e.g. /var/cache/iris-envs (default: $IRIS_ENV_CACHE, "
                         "else WORK_DIR/envs)")
@@ -390,7 +391,7 @@ def _controller(verbs) -> Any:
     serve = _sub(actions, "serve", "run the controller (and registry) in the foreground",
                  "iris controller serve --state-dir /var/lib/iris --bind tcp://0.0.0.0:5555 "
                  "--keys ./keys --config cluster.yaml")
-    serve.add_argument("--state-dir", required=True, type=Path, metavar="DIR",
+    serve.add_argument("--state-dir", required=True, type=dir_path, metavar="DIR",
                        help="where jobs are kept (SQLite), e.g. /var/lib/iris; a restart on "
                        "the same directory loses nothing")
     serve.add_argument("--bind", default="tcp://127.0.0.1:0", metavar="ADDR",
@@ -428,6 +429,7 @@ def _keys(verbs) -> None:
                     "iris keys generate ./keys")
     generate.add_argument("dir", metavar="DIR",
                           help="directory to create, e.g. ./keys (refuses to overwrite)")
+    generate.add_argument("--json", action="store_true", help=_JSON_HELP)
 
 
 def _demo(verbs) -> None:
@@ -443,7 +445,7 @@ def _demo(verbs) -> None:
 
 
 def dashboard_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--dashboard-port", type=int, default=None, metavar="PORT",
+    parser.add_argument("--dashboard-port", type=port, default=None, metavar="PORT",
                         help="dashboard HTTP port, e.g. 8265 (default 8265, or a free one "
                         "if another process holds it, which is reported; a taken port given "
                         "here is an error; 0: any free port)")

@@ -6,6 +6,7 @@ ControllerService (service.py) that owns these fields; the requests that drive i
 
 from __future__ import annotations
 
+import math
 import random
 import re
 from collections.abc import Iterable
@@ -147,9 +148,11 @@ class WorkerDesk:
 
 
 def _figure(value: Any, kind: type) -> Any:
-    """A reported figure as a number; one that is not counts as 0 (a worker's own figures
-    are observation: a bad one must not break the snapshot that sums them)."""
+    """A reported figure as a number; one that is not a finite number >= 0 counts as 0 (a
+    worker's own figures are observation: a bad one must not break the snapshot that sums
+    them, nor put a NaN, which is not JSON, in what the dashboard and /metrics read)."""
     try:
-        return kind(value)
+        number = kind(value)
+        return number if math.isfinite(number) and number >= 0 else kind(0)
     except (TypeError, ValueError, OverflowError):
         return kind(0)

@@ -146,11 +146,20 @@ async def _run(backend: Backend, token: str | None, write_token: str, host: str,
     try:
         await asyncio.wait({stopped, first}, return_when=asyncio.FIRST_COMPLETED)
         if not stop.is_set():
-            runner = await _serve_app(backend, token, write_token, socks)
+            try:
+                runner = await _serve_app(backend, token, write_token, socks)
+            except Exception as exc:  # aiohttp missing or broken: say so, refuse browsers
+                _log.error("dashboard: cannot serve its pages (%s: %s); it stays off until "
+                           "the controller restarts", type(exc).__name__, exc)
+                for sock in socks:
+                    sock.close()
             await stopped
     finally:
         sampler.cancel()
         first.cancel()
+        # Before the sockets close: the cancelled wait unregisters their descriptors as it
+        # ends ("Invalid file descriptor: -1", logged at every unbrowsed stop, otherwise).
+        await asyncio.gather(sampler, first, return_exceptions=True)
         if runner is not None:
             await runner.cleanup()
         for sock in socks:

@@ -11,6 +11,7 @@ its chunk's seq from the chunk header), so nothing is shown twice or lost.
 from __future__ import annotations
 
 import logging
+import math
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -49,6 +50,11 @@ class LogFilter:
         if self.task is not None and (not isinstance(self.task, int) or self.task < 0):
             raise InvalidRequestError(f"task must be an integer >= 0, got {self.task!r}",
                                       field="task")
+        if self.since is not None and (isinstance(self.since, bool)
+                                       or not isinstance(self.since, (int, float))
+                                       or not math.isfinite(self.since)):
+            raise InvalidRequestError(f"since must be a finite time in epoch seconds, e.g. "
+                                      f"1767225600, got {self.since!r}", field="since")
         if self.grep is not None:
             try:
                 re.compile(self.grep)

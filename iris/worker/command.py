@@ -47,6 +47,8 @@ def parse(argv: list[str]) -> dict[str, Any] | None:
                     return None  # missing, or the CLI's to judge (argparse's rules)
                 value = argv[i]
             key, read = _VALUED[name]
+            if read is Path and not value.strip():
+                return None  # "" would be the current directory: the CLI refuses it
             if key == "attr":
                 given["attr"] = [*given["attr"], value]
             else:
@@ -62,10 +64,13 @@ def main(argv: list[str]) -> int | None:
     given = parse(argv)
     if given is None:
         return None
+    from iris.actors.context import check_address
     from iris.base.errors import IrisError
     from iris.worker.main import serve
 
     try:
+        if given["controller"] or given["address"]:  # as the CLI checks it
+            check_address(given["controller"] or given["address"], "--controller")
         return serve(**given)
     except IrisError as exc:
         import sys

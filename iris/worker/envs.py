@@ -31,7 +31,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from iris.base.errors import InvalidRequestError, IrisError
@@ -121,11 +121,21 @@ class Environment:
         return out
 
 
+def _usable(env: Environment) -> bool:
+    """Built whole (its marker is written last) and its interpreter still there: a venv's
+    python is a symlink to the base interpreter, which an upgrade may have removed; such
+    a venv is built again rather than failing every task that uses it."""
+    return (env.path / _READY).exists() and env.python.exists()
+
+
 class EnvironmentCache:
     """Builds and finds per-job venvs under `config.root`."""
 
     def __init__(self, config: EnvConfig):
-        self.config = config
+        # Absolute: a venv's scripts, its `.pth` and the tasks (started in their own working
+        # directories) name the venv by this path; a relative one names nothing there.
+        self.config = replace(config, root=Path(os.path.abspath(config.root)))
+        config = self.config
         self._python_version: str | None = None
         config.root.mkdir(parents=True, exist_ok=True)
 
@@ -147,20 +157,20 @@ class EnvironmentCache:
 
     def lookup(self, pip: Iterable[str]) -> Environment | None:
         env = Environment(self.key_for(pip), self.config.root / self.key_for(pip))
-        return env if (env.path / _READY).exists() else None
+        return env if _usable(env) else None
 
     def get(self, pip: Iterable[str], progress: Progress | None = None) -> Environment:
         """The environment for `pip`, built first if needed (the BUILDING state)."""
         reqs = self.requirements_for(pip)
         key = self.key_for(pip)
         env = Environment(key, self.config.root / key)
-        if (env.path / _READY).exists():
+        if _usable(env):
             return env
         lock_dir = self.config.root / ".locks"
         lock_dir.mkdir(exist_ok=True)
         with open(lock_dir / f"{key}.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # a second builder waits, then finds it ready
-            if not (env.path / _READY).exists():
+            if not _usable(env):
                 self._build(env, reqs, progress)
         return env
 

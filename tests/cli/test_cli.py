@@ -112,6 +112,15 @@ def test_job_run_streams_output_and_exits_with_the_job_state(one_worker):
                   if j["job_id"] not in earlier) == ["failed", "succeeded"]
 
 
+def test_job_run_json_prints_the_final_status_alone_on_stdout(one_worker):
+    done = iris_cli("--address", one_worker.address, "job", "run", "--json", "--", "python",
+                    "-c", "print('hi there'); raise SystemExit(3)")
+    assert done.returncode == 1, done.stderr
+    status = json.loads(done.stdout)  # the job's output went to stderr
+    assert status["state"] == "failed" and "exited with code 3" in status["error"]
+    assert "hi there" in done.stderr
+
+
 def test_version_is_the_package_version():
     import subprocess
     import sys

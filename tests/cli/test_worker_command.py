@@ -69,3 +69,18 @@ def test_python_m_iris_worker_refuses_an_env_cache_it_cannot_make(tmp_path: Path
     assert f"iris: --env-cache {blocker / 'envs'}: cannot keep task environments there" \
         in proc.stderr
     assert not (tmp_path / "w" / "worker_id").exists()  # refused before anything else
+
+
+@pytest.mark.parametrize(("argv", "said"), [
+    (["--controller", "garbage"], "--controller 'garbage': expected tcp://HOST:PORT"),
+    (["--controller", "tcp://127.0.0.1:1", "--env-cache", ""], "argument --env-cache: empty"),
+], ids=["bad-address", "empty-env-cache"])
+def test_both_entry_points_refuse_a_bad_worker_command_line_at_once(tmp_path: Path, argv, said):
+    """`python -m iris worker` (worker/command.py, without the CLI) and the `iris` script
+    refuse alike; a malformed controller address was retried until the worker was killed."""
+    script = Path(sys.executable).parent / "iris"
+    full = ["worker", *argv, "--work-dir", str(tmp_path / "w")]
+    for cmd in ([sys.executable, "-m", "iris"], [str(script)]):
+        proc = subprocess.run([*cmd, *full], capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 2 and said in proc.stderr, (cmd, proc.stderr)
+        assert "Traceback" not in proc.stderr

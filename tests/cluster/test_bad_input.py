@@ -158,3 +158,27 @@ def test_a_member_with_a_wrong_token_is_a_client(current):
         _call(current, "report", "w-any", [], auth=b"\x00" * 32)
     with pytest.raises(IrisError):
         _call(current, "report", "w-any", [], auth=b"")  # empty: sent as no token
+
+
+def test_a_workers_nonsense_figures_count_as_zero_and_the_snapshot_stays_json(tmp_path):
+    """NaN, infinity, negatives, strings: a worker's own figures are observation; none may
+    put a NaN (not JSON: the dashboard's parse fails) or a negative count in the snapshot."""
+    import json
+
+    with iris.local_cluster(workers=0, state_dir=tmp_path) as own, \
+            iris.connect(own.address) as client:
+        def call(method, *args, auth=None):
+            return client.node.call(own.address, CONTROLLER_KEY, method, args,
+                                    auth=auth).result(60)
+
+        figures = [(float("nan"), -3), (float("inf"), float("-inf")), (-1.0, "x"), ("9" * 400, [1])]
+        for i, (lag, dropped) in enumerate(figures):
+            worker = f"w-figures-{i}"
+            token = joining.credential(client.node, own.address, worker)
+            call("register_worker", worker, "tcp://127.0.0.1:9", {}, [], auth=token)
+            call("report", worker, [], {"log_shipping": {"max_flush_lag_s": lag,
+                                                         "dropped_lines": dropped}}, [],
+                 auth=token)
+        shipping = call("snapshot")["log_shipping"]
+        assert shipping == {"max_flush_lag_s": 0.0, "dropped_lines": 0}
+        json.dumps(call("snapshot"), allow_nan=False)  # what the dashboard serves

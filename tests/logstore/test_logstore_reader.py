@@ -76,7 +76,10 @@ def test_reader_unknown_job_reads_no_lines(sink):
     assert read_logs(sink, "/nobody") == []
 
 
-@pytest.mark.parametrize("kw,field", [({"grep": "("}, "grep"), ({"task": -1}, "task")])
+@pytest.mark.parametrize("kw,field", [({"grep": "("}, "grep"), ({"task": -1}, "task"),
+                                      ({"since": float("nan")}, "since"),
+                                      ({"since": float("inf")}, "since"),
+                                      ({"since": "yesterday"}, "since")])
 def test_reader_bad_filter_raises_invalid_request(kw, field):
     with pytest.raises(InvalidRequestError) as info:
         LogFilter(**kw)

@@ -114,3 +114,40 @@ def test_envs_checkouts_sharing_a_cache_each_run_their_own_iris(tmp_path):
                              env=env.activate({"PATH": "/usr/bin:/bin"}))
         assert (ran.returncode, ran.stdout.strip()) == (0, name), ran.stderr
     assert b.lookup([]) is not None and a.lookup([]) is not None  # neither replaced the other
+
+
+_IMPORT_IRIS = "import iris, sys; print(iris.__file__)"
+
+
+def _imports_iris_from_elsewhere(env, cwd: Path) -> str:
+    """What the venv's python prints for `import iris`, run as a task is: its own cwd."""
+    done = subprocess.run([str(env.python), "-c", _IMPORT_IRIS], capture_output=True,
+                          text=True, cwd=cwd, env=env.activate({"PATH": "/usr/bin:/bin"}),
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_envs_a_relative_cache_dir_gives_venvs_a_task_elsewhere_can_run(tmp_path,
+                                                                        monkeypatch):
+    """`iris worker --env-cache envs` (or $IRIS_ENV_CACHE=envs): the venv, its scripts and
+    its `.pth` name the cache by where it is, not relative to the worker's cwd."""
+    monkeypatch.chdir(tmp_path)
+    env = EnvironmentCache(EnvConfig(root=Path("envs"))).get([])
+    assert env.path.is_absolute() and env.path.parent == tmp_path / "envs"
+    (tmp_path / "task").mkdir()
+    iris_file = _imports_iris_from_elsewhere(env, tmp_path / "task")
+    assert Path(iris_file).resolve().parent == Path(__file__).resolve().parents[2] / "iris"
+
+
+def test_envs_a_venv_whose_interpreter_is_gone_is_built_again(tmp_path):
+    """A cached venv's python links to the base interpreter; once that is gone (removed,
+    upgraded), the venv is built again, not handed to every task that then fails."""
+    cache = EnvironmentCache(EnvConfig(root=tmp_path / "envs"))
+    env = cache.get([])
+    env.python.unlink()
+    env.python.symlink_to(tmp_path / "no-such-python")
+    assert cache.lookup([]) is None
+    again = cache.get([])
+    assert again == env and again.python.exists()
+    _imports_iris_from_elsewhere(again, tmp_path)

@@ -8,9 +8,11 @@ copied). What the archive holds, and its names, are archive.py's: it passes them
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import sqlite3
+import stat
 import sys
 import tarfile
 from pathlib import Path
@@ -43,10 +45,33 @@ def pack(db_path: Path, state_dir: Path, out: Path, name: str, taken_at: float,
         info.size, info.mtime, info.mode = len(image), int(taken_at), 0o600
         tar.addfile(info, _ImageReader(image))
         for token in members[1:]:
-            if (state_dir / token).exists():
-                tar.add(state_dir / token, arcname=token)
+            data = _file_bytes(state_dir / token)
+            if data is not None:
+                info = tarfile.TarInfo(token)
+                info.size, info.mtime, info.mode = len(data), int(taken_at), 0o600
+                tar.addfile(info, io.BytesIO(data))
     return {"format": FORMAT, "name": name, "taken_at": taken_at, **facts,
             "db_bytes": len(image), "bytes": out.stat().st_size, "sha256": sha256(out)}
+
+
+def _file_bytes(path: Path) -> bytes | None:
+    """A small state file's content, read once (a file replaced meanwhile is one version or
+    the other, whole); None if it does not exist. A symlink is followed and its target's
+    bytes kept; what is not a regular file (a directory, a FIFO) fails the pack, naming it:
+    tar.add would archive it as such, and unpack refuses such a checkpoint at restore."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO must not block the pack
+    except FileNotFoundError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError(f"{path} is not a regular file: it cannot be checkpointed")
+        chunks = []
+        while chunk := os.read(fd, CHUNK):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 def _backup(db_path: Path) -> tuple[bytes, dict[str, Any]]:
