@@ -17,6 +17,7 @@ import threading
 from collections.abc import Callable
 
 import iris
+from iris.base import signals
 from iris.base.errors import ConfigError, InvalidRequestError, IrisError
 from iris.cli.one_verb import verb_of
 from iris.cli.parser import build_parser
@@ -172,7 +173,7 @@ def _cluster_start(args: argparse.Namespace) -> int:
                                   "note": dashboard.note}), flush=True)
             else:
                 _print_started(cluster.address, args.workers, share, dashboard)
-            _stop_event().wait()
+            signals.wait_for(_stop_event())  # in slices: a signal taken by another thread
         finally:
             dashboard.stop()
     return 0
