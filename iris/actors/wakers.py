@@ -22,7 +22,11 @@ from collections.abc import Callable
 from queue import Empty
 from typing import Any
 
+from iris.base import signals
+from iris.base.clock import SYSTEM_CLOCK
+
 _ONE = (1).to_bytes(8, "little")
+_SLICE_MS = int(signals.SLICE_S * 1000)
 
 
 class Waker:
@@ -63,10 +67,26 @@ class Waker:
     def wait(self, timeout_s: float | None) -> bool:
         """Sleep until woken (True) or `timeout_s` passes (False); None waits forever."""
         ms = -1 if timeout_s is None else max(0, int(timeout_s * 1000 + 0.999))
+        if (ms < 0 or ms > _SLICE_MS) and threading.current_thread() is threading.main_thread():
+            return self._wait_in_slices(ms)
         if not self._poll.poll(ms):
             return False
         self.clear()
         return True
+
+    def _wait_in_slices(self, ms: int) -> bool:
+        """The main thread's long waits (a call's `.result()`, a job's `wait`): in slices, so
+        a Ctrl-C or SIGTERM the kernel handed to another thread runs its handler here within
+        a slice (iris/base/signals.py says why one unbounded wait never would)."""
+        end = None if ms < 0 else SYSTEM_CLOCK.monotonic() + ms / 1000
+        while True:
+            step = _SLICE_MS if end is None else \
+                min(_SLICE_MS, max(0, int((end - SYSTEM_CLOCK.monotonic()) * 1000 + 0.999)))
+            if self._poll.poll(step):
+                self.clear()
+                return True
+            if end is not None and SYSTEM_CLOCK.monotonic() >= end:
+                return False
 
     def clear(self) -> None:
         try:
