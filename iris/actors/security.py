@@ -13,6 +13,7 @@ network without authentication would run any pickle sent to it.
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 from urllib.parse import urlparse
@@ -21,7 +22,7 @@ import zmq
 import zmq.auth
 from zmq.auth.thread import ThreadAuthenticator
 
-from iris.base.errors import SecurityError
+from iris.base.errors import ConfigError, SecurityError
 
 # The ZAP domain set on every ROUTER; the authenticator must be configured for the very
 # same string (an authenticator set up for "*" matches only sockets with an EMPTY domain,
@@ -98,7 +99,16 @@ def is_loopback(endpoint: str) -> bool:
     return host in _LOOPBACK_HOSTS or host.startswith("127.")
 
 
+# What a node can bind: tcp://HOST:PORT (HOST may be * or an interface, PORT * for any free
+# one), ipc://PATH or inproc://NAME.
+_BIND = re.compile(r"^(tcp://(\*|\[[0-9A-Fa-f:.]+\]|[^\s:/\[\]*]+):(\*|\d{1,5})|(ipc|inproc)://\S+)$")
+
+
 def check_bind_allowed(endpoint: str, security: Security | None) -> None:
+    if not isinstance(endpoint, str) or not _BIND.match(endpoint):
+        raise ConfigError(f"bind address {endpoint!r}: expected tcp://HOST:PORT (HOST may be * "
+                          "and PORT * for any free port), ipc://PATH or inproc://NAME, "
+                          "e.g. tcp://127.0.0.1:*")
     if security is None and not is_loopback(endpoint):
         raise SecurityError(
             f"refusing to bind {endpoint} without CURVE keys: a non-loopback address needs "

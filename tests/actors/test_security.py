@@ -10,7 +10,7 @@ import zmq
 import iris
 from iris.actors import ClusterContext, Node, NodeConfig, Registry, Security, generate_keys
 from iris.actors.registry import REGISTRY_KEY
-from iris.base.errors import SecurityError
+from iris.base.errors import ConfigError, SecurityError
 from iris.wire import messages
 
 SERVE_SECURE = """
@@ -88,6 +88,15 @@ def test_plain_socket_to_a_curve_node_delivers_nothing(secure_cluster):
 def test_binding_a_non_loopback_address_without_keys_is_refused():
     with pytest.raises(SecurityError, match="refusing to bind tcp://0.0.0.0:0 without CURVE"):
         Node(NodeConfig(bind="tcp://0.0.0.0:0")).start()
+
+
+@pytest.mark.parametrize("bind", ["garbage", "tcp://127.0.0.1", "127.0.0.1:5555",
+                                  "tcp://127.0.0.1:port", ""])
+def test_a_malformed_bind_address_is_refused_naming_it_not_as_a_key_problem(bind):
+    """Before, any address that was not loopback-looking was refused for lacking CURVE keys,
+    which sent an operator who mistyped `--bind` off to generate keys."""
+    with pytest.raises(ConfigError, match="bind address .*expected tcp://HOST:PORT"):
+        Node(NodeConfig(bind=bind)).start()
 
 
 def test_binding_a_non_loopback_address_with_keys_works(keys):
