@@ -33,6 +33,10 @@ def entry(value: Any) -> None:
     if not isinstance(value, Sequence) or not value or not all(
             isinstance(a, str) for a in value):
         raise _fail("entry", "a callable or a non-empty list of strings (a command)", value)
+    for i, arg in enumerate(value):  # no process can be started with one
+        if "\0" in arg:
+            raise InvalidRequestError(f"entry[{i}]: contains a NUL byte: {arg!r}; nothing was "
+                                      "submitted", "entry")
 
 
 def submit_options(*, name: Any, resources: Any, replicas: Any, priority: Any, env: Any,

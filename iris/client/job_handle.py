@@ -15,7 +15,7 @@ import cloudpickle
 
 from iris.actors import ClusterContext
 from iris.base.clock import SYSTEM_CLOCK
-from iris.base.errors import ConflictError, JobFailedError, NotFoundError
+from iris.base.errors import ConflictError, JobFailedError, NotFoundError, RemoteError
 from iris.client.retry import ask_controller as _controller
 from iris.logstore.config import LogStoreConfig, open_sink
 from iris.logstore.model import LogLine
@@ -121,15 +121,19 @@ class JobHandle:
                 kind, exc, *rest = cloudpickle.loads(blobs[failed[0]["index"]])
             except Exception:  # its class is not importable here: say what we know instead
                 kind = None
-            if kind == "error" and isinstance(exc, BaseException):
+            # Not a SystemExit or KeyboardInterrupt raised in the task: raised here it would
+            # end the caller's program past its `except Exception`. JobFailedError says it.
+            if kind == "error" and isinstance(exc, Exception):
                 remote = rest[0] if rest else ""
                 try:
                     exc.remote_traceback = remote
                     exc.job_status = status
                 except AttributeError:  # __slots__: the note still carries it
                     pass
-                exc.add_note(f"Remote traceback (task {failed[0]['index']} of "
-                             f"{self.job_id}):\n{remote.rstrip()}\n({story})")
+                shown = "" if isinstance(exc, RemoteError) else (  # its str() shows it
+                    f"Remote traceback (task {failed[0]['index']} of {self.job_id}):\n"
+                    f"{remote.rstrip()}\n")
+                exc.add_note(f"{shown}({story})")
                 return exc
         errors = [f"task {t['index']}: {t['error']}" for t in status.get("tasks", [])
                   if t.get("error")]

@@ -3,6 +3,9 @@
 Not the encoding side (messages.encode_error). An application exception is rebuilt with its
 own type when its pickle loads here, with the remote traceback attached as a note and as
 `remote_traceback`; otherwise it becomes a RemoteError that carries the type name and text.
+So does a remote SystemExit, KeyboardInterrupt or other BaseException that is not an
+Exception: raised as itself it would end the caller (an actor's sys.exit() exited the
+program that called it, past its `except Exception`).
 """
 
 from __future__ import annotations
@@ -53,4 +56,4 @@ def _unpickle_exception(blob: object) -> BaseException | None:
         exc = pickle.loads(blob)
     except Exception:  # its class is not importable here, or its __init__ wants other args
         return None
-    return exc if isinstance(exc, BaseException) else None
+    return exc if isinstance(exc, Exception) else None

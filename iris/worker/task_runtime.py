@@ -313,15 +313,30 @@ def _write_result(path: str, cloudpickle: object, value: tuple) -> bool:
     try:
         data = cloudpickle.dumps(value)  # type: ignore[attr-defined]
     except Exception as exc:  # an unpicklable result must not hide the run's outcome
-        message = f"the task's return value could not be pickled: {type(exc).__name__}: {exc}"
-        print(message, file=sys.stderr, flush=True)
-        data = cloudpickle.dumps(("error", RuntimeError(message)))  # type: ignore[attr-defined]
-        ok = False
+        if value[0] == "error":  # the task raised: the caller still learns what, and where
+            data = cloudpickle.dumps(_unpicklable_raise(value[1], exc) + value[2:])  # type: ignore[attr-defined]
+        else:
+            message = f"the task's return value could not be pickled: {type(exc).__name__}: {exc}"
+            print(message, file=sys.stderr, flush=True)
+            data = cloudpickle.dumps(("error", RuntimeError(message)))  # type: ignore[attr-defined]
+            ok = False
     tmp = f"{path}.tmp"
     with open(tmp, "wb") as f:
         f.write(data)
     os.replace(tmp, path)
     return ok
+
+
+def _unpicklable_raise(raised: BaseException, why: Exception) -> tuple:
+    """("error", a RemoteError naming the type the task raised) for an exception that cannot
+    be pickled (it holds a lock, a socket...): it once read "the task's return value could
+    not be pickled", as if the task had returned."""
+    from iris.base.errors import RemoteError
+
+    kind = f"{type(raised).__module__}.{type(raised).__qualname__}"
+    return ("error", RemoteError(f"the task raised {kind}: {raised} (the exception itself "
+                                 f"could not be pickled: {type(why).__name__}: {why})",
+                                 remote_type=kind))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -215,6 +215,10 @@ def _entrypoint(ep: Entrypoint) -> Entrypoint:
     if not ep.argv:
         raise InvalidRequestError("entrypoint: argv must be a non-empty list of str, got []",
                                   "entrypoint")
+    for i, arg in enumerate(ep.argv):  # no process can be started with one: refused now
+        if "\0" in arg:
+            raise InvalidRequestError(f"entrypoint: argv[{i}] contains a NUL byte: {arg!r}",
+                                      "entrypoint")
     return Entrypoint(kind="command", payload=b"", argv=ep.argv)
 
 
@@ -277,8 +281,11 @@ def _env(env: Any) -> dict[str, str]:
     for key, value in env.items():
         if not isinstance(key, str) or not key or "=" in key or "\0" in key:
             raise InvalidRequestError(f"env: invalid variable name {key!r}", "env")
-        if not isinstance(value, str) or "\0" in value:
+        if not isinstance(value, str):
             raise InvalidRequestError(f"env: value of {key} must be a str, got {value!r}",
+                                      "env")
+        if "\0" in value:
+            raise InvalidRequestError(f"env: value of {key} contains a NUL byte: {value!r}",
                                       "env")
     return env
 

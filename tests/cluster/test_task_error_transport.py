@@ -1,0 +1,86 @@
+"""What a task raises reaches the caller as something it can catch and read, and a command
+no process can be started with is refused at submit: a real controller and worker.
+
+- an exception that cannot be pickled (it holds a lock) arrives as iris.RemoteError naming
+  its type, with the remote traceback; it once read "the task's return value could not be
+  pickled", as if the task had returned;
+- a BaseException that is not an Exception (a KeyboardInterrupt-like one raised in the task)
+  arrives as JobFailedError: raised as itself it would end the caller past `except
+  Exception` (a remote KeyboardInterrupt looks like the user's Ctrl-C);
+- a NUL byte in a command's argument or an env value is refused before anything is stored
+  (it was accepted, then every attempt failed "could not start: embedded null byte")."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+import iris
+from iris.actors.keys import CONTROLLER_KEY
+from iris.base.errors import InvalidRequestError, JobFailedError
+from iris.client.jobs import build_submission, submission_wire
+from tests.cluster.controller_state import controller_state
+
+pytestmark = pytest.mark.slow
+
+
+class HoldsALock(Exception):
+    def __init__(self, text: str):
+        super().__init__(text)
+        self.lock = threading.Lock()
+
+
+class Halt(BaseException):
+    """Not an Exception: like KeyboardInterrupt or GeneratorExit."""
+
+
+def _raise_unpicklable() -> None:
+    raise HoldsALock("disk on fire")
+
+
+def _raise_halt() -> None:
+    raise Halt("stop everything")
+
+
+def _state(cluster) -> dict:
+    state_dir = cluster.node.call(cluster.address, CONTROLLER_KEY, "state_dir").result(30)
+    return controller_state(cluster.node, cluster.address, Path(state_dir) / "jobs.sqlite3")
+
+
+def test_an_unpicklable_exception_arrives_as_remote_error_naming_its_type(jobs_cluster):
+    with pytest.raises(iris.RemoteError) as info:
+        iris.submit(_raise_unpicklable).result(timeout=120)
+    err = info.value
+    assert err.remote_type.endswith("HoldsALock")
+    assert "disk on fire" in str(err) and "return value" not in str(err)
+    assert "in _raise_unpicklable" in err.remote_traceback
+    assert err.job_status["state"] == "failed"
+
+
+def test_a_base_exception_raised_in_a_task_does_not_escape_as_itself(jobs_cluster):
+    with pytest.raises(JobFailedError) as info:
+        iris.submit(_raise_halt).result(timeout=120)
+    assert "Halt: stop everything" in str(info.value)
+
+
+@pytest.mark.parametrize("kwargs, says", [
+    (dict(entry=["echo", "a\0b"]), r"entry\[1\]: contains a NUL byte"),
+    (dict(entry=["true"], env={"A": "x\0y"}), "env: value of A contains a NUL byte"),
+])
+def test_a_nul_byte_is_refused_at_submit_and_nothing_is_stored(jobs_cluster, kwargs, says):
+    before = _state(jobs_cluster)
+    with pytest.raises(InvalidRequestError, match=says):
+        iris.submit(kwargs.pop("entry"), **kwargs)
+    assert _state(jobs_cluster) == before
+
+
+def test_the_controller_refuses_a_nul_byte_in_argv_sent_past_the_client(jobs_cluster):
+    wire = submission_wire(build_submission(["echo", "a\0b"], ()))
+    before = _state(jobs_cluster)
+    with pytest.raises(InvalidRequestError, match=r"argv\[1\] contains a NUL byte"):
+        jobs_cluster.node.call(jobs_cluster.address, CONTROLLER_KEY, "submit",
+                               (wire,)).result(60)
+    assert _state(jobs_cluster) == before
+    assert iris.submit(["true"]).wait(timeout=120)["state"] == "succeeded"  # keeps serving
