@@ -312,6 +312,8 @@ def _write_result(path: str, cloudpickle: object, value: tuple) -> bool:
     ok = True
     try:
         data = cloudpickle.dumps(value)  # type: ignore[attr-defined]
+        if value[0] == "error":  # rare: worth one check that the caller can rebuild it
+            cloudpickle.loads(data)  # type: ignore[attr-defined]
     except Exception as exc:  # an unpicklable result must not hide the run's outcome
         if value[0] == "error":  # the task raised: the caller still learns what, and where
             data = cloudpickle.dumps(_unpicklable_raise(value[1], exc) + value[2:])  # type: ignore[attr-defined]
@@ -329,13 +331,14 @@ def _write_result(path: str, cloudpickle: object, value: tuple) -> bool:
 
 def _unpicklable_raise(raised: BaseException, why: Exception) -> tuple:
     """("error", a RemoteError naming the type the task raised) for an exception that cannot
-    be pickled (it holds a lock, a socket...): it once read "the task's return value could
-    not be pickled", as if the task had returned."""
+    be pickled (it holds a lock, a socket...) or rebuilt from its pickle (its __init__ wants
+    other arguments than its args): it once read "the task's return value could not be
+    pickled", as if the task had returned, or only "exited with code 1"."""
     from iris.base.errors import RemoteError
 
     kind = f"{type(raised).__module__}.{type(raised).__qualname__}"
     return ("error", RemoteError(f"the task raised {kind}: {raised} (the exception itself "
-                                 f"could not be pickled: {type(why).__name__}: {why})",
+                                 f"cannot travel as a pickle: {type(why).__name__}: {why})",
                                  remote_type=kind))
 
 

@@ -3,7 +3,8 @@ no process can be started with is refused at submit: a real controller and worke
 
 - an exception that cannot be pickled (it holds a lock) arrives as iris.RemoteError naming
   its type, with the remote traceback; it once read "the task's return value could not be
-  pickled", as if the task had returned;
+  pickled", as if the task had returned; so does one whose pickle cannot be loaded (it
+  was JobFailedError "exited with code 1");
 - a BaseException that is not an Exception (a KeyboardInterrupt-like one raised in the task)
   arrives as JobFailedError: raised as itself it would end the caller past `except
   Exception` (a remote KeyboardInterrupt looks like the user's Ctrl-C);
@@ -32,12 +33,23 @@ class HoldsALock(Exception):
         self.lock = threading.Lock()
 
 
+class TwoArguments(Exception):
+    """Pickles, but its pickle cannot be loaded: __init__ wants two arguments, args holds one."""
+
+    def __init__(self, what: str, code: int):
+        super().__init__(f"{what} failed with {code}")
+
+
 class Halt(BaseException):
     """Not an Exception: like KeyboardInterrupt or GeneratorExit."""
 
 
 def _raise_unpicklable() -> None:
     raise HoldsALock("disk on fire")
+
+
+def _raise_two_arguments() -> None:
+    raise TwoArguments("disk", 3)
 
 
 def _raise_halt() -> None:
@@ -57,6 +69,14 @@ def test_an_unpicklable_exception_arrives_as_remote_error_naming_its_type(jobs_c
     assert "disk on fire" in str(err) and "return value" not in str(err)
     assert "in _raise_unpicklable" in err.remote_traceback
     assert err.job_status["state"] == "failed"
+
+
+def test_an_exception_that_cannot_be_rebuilt_arrives_as_remote_error(jobs_cluster):
+    with pytest.raises(iris.RemoteError) as info:  # it was JobFailedError "exited with code 1"
+        iris.submit(_raise_two_arguments).result(timeout=120)
+    assert info.value.remote_type.endswith("TwoArguments")
+    assert "disk failed with 3" in str(info.value)
+    assert "in _raise_two_arguments" in info.value.remote_traceback
 
 
 def test_a_base_exception_raised_in_a_task_does_not_escape_as_itself(jobs_cluster):
