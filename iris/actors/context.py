@@ -60,7 +60,7 @@ def join(address: str | None = None, *, namespace: str | None = None, bind: str 
 def check_address(address: str, what: str) -> str:
     """`address` if it is one a node can connect to; else ConfigError naming `what` (each
     call to an address that is not would be retried until its deadline)."""
-    if not _ADDRESS.match(address):
+    if not isinstance(address, str) or not _ADDRESS.match(address):
         raise ConfigError(f"{what} {address!r}: expected tcp://HOST:PORT (or ipc://PATH), "
                           "e.g. tcp://127.0.0.1:5555")
     return address

@@ -119,12 +119,12 @@ def spawn_job(cls: type, *args: Any, name: str, resources: Resources | None = No
 
 def resolve(name: str, timeout: float = 30.0) -> ActorRef:
     """A ref to the actor registered as `name`, waiting up to `timeout` s for it."""
-    return current_backend().resolve(checks.name(name), timeout)
+    return current_backend().resolve(checks.name(name), checks.wait_s(timeout))
 
 
 def resolve_all(name: str, timeout: float = 0.0) -> ActorGroup:
     """Every live replica registered as `name`."""
-    return current_backend().resolve_all(checks.name(name), timeout)
+    return current_backend().resolve_all(checks.name(name), checks.wait_s(timeout))
 
 
 def list_actors(prefix: str = "/") -> list[dict]:
@@ -212,6 +212,9 @@ def get(item: Any, timeout: float | None = None) -> Any:
 
 def free(ref: ObjectRef) -> None:
     """Drop an object put with iris.put (later gets raise NotFoundError)."""
+    if not isinstance(ref, ObjectRef):  # it failed as "'str' object has no attribute 'owner'"
+        raise InvalidRequestError(f"iris.free: expected an ObjectRef (from iris.put), got "
+                                  f"{type(ref).__name__}", "ref")
     current_backend().free(ref)
 
 

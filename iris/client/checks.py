@@ -78,6 +78,17 @@ def invalid(arg: str, expected: str, got: Any) -> InvalidRequestError:
     return _fail(arg, expected, got)
 
 
+def wait_s(value: Any, arg: str = "timeout") -> float | None:
+    """A wait's timeout: None (no bound) or a finite number of seconds >= 0. A NaN or a
+    string once failed as "cannot convert float NaN to integer" or "'<' not supported"."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(
+            value) or value < 0:
+        raise _fail(arg, "None or a finite number of seconds >= 0", value)
+    return float(value)
+
+
 def name(value: Any, arg: str = "name") -> str:
     if not isinstance(value, str) or not value:
         raise _fail(arg, "an actor name (a non-empty string, e.g. 'trainer')", value)

@@ -16,6 +16,7 @@ import cloudpickle
 from iris.actors import ClusterContext
 from iris.base.clock import SYSTEM_CLOCK
 from iris.base.errors import ConflictError, JobFailedError, NotFoundError, RemoteError
+from iris.client import checks
 from iris.client.retry import ask_controller as _controller
 from iris.logstore.config import LogStoreConfig, open_sink
 from iris.logstore.model import LogLine
@@ -75,6 +76,7 @@ class JobHandle:
 
     def wait(self, timeout: float | None = None) -> dict:
         """Block until the job ends (or `timeout` s pass); its final status."""
+        timeout = checks.wait_s(timeout)
         wait_s = 60.0 if timeout is None else timeout
         while True:
             state = self._ask("wait", self.job_id, min(wait_s, 60.0),
