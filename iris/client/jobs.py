@@ -283,8 +283,16 @@ def spawn_job(cls: type, *args: Any, name: str, resources: Resources | None = No
             if len(group):
                 break
             raise ActorNotFoundError(f"{full}: not served within {timeout} s (job "
-                                     f"{job.job_id} is {state})", actor=full)
+                                     f"{job.job_id} is {state}){_failures(job)}", actor=full)
     return (group if replicas > 1 else group[0]), job
+
+
+def _failures(job: JobHandle) -> str:
+    """Why the actor's attempts failed so far (its constructor raised, say: the job is
+    pending a retry), so a spawn that times out says so; it said only "job is pending"."""
+    seen = [f"task {t['index']}: {t['error']}" for t in job.status().get("tasks", [])
+            if t.get("error")]
+    return ("; its attempts failed:\n" + "\n".join(seen)) if seen else ""
 
 
 def _serve_forever(cls: type, full_name: str, args: tuple) -> None:

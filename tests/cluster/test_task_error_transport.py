@@ -9,10 +9,13 @@ no process can be started with is refused at submit: a real controller and worke
   arrives as JobFailedError: raised as itself it would end the caller past `except
   Exception` (a remote KeyboardInterrupt looks like the user's Ctrl-C);
 - a NUL byte in a command's argument or an env value is refused before anything is stored
-  (it was accepted, then every attempt failed "could not start: embedded null byte")."""
+  (it was accepted, then every attempt failed "could not start: embedded null byte");
+- a spawn that times out while its actor's constructor keeps failing (retried) says why
+  (it said only "not served within 5 s (job ... is pending)")."""
 
 from __future__ import annotations
 
+import re
 import threading
 from pathlib import Path
 
@@ -104,3 +107,22 @@ def test_the_controller_refuses_a_nul_byte_in_argv_sent_past_the_client(jobs_clu
                                (wire,)).result(60)
     assert _state(jobs_cluster) == before
     assert iris.submit(["true"]).wait(timeout=120)["state"] == "succeeded"  # keeps serving
+
+
+@iris.actor
+class NeedsTwo:
+    def __init__(self, a: int, b: int):
+        self.sum = a + b
+
+    def total(self) -> int:
+        return self.sum
+
+
+def test_a_spawn_that_times_out_says_why_the_actors_attempts_failed(jobs_cluster):
+    with pytest.raises(iris.ActorNotFoundError) as info:  # retried, so pending: it said so
+        iris.spawn(NeedsTwo, 1, 2, 3, name="needs-two", timeout=5,
+                   max_retries_failure=100)
+    job_id = re.search(r"\(job (\S+) is", str(info.value)).group(1)
+    iris.JobHandle(job_id, jobs_cluster).kill()  # it would retry on, on the shared cluster
+    assert "its attempts failed" in str(info.value)
+    assert "takes 3 positional arguments but 4 were given" in str(info.value)
