@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import threading
 from collections.abc import Callable
 from typing import Any
 
 from iris.actors import wakers
 from iris.base.clock import SYSTEM_CLOCK
+from iris.base.errors import InvalidRequestError
 
 _log = logging.getLogger(__name__)
 _PENDING, _RESULT, _ERROR = 0, 1, 2
@@ -103,6 +105,10 @@ class ActorFuture:
                 f"blocking on {self.actor}.{self.method} from the node's event loop would "
                 "deadlock it: use `await` in async code"
             )
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(
+                timeout, int | float) or math.isnan(timeout)):  # failed deep in the wait
+            raise InvalidRequestError(f"timeout: expected None or a number of seconds, got "
+                                      f"{type(timeout).__name__} {timeout!r}", "timeout")
         waker = wakers.this_thread()
         with self._lock:
             if self._state != _PENDING:

@@ -1,10 +1,12 @@
 """A SystemExit (or another BaseException that is not an Exception) raised in an actor
 method reaches the caller as iris.RemoteError naming its type: raised as itself, an actor's
-sys.exit() ended the program that called it, past its `except Exception`."""
+sys.exit() ended the program that called it, past its `except Exception`. A future's wait
+refuses a timeout that is not a number, naming it."""
 
 from __future__ import annotations
 
 import sys
+import time
 
 import pytest
 
@@ -26,6 +28,10 @@ class Quitter:
     def ping(self) -> str:
         return "pong"
 
+    def slow_ping(self, seconds: float) -> str:
+        time.sleep(seconds)
+        return "pong"
+
 
 @pytest.mark.parametrize("method, remote_type, text", [
     ("quit", "builtins.SystemExit", "3"),
@@ -40,3 +46,12 @@ def test_a_base_exception_arrives_as_remote_error_and_the_actor_serves_on(
     assert info.value.remote_type.endswith(remote_type)
     assert text in str(info.value) and "Remote traceback" in str(info.value)
     assert ref.ping().result(30) == "pong"
+
+
+@pytest.mark.parametrize("index, timeout", list(enumerate([float("nan"), "5", True])))
+def test_a_futures_wait_refuses_a_timeout_that_is_not_a_number(cluster, index, timeout):
+    ref = Quitter.serve(f"quitter-timeout-{index}")
+    gate = ref.slow_ping(0.5)  # pending while it is checked
+    with pytest.raises(iris.InvalidRequestError, match="timeout: expected None or a number"):
+        gate.result(timeout)  # it failed as "cannot convert float NaN to integer"
+    assert gate.result(30) == "pong"
