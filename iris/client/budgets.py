@@ -43,6 +43,9 @@ def set_budget(subject: str, *, hours: float | None = None, window_days: float =
     """Set `subject`'s budget ("alice", or "group:ml" with `members`): `hours` accelerator-hours
     per `window_days`, and `max_priority` the highest band it may submit at. `clear` removes it.
     """
+    if isinstance(members, str | bytes):  # a name is not a list of one-letter members
+        raise InvalidRequestError(f"members: expected a list of user names, e.g. "
+                                  f"[{members!r}], got the string {members!r}", "members")
     raw: dict[str, Any] = {"subject": subject}
     if clear:
         raw["clear"] = True
