@@ -26,7 +26,6 @@ import fcntl
 import hashlib
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -35,6 +34,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from iris.base.errors import InvalidRequestError, IrisError
+from iris.base.requirements import normalize_requirement
 
 _READY = ".iris-ready"
 # iris/worker/envs.py -> iris/ (found by path: importing `iris` would pull in the client)
@@ -42,7 +42,6 @@ _IRIS_PACKAGE = Path(__file__).resolve().parents[1]
 # cryptography: a task that receives weights or big call frames from another host opens
 # them (iris/actors/bulk_seal.py), so every task runtime has it (loaded only when used).
 _RUNTIME_PACKAGES = ("cloudpickle", "msgpack", "pyzmq", "uvloop", "cryptography")
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*")
 Progress = Callable[[str], None]
 
 
@@ -76,21 +75,6 @@ class EnvConfig:
     runtime_requirements: tuple[str, ...] = field(default_factory=_pinned_runtime)
     offline: bool = False  # True: install only from uv's cache (no registry access)
     iris_package: Path = _IRIS_PACKAGE  # the `iris` a task imports: this checkout's
-
-
-def normalize_requirement(req: object) -> str:
-    """One requirement, whitespace removed and its name in canonical form; bad ones refused."""
-    if not isinstance(req, str) or not req.strip() or "\n" in req:
-        raise InvalidRequestError(f"pip: invalid requirement {req!r}", "pip")
-    text = re.sub(r"\s+", "", req)
-    if text.startswith("-"):
-        raise InvalidRequestError(
-            f"pip: options are not allowed in requirements ({req!r})", "pip")
-    m = _NAME.match(text)
-    if m is None:
-        raise InvalidRequestError(f"pip: requirement {req!r} does not start with a name", "pip")
-    name = re.sub(r"[-_.]+", "-", m.group(0)).lower()
-    return name + text[m.end():]
 
 
 def read_requirements_file(path: Path) -> list[str]:

@@ -9,7 +9,8 @@ no process can be started with is refused at submit: a real controller and worke
   arrives as JobFailedError: raised as itself it would end the caller past `except
   Exception` (a remote KeyboardInterrupt looks like the user's Ctrl-C);
 - a NUL byte in a command's argument or an env value is refused before anything is stored
-  (it was accepted, then every attempt failed "could not start: embedded null byte");
+  (it was accepted, then every attempt failed "could not start: embedded null byte"); so is
+  a pip requirement no worker would build (a newline, a NUL, an option);
 - a spawn that times out while its actor's constructor keeps failing (retried) says why
   (it said only "not served within 5 s (job ... is pending)")."""
 
@@ -91,6 +92,10 @@ def test_a_base_exception_raised_in_a_task_does_not_escape_as_itself(jobs_cluste
 @pytest.mark.parametrize("kwargs, says", [
     (dict(entry=["echo", "a\0b"]), r"entry\[1\]: contains a NUL byte"),
     (dict(entry=["true"], env={"A": "x\0y"}), "env: value of A contains a NUL byte"),
+    # No worker could build these: refused at submit, not failed in the job's first build.
+    (dict(entry=["true"], pip=["numpy\n--index-url=http://elsewhere"]), "pip: invalid"),
+    (dict(entry=["true"], pip=["numpy\0"]), "pip: invalid requirement"),
+    (dict(entry=["true"], pip=["--index-url=http://elsewhere"]), "pip: options are not"),
 ])
 def test_a_nul_byte_is_refused_at_submit_and_nothing_is_stored(jobs_cluster, kwargs, says):
     before = _state(jobs_cluster)

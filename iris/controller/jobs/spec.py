@@ -23,6 +23,7 @@ from typing import Any
 
 from iris.base.errors import InvalidRequestError, UnschedulableError
 from iris.base.ids import join_path, normalize_path, validate_component
+from iris.base.requirements import normalize_requirement
 from iris.base.resources import Resources
 from iris.controller import colocate
 from iris.controller.scheduling.constraints import parse_constraints
@@ -296,6 +297,8 @@ def _pip(pip: Any, inherited: tuple[str, ...]) -> tuple[str, ...]:
     if not isinstance(pip, list | tuple) or not all(isinstance(p, str) and p for p in pip):
         raise InvalidRequestError(f"pip: expected a list of requirement strings, got {pip!r}",
                                   "pip")
+    for requirement in pip:  # what no worker could build is refused now, not at its build
+        normalize_requirement(requirement)
     return tuple(dict.fromkeys((*inherited, *pip)))
 
 
