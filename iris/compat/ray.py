@@ -33,6 +33,7 @@ from iris.compat.ray_options import (
     RefusedError,
     check_known,
     check_name,
+    check_strategy,
     init_env,
     resources_of,
     task_submit_options,
@@ -87,6 +88,7 @@ class ActorClass:
     def __init__(self, cls: type, options: dict):
         check_known(options, ACTOR_OPTIONS, "actor class")
         check_name(options)
+        check_strategy(options)
         resources_of(options, default_cpu=0)  # refuses bad resources now, not at .remote()
         if options.get("lifetime") == "detached":
             raise RefusedError("lifetime='detached': an Iris actor lives with its job; "

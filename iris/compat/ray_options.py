@@ -9,7 +9,8 @@ from __future__ import annotations
 from iris.base import errors as _errors
 from iris.base.resources import Resources, tpu_shape
 
-__all__ = ["ACTOR_OPTIONS", "FOREVER", "RefusedError", "check_known", "check_name", "init_env", "resources_of",
+__all__ = ["ACTOR_OPTIONS", "FOREVER", "RefusedError", "check_known", "check_name",
+           "check_strategy", "init_env", "resources_of",
            "runtime_env", "task_submit_options"]
 
 
@@ -153,15 +154,20 @@ def _retries(options: dict) -> tuple[int | None, int]:
     return retries, retries if retry_exceptions else 0
 
 
+def check_strategy(options: dict) -> None:
+    """Ray's placement (placement groups, node affinity) is refused; its defaults map."""
+    if options.get("scheduling_strategy") not in (None, "DEFAULT", "SPREAD"):
+        raise RefusedError("scheduling_strategy: Iris places tasks itself; use "
+                           "iris.submit(constraints=...) or colocate=", "scheduling_strategy")
+
+
 def task_submit_options(options: dict) -> dict:
     check_known(options, TASK_OPTIONS, "remote function")
     check_name(options)
     if options.get("num_returns", 1) != 1:
         raise RefusedError("num_returns != 1: return a tuple and unpack it after ray.get",
                            "num_returns")
-    if options.get("scheduling_strategy") not in (None, "DEFAULT", "SPREAD"):
-        raise RefusedError("scheduling_strategy: Iris places tasks itself; use "
-                           "iris.submit(constraints=...) or colocate=", "scheduling_strategy")
+    check_strategy(options)
     preemption, failure = _retries(options)
     return {"resources": resources_of(options), "name": options.get("name"),
             "max_retries_preemption": preemption, "max_retries_failure": failure}

@@ -128,6 +128,7 @@ BAD_OPTIONS = [
     ({"resources": "x"}, "resources"),
     ({"resources": {"CPU": 2}}, "num_cpus"),
     ({"resources": {"GPU": 1}}, "num_gpus"),
+    ({"scheduling_strategy": object()}, "scheduling_strategy"),
 ]
 
 
