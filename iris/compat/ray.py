@@ -169,7 +169,8 @@ class _ActorMethod:
                 "run", actor=self._ref.name, method=self._method))
         args, kwargs = lazy_args(args, kwargs)
         args, kwargs = fetch_args(args, kwargs)
-        return CallRef(getattr(self._ref, self._method)(*args, **kwargs))
+        return CallRef(getattr(self._ref, self._method)(*args, **kwargs), self._ref.name,
+                       self._method)
 
     def options(self, **options: Any) -> _ActorMethod:
         raise RefusedError("actor_method.options(...): per-call options do not map; use "

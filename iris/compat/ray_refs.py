@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import iris
+from iris.base import errors as _errors
 
 __all__ = ["CallRef", "FailedRef", "ObjectRef", "PutRef", "TaskRef", "call", "fetch_args", "lazy_args"]
 
@@ -81,8 +82,8 @@ class TaskRef(ObjectRef):
 
 
 class CallRef(ObjectRef):
-    def __init__(self, future: Any):
-        self.future = future
+    def __init__(self, future: Any, actor: str, method: str):
+        self.future, self.actor, self.method = future, actor, method
 
     def __repr__(self) -> str:
         return f"ObjectRef({self.future.actor}.{self.future.method})"
@@ -97,7 +98,14 @@ class CallRef(ObjectRef):
         self.future.add_done_callback(lambda _: fn(self))
 
     def result(self, timeout: float | None = None) -> Any:
-        return self.future.result(timeout)
+        """The reply; a call to an actor that is gone (its name withdrawn as it died) is
+        ActorDiedError, which `ray.exceptions.RayActorError` catches, as on Ray."""
+        try:
+            return self.future.result(timeout)
+        except _errors.ActorNotFoundError as exc:
+            raise _errors.ActorDiedError(
+                f"actor {self.actor!r} is gone (it died or was killed); {self.method!r} was "
+                f"not run: {exc}", actor=self.actor, method=self.method) from exc
 
 
 class PutRef(ObjectRef):

@@ -178,6 +178,18 @@ def test_a_call_after_kill_fails_as_an_actor_error(backend):
         ray.get(actor.add.remote(), timeout=60)
 
 
+@BOTH
+def test_every_call_to_an_actor_that_died_is_an_actor_error(backend):
+    """The first calls see the connection go; later ones find its name withdrawn: all of
+    them are RayActorError, as on Ray."""
+    from tests.backends.tasks import Tally
+
+    actor = ray.remote(Tally).remote()
+    for method in ["die", "value", "value", "value"]:
+        with pytest.raises(ray.exceptions.RayActorError):
+            ray.get(getattr(actor, method).remote(), timeout=60)
+
+
 # ---------------------------------------------------------------- init and shutdown
 
 def test_is_initialized_after_init_until_shutdown():
