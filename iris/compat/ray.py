@@ -326,8 +326,17 @@ class exceptions:  # noqa: N801 - mirrors the `ray.exceptions` module
     RayError = Exception
     RayTaskError = Exception  # the task's own exception is raised, as itself
     RayActorError = _errors.PeerUnavailableError
+    ActorUnavailableError = _errors.PeerUnavailableError
     ActorDiedError = _errors.ActorDiedError
     GetTimeoutError = TimeoutError
     ObjectLostError = _errors.NotFoundError
     WorkerCrashedError = _errors.JobFailedError
     TaskCancelledError = _errors.JobFailedError
+
+
+def __getattr__(name: str) -> Any:
+    """Any other `ray.X`: an AttributeError that says it is not mapped (not a bare one)."""
+    if name.startswith("__"):
+        raise AttributeError(name)
+    raise AttributeError(f"ray.{name} is not mapped by iris.compat.ray; "
+                         "docs/migrating-from-ray.md lists what is and what to use instead")

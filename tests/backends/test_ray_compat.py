@@ -217,3 +217,9 @@ def test_shutdown_forgets_inits_runtime_env():
         ray.init(runtime_env={"env_vars": {"H38_RAY_PROBE": "set"}})
         ray.shutdown()
         assert ray.get(getenv.remote("H38_RAY_PROBE"), timeout=60) is None
+
+
+def test_what_ray_has_and_the_layer_does_not_is_an_attribute_error_saying_so():
+    with pytest.raises(AttributeError, match="not mapped by iris.compat.ray"):
+        ray.nodes()
+    assert not hasattr(ray, "timeline")
