@@ -28,6 +28,7 @@ import iris
 from iris.actors.hosting import spec_of
 from iris.backends.api import spawn_job
 from iris.base import errors as _errors
+from iris.client.jobs import ship_by_value
 from iris.compat.ray_options import (
     ACTOR_OPTIONS,
     RefusedError,
@@ -35,6 +36,8 @@ from iris.compat.ray_options import (
     check_name,
     check_strategy,
     init_env,
+    job_name,
+    label_of,
     resources_of,
     task_submit_options,
 )
@@ -65,19 +68,27 @@ class RemoteFunction:
         functools.update_wrapper(self, fn)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        raise TypeError(f"remote function {self._fn.__name__} cannot be called directly: "
-                        f"use {self._fn.__name__}.remote(...)")
+        label = label_of(self._fn)
+        raise TypeError(f"remote function {label} cannot be called directly: "
+                        f"use {label}.remote(...)")
 
     def options(self, **options: Any) -> RemoteFunction:
         return RemoteFunction(self._fn, {**self._options, **options})
 
     def remote(self, *args: Any, **kwargs: Any) -> ObjectRef:
         args, kwargs = lazy_args(args, kwargs)
-        name = self._submit["name"] or self._fn.__name__.replace("_", "-")
+        _ship(self._fn)
+        name = job_name(self._fn, self._submit["name"], uuid.uuid4().hex[:6])
         job = iris.submit(functools.partial(call, self._fn, **kwargs), *args,
-                          **{**self._submit, "name": f"{name}-{uuid.uuid4().hex[:6]}"},
-                          **env_options(self._options))
+                          **{**self._submit, "name": name}, **env_options(self._options))
         return TaskRef(job)
+
+
+def _ship(fn: Any) -> None:
+    """The user's code by value, as iris.submit(fn) does (here fn travels inside `call`):
+    a function, a partial's function, or a callable object's class."""
+    target = fn.func if isinstance(fn, functools.partial) else fn
+    ship_by_value(target if isinstance(target, types.FunctionType | type) else type(target))
 
 
 # ---------------------------------------------------------------- actors
@@ -269,7 +280,9 @@ def kill(actor: ActorHandle, *, no_restart: bool = True) -> None:
 
 def cancel(ref: ObjectRef, *, force: bool = False, recursive: bool = True) -> None:
     if not isinstance(ref, TaskRef):
-        raise RefusedError("ray.cancel: only a task's ref can be cancelled", "ref")
+        raise RefusedError("ray.cancel: only a task's ref can be cancelled; an actor call "
+                           "cannot be: give it a deadline (iris.resolve(name).method"
+                           ".options(timeout=s)) or ray.kill the actor", "ref")
     ref.job.kill()
 
 

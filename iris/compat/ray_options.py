@@ -6,11 +6,13 @@ and what to use instead, when the function or class is decorated, not when it ru
 
 from __future__ import annotations
 
+import re
+
 from iris.base import errors as _errors
 from iris.base.resources import Resources, tpu_shape
 
 __all__ = ["ACTOR_OPTIONS", "FOREVER", "RefusedError", "check_known", "check_name",
-           "check_strategy", "init_env", "resources_of",
+           "check_strategy", "init_env", "job_name", "label_of", "resources_of",
            "runtime_env", "task_submit_options"]
 
 
@@ -152,6 +154,19 @@ def _retries(options: dict) -> tuple[int | None, int]:
                            "retry_exceptions")
     retries = FOREVER if retries == -1 else retries
     return retries, retries if retry_exceptions else 0
+
+
+def label_of(fn: object) -> str:
+    """What a remote function is called: its name, a partial's function's, or its type's."""
+    target = getattr(fn, "func", fn)  # functools.partial
+    return getattr(target, "__name__", None) or type(target).__name__
+
+
+def job_name(fn: object, name: str | None, suffix: str) -> str:
+    """A valid Iris job name for one call: Ray's `name=` (any text, a label on Ray) or the
+    function's name, as letters, digits, '-', '_' and '.', then `-suffix`."""
+    base = re.sub(r"[^A-Za-z0-9_.-]+", "-", name or label_of(fn)).strip("-_.") or "task"
+    return f"{base[:50].rstrip('-_.')}-{suffix}"
 
 
 def check_strategy(options: dict) -> None:

@@ -5,6 +5,7 @@ Ray too (test_ported_program.py)."""
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -81,6 +82,31 @@ def test_refs_nested_in_an_argument_reach_the_task_as_refs_it_can_get(backend):
 def test_put_of_a_ref_is_refused_as_on_ray(backend):
     with pytest.raises(TypeError, match="'put' on an ObjectRef"):
         ray.put(echo.remote(1))
+
+
+def _add(a, b):
+    return a + b
+
+
+class _Double:
+    def __call__(self, x):
+        return 2 * x
+
+
+@BOTH
+@pytest.mark.parametrize("make, expected", [
+    (lambda: ray.remote(lambda x: x + 1), 3),
+    (lambda: ray.remote(functools.partial(_add, 1)), 3),
+    (lambda: ray.remote(_Double()), 4),
+    (lambda: ray.remote(functools.partial(_add, 2)).options(name="my task: step 1!"), 4),
+    (lambda: ray.remote(_add).options(name="é" * 80).options(name=None), None),
+], ids=["lambda", "partial", "callable", "free-text-name", "no-name"])
+def test_any_callable_and_any_task_name_runs_as_on_ray(backend, make, expected):
+    """On Ray a task's name is a label; here it becomes a valid job name."""
+    if expected is None:
+        assert ray.get(make().remote(1, 2), timeout=120) == 3
+    else:
+        assert ray.get(make().remote(2), timeout=120) == expected
 
 
 # ---------------------------------------------------------------- get and wait
