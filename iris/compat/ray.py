@@ -144,6 +144,8 @@ def _is_actor(cls: type) -> bool:
 
 
 def _namespaced(name: str, namespace: str | None) -> str:
+    """Ray's namespace (the given one, else ray.init(namespace=)'s) as a name prefix."""
+    namespace = namespace or _namespace[0]
     return f"/{namespace}/{name}" if namespace else name
 
 
@@ -286,16 +288,22 @@ def cancel(ref: ObjectRef, *, force: bool = False, recursive: bool = True) -> No
     ref.job.kill()
 
 
-def init(address: str | None = None, *, runtime_env: dict | None = None, **_: Any) -> None:
+def init(address: str | None = None, *, runtime_env: dict | None = None,
+         namespace: str | None = None, **_: Any) -> None:
     """Nothing to connect: `iris.*` uses the current backend (iris.backend(...),
     IRIS_BACKEND, or an embedded local cluster on the first submit). `runtime_env`
-    (env_vars, pip) applies to every remote function and actor started after it."""
+    (env_vars, pip) applies to every remote function and actor started after it;
+    `namespace` to every named actor made or looked up without one. Other options
+    (num_cpus, ignore_reinit_error, log_to_driver, ...) are accepted and ignored."""
+    if namespace is not None and (not isinstance(namespace, str) or not namespace):
+        raise ValueError(f"ray.init: namespace must be a non-empty string, got {namespace!r}")
     if address not in (None, "auto", "local"):
         raise RefusedError(f"ray.init(address={address!r}): choose the backend with "
                            "IRIS_BACKEND=ray://HOST:PORT (or tcp://HOST:PORT for Iris) or "
                            "`with iris.backend(...)`", "address")
     env_options({"runtime_env": runtime_env or {}})  # refuses what does not map, now
     init_env.set(dict(runtime_env or {}))
+    _namespace[0] = namespace
     _initialized[0] = True
 
 
@@ -303,12 +311,14 @@ def shutdown() -> None:
     """Forget init()'s runtime_env; the backend itself is closed by its `with` block (or
     the process's end). A later init() starts over, as on Ray."""
     init_env.set(None)
+    _namespace[0] = None
     _initialized[0] = False
 
 
 # None until init() or shutdown() is called: then whether a backend is current (Ray's
 # calls work before init(), which they start themselves).
 _initialized: list[bool | None] = [None]
+_namespace: list[str | None] = [None]  # ray.init(namespace=...), for the whole process
 
 
 def is_initialized() -> bool:

@@ -116,17 +116,45 @@ def resources_of(options: dict, default_cpu: float = 1) -> Resources:
 
 
 def runtime_env(options: dict) -> dict:
-    env = {**(init_env.get() or {}), **(options.get("runtime_env") or {})}
+    """A runtime_env (ray.init's, then the options', env_vars merged as Ray merges them) as
+    iris.submit's env= and pip=; RefusedError for a field that does not map."""
+    outer, inner = init_env.get() or {}, options.get("runtime_env") or {}
+    for env in (outer, inner):
+        if not isinstance(env, dict):
+            raise _bad("runtime_env", "a dict, e.g. {'env_vars': {...}, 'pip': [...]}", env)
+    env = {**outer, **inner}
+    if "env_vars" in outer and "env_vars" in inner:
+        env["env_vars"] = {**outer["env_vars"], **inner["env_vars"]}
     out: dict = {}
     if "env_vars" in env:
-        out["env"] = dict(env.pop("env_vars"))
+        out["env"] = _env_vars(env.pop("env_vars"))
     if "pip" in env:
-        out["pip"] = list(env.pop("pip"))
+        out["pip"] = _pip(env.pop("pip"))
     if env:
         raise RefusedError(f"runtime_env={{{sorted(env)[0]!r}: ...}}: only env_vars and pip "
                            "map (a job's env= and pip=); ship files with iris.submit("
                            "workspace=DIR)", "runtime_env")
     return out
+
+
+def _env_vars(env_vars: object) -> dict:
+    if not isinstance(env_vars, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in env_vars.items()):
+        raise _bad("runtime_env['env_vars']", "a dict of str to str (as Ray requires)",
+                   env_vars)
+    return dict(env_vars)
+
+
+def _pip(pip: object) -> list:
+    """Ray's pip field: a list of requirements, or {"packages": [...], ...}."""
+    if isinstance(pip, dict) and "packages" in pip:
+        pip = pip["packages"]
+    if isinstance(pip, str):
+        raise RefusedError(f"runtime_env['pip']={pip!r}: a requirements file does not map; "
+                           "list the requirements (pip=['numpy>=1.26', ...])", "runtime_env")
+    if not isinstance(pip, list | tuple) or not all(isinstance(p, str) for p in pip):
+        raise _bad("runtime_env['pip']", "a list of requirement strings, e.g. ['numpy']", pip)
+    return list(pip)
 
 
 # Ray's max_retries=-1 (retry forever), as a count no task reaches.

@@ -249,3 +249,46 @@ def test_what_ray_has_and_the_layer_does_not_is_an_attribute_error_saying_so():
     with pytest.raises(AttributeError, match="not mapped by iris.compat.ray"):
         ray.nodes()
     assert not hasattr(ray, "timeline")
+
+
+@BOTH
+def test_inits_namespace_names_the_actors_made_and_looked_up_without_one(backend):
+    ray.init(namespace="team")
+    Counter.options(name="shared").remote(5)
+    assert ray.get(ray.get_actor("shared", namespace="team").add.remote(), timeout=60) == 6
+    assert ray.get(ray.get_actor("shared").add.remote(), timeout=60) == 7
+    ray.shutdown()
+    with pytest.raises(ValueError, match="shared"):
+        ray.get_actor("shared")
+
+
+def test_task_env_vars_merge_with_inits_as_on_ray():
+    from iris.compat.ray_options import runtime_env
+
+    ray.init(runtime_env={"env_vars": {"A": "1", "B": "1"}})
+    assert runtime_env({"runtime_env": {"env_vars": {"B": "2"}}}) == {
+        "env": {"A": "1", "B": "2"}}
+
+
+@pytest.mark.parametrize("env, expected", [
+    ({"pip": {"packages": ["numpy"], "pip_check": False}}, {"pip": ["numpy"]}),
+    ({"pip": ["numpy"]}, {"pip": ["numpy"]}),
+])
+def test_pip_in_its_ray_forms(env, expected):
+    from iris.compat.ray_options import runtime_env
+
+    assert runtime_env({"runtime_env": env}) == expected
+
+
+@pytest.mark.parametrize("env, named", [
+    ({"pip": "requirements.txt"}, "requirements file"),
+    ({"pip": [1]}, "pip"),
+    ({"env_vars": {"A": 1}}, "env_vars"),
+    ("numpy", "runtime_env"),
+])
+def test_bad_runtime_envs_are_refused_naming_the_field(env, named):
+    with pytest.raises(iris.InvalidRequestError, match=named):
+        echo.options(runtime_env=env)
+    with pytest.raises(iris.InvalidRequestError, match=named):
+        ray.init(runtime_env=env)
+    assert not ray.is_initialized()
