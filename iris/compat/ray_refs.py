@@ -9,6 +9,8 @@ travels as a ref that is ready, so the task can still `ray.get` it.
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 from typing import Any
 
 import iris
@@ -151,6 +153,8 @@ def fetch_args(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
 
 def call(fn: Any, /, *args: Any, **kwargs: Any) -> Any:
     """The task body: fetch put objects, then call the user's function (positional-only
-    `fn`, so the user's own keyword `fn=` reaches theirs)."""
+    `fn`, so the user's own keyword `fn=` reaches theirs); an `async def` one is run to
+    its end on a loop of its own, as Ray runs async tasks."""
     args, kwargs = fetch_args(args, kwargs)
-    return fn(*args, **kwargs)
+    value = fn(*args, **kwargs)
+    return asyncio.run(value) if inspect.iscoroutine(value) else value

@@ -5,6 +5,7 @@ Ray too (test_ported_program.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import os
 import threading
@@ -107,6 +108,17 @@ def test_any_callable_and_any_task_name_runs_as_on_ray(backend, make, expected):
         assert ray.get(make().remote(1, 2), timeout=120) == 3
     else:
         assert ray.get(make().remote(2), timeout=120) == expected
+
+
+@ray.remote
+async def async_double(x):
+    await asyncio.sleep(0)
+    return 2 * x
+
+
+@BOTH
+def test_an_async_def_task_returns_its_value_not_a_coroutine(backend):
+    assert ray.get(async_double.remote(21), timeout=120) == 42
 
 
 # ---------------------------------------------------------------- get and wait
