@@ -116,8 +116,9 @@ class ActorClass:
                                "positionally (iris.spawn(cls, *args))", "kwargs")
         args, _ = fetch_args(*lazy_args(args, {}))
         named = self._options.get("name")
-        name = named or f"{self._cls.__name__.lower()}-{uuid.uuid4().hex[:8]}"
-        name = _namespaced(name, self._options.get("namespace"))
+        name = _namespaced(named, self._options.get("namespace")) if named else \
+            _unnamed(f"{self._cls.__name__.lower()}-{uuid.uuid4().hex[:8]}",
+                     self._options.get("namespace"))
         if named:
             try:
                 existing = ActorHandle(iris.resolve(name, timeout=0), None)
@@ -144,9 +145,18 @@ def _is_actor(cls: type) -> bool:
 
 
 def _namespaced(name: str, namespace: str | None) -> str:
-    """Ray's namespace (the given one, else ray.init(namespace=)'s) as a name prefix."""
+    """A Ray actor name as an absolute Iris name: Ray's names are one flat space per
+    namespace (the given one, else ray.init(namespace=)'s), wherever the actor is made or
+    looked up (a task's relative name would live under its own job)."""
     namespace = namespace or _namespace[0]
-    return f"/{namespace}/{name}" if namespace else name
+    if name.startswith("/"):
+        return name
+    return f"/{namespace}/{name}" if namespace else f"/{name}"
+
+
+def _unnamed(name: str, namespace: str | None) -> str:
+    """An actor made without name=: its own job's, unless a namespace is given."""
+    return _namespaced(name, namespace) if namespace or _namespace[0] else name
 
 
 class ActorHandle:

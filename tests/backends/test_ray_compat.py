@@ -228,6 +228,39 @@ def test_every_call_to_an_actor_that_died_is_an_actor_error(backend):
             ray.get(getattr(actor, method).remote(), timeout=60)
 
 
+@ray.remote
+def serve_named_actor(name):
+    """Make `name`, then wait (up to 60 s) until someone else has added 1 to it."""
+    actor = Counter.options(name=name).remote(100)
+    gate = threading.Event()
+    for _ in range(600):
+        if ray.get(actor.add.remote(0), timeout=60) > 100:
+            return ray.get(ray.get_actor("outside").add.remote(1), timeout=60)
+        gate.wait(0.1)
+    return "nobody found it"
+
+
+def _find(name):
+    gate = threading.Event()
+    for _ in range(600):
+        try:
+            return ray.get_actor(name)
+        except ValueError:
+            gate.wait(0.1)
+    return ray.get_actor(name)
+
+
+@BOTH
+def test_named_actors_are_one_space_for_the_driver_and_its_tasks_as_on_ray(backend):
+    """A task's actor of a given name is found by the driver, and the driver's by the
+    task (on Iris a relative name would live under the task's own job)."""
+    outside = Counter.options(name="outside").remote()
+    served = serve_named_actor.remote("inside")
+    assert ray.get(_find("inside").add.remote(1), timeout=60) == 101
+    assert ray.get(served, timeout=120) == 1
+    assert ray.get(outside.add.remote(), timeout=60) == 2
+
+
 # ---------------------------------------------------------------- init and shutdown
 
 def test_is_initialized_after_init_until_shutdown():
