@@ -19,6 +19,7 @@ call's ref is waited for by the caller before it submits (Ray waits in its sched
 from __future__ import annotations
 
 import functools
+import time
 import types
 import uuid
 from typing import Any
@@ -27,110 +28,32 @@ import iris
 from iris.actors.hosting import spec_of
 from iris.backends.api import spawn_job
 from iris.base import errors as _errors
+from iris.client.jobs import ship_by_value
 from iris.compat.ray_options import (
     ACTOR_OPTIONS,
     RefusedError,
     check_known,
+    check_name,
+    check_strategy,
     init_env,
+    job_name,
+    label_of,
     resources_of,
     task_submit_options,
 )
 from iris.compat.ray_options import (
     runtime_env as env_options,
 )
-
-# ---------------------------------------------------------------- refs
-
-class ObjectRef:
-    """What `.remote()` and `put` return; `ray.get` reads it, `ray.wait` waits on it."""
-
-    def done(self) -> bool:
-        raise NotImplementedError
-
-    def result(self, timeout: float | None = None) -> Any:
-        raise NotImplementedError
-
-
-class _TaskRef(ObjectRef):
-    def __init__(self, job: Any):
-        self.job = job
-
-    def __repr__(self) -> str:
-        return f"ObjectRef(task {self.job.job_id})"
-
-    def done(self) -> bool:
-        return self.job.done()
-
-    @property
-    def add_done_callback(self) -> Any:
-        """The job's, when it can call back (in process); else None: iris.wait polls."""
-        return getattr(self.job, "add_done_callback", None)
-
-    def result(self, timeout: float | None = None) -> Any:
-        return self.job.result(timeout)
-
-
-class _CallRef(ObjectRef):
-    def __init__(self, future: Any):
-        self.future = future
-
-    def __repr__(self) -> str:
-        return f"ObjectRef({self.future.actor}.{self.future.method})"
-
-    def done(self) -> bool:
-        return self.future.done()
-
-    def add_done_callback(self, fn: Any) -> None:
-        self.future.add_done_callback(lambda _: fn(self))
-
-    def result(self, timeout: float | None = None) -> Any:
-        return self.future.result(timeout)
-
-
-class _PutRef(ObjectRef):
-    def __init__(self, ref: iris.ObjectRef):
-        self.ref = ref
-
-    def __repr__(self) -> str:
-        return f"ObjectRef(put {self.ref.oid[:12]})"
-
-    def done(self) -> bool:
-        return True
-
-    def result(self, timeout: float | None = None) -> Any:
-        return iris.get(self.ref, timeout)
-
-
-class _Fetch:
-    """A put object travelling to a task by reference: fetched there, on its backend."""
-
-    def __init__(self, ref: iris.ObjectRef):
-        self.ref = ref
-
-
-def _lazy_args(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-    def one(value: Any) -> Any:
-        if isinstance(value, _PutRef):
-            return _Fetch(value.ref)
-        if isinstance(value, ObjectRef):
-            return value.result()
-        return value
-
-    return tuple(one(a) for a in args), {k: one(v) for k, v in kwargs.items()}
-
-
-def _fetch_args(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-    def one(value: Any) -> Any:
-        return iris.get(value.ref) if isinstance(value, _Fetch) else value
-
-    return tuple(one(a) for a in args), {k: one(v) for k, v in kwargs.items()}
-
-
-def _call(fn: Any, *args: Any, **kwargs: Any) -> Any:
-    """The task body: fetch put objects, then call the user's function."""
-    args, kwargs = _fetch_args(args, kwargs)
-    return fn(*args, **kwargs)
-
+from iris.compat.ray_refs import (
+    CallRef,
+    FailedRef,
+    ObjectRef,
+    PutRef,
+    TaskRef,
+    call,
+    fetch_args,
+    lazy_args,
+)
 
 # ---------------------------------------------------------------- remote functions
 
@@ -145,19 +68,27 @@ class RemoteFunction:
         functools.update_wrapper(self, fn)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        raise TypeError(f"remote function {self._fn.__name__} cannot be called directly: "
-                        f"use {self._fn.__name__}.remote(...)")
+        label = label_of(self._fn)
+        raise TypeError(f"remote function {label} cannot be called directly: "
+                        f"use {label}.remote(...)")
 
     def options(self, **options: Any) -> RemoteFunction:
         return RemoteFunction(self._fn, {**self._options, **options})
 
     def remote(self, *args: Any, **kwargs: Any) -> ObjectRef:
-        args, kwargs = _lazy_args(args, kwargs)
-        name = self._submit["name"] or self._fn.__name__.replace("_", "-")
-        job = iris.submit(functools.partial(_call, self._fn, **kwargs), *args,
-                          **{**self._submit, "name": f"{name}-{uuid.uuid4().hex[:6]}"},
-                          **env_options(self._options))
-        return _TaskRef(job)
+        args, kwargs = lazy_args(args, kwargs)
+        _ship(self._fn)
+        name = job_name(self._fn, self._submit["name"], uuid.uuid4().hex[:6])
+        job = iris.submit(functools.partial(call, self._fn, **kwargs), *args,
+                          **{**self._submit, "name": name}, **env_options(self._options))
+        return TaskRef(job)
+
+
+def _ship(fn: Any) -> None:
+    """The user's code by value, as iris.submit(fn) does (here fn travels inside `call`):
+    a function, a partial's function, or a callable object's class."""
+    target = fn.func if isinstance(fn, functools.partial) else fn
+    ship_by_value(target if isinstance(target, types.FunctionType | type) else type(target))
 
 
 # ---------------------------------------------------------------- actors
@@ -167,6 +98,9 @@ class ActorClass:
 
     def __init__(self, cls: type, options: dict):
         check_known(options, ACTOR_OPTIONS, "actor class")
+        check_name(options)
+        check_strategy(options)
+        resources_of(options, default_cpu=0)  # refuses bad resources now, not at .remote()
         if options.get("lifetime") == "detached":
             raise RefusedError("lifetime='detached': an Iris actor lives with its job; "
                                "iris.spawn it from a long-lived job instead", "lifetime")
@@ -180,16 +114,22 @@ class ActorClass:
         if kwargs:
             raise RefusedError("keyword arguments to an actor's constructor: pass them "
                                "positionally (iris.spawn(cls, *args))", "kwargs")
-        args, _ = _lazy_args(args, {})
-        args = tuple(iris.get(a.ref) if isinstance(a, _Fetch) else a for a in args)
-        name = self._options.get("name") or f"{self._cls.__name__.lower()}-" \
-                                             f"{uuid.uuid4().hex[:8]}"
-        name = _namespaced(name, self._options.get("namespace"))
-        if self._options.get("get_if_exists"):
+        args, _ = fetch_args(*lazy_args(args, {}))
+        named = self._options.get("name")
+        name = _namespaced(named, self._options.get("namespace")) if named else \
+            _unnamed(f"{self._cls.__name__.lower()}-{uuid.uuid4().hex[:8]}",
+                     self._options.get("namespace"))
+        if named:
             try:
-                return ActorHandle(iris.resolve(name, timeout=0), None)
+                existing = ActorHandle(iris.resolve(name, timeout=0), None)
             except _errors.ActorNotFoundError:
-                pass
+                existing = None
+            if existing is not None and self._options.get("get_if_exists"):
+                return existing
+            if existing is not None:
+                raise ValueError(f"The name {named!r} (namespace="
+                                 f"{self._options.get('namespace')!r}) is already taken by "
+                                 "a live actor; use get_if_exists=True or ray.get_actor")
         ref, job = spawn_job(self._cls, *args, name=name,
                              resources=resources_of(self._options, default_cpu=0),
                              **env_options(self._options))
@@ -205,7 +145,18 @@ def _is_actor(cls: type) -> bool:
 
 
 def _namespaced(name: str, namespace: str | None) -> str:
-    return f"/{namespace}/{name}" if namespace else name
+    """A Ray actor name as an absolute Iris name: Ray's names are one flat space per
+    namespace (the given one, else ray.init(namespace=)'s), wherever the actor is made or
+    looked up (a task's relative name would live under its own job)."""
+    namespace = namespace or _namespace[0]
+    if name.startswith("/"):
+        return name
+    return f"/{namespace}/{name}" if namespace else f"/{name}"
+
+
+def _unnamed(name: str, namespace: str | None) -> str:
+    """An actor made without name=: its own job's, unless a namespace is given."""
+    return _namespaced(name, namespace) if namespace or _namespace[0] else name
 
 
 class ActorHandle:
@@ -214,6 +165,7 @@ class ActorHandle:
     def __init__(self, ref: Any, job: Any):
         self._ref = ref
         self._job = job
+        self._killed = False  # by ray.kill: its calls fail here, as Ray's do
 
     def __repr__(self) -> str:
         return f"ActorHandle({self._ref.name!r})"
@@ -224,18 +176,24 @@ class ActorHandle:
     def __getattr__(self, method: str) -> _ActorMethod:
         if method.startswith("_"):
             raise AttributeError(method)
-        return _ActorMethod(self._ref, method)
+        return _ActorMethod(self, method)
 
 
 class _ActorMethod:
-    def __init__(self, ref: Any, method: str):
-        self._ref = ref
+    def __init__(self, handle: ActorHandle, method: str):
+        self._handle = handle
+        self._ref = handle._ref
         self._method = method
 
     def remote(self, *args: Any, **kwargs: Any) -> ObjectRef:
-        args, kwargs = _lazy_args(args, kwargs)
-        args, kwargs = _fetch_args(args, kwargs)
-        return _CallRef(getattr(self._ref, self._method)(*args, **kwargs))
+        if self._handle._killed:
+            return FailedRef(_errors.ActorDiedError(
+                f"actor {self._ref.name!r} was killed (ray.kill); {self._method!r} was not "
+                "run", actor=self._ref.name, method=self._method))
+        args, kwargs = lazy_args(args, kwargs)
+        args, kwargs = fetch_args(args, kwargs)
+        return CallRef(getattr(self._ref, self._method)(*args, **kwargs), self._ref.name,
+                       self._method)
 
     def options(self, **options: Any) -> _ActorMethod:
         raise RefusedError("actor_method.options(...): per-call options do not map; use "
@@ -262,25 +220,54 @@ def _remote(target: Any, options: dict) -> Any:
 
 
 def get(refs: Any, *, timeout: float | None = None) -> Any:
-    """The value of a ref (a list for a list); a task's exception is raised as itself."""
+    """The value of a ref (a list for a list); a task's exception is raised as itself.
+    `timeout` bounds the whole call, not each ref of a list (TimeoutError, which
+    `ray.exceptions.GetTimeoutError` is)."""
+    _check_timeout("ray.get", timeout)
+    if isinstance(refs, ObjectRef):
+        return refs.result(timeout)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    return _get(refs, deadline)
+
+
+def _get(refs: Any, deadline: float | None) -> Any:
     if isinstance(refs, list | tuple):
-        return [get(r, timeout=timeout) for r in refs]
+        return [_get(r, deadline) for r in refs]
     if not isinstance(refs, ObjectRef):
         raise TypeError(f"ray.get: expected an ObjectRef or a list of them, got "
                         f"{type(refs).__name__}")
-    return refs.result(timeout)
+    return refs.result(None if deadline is None else max(deadline - time.monotonic(), 0))
+
+
+def _check_timeout(verb: str, timeout: Any) -> None:
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int | float)
+                                or timeout < 0):
+        raise ValueError(f"{verb}: timeout must be None or a number of seconds >= 0, got "
+                         f"{timeout!r}")
 
 
 def wait(refs: list, *, num_returns: int = 1, timeout: float | None = None,
          fetch_local: bool = True) -> tuple[list, list]:
-    """(ready, not ready): at least `num_returns` ready, unless `timeout` s pass first."""
+    """(ready, not ready): at least `num_returns` ready, unless `timeout` s pass first.
+    `fetch_local` is accepted and ignored (values are fetched by ray.get)."""
     if not isinstance(refs, list):
         raise TypeError(f"ray.wait: expected a list of ObjectRefs, got {type(refs).__name__}")
+    for ref in refs:
+        if not isinstance(ref, ObjectRef):
+            raise TypeError(f"ray.wait: expected a list of ObjectRefs, got a "
+                            f"{type(ref).__name__} in it")
+    if isinstance(num_returns, bool) or not isinstance(num_returns, int) or num_returns < 0:
+        raise ValueError(f"ray.wait: num_returns must be an int >= 0, got {num_returns!r}")
+    _check_timeout("ray.wait", timeout)
     return iris.wait(refs, num_returns=min(num_returns, len(refs)), timeout=timeout)
 
 
 def put(value: Any) -> ObjectRef:
-    return _PutRef(iris.put(value))
+    """Keep `value` where every task can `ray.get` it (`iris.put`)."""
+    if isinstance(value, ObjectRef):
+        raise TypeError("Calling 'put' on an ObjectRef is not allowed (as on Ray): pass the "
+                        "ref itself, or ray.put(ray.get(ref))")
+    return PutRef(iris.put(value))
 
 
 def get_actor(name: str, namespace: str | None = None) -> ActorHandle:
@@ -300,32 +287,55 @@ def kill(actor: ActorHandle, *, no_restart: bool = True) -> None:
                            "actor through its job, which only its creator holds; kill it "
                            "there, or `iris job stop` its job", "actor")
     actor._job.kill()
+    actor._killed = True  # as on Ray, a call made after kill() fails
 
 
 def cancel(ref: ObjectRef, *, force: bool = False, recursive: bool = True) -> None:
-    if not isinstance(ref, _TaskRef):
-        raise RefusedError("ray.cancel: only a task's ref can be cancelled", "ref")
+    if not isinstance(ref, TaskRef):
+        raise RefusedError("ray.cancel: only a task's ref can be cancelled; an actor call "
+                           "cannot be: give it a deadline (iris.resolve(name).method"
+                           ".options(timeout=s)) or ray.kill the actor", "ref")
     ref.job.kill()
 
 
-def init(address: str | None = None, *, runtime_env: dict | None = None, **_: Any) -> None:
+def init(address: str | None = None, *, runtime_env: dict | None = None,
+         namespace: str | None = None, **_: Any) -> None:
     """Nothing to connect: `iris.*` uses the current backend (iris.backend(...),
     IRIS_BACKEND, or an embedded local cluster on the first submit). `runtime_env`
-    (env_vars, pip) applies to every remote function and actor started after it."""
+    (env_vars, pip) applies to every remote function and actor started after it;
+    `namespace` to every named actor made or looked up without one. Other options
+    (num_cpus, ignore_reinit_error, log_to_driver, ...) are accepted and ignored."""
+    if namespace is not None and (not isinstance(namespace, str) or not namespace):
+        raise ValueError(f"ray.init: namespace must be a non-empty string, got {namespace!r}")
     if address not in (None, "auto", "local"):
         raise RefusedError(f"ray.init(address={address!r}): choose the backend with "
                            "IRIS_BACKEND=ray://HOST:PORT (or tcp://HOST:PORT for Iris) or "
                            "`with iris.backend(...)`", "address")
     env_options({"runtime_env": runtime_env or {}})  # refuses what does not map, now
     init_env.set(dict(runtime_env or {}))
+    _namespace[0] = namespace
+    _initialized[0] = True
 
 
 def shutdown() -> None:
-    """Nothing to do: the backend's `with` block (or the process's end) closes it."""
+    """Forget init()'s runtime_env; the backend itself is closed by its `with` block (or
+    the process's end). A later init() starts over, as on Ray."""
+    init_env.set(None)
+    _namespace[0] = None
+    _initialized[0] = False
+
+
+# None until init() or shutdown() is called: then whether a backend is current (Ray's
+# calls work before init(), which they start themselves).
+_initialized: list[bool | None] = [None]
+_namespace: list[str | None] = [None]  # ray.init(namespace=...), for the whole process
 
 
 def is_initialized() -> bool:
-    return iris.backend_kind() != "none"
+    """True after init() until shutdown(); before either, whether a backend is current."""
+    if _initialized[0] is None:
+        return iris.backend_kind() != "none"
+    return _initialized[0]
 
 
 def _refused(name: str, instead: str) -> Any:
@@ -349,8 +359,17 @@ class exceptions:  # noqa: N801 - mirrors the `ray.exceptions` module
     RayError = Exception
     RayTaskError = Exception  # the task's own exception is raised, as itself
     RayActorError = _errors.PeerUnavailableError
+    ActorUnavailableError = _errors.PeerUnavailableError
     ActorDiedError = _errors.ActorDiedError
     GetTimeoutError = TimeoutError
     ObjectLostError = _errors.NotFoundError
     WorkerCrashedError = _errors.JobFailedError
     TaskCancelledError = _errors.JobFailedError
+
+
+def __getattr__(name: str) -> Any:
+    """Any other `ray.X`: an AttributeError that says it is not mapped (not a bare one)."""
+    if name.startswith("__"):
+        raise AttributeError(name)
+    raise AttributeError(f"ray.{name} is not mapped by iris.compat.ray; "
+                         "docs/migrating-from-ray.md lists what is and what to use instead")

@@ -51,7 +51,10 @@ def _check(result: dict) -> None:
 
 def test_ray_program_ported_with_the_ray_shaped_layer(backend):
     ps_compat.ray.init(runtime_env={"pip": ["numpy"]})  # as its main() does
-    _check(ps_compat.run(ps_compat.Config(**asdict(CFG))))
+    try:
+        _check(ps_compat.run(ps_compat.Config(**asdict(CFG))))
+    finally:
+        ps_compat.ray.shutdown()  # ray.init()'s runtime_env is the process's, as on Ray
 
 
 @pytest.mark.parametrize("backend", ["inprocess", "iris"], indirect=True)
