@@ -209,6 +209,14 @@ def stop_in_order(*groups, grace_s: float = 30.0) -> None:
                 proc.wait(30)
 
 
+def main_thread_asleep(pid: int) -> bool:
+    """Is the main thread of process `pid` asleep in the kernel (a lock, a poll), not running
+    bytecode, which would run a tripped signal handler at once? For the tests that send a
+    signal to another of its threads (iris/base/signals.py)."""
+    with open(f"/proc/{pid}/task/{pid}/wchan") as f:
+        return f.read() not in ("", "0")
+
+
 def watchdogs_of(work_dir) -> list[int]:
     """Live `python -m iris.worker.watchdog WORK_DIR` processes (not zombies), from /proc."""
     needle = f"iris.worker.watchdog\0{work_dir}\0".encode()

@@ -5,7 +5,8 @@ import os
 import signal
 import subprocess
 import sys
-from pathlib import Path
+
+from tests.conftest import main_thread_asleep
 
 CALLER = """
 import os, threading
@@ -30,17 +31,12 @@ except KeyboardInterrupt:
 """
 
 
-def _main_thread_waits(pid: int) -> bool:
-    """Asleep in the kernel (its wait), not running bytecode (which runs a handler at once)."""
-    return Path(f"/proc/{pid}/task/{pid}/wchan").read_text() not in ("", "0")
-
-
 def test_ctrl_c_taken_by_another_thread_interrupts_a_call_waiting_on_the_main_thread(
         wait_until):
     proc = subprocess.Popen([sys.executable, "-c", CALLER], stdout=subprocess.PIPE, text=True)
     try:
         other = int(proc.stdout.readline())
-        wait_until(lambda: _main_thread_waits(proc.pid), what="the call waiting")
+        wait_until(lambda: main_thread_asleep(proc.pid), what="the call waiting")
         os.kill(other, signal.SIGINT)  # kill(2) of a thread's id: that thread takes it
         assert proc.wait(60) == 3
         assert proc.stdout.read().strip() == "interrupted"

@@ -15,7 +15,7 @@ import pytest
 import iris
 from iris.client.jobs import _controller
 from iris.worker.records import is_alive
-from tests.conftest import stop_in_order, watchdogs_of
+from tests.conftest import main_thread_asleep, stop_in_order, watchdogs_of
 
 pytestmark = pytest.mark.slow
 
@@ -251,19 +251,13 @@ def test_a_sigterm_taken_by_another_thread_still_stops_the_worker(tmp_path, wait
         stop_in_order([worker], [controller])
 
 
-def _main_thread_waits(pid: int) -> bool:
-    """Is the main thread of `pid` asleep on a lock (a futex), not running bytecode (which
-    would run a tripped handler at once)?"""
-    return "futex" in Path(f"/proc/{pid}/task/{pid}/wchan").read_text()
-
-
 def test_a_sigterm_taken_by_another_thread_still_stops_the_controller(tmp_path, wait_until):
     """The controller's main thread waits for its stop as the worker's does (in slices,
     iris/base/signals.py), so a SIGTERM the kernel hands to another of its threads still
     stops it, cleanly."""
     controller = start_controller(tmp_path / "state", f"tcp://127.0.0.1:{free_port()}")
     try:
-        wait_until(lambda: _main_thread_waits(controller.pid), what="its main thread waiting")
+        wait_until(lambda: main_thread_asleep(controller.pid), what="its main thread waiting")
         os.kill(_thread_taking(controller.pid, signal.SIGTERM), signal.SIGTERM)
         try:
             assert controller.wait(60) == 0

@@ -5,13 +5,9 @@ import os
 import signal
 import subprocess
 import sys
-from pathlib import Path
 
 from iris.worker.task_runtime import PREEMPT_EXIT_CODE
-
-
-def _main_thread_waits(pid: int) -> bool:
-    return "futex" in Path(f"/proc/{pid}/task/{pid}/wchan").read_text()
+from tests.conftest import main_thread_asleep
 
 
 def test_callbacks_run_when_the_sigterm_lands_on_another_thread(tmp_path, wait_until):
@@ -30,7 +26,7 @@ def test_callbacks_run_when_the_sigterm_lands_on_another_thread(tmp_path, wait_u
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
         other = int(proc.stdout.readline())
-        wait_until(lambda: _main_thread_waits(proc.pid), what="the main thread asleep")
+        wait_until(lambda: main_thread_asleep(proc.pid), what="the main thread asleep")
         os.kill(other, signal.SIGTERM)  # kill(2) of a thread's id: that thread takes it
         assert proc.wait(60) == PREEMPT_EXIT_CODE
         assert marker.read_text() == "saved"
