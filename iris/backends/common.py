@@ -11,6 +11,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from iris.base.errors import RemoteError
 from iris.client.checks import check_args_picklable, check_picklable
 
 __all__ = ["ObjectRef", "TaskInfo", "adopt", "children_var", "check_args_picklable", "check_picklable", "format_exc",
@@ -81,7 +82,13 @@ def new_oid() -> str:
 
 def with_remote_traceback(exc: BaseException, text: str, where: str) -> BaseException:
     """`exc` carrying the traceback it had where it was raised (`remote_traceback` and a
-    note naming `where`), as Iris gives actor and task errors."""
+    note naming `where`), as Iris gives actor and task errors. A SystemExit, KeyboardInterrupt
+    or other BaseException that is not an Exception becomes a RemoteError naming its type,
+    as over the wire (iris/wire/remote_errors.py): raised as itself it would end the caller."""
+    if not isinstance(exc, Exception):
+        kind = f"{type(exc).__module__}.{type(exc).__qualname__}"
+        return RemoteError(f"{where} raised {kind}: {exc}", remote_type=kind,
+                           remote_traceback=text)
     try:
         exc.remote_traceback = text
     except AttributeError:  # __slots__: the note still carries it

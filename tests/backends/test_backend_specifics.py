@@ -56,3 +56,31 @@ def test_ray_backend_refuses_what_ray_cannot_place_before_submitting(ray_head, r
             iris.submit(tasks.square, 2, resources=resources)
         with pytest.raises(iris.UnschedulableError, match=named):
             iris.map(tasks.square, [1, 2], resources=resources)
+
+
+def _exits(code: int) -> None:
+    raise SystemExit(code)
+
+
+def _interrupted(_: int) -> None:
+    raise KeyboardInterrupt
+
+
+def test_a_task_or_map_raising_a_base_exception_does_not_end_the_caller_in_process():
+    """As on Iris (tests/cluster/test_task_error_transport.py): a task's SystemExit is the
+    job's failure (JobFailedError saying it), a map function's KeyboardInterrupt a RemoteError
+    naming it; raised as themselves they ended the calling program past `except Exception`."""
+    with iris.backend("inprocess"):
+        with pytest.raises(iris.JobFailedError, match="SystemExit: 3"):
+            iris.submit(_exits, 3).result(timeout=60)
+        with pytest.raises(iris.RemoteError, match="KeyboardInterrupt") as info:
+            list(iris.map(_interrupted, [1], retries=0))
+        assert "_interrupted" in info.value.remote_traceback
+
+
+@pytest.mark.parametrize("backend", ["inprocess", "iris"], indirect=True)
+def test_a_map_function_calling_sys_exit_fails_its_item_not_the_map(backend):
+    """On Iris the map worker caught Exception only: sys.exit in the function ended the
+    worker, each retry's too, and the caller saw "the task running it died 4 times"."""
+    with pytest.raises(iris.RemoteError, match="SystemExit"):
+        list(iris.map(_exits, [5], retries=0))

@@ -185,9 +185,12 @@ class LocalJob:
                                "(it is still running)")
         if self._state != "succeeded":
             failed = [t for t in self._tasks if t.exc is not None]
-            if failed and self._state == "failed":
+            # Not a SystemExit or KeyboardInterrupt the task raised: raised here it would end
+            # the caller's program (as on Iris, iris/client/job_handle.py, JobFailedError).
+            if failed and self._state == "failed" and isinstance(failed[0].exc, Exception):
                 raise failed[0].exc
-            raise JobFailedError(f"job {self.job_id} ended {self._state}: {self._error}",
+            told = "".join(f"; task {t.index}: {t.error}" for t in failed)
+            raise JobFailedError(f"job {self.job_id} ended {self._state}: {self._error}{told}",
                                  self.status())
         values = [t.value for t in self._tasks]
         return values[0] if len(values) == 1 else values

@@ -105,7 +105,7 @@ def map_worker(coordinator: ActorRef, fn: Any) -> int:
         for index, item in chunk:
             try:
                 results.append((index, True, fn(item), ""))
-            except Exception as exc:
+            except BaseException as exc:  # a SystemExit in fn fails its item, not the worker
                 results.append((index, False, _portable(exc), format_exc(exc)))
         if chunk:
             ran += len(chunk)
@@ -116,12 +116,15 @@ def map_worker(coordinator: ActorRef, fn: Any) -> int:
 
 
 def _portable(exc: BaseException) -> BaseException:
-    """`exc`, or a RemoteError naming its type when it cannot be pickled to the caller."""
+    """`exc`, or a RemoteError naming its type when it cannot be pickled to the caller or is
+    not an Exception (a SystemExit or KeyboardInterrupt raised there would end the caller)."""
     try:
-        cloudpickle.dumps(exc)
-        return exc
+        if isinstance(exc, Exception):
+            cloudpickle.dumps(exc)
+            return exc
     except Exception:
-        return RemoteError(f"{type(exc).__name__}: {exc}", remote_type=type(exc).__name__)
+        pass
+    return RemoteError(f"{type(exc).__name__}: {exc}", remote_type=type(exc).__name__)
 
 
 def _sendable(results: list) -> list:
