@@ -5,8 +5,9 @@ refuses a timeout that is not a number, naming it."""
 
 from __future__ import annotations
 
+import os
 import sys
-import time
+import threading
 
 import pytest
 
@@ -28,8 +29,13 @@ class Quitter:
     def ping(self) -> str:
         return "pong"
 
-    def slow_ping(self, seconds: float) -> str:
-        time.sleep(seconds)
+    def ping_once(self, path: str) -> str:
+        """Answers once `path` exists (up to 60 s): pending for as long as the test needs."""
+        gate = threading.Event()
+        for _ in range(1200):
+            if os.path.exists(path):
+                break
+            gate.wait(0.05)
         return "pong"
 
 
@@ -49,9 +55,12 @@ def test_a_base_exception_arrives_as_remote_error_and_the_actor_serves_on(
 
 
 @pytest.mark.parametrize("index, timeout", list(enumerate([float("nan"), "5", True])))
-def test_a_futures_wait_refuses_a_timeout_that_is_not_a_number(cluster, index, timeout):
+def test_a_futures_wait_refuses_a_timeout_that_is_not_a_number(cluster, index, timeout,
+                                                                tmp_path):
     ref = Quitter.serve(f"quitter-timeout-{index}")
-    gate = ref.slow_ping(0.5)  # pending while it is checked
+    go = tmp_path / "go"
+    gate = ref.ping_once(str(go))  # pending while it is checked (a done one is not waited on)
     with pytest.raises(iris.InvalidRequestError, match="timeout: expected None or a number"):
         gate.result(timeout)  # it failed as "cannot convert float NaN to integer"
-    assert gate.result(30) == "pong"
+    go.touch()
+    assert gate.result(60) == "pong"
