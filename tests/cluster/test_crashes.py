@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import threading
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -176,12 +177,10 @@ def test_slot_of_a_stopping_task_is_not_reused_until_it_exits(tmp_path, wait_unt
         assert task["attempts"] == 1 and task["failures"] == 0
 
 
-def test_a_worker_stopped_cleanly_leaves_no_process_behind(tmp_path, wait_until):
-    """SIGTERM (a provider deleting its host, an operator's stop): once the worker process
-    has exited, nothing it started is still running in its work directory. Its watchdog,
-    in a session of its own so that it outlives a crash, exits with a clean stop (before,
-    it lingered up to a watch interval and could recreate its lock file in a directory being
-    removed: the local provider's contract test failed so in a suite run)."""
+@contextmanager
+def _one_worker(tmp_path: Path, wait_until):
+    """A controller and one worker (its log kept), registered and with its watchdog running:
+    (worker, work dir, log, watchdog pid). Whatever is left is stopped after."""
     address = f"tcp://127.0.0.1:{free_port()}"
     controller = start_controller(tmp_path / "state", address)
     work_dir, log = tmp_path / "w", tmp_path / "worker.log"
@@ -190,21 +189,36 @@ def test_a_worker_stopped_cleanly_leaves_no_process_behind(tmp_path, wait_until)
         with iris.connect(address) as ctx:
             wait_until(lambda: len(_controller(ctx, "list_workers")) == 1, what="the worker")
             (watchdog,) = wait_until(lambda: watchdogs_of(work_dir), what="its watchdog")
+        yield worker, work_dir, log, watchdog
+    finally:
+        for pid in watchdogs_of(work_dir):
+            _kill_group(pid)
+        stop_in_order([worker], [controller])
+
+
+def _exits_cleanly(worker: subprocess.Popen, work_dir: Path, log: Path) -> None:
+    """The worker exits 0 within 60 s; else its stacks and logs say where it stuck."""
+    try:
+        assert worker.wait(60) == 0
+    except subprocess.TimeoutExpired:
+        raise AssertionError("the worker did not exit in 60 s; " + _stuck(worker, [
+            log, work_dir / "watchdog.log"])) from None
+
+
+def test_a_worker_stopped_cleanly_leaves_no_process_behind(tmp_path, wait_until):
+    """SIGTERM (a provider deleting its host, an operator's stop): once the worker process
+    has exited, nothing it started is still running in its work directory. Its watchdog,
+    in a session of its own so that it outlives a crash, exits with a clean stop (before,
+    it lingered up to a watch interval and could recreate its lock file in a directory being
+    removed: the local provider's contract test failed so in a suite run)."""
+    with _one_worker(tmp_path, wait_until) as (worker, work_dir, log, watchdog):
         # A watchdog slow to be scheduled (a loaded host): held still while the worker
         # stops, let go a second later. The worker's exit waits for it.
         os.kill(watchdog, signal.SIGSTOP)
         worker.send_signal(signal.SIGTERM)
         threading.Timer(1.0, os.kill, (watchdog, signal.SIGCONT)).start()
-        try:
-            assert worker.wait(60) == 0
-        except subprocess.TimeoutExpired:
-            raise AssertionError("the worker did not exit in 60 s; " + _stuck(worker, [
-                log, work_dir / "watchdog.log"])) from None
+        _exits_cleanly(worker, work_dir, log)
         assert watchdogs_of(work_dir) == []
-    finally:
-        for pid in watchdogs_of(work_dir):
-            _kill_group(pid)
-        stop_in_order([worker], [controller])
 
 
 def _thread_taking(pid: int, signum: int) -> int:
@@ -227,28 +241,13 @@ def test_a_sigterm_taken_by_another_thread_still_stops_the_worker(tmp_path, wait
     worker outlived its SIGTERM until a second one (CI: the clean-stop test above, once).
     Here the signal goes to another thread on purpose: kill(2) of a thread's id tries that
     thread first. The stop's steps are in its log, each with its time."""
-    address = f"tcp://127.0.0.1:{free_port()}"
-    controller = start_controller(tmp_path / "state", address)
-    work_dir, log = tmp_path / "w", tmp_path / "worker.log"
-    worker = start_worker(address, work_dir, log)
-    try:
-        with iris.connect(address) as ctx:
-            wait_until(lambda: len(_controller(ctx, "list_workers")) == 1, what="the worker")
-            wait_until(lambda: watchdogs_of(work_dir), what="its watchdog")
+    with _one_worker(tmp_path, wait_until) as (worker, work_dir, log, _):
         os.kill(_thread_taking(worker.pid, signal.SIGTERM), signal.SIGTERM)
-        try:
-            assert worker.wait(60) == 0
-        except subprocess.TimeoutExpired:
-            raise AssertionError("the worker did not exit in 60 s; " + _stuck(worker, [
-                log, work_dir / "watchdog.log"])) from None
+        _exits_cleanly(worker, work_dir, log)
         text = log.read_text()
         for step in ("worker stopping (SIGTERM)", "stop: notice sent", "stop: leave done",
                      "stop: attempts stopped, watchdog gone", "stop: node stopped"):
             assert step in text, f"{step!r} not in the worker's log:\n{text}"
-    finally:
-        for pid in watchdogs_of(work_dir):
-            _kill_group(pid)
-        stop_in_order([worker], [controller])
 
 
 def test_a_sigterm_taken_by_another_thread_still_stops_the_controller(tmp_path, wait_until):
