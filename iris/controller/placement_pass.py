@@ -1,26 +1,31 @@
-"""The placement pass: the global scheduler's pass over every pending task, and what it leaves
-behind (why each job waits, the hosts as the scheduler saw them, how long passes take). A
-component of ControllerService (service.py) that owns these fields; the fleet, the gang
-tracker and `now` are passed in. No sockets.
+"""The placement pass's own state, a component of ControllerService (service.py): what the
+pass is asked (each pending task's demand, or why it is not asked), the hosts as the
+scheduler sees them (kept between passes), and what a pass leaves behind (why each job
+waits, how long passes take). The service runs the pass itself (`_scheduled`: inputs from
+here, `scheduling/scheduler.py` `schedule`, the gangs it asks for straight to the gangs
+object); this component knows nothing of the gangs object but the gang ids it is given.
+No sockets.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+from collections.abc import Collection, Iterator, Mapping
 
 from iris.base.clock import Clock
 from iris.base.errors import InvalidRequestError
 from iris.base.histogram import Histogram
 from iris.base.ids import new_id
 from iris.controller import colocate, queue_view, scheduler_view
-from iris.controller.gangs.tracking import GangTracker
 from iris.controller.jobs import events as ev
 from iris.controller.jobs.model import ACTIVE_ATTEMPT, TERMINAL_JOB
 from iris.controller.jobs.spec import JobSpec
 from iris.controller.jobs.state import KernelState
 from iris.controller.regions import demand
+from iris.controller.scheduling.fleet import Fleet
+from iris.controller.scheduling.model import TaskDemand
 from iris.controller.scheduling.reasons import PendingReason, ReasonCode
-from iris.controller.scheduling.scheduler import SchedulerConfig, schedule
+from iris.controller.scheduling.scheduler import SchedulePlan
 from iris.controller.workers import WorkerInfo
 
 
@@ -36,26 +41,35 @@ class PlacementPass:
         # The hosts as the scheduler sees them, kept between passes (scheduler_view.py).
         self.fleet_view = scheduler_view.FleetView()
 
-    def run(self, state: KernelState, workers: Mapping[str, WorkerInfo],
-            stopping: Mapping[str, Mapping], gangs: GangTracker, held: set[str],
-            scaling_up: dict, demoted: dict[str, str], wall: float,
-            mono: float) -> tuple[list[ev.Event], list[tuple[JobSpec, int]]]:
-        """Assign events, Preempted events for lower-band attempts it evicts to make room,
-        and gang requests, which the tracker turns into reservation rounds through the
-        Region actors; with them, the work no region has room for (spec, tasks): the
-        autoscalers' demand. `held`: hosts nothing new goes to (gang holds, drains)."""
+    def inputs(self, state: KernelState, workers: Mapping[str, WorkerInfo],
+               stopping: Mapping[str, Mapping], reserving: Collection[str],
+               cooling: Mapping[str, dict], held: set[str]
+               ) -> tuple[Fleet, list[TaskDemand], dict[str, int]] | None:
+        """Begin a pass (the reasons of the last one are dropped): the fleet and what each
+        pending task asks for, with the tasks counted as unplaced already (job -> tasks: a
+        cooling gang's); None when nothing is pending. `reserving`: gangs in a reservation
+        round, not asked again; `cooling`: gang -> why every region refused it, not asked
+        again until its cooling ends; `held`: hosts nothing new goes to (gang holds, drains)."""
         self.pending_reasons, self._shown = {}, None
         if not state.pending:
-            return [], []
-        demands, unplaced = self._demands(state, workers, stopping, gangs, mono)
+            return None
+        demands, unplaced = self._demands(state, workers, stopping, reserving, cooling)
+        return self.fleet_view.fleet(state, workers, stopping, held=held), demands, unplaced
+
+    @contextlib.contextmanager
+    def measured(self) -> Iterator[None]:
+        """Time the pass itself (its figures: the snapshot's `scheduling_passes`)."""
         started = self._clock.monotonic()
-        fleet = self.fleet_view.fleet(state, workers, stopping, held=held)
-        plan = schedule(fleet, demands, reserving_gangs=set(gangs.reserving),
-                        scaling_up=scaling_up, config=SchedulerConfig(demoted=demoted),
-                        now=wall)  # the clock of the attempts' started_at
+        yield
         self.pass_seconds.observe(self._clock.monotonic() - started)
-        for request in plan.gang_requests:
-            gangs.request(request)
+
+    def outcome(self, plan: SchedulePlan, state: KernelState, fleet: Fleet,
+                unplaced: dict[str, int], demoted: Mapping[str, str]
+                ) -> tuple[list[ev.Event], list[tuple[JobSpec, int]]]:
+        """What the pass decided as events (Assign, and Preempted for the lower-band
+        attempts it evicts to make room), its reasons kept; with them, the work no region
+        has room for (spec, tasks): the autoscalers' demand."""
+        counted = dict(unplaced)
         for task, reason in plan.reasons.items():
             job_id = scheduler_view.parse_task_id(task)[0]
             self.pending_reasons.setdefault(job_id, reason.to_dict())
@@ -63,9 +77,9 @@ class PlacementPass:
                 if state.jobs[job_id].spec.existing_capacity_only:
                     self.pending_reasons[job_id] = demand.hold_existing(reason.to_dict())
                     continue
-                unplaced[job_id] = unplaced.get(job_id, 0) + 1
+                counted[job_id] = counted.get(job_id, 0) + 1
         self._line = (fleet.hosts, frozenset(demoted))
-        return _plan_events(plan), [(state.jobs[j].spec, n) for j, n in unplaced.items()]
+        return _plan_events(plan), [(state.jobs[j].spec, n) for j, n in counted.items()]
 
     def reasons(self, state: KernelState) -> dict[str, dict]:
         """Why each job waits, with places in line (queue_view.annotate). Computed when read
@@ -89,8 +103,8 @@ class PlacementPass:
             self._shown = None
 
     def _demands(self, state: KernelState, workers: Mapping[str, WorkerInfo],
-                 stopping: Mapping[str, Mapping], gangs: GangTracker,
-                 now: float) -> tuple[list, dict[str, int]]:
+                 stopping: Mapping[str, Mapping], reserving: Collection[str],
+                 cooling: Mapping[str, dict]) -> tuple[list, dict[str, int]]:
         """What each pending task asks for; gangs every region refused wait out their
         cooling (counted as unplaced, job -> tasks: capacity must grow) without being asked
         again, and gangs being reserved are not asked again either (the scheduler only
@@ -114,12 +128,12 @@ class PlacementPass:
                 continue
             if job.spec.gang_size > 1:
                 gang = scheduler_view.gang_id(job.spec, index)
-                if gang in gangs.reserving:  # as the scheduler would mark it, without a step
+                if gang in reserving:  # as the scheduler would mark it, without a step
                     self.pending_reasons.setdefault(job_id, _reserving(gang))
                     continue
-                cooling = gangs.waiting(gang, now)
-                if cooling is not None:
-                    self.pending_reasons[job_id] = cooling
+                refused = cooling.get(gang)
+                if refused is not None:
+                    self.pending_reasons[job_id] = refused
                     unplaced[job_id] = unplaced.get(job_id, 0) + 1
                     continue
             extra = _colocation(state, workers, job.spec, placed) \
@@ -182,7 +196,7 @@ def _still_stopping(state: KernelState,
     return out
 
 
-def _plan_events(plan) -> list[ev.Event]:
+def _plan_events(plan: SchedulePlan) -> list[ev.Event]:
     events: list[ev.Event] = []
     for a in plan.assignments:
         job_id, index = scheduler_view.parse_task_id(a.task_id)

@@ -42,6 +42,7 @@ from iris.controller.launch import RESTORE_ATTEMPT_STRIDE, launch
 from iris.controller.placement_pass import PlacementPass
 from iris.controller.region_pushes import SYNC_EVERY_S, RegionPushes
 from iris.controller.report_check import check_report
+from iris.controller.scheduling import scheduler
 from iris.controller.service_types import Command, ControllerConfig, JobsFinished
 from iris.controller.stop_book import StopBook
 from iris.controller.turns import PassLater, now_mono, now_wall, turn
@@ -152,16 +153,29 @@ class ControllerService:
         self._placement_due = True
 
     def _scheduled(self) -> list[ev.Event]:
-        """The placement pass's events; the work it could not place becomes the autoscaled
-        regions' demand."""
-        workers = self.desk.workers.workers
-        events, unplaced = self.placement.run(
-            self.state, workers, self.stopping, self.gangs,
-            held=self.gangs.held_hosts() | set(self.pushes.draining),
-            scaling_up=self.pushes.scaling_up(),
-            demoted=self.budget_book.over_budget(self.state, now_wall(self), now_mono(self)),
-            wall=now_wall(self), mono=now_mono(self))
-        self.pushes.route_demand(unplaced, self.placement.pending_reasons)
+        """The turn's placement pass (scheduling/scheduler.py `schedule`), run here between
+        the components: its inputs from `placement`, the gangs it asks for straight to the
+        gangs object (a round each), the work it could not place to the autoscaled regions'
+        demand."""
+        wall, mono = now_wall(self), now_mono(self)
+        demoted = self.budget_book.over_budget(self.state, wall, mono)
+        asked = self.placement.inputs(
+            self.state, self.desk.workers.workers, self.stopping, self.gangs.reserving,
+            self.gangs.cooling_reasons(mono),
+            held=self.gangs.held_hosts() | set(self.pushes.draining))
+        if asked is None:
+            self.pushes.route_demand([], self.placement.pending_reasons)
+            return []
+        fleet, demands, unplaced = asked
+        with self.placement.measured():
+            plan = scheduler.schedule(
+                fleet, demands, reserving_gangs=set(self.gangs.reserving),
+                scaling_up=self.pushes.scaling_up(),
+                config=scheduler.SchedulerConfig(demoted=demoted), now=wall)
+        for request in plan.gang_requests:
+            self.gangs.request(request)
+        events, work = self.placement.outcome(plan, self.state, fleet, unplaced, demoted)
+        self.pushes.route_demand(work, self.placement.pending_reasons)
         return events
 
     def _commit(self, persists: list[ev.Persist], log: list) -> None:

@@ -180,3 +180,15 @@ def test_the_controller_calls_nothing_through_its_own_nodes_address(module):
                 and n.func.attr == "call" and n.args
                 and ast.unparse(n.args[0]).endswith("_node.address")]
     assert loopback == []
+
+
+@pytest.mark.parametrize("name", sorted(COMPONENTS))
+def test_components_meet_only_in_the_service(name):
+    """No component imports or is handed another: the service's turn wires them (its pass,
+    `_scheduled`, gives the gangs object the pass's gang requests; the placement component
+    is given the gangs reserving and cooling as ids and reasons)."""
+    tree = ast.parse(Path(inspect.getfile(COMPONENTS[name])).read_text())
+    imported = {alias.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)
+                for alias in n.names}
+    others = {n for n in COMPONENTS if n != name}
+    assert imported & others == set()

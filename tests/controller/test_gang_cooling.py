@@ -17,11 +17,7 @@ ACCEL = "v5litepod-16"
 
 def test_a_refused_gang_is_asked_for_again_when_its_cooling_ends(tmp_path):
     clock = FakeClock()
-    svc = ControllerService(ControllerConfig(state_dir=tmp_path), "tcp://127.0.0.1:1", clock)
-    for h in range(4):
-        svc.register_worker(f"s0-h{h}", f"tcp://127.0.0.1:{h + 2}", {
-            "region": "us-east", "slice_id": "s0", "accelerator_type": ACCEL,
-            "accelerator_count": "4", "cpu": "8", "memory": str(2**36)}, [])
+    svc = _one_slice_service(tmp_path, clock)
     svc.submit({"name": "/alice/gang", "user": "alice", "replicas": 1,
                 "resources": Resources(tpu=ACCEL, cpu=1).to_dict(),
                 "entrypoint": {"kind": "command", "argv": ["true"]}})
@@ -38,6 +34,32 @@ def test_a_refused_gang_is_asked_for_again_when_its_cooling_ends(tmp_path):
     again = svc.gangs.reserving[gang]
     assert again.job_id == "/alice/gang" and again.key != first.key
     svc.close()
+
+
+def test_a_gang_killed_while_cooling_is_forgotten_when_its_cooling_ends(tmp_path):
+    """Before, the cooling of a gang no longer pending stayed for good, and `cooled` asked
+    for a placement pass on every tick from then on (and each such gang was kept)."""
+    clock = FakeClock()
+    svc = _one_slice_service(tmp_path, clock)
+    svc.submit({"name": "/alice/gang", "user": "alice", "replicas": 1,
+                "resources": Resources(tpu=ACCEL, cpu=1).to_dict(),
+                "entrypoint": {"kind": "command", "argv": ["true"]}})
+    [gang] = svc.gangs.reserving
+    _refuse_every_attempt(svc, clock, gang)
+    svc.kill("/alice/gang", "not wanted")
+    clock.advance(RETRY_AFTER_S)
+    svc.tick()
+    assert svc.gangs.cooling == {} and not svc.gangs.cooled(clock.monotonic())
+    svc.close()
+
+
+def _one_slice_service(tmp_path, clock: FakeClock) -> ControllerService:
+    svc = ControllerService(ControllerConfig(state_dir=tmp_path), "tcp://127.0.0.1:1", clock)
+    for h in range(4):
+        svc.register_worker(f"s0-h{h}", f"tcp://127.0.0.1:{h + 2}", {
+            "region": "us-east", "slice_id": "s0", "accelerator_type": ACCEL,
+            "accelerator_count": "4", "cpu": "8", "memory": str(2**36)}, [])
+    return svc
 
 
 def _refuse_every_attempt(svc, clock: FakeClock, gang: str) -> None:

@@ -124,10 +124,10 @@ def test_tracker_refused_gang_waits_before_being_asked_again_and_says_why():
         tracker.replied(region, [Refused(region, rnd.key, 1, "NO_CAPACITY", "no free slice")],
                         100.0)
     assert tracker.settle(h.state, WORKERS, {}, 100.0) == ([], {})
-    reason = tracker.waiting(f"{job}#g0", now=101.0)
+    reason = tracker.cooling_reasons(now=101.0)[f"{job}#g0"]
     assert reason["code"] == "NO_CAPACITY" and "r2: NO_CAPACITY: no free slice" in \
         reason["message"]
-    assert tracker.waiting(f"{job}#g0", now=105.0) is None
+    assert tracker.cooling_reasons(now=105.0) == {} and not tracker.cooled(105.0)
 
 
 def test_tracker_releases_a_round_once_its_gang_no_longer_runs_there():

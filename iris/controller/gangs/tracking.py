@@ -139,15 +139,13 @@ class GangTracker:
     def placed(self) -> list[GangRound]:
         return [r for r in self.rounds.values() if r.assigned]
 
-    def waiting(self, gang_id: str, now: float) -> dict | None:
-        """Why a gang the regions refused is not asked for again yet (None: ask)."""
-        entry = self.cooling.get(gang_id)
-        if entry is None:
-            return None
-        if now >= entry[0]:
-            del self.cooling[gang_id]
-            return None
-        return entry[1]
+    def cooling_reasons(self, now: float) -> dict[str, dict]:
+        """gang id -> why every region refused it, for the gangs not to be asked for again
+        yet (their cooling has not ended); the ended coolings are forgotten here."""
+        ended = [gang for gang, (until, _) in self.cooling.items() if now >= until]
+        for gang in ended:
+            del self.cooling[gang]
+        return {gang: reason for gang, (_, reason) in self.cooling.items()}
 
     def cooled(self, now: float) -> bool:
         """Some refused gang may be asked for again: the next pass must run (nothing else
