@@ -15,7 +15,15 @@ import cloudpickle
 
 from iris.actors import ClusterContext
 from iris.base.clock import SYSTEM_CLOCK
-from iris.base.errors import ConflictError, JobFailedError, NotFoundError, RemoteError
+from iris.base.errors import (
+    ActorNotFoundError,
+    ConflictError,
+    DeadlineExceededError,
+    JobFailedError,
+    NotFoundError,
+    PeerUnavailableError,
+    RemoteError,
+)
 from iris.client import checks
 from iris.client.retry import ask_controller as _controller
 from iris.logstore.config import LogStoreConfig, open_sink
@@ -24,6 +32,12 @@ from iris.logstore.reader import LogFilter, follow_logs, read_logs
 from iris.wire.states import TERMINAL_JOB, JobState
 
 TERMINAL = frozenset(state.value for state in TERMINAL_JOB)
+# How long a controller that has the call may take to answer past the caller's deadline (a
+# loaded host, a long turn). An unreachable one is tried again only until the deadline: a
+# wait(5) during a controller outage took 33 s and then raised PeerUnavailableError.
+_REPLY_SLACK_S = 30.0
+# The controller's `wait` holds a call at most this long; a longer wait is several calls.
+_WAIT_STEP_S = 60.0
 
 
 class JobHandle:
@@ -43,9 +57,10 @@ class JobHandle:
     def status(self) -> dict:
         return self._ask("status", self.job_id)
 
-    def _ask(self, method: str, *args: Any, timeout_s: float = 60.0) -> Any:
+    def _ask(self, method: str, *args: Any, timeout_s: float = 60.0,
+             retry_s: float | None = None) -> Any:
         try:
-            return _controller(self._ctx, method, *args, timeout_s=timeout_s)
+            return _controller(self._ctx, method, *args, timeout_s=timeout_s, retry_s=retry_s)
         except NotFoundError as exc:
             restored = _controller(self._ctx, "restored")
             if restored is None or f"no job {self.job_id}" not in str(exc):
@@ -65,7 +80,7 @@ class JobHandle:
         answer = _controller(self._ctx, "submit", self._submission)
         if answer["job_id"] != self.job_id:
             raise ConflictError(f"resubmitting {self.job_id} made {answer['job_id']}")
-        return _controller(self._ctx, method, *args, timeout_s=timeout_s)
+        return _controller(self._ctx, method, *args, timeout_s=timeout_s, retry_s=retry_s)
 
     def tasks(self) -> list[dict]:
         return self.status()["tasks"]
@@ -75,18 +90,33 @@ class JobHandle:
         return self._ask("job_summary", self.job_id)
 
     def wait(self, timeout: float | None = None) -> dict:
-        """Block until the job ends (or `timeout` s pass); its final status."""
+        """Block until the job ends (or `timeout` s pass); its final status. With a timeout,
+        a controller that cannot be reached by then raises DeadlineExceededError (a
+        TimeoutError); without one, it is waited for as any call waits (90 s)."""
         timeout = checks.wait_s(timeout)
-        wait_s = 60.0 if timeout is None else timeout
-        while True:
-            state = self._ask("wait", self.job_id, min(wait_s, 60.0),
-                              timeout_s=min(wait_s, 60.0) + 30.0)
-            if state in TERMINAL:
-                return self.status()
-            if timeout is not None:
-                wait_s -= 60.0
-                if wait_s <= 0:
-                    return self.status()
+        clock = SYSTEM_CLOCK
+        deadline = None if timeout is None else clock.monotonic() + timeout
+        try:
+            while True:
+                left = _WAIT_STEP_S if deadline is None else max(deadline - clock.monotonic(),
+                                                                 0.0)
+                step = min(left, _WAIT_STEP_S)
+                retry_s = None if deadline is None else step
+                state = self._ask("wait", self.job_id, step,
+                                  timeout_s=step + _REPLY_SLACK_S, retry_s=retry_s)
+                if deadline is None:
+                    if state in TERMINAL:
+                        return self.status()
+                elif state in TERMINAL or clock.monotonic() >= deadline:
+                    return self._ask("status", self.job_id,
+                                     retry_s=max(deadline - clock.monotonic(), 0.0))
+        except (PeerUnavailableError, ActorNotFoundError) as exc:
+            if deadline is None:
+                raise
+            raise DeadlineExceededError(
+                f"job {self.job_id}: the controller at {self._ctx.address} could not be "
+                f"reached within the wait's {timeout:g} s ({type(exc).__name__}: "
+                f"{str(exc).splitlines()[0]}); the job may still be running") from exc
 
     def kill(self) -> dict:
         return _controller(self._ctx, "kill", self.job_id)

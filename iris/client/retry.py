@@ -32,17 +32,22 @@ def _retryable(exc: BaseException, key: str) -> bool:
 
 
 def ask_controller(ctx: ClusterContext, method: str, *args: Any,
-                   timeout_s: float = 60.0) -> Any:
+                   timeout_s: float = 60.0, retry_s: float | None = None) -> Any:
     """Call the controller of `ctx`, riding through its restarts until `timeout_s`."""
-    return call_controller(ctx.node, ctx.address, method, args, timeout_s=timeout_s)
+    return call_controller(ctx.node, ctx.address, method, args, timeout_s=timeout_s,
+                           retry_s=retry_s)
 
 
 def call_controller(node: Node, address: str, method: str, args: tuple = (), *,
-                    timeout_s: float = 60.0, auth: bytes | None = None,
-                    key: str = CONTROLLER_KEY) -> Any:
-    """`key`: another actor of the controller's process (its inspector, INSPECT_KEY)."""
+                    timeout_s: float = 60.0, retry_s: float | None = None,
+                    auth: bytes | None = None, key: str = CONTROLLER_KEY) -> Any:
+    """`key`: another actor of the controller's process (its inspector, INSPECT_KEY).
+    `retry_s` (at most `timeout_s`, the default): how long an unreachable controller is
+    tried again; a call that reached it may still take until `timeout_s` to be answered
+    (a caller's own deadline, with room for a reply that is late on a loaded host)."""
     clock = SYSTEM_CLOCK
     deadline = clock.monotonic() + timeout_s
+    retry_until = deadline if retry_s is None else min(clock.monotonic() + retry_s, deadline)
     backoff, told = _FIRST_BACKOFF_S, False
     pause = threading.Event()  # never set: a timed wait without a bare sleep
     while True:
@@ -51,12 +56,12 @@ def call_controller(node: Node, address: str, method: str, args: tuple = (), *,
             return node.call(address, key, method, args,
                              timeout_s=max(remaining, 0.05), auth=auth).result()
         except (PeerUnavailableError, ActorNotFoundError) as exc:
-            if not _retryable(exc, key) or clock.monotonic() + backoff >= deadline:
+            if not _retryable(exc, key) or clock.monotonic() + backoff >= retry_until:
                 raise
             if not told:
                 print(f"iris: waiting for the controller at {address} ({type(exc).__name__}: "
                       f"{str(exc).splitlines()[0]}); retrying {method} for up to "
-                      f"{deadline - clock.monotonic():.0f} s", file=sys.stderr, flush=True)
+                      f"{retry_until - clock.monotonic():.0f} s", file=sys.stderr, flush=True)
                 told = True
             pause.wait(backoff)
             backoff = min(backoff * 2, _MAX_BACKOFF_S)

@@ -98,3 +98,28 @@ def test_a_controller_frozen_10s_loses_nothing(tmp_path, wait_until):
         assert worker.poll() is None  # the worker kept serving through the freeze
     finally:
         _stop(worker, controller)  # the worker first: its goodbye reaches the controller
+
+
+def test_a_wait_with_a_timeout_while_the_controller_is_down_raises_timeout_error(
+        tmp_path, wait_until):
+    """kill -9 the controller and leave it down: `job.wait(timeout)` and `job.result(timeout)`
+    raise a TimeoutError that says the controller could not be reached, once their timeout
+    has passed (or a dead peer is known as such: 3 s). Before, the wait kept trying the
+    unreachable controller for the reply's slack too (32 s for a 1 s wait) and then raised
+    "no reply before its deadline" or PeerUnavailableError (not a TimeoutError)."""
+    address, controller, worker = _controller_and_worker(tmp_path)
+    try:
+        with iris.connect(address):
+            job = iris.submit(hold, str(tmp_path), "outage")
+            wait_until(lambda: starts(tmp_path, "outage"), what="the task running")
+            os.killpg(controller.pid, signal.SIGKILL)
+            controller.wait(30)
+            with pytest.raises(TimeoutError, match=f"controller at {address} could not be"):
+                job.wait(timeout=1)
+            with pytest.raises(TimeoutError, match="the job may still be running"):
+                job.result(timeout=1)
+            controller = start_controller(tmp_path / "state", address)
+            (tmp_path / "release").touch()  # and the same handle follows it to its end
+            assert job.wait(timeout=120)["state"] == "succeeded"
+    finally:
+        _stop(worker, controller)  # the worker first: its goodbye reaches the controller
