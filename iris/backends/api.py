@@ -218,6 +218,14 @@ def free(ref: ObjectRef) -> None:
     current_backend().free(ref)
 
 
+def _done(item: Any, left: float | None) -> bool:
+    """`item.done()`; an Iris job's asks its controller only until the wait's deadline (one
+    that could not be reached once took a 2 s wait 59 s, then raised PeerUnavailableError)."""
+    if left is not None and isinstance(item, client_jobs.JobHandle):
+        return item.done(timeout=left)
+    return item.done()
+
+
 def wait(items: Sequence[Any], *, num_returns: int | None = None,
          timeout: float | None = None) -> tuple[list, list]:
     """Wait until `num_returns` of `items` (jobs or futures; default: all) are done, or
@@ -242,9 +250,12 @@ def wait(items: Sequence[Any], *, num_returns: int | None = None,
     pause = 0.001
     while True:
         woken.clear()
-        for i, item in enumerate(items):
-            if i not in finished and item.done():
-                finished.add(i)
+        left = None if deadline is None else max(deadline - clock.monotonic(), 0)
+        try:
+            finished.update(i for i, item in enumerate(items)
+                            if i not in finished and _done(item, left))
+        except TimeoutError:  # a job's controller unreachable until the deadline: pending
+            break
         if len(finished) >= want or (deadline is not None and clock.monotonic() >= deadline):
             break
         left = None if deadline is None else max(deadline - clock.monotonic(), 0)

@@ -121,9 +121,18 @@ class JobHandle:
     def kill(self) -> dict:
         return _controller(self._ctx, "kill", self.job_id)
 
-    def done(self) -> bool:
-        """Has the job ended (one status call)?"""
-        return self.status()["state"] in TERMINAL
+    def done(self, timeout: float | None = None) -> bool:
+        """Has the job ended (one status call)? With `timeout`, a controller that cannot be
+        reached is tried again for at most that long (then DeadlineExceededError)."""
+        if timeout is None:
+            return self.status()["state"] in TERMINAL
+        try:
+            return self._ask("status", self.job_id, retry_s=timeout)["state"] in TERMINAL
+        except (PeerUnavailableError, ActorNotFoundError) as exc:
+            raise DeadlineExceededError(
+                f"job {self.job_id}: the controller at {self._ctx.address} could not be "
+                f"reached within {timeout:g} s ({type(exc).__name__}: "
+                f"{str(exc).splitlines()[0]})") from exc
 
     def result(self, timeout: float | None = None) -> Any:
         """The callable's return value (a list, one per task, when the job has several).

@@ -104,9 +104,11 @@ def test_a_wait_with_a_timeout_while_the_controller_is_down_raises_timeout_error
         tmp_path, wait_until):
     """kill -9 the controller and leave it down: `job.wait(timeout)` and `job.result(timeout)`
     raise a TimeoutError that says the controller could not be reached, once their timeout
-    has passed (or a dead peer is known as such: 3 s). Before, the wait kept trying the
-    unreachable controller for the reply's slack too (32 s for a 1 s wait) and then raised
-    "no reply before its deadline" or PeerUnavailableError (not a TimeoutError)."""
+    has passed (or a dead peer is known as such: 3 s), and `iris.wait` says the job is
+    pending. Before, the wait kept trying the unreachable controller for the reply's slack
+    too (32 s for a 1 s wait) and then raised "no reply before its deadline" or
+    PeerUnavailableError (not a TimeoutError); `iris.wait([job], timeout=2)` took 59 s and
+    raised PeerUnavailableError."""
     address, controller, worker = _controller_and_worker(tmp_path)
     try:
         with iris.connect(address):
@@ -118,6 +120,7 @@ def test_a_wait_with_a_timeout_while_the_controller_is_down_raises_timeout_error
                 job.wait(timeout=1)
             with pytest.raises(TimeoutError, match="the job may still be running"):
                 job.result(timeout=1)
+            assert iris.wait([job], timeout=1) == ([], [job])
             controller = start_controller(tmp_path / "state", address)
             (tmp_path / "release").touch()  # and the same handle follows it to its end
             assert job.wait(timeout=120)["state"] == "succeeded"
