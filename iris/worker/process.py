@@ -55,6 +55,9 @@ class AttemptStartError(IrisError):
 
 # Written into the attempt directory just before the worker's own SIGTERM.
 STOP_MARKER = "stop_requested"
+# Written by a callable task's runtime as it exits (task_runtime.record_exit): its code when
+# the process cannot be reaped here (its zygote died; adopted after a worker restart).
+EXIT_CODE_NAME = "exit_code"
 
 
 @dataclass(frozen=True)
@@ -355,7 +358,10 @@ class AttemptProcess:
         if self._cgroup is not None and not self._cgroup.remove():
             _log.warning("cgroup %s could not be removed", self._cgroup.path)
         if returncode is None:
-            outcome = unknown_outcome("adopted after a worker restart: exit status unknown")
+            returncode = _recorded_exit(self.spec.attempt_dir)
+        if returncode is None:
+            outcome = unknown_outcome("exit status unknown: not a child of this worker "
+                                      "(adopted after a worker restart, or its zygote died)")
             if self._stop_requested:
                 outcome = unknown_outcome("stopped on request after adoption")
         else:
@@ -366,9 +372,19 @@ class AttemptProcess:
             Path(fifo).unlink(missing_ok=True)
         remove_record(self.spec.attempt_dir)
         (self.spec.attempt_dir / PENDING_CGROUP_NAME).unlink(missing_ok=True)
+        (self.spec.attempt_dir / EXIT_CODE_NAME).unlink(missing_ok=True)
         self._outcome = outcome
         if self._on_exit is not None:  # before `done`: when wait() returns, it has run
             try:
                 self._on_exit(self, outcome)
             except Exception:
                 _log.exception("on_exit callback failed")
+
+
+def _recorded_exit(attempt_dir: Path) -> int | None:
+    """The exit code a callable task's runtime left as it exited (EXIT_CODE_NAME); None if
+    it left none (a command, or killed before it could)."""
+    try:
+        return int((attempt_dir / EXIT_CODE_NAME).read_text())
+    except (OSError, ValueError):
+        return None

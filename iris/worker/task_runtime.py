@@ -342,6 +342,23 @@ def _unpicklable_raise(raised: BaseException, why: Exception) -> tuple:
                                  remote_type=kind))
 
 
+def record_exit(code: int) -> None:
+    """Leave the exit code in the attempt directory (`exit_code`, process.py's
+    EXIT_CODE_NAME) just before exiting with it: the worker reads it when it cannot reap the
+    process (its zygote died and init reaped it; a restarted worker adopted it). Without
+    it a task that returned was reported "exit status unknown" and failed."""
+    attempt_dir = os.environ.get("IRIS_ATTEMPT_DIR")
+    if not attempt_dir:
+        return
+    path = os.path.join(attempt_dir, "exit_code")
+    try:
+        with open(f"{path}.tmp", "w") as f:
+            f.write(str(code))
+        os.replace(f"{path}.tmp", path)
+    except OSError:  # the worker then knows no more than before
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
@@ -349,7 +366,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     with open(args[0], "rb") as f:
         payload = f.read()
-    return run_payload(payload)
+    try:
+        code = run_payload(payload)
+    except SystemExit as exc:
+        record_exit(exc.code if isinstance(exc.code, int) else 1)
+        raise
+    record_exit(code)
+    return code
 
 
 if __name__ == "__main__":

@@ -69,6 +69,7 @@ def _child(sock: socket.socket, wake_r: int, req: dict, fds: list[int]) -> None:
                 stream.flush()
             except Exception:
                 pass
+        task_runtime.record_exit(code)
         os._exit(code)
 
 

@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -140,3 +141,27 @@ def test_a_task_killed_9_runs_again_on_its_failure_budget_never_twice_at_once(
         assert job.result(timeout=120) == second.name.split("-", 2)[2]
         task = job.tasks()[0]
         assert task["failures"] == 1 and task["attempts"] == 2
+
+
+def _parent(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def test_a_task_whose_zygote_was_killed_9_still_returns_its_value(tmp_path, wait_until):
+    """kill -9 the zygote a callable task was forked from: the task runs on and init reaps
+    it, so neither the zygote nor wait() can tell the worker its exit status; the task's
+    runtime leaves its exit code in the attempt directory, and the job succeeds with its
+    value. Before, it failed as "adopted after a worker restart: exit status unknown"
+    (retry budget spent), its value lost; the next task got a new zygote."""
+    with iris.local_cluster(workers=1, state_dir=tmp_path / "c"):
+        job = iris.submit(hold, str(tmp_path), "orphan")
+        first = wait_until(lambda: starts(tmp_path, "orphan"), what="the attempt")[0]
+        task = int(first.read_text())
+        zygote = _parent(task)
+        assert b"zygote_main" in Path(f"/proc/{zygote}/cmdline").read_bytes()
+        os.kill(zygote, signal.SIGKILL)
+        wait_until(lambda: _parent(task) != zygote, what="the task reparented")
+        (tmp_path / "release").touch()
+        assert job.result(timeout=120) == first.name.split("-", 2)[2]
+        assert job.tasks()[0]["attempts"] == 1
+        assert iris.submit(pow, 2, 5).result(timeout=120) == 32
