@@ -11,6 +11,8 @@ from __future__ import annotations
 import logging
 import os
 import re
+import sys
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -23,12 +25,23 @@ from iris.actors.node import Node
 from iris.actors.refs import ActorGroup, ActorRef
 from iris.actors.registry import LEASE_S, REGISTRY_KEY, RENEW_INTERVAL_S
 from iris.actors.security import Security
-from iris.base.errors import ActorNotFoundError, BadArgumentsError, ConfigError, StaleAttemptError
+from iris.base.clock import SYSTEM_CLOCK
+from iris.base.errors import (
+    ActorNotFoundError,
+    BadArgumentsError,
+    ConfigError,
+    PeerUnavailableError,
+    StaleAttemptError,
+)
 from iris.base.ids import join_path, parent_path
 
 _log = logging.getLogger(__name__)
 # Registry calls made on a caller's behalf (register, resolve) fail after this long.
 _REGISTRY_TIMEOUT_S = 30.0
+# A lookup whose registry is unreachable (its controller restarting) is tried again after
+# 0.2 s, doubling to 2 s, until the lookup's own timeout: as clients wait for the controller
+# (iris/client/retry.py). Before, iris.resolve failed in 3 s during a restart.
+_FIRST_BACKOFF_S, _MAX_BACKOFF_S = 0.2, 2.0
 
 _ADDRESS = re.compile(r"^(tcp://(\[[0-9A-Fa-f:.]+\]|[^\s:/\[\]]+):\d{1,5}|(ipc|inproc)://\S+)$")
 
@@ -177,6 +190,27 @@ class ClusterContext:
         return ActorGroup(full, [ActorRef(full, e["address"], e["key"]) for e in endpoints])
 
     def _lookup(self, name: str, timeout: float, job: str | None = None) -> list[dict]:
+        """`_lookup_once`, riding through a registry that is down or not yet serving until
+        `timeout` has passed, saying once on stderr what it waits for."""
+        clock = SYSTEM_CLOCK
+        deadline = clock.monotonic() + timeout
+        backoff, told, pause = _FIRST_BACKOFF_S, False, threading.Event()
+        while True:
+            try:
+                return self._lookup_once(name, max(deadline - clock.monotonic(), 0.0), job)
+            except (PeerUnavailableError, ActorNotFoundError) as exc:
+                down = isinstance(exc, PeerUnavailableError) or exc.actor == REGISTRY_KEY
+                if not down or clock.monotonic() + backoff >= deadline:
+                    raise
+                if not told:
+                    print(f"iris: waiting for the registry at {self.address} to resolve "
+                          f"{name!r} ({type(exc).__name__}: {str(exc).splitlines()[0]})",
+                          file=sys.stderr, flush=True)
+                    told = True
+            pause.wait(backoff)
+            backoff = min(backoff * 2, _MAX_BACKOFF_S)
+
+    def _lookup_once(self, name: str, timeout: float, job: str | None = None) -> list[dict]:
         if job is not None and not self._old_registry:
             try:
                 return self._registry("resolve", self.full_name(name), timeout, job,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import os
 import signal
 import subprocess
@@ -21,6 +22,12 @@ from tests.faults.markers import hold, hold_checking_overlap, starts
 FREEZE_S = FENCE_AFTER_S - MARGIN_S
 
 pytestmark = pytest.mark.slow
+
+
+@iris.actor
+class _Echo:
+    def echo(self, value):
+        return value
 
 
 def _controller_and_worker(tmp_path):
@@ -126,3 +133,36 @@ def test_a_wait_with_a_timeout_while_the_controller_is_down_raises_timeout_error
             assert job.wait(timeout=120)["state"] == "succeeded"
     finally:
         _stop(worker, controller)  # the worker first: its goodbye reaches the controller
+
+
+def test_a_resolve_waits_through_a_controller_restart(tmp_path, wait_until, capfd):
+    """The registry lives in the controller's process: kill -9 it while a client resolves a
+    name, and the resolve waits (saying so on stderr) until the restarted registry has the
+    name again (its server registers it anew), as other client calls ride through a
+    restart. Before, iris.resolve failed with PeerUnavailableError within 3 s."""
+    address = f"tcp://127.0.0.1:{free_port()}"
+    controller = start_controller(tmp_path / "state", address)
+    try:
+        with iris.connect(address):
+            _Echo.serve("echo")
+            assert iris.resolve("echo").echo(1).result(30) == 1
+            os.killpg(controller.pid, signal.SIGKILL)
+            controller.wait(30)
+            found: list = []
+
+            def resolve() -> None:
+                try:
+                    found.append(iris.resolve("echo", timeout=120))
+                except iris.IrisError as exc:
+                    found.append(exc)
+            resolving = threading.Thread(target=contextvars.copy_context().run,
+                                         args=(resolve,))
+            resolving.start()
+            wait_until(lambda: found or "waiting for the registry" in capfd.readouterr().err,
+                       what="the resolve waiting for the registry")
+            assert not found, found  # waiting, not failed
+            controller = start_controller(tmp_path / "state", address)
+            resolving.join(120)
+            assert found[0].echo(2).result(30) == 2
+    finally:
+        _stop(controller)
