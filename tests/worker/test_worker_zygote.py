@@ -52,6 +52,17 @@ def return_value(x):
     return {"double": 2 * x}
 
 
+def return_when(path, code):
+    import time
+
+    print("ready", flush=True)
+    while not os.path.exists(path):
+        time.sleep(0.02)
+    if code:
+        sys.exit(code)
+    return "done"
+
+
 def sleep_forever():
     import time
 
@@ -116,6 +127,21 @@ def test_zygote_death_leaves_attempt_running_then_stop_ends_it(zygote, launch, l
     outcome = proc.stop(grace_s=WAIT_S)
     assert outcome.kind is OutcomeKind.UNKNOWN
     assert not is_alive(proc.pid)
+
+
+@pytest.mark.parametrize("code,expected", [(0, OutcomeKind.SUCCEEDED),
+                                           (3, OutcomeKind.FAILED)])
+def test_zygote_death_then_the_attempt_exits_its_code_is_still_known(
+        zygote, launch, lines, tmp_path, code, expected):
+    """Init reaps an attempt whose zygote died, so no wait() can give its status; the task
+    runtime leaves it in the attempt directory (task_runtime.record_exit). Before, it was
+    UNKNOWN ("exit status unknown"), and a task that returned failed."""
+    proc = launch(zygote.spawner(_payload(return_when, str(tmp_path / "go"), code)), lines)
+    lines.wait_for(lambda t: t.startswith("ready"))
+    os.kill(zygote.pid, signal.SIGKILL)
+    (tmp_path / "go").touch()
+    outcome = proc.wait(WAIT_S)
+    assert (outcome.kind, outcome.exit_code) == (expected, code)
 
 
 def test_zygote_in_job_environment_sees_job_packages(env_cache, launch, lines, tmp_path):
