@@ -83,8 +83,10 @@ class Zygote:
     """One zygote process for one environment's interpreter. Thread-safe."""
 
     def __init__(self, python: str | Path, env: Mapping[str, str],
-                 preload: Sequence[str] = (), cwd: Path | None = None):
+                 preload: Sequence[str] = (), cwd: Path | None = None,
+                 spawn_timeout_s: float = _SPAWN_TIMEOUT_S):
         self.python = str(python)
+        self._spawn_timeout_s = spawn_timeout_s
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             self._proc = subprocess.Popen(
@@ -147,7 +149,8 @@ class Zygote:
             except OSError as exc:
                 del self._pending[rid]
                 raise AttemptStartError(f"zygote for {self.python}: {exc}") from exc
-        if not event.wait(_SPAWN_TIMEOUT_S) or slot[1] is None:
+        if not event.wait(self._spawn_timeout_s) or slot[1] is None:
+            self._discard()
             raise AttemptStartError(f"zygote for {self.python} did not answer a spawn")
         reply = slot[1]
         if reply["op"] != "started":
@@ -194,6 +197,17 @@ class Zygote:
                 slot[1] = msg
                 slot[0].set()
 
+    def _discard(self) -> None:
+        """A zygote that did not answer (stopped, wedged) is killed: the pool starts another
+        for the next attempt, and one resumed later never forks the attempt it was asked for
+        and that failed meanwhile. Before, a SIGSTOPped zygote failed every callable attempt
+        of its environment after 30 s each, for as long as it was stopped."""
+        _log.warning("zygote %s for %s did not answer a spawn in %.0f s: killing it",
+                     self._proc.pid, self.python, self._spawn_timeout_s)
+        with self._lock:
+            self._closed = True
+        self._proc.kill()  # a stopped process dies of SIGKILL too
+
     def _lost(self) -> None:
         with self._lock:
             self._closed = True
@@ -223,9 +237,11 @@ class Zygote:
 class ZygotePool:
     """One zygote per environment python, started on first use, replaced when it died."""
 
-    def __init__(self, base_env: Mapping[str, str], preload: Sequence[str] = ()):
+    def __init__(self, base_env: Mapping[str, str], preload: Sequence[str] = (),
+                 spawn_timeout_s: float = _SPAWN_TIMEOUT_S):
         self._base_env = dict(base_env)
         self._preload = tuple(preload)
+        self._spawn_timeout_s = spawn_timeout_s
         self._lock = threading.Lock()
         self._zygotes: dict[str, Zygote] = {}
 
@@ -235,8 +251,9 @@ class ZygotePool:
             if zygote is None or not zygote.alive:
                 if zygote is not None:
                     zygote.close()
-                zygote = self._zygotes[str(python)] = Zygote(python, self._base_env,
-                                                            self._preload)
+                zygote = self._zygotes[str(python)] = Zygote(
+                    python, self._base_env, self._preload,
+                    spawn_timeout_s=self._spawn_timeout_s)
             return zygote
 
     def close(self) -> None:

@@ -10,8 +10,9 @@ import cloudpickle
 import pytest
 
 from iris.worker.outcome import OutcomeKind
+from iris.worker.process import AttemptStartError
 from iris.worker.records import is_alive
-from iris.worker.zygote import subprocess_callable_spawner
+from iris.worker.zygote import ZygotePool, subprocess_callable_spawner
 
 WAIT_S = 60.0
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the child cannot import tests
@@ -142,6 +143,26 @@ def test_zygote_death_then_the_attempt_exits_its_code_is_still_known(
     (tmp_path / "go").touch()
     outcome = proc.wait(WAIT_S)
     assert (outcome.kind, outcome.exit_code) == (expected, code)
+
+
+def test_a_zygote_that_does_not_answer_a_spawn_is_killed_and_replaced(launch, lines):
+    """SIGSTOP a zygote: the attempt asked of it fails to start (after the spawn timeout,
+    1 s here), the zygote is killed so that it can never fork that attempt later, and the
+    pool's next attempt gets a new zygote. Before, the stopped one stayed and failed every
+    attempt of its environment (30 s each) for as long as it was stopped."""
+    pool = ZygotePool({"PATH": "/usr/bin:/bin"}, spawn_timeout_s=1.0)
+    try:
+        stopped = pool.get(sys.executable)
+        os.kill(stopped.pid, signal.SIGSTOP)
+        with pytest.raises(AttemptStartError, match="did not answer a spawn"):
+            launch(stopped.spawner(_payload(return_value, 1)), lines)
+        assert not stopped.alive
+        again = pool.get(sys.executable)
+        assert again is not stopped and not is_alive(stopped.pid)
+        proc = launch(again.spawner(_payload(return_value, 2)), lines)
+        assert proc.wait(WAIT_S).kind is OutcomeKind.SUCCEEDED
+    finally:
+        pool.close()
 
 
 def test_zygote_in_job_environment_sees_job_packages(env_cache, launch, lines, tmp_path):
