@@ -28,6 +28,7 @@ from iris.actors.actor_spec import requires as requires
 from iris.actors.actor_spec import spec_of as spec_of
 from iris.actors.batching import Batch
 from iris.actors.current import current_context
+from iris.actors.log_budget import LogBudget, left_out
 from iris.base.errors import OverloadedError, ProtocolError
 from iris.base.histogram import Histogram
 from iris.wire import codec, messages
@@ -37,6 +38,11 @@ if TYPE_CHECKING:
 
 _log = logging.getLogger(__name__)
 _STOP = object()
+# Actors served under this prefix are the control plane (controller, inspector, registry,
+# regions, workers and their inspectors: actors/keys.py). They take plain msgpack arguments
+# only: a pickle is code, and loading one from a peer ran any command in the controller or
+# a worker for any local process, token or none (issue 26's roles then meant nothing).
+CONTROL_PLANE_PREFIX = "/iris/"
 
 
 class HostedActor:
@@ -59,6 +65,8 @@ class HostedActor:
         self._async_waiting: deque = deque()
         self._async_tasks: set[asyncio.Task] = set()
         self._batches = {m: Batch(m, *how) for m, how in spec.batches.items()}
+        self.plain_only = key.startswith(CONTROL_PLANE_PREFIX)
+        self._cast_log = LogBudget()  # casts refused or raising: no caller to tell
         # How long calls take to handle here (arguments decoded to reply encoded), one
         # histogram per thread that writes it: sync methods on the actor thread, async ones
         # on the loop. Node.served_latency() merges them.
@@ -108,6 +116,8 @@ class HostedActor:
                               f"{call.method!r} (public methods: {known})")
         elif call.method in self.spec.roles and not self._permitted(call):
             self._reply_error(rid, call, messages.E_PERMISSION, _denied(self, call))
+        elif self.plain_only and call.fmt != codec.FORMAT_MSGPACK and call.role != INTERNAL:
+            self._reply_error(rid, call, messages.E_PROTOCOL, _pickled(self, call))
         elif self._stopping:
             self._reply_died(rid, call)
         elif self._full(call.method, is_async):
@@ -336,7 +346,7 @@ class HostedActor:
                        f"{self.node.address}: {exc}")
             return self._reply_error(rid, call, messages.E_BAD_ARGUMENTS, message, via_post)
         if call.oneway:
-            _log.warning("cast %s.%s raised %r", self.key, call.method, exc)
+            self._log_cast("cast %s.%s raised %r", call, repr(exc)[:500])
             return None
         frames = messages.encode_error(call.call_id, messages.E_APP, str(exc), exc)
         self._send(rid, frames, via_post)
@@ -354,9 +364,14 @@ class HostedActor:
     def _reply_error(self, rid: bytes, call: messages.Call, code: str, message: str,
                      via_post: bool = False) -> None:
         if call.oneway:
-            _log.warning("dropped cast %s.%s: %s", self.key, call.method, message)
+            self._log_cast("dropped cast %s.%s: %s", call, message)
             return
         self._send(rid, messages.encode_error(call.call_id, code, message), via_post)
+
+    def _log_cast(self, fmt: str, call: messages.Call, why: str) -> None:
+        skipped = self._cast_log.take(self.node.now())
+        if skipped is not None:
+            _log.warning(fmt + "%s", self.key, call.method[:200], why, left_out(skipped))
 
     def _send(self, rid: bytes, frames: list, via_post: bool) -> None:
         if via_post:
@@ -386,6 +401,13 @@ def named_in(call: messages.Call) -> Any:
     if type(args) in (list, tuple) and args:
         return args[0]
     return kwargs.get("worker_id") if type(kwargs) is dict else None
+
+
+def _pickled(hosted: HostedActor, call: messages.Call) -> str:
+    return (f"{hosted.key}.{call.method} at {hosted.node.address} takes plain msgpack "
+            "arguments only (a control-plane actor never unpickles what a peer sends); this "
+            "call's payload is a pickle, refused unread: send lists, dicts, str, int, float, "
+            "bytes, bool or None")
 
 
 def _denied(hosted: HostedActor, call: messages.Call) -> str:

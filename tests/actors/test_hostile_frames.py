@@ -1,0 +1,124 @@
+"""Actor tier: what a peer with no token can make a node do with frames it builds itself,
+over real sockets. Control-plane actors (served under /iris/) never load a pickle a peer
+sends, and a worker's answers are never loaded as pickles either; a flood of refused casts
+or bad frames costs counters, not log lines or memory; the node serves on afterwards.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+
+import msgpack
+import pytest
+import zmq
+
+from iris.actors import Node, NodeConfig, actor
+from iris.actors.hosting import requires
+from iris.base.errors import NotFoundError, ProtocolError, RemoteError
+
+CONTROL = "/iris/test-control"
+WORKERISH = "/iris/workers/w-test"
+USER = "/alice/thing"
+
+
+class _Touch:
+    def __init__(self, path):
+        self.path = str(path)
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.path}",))
+
+
+class CustomError(Exception):
+    pass
+
+
+@actor
+class Thing:
+    def echo(self, value):
+        return value
+
+    def pair(self) -> tuple:
+        return (1, 2)  # a tuple: sent as a pickle
+
+    def missing(self) -> None:
+        raise NotFoundError("no such attempt here")
+
+    def custom(self) -> None:
+        raise CustomError("mine")
+
+    @requires("controller")
+    def guarded(self) -> None:
+        pass
+
+
+@pytest.fixture
+def served():
+    with Node(NodeConfig(bind="tcp://127.0.0.1:0")) as server, \
+            Node(NodeConfig(bind="tcp://127.0.0.1:0")) as client:
+        for key in (CONTROL, WORKERISH, USER):
+            server.host(key, Thing)
+        ctx = zmq.Context()
+        sock = ctx.socket(zmq.DEALER)
+        sock.linger = 0
+        sock.connect(server.address)
+        try:
+            yield server, client, sock
+        finally:
+            sock.close()
+            ctx.term()
+
+
+def _ask(sock, head: list) -> list:
+    sock.send(msgpack.packb(head))
+    assert sock.poll(30_000), "no answer"
+    return msgpack.unpackb(sock.recv(), raw=False)
+
+
+def test_a_control_plane_actor_refuses_a_pickled_call_unread_and_a_user_actor_takes_it(
+        served, tmp_path):
+    server, client, sock = served
+    marker = tmp_path / "loaded"
+    got = _ask(sock, [1, 1, 5, CONTROL, "echo", 30_000, 1,
+                      pickle.dumps(((_Touch(marker),), {}))])
+    assert got[1] == 4 and got[3] == "protocol", got
+    assert f"{CONTROL}.echo" in got[4] and "pickle" in got[4], got[4]
+    assert not marker.exists()
+    with pytest.raises(ProtocolError, match="plain msgpack"):
+        client.call(server.address, CONTROL, "echo", ((1, 2),)).result(30)  # a tuple
+    assert client.call(server.address, CONTROL, "echo", ([1, 2],)).result(30) == [1, 2]
+    # A user's actor takes pickles, as it always did (its arguments are any objects).
+    assert client.call(server.address, USER, "echo", ((1, 2),)).result(30) == (1, 2)
+
+
+def test_a_workers_answers_are_read_as_plain_data_only(served):
+    server, client, _ = served
+    with pytest.raises(ProtocolError, match="read as plain msgpack only"):
+        client.call(server.address, WORKERISH, "pair").result(30)
+    # An Iris error keeps its type (the inspector waits for NotFoundError), rebuilt from
+    # its name and message; any other exception is a RemoteError naming its type.
+    with pytest.raises(NotFoundError, match="no such attempt here"):
+        client.call(server.address, WORKERISH, "missing").result(30)
+    with pytest.raises(RemoteError, match="CustomError: mine"):
+        client.call(server.address, WORKERISH, "custom").result(30)
+    # Elsewhere, exceptions and values travel as before.
+    with pytest.raises(CustomError):
+        client.call(server.address, CONTROL, "custom").result(30)
+    assert client.call(server.address, USER, "pair").result(30) == (1, 2)
+
+
+def test_a_flood_of_refused_casts_writes_a_few_log_lines_not_one_each(served, caplog):
+    server, client, sock = served
+    caplog.set_level(logging.WARNING)
+    n = 3000
+    for _ in range(n):  # no token: refused; a bad method: refused; a raising method
+        sock.send(msgpack.packb([1, 2, 0, CONTROL, "guarded", 30_000, 0, [[], {}]]))
+        sock.send(msgpack.packb([1, 2, 0, CONTROL, "nope", 30_000, 0, [[], {}]]))
+        sock.send(msgpack.packb([1, 2, 0, CONTROL, "missing", 30_000, 0, [[], {}]]))
+    # A call after them is answered once they were all handled (one peer, in order).
+    assert _ask(sock, [1, 1, 9, CONTROL, "echo", 30_000, 0, [["after"], {}]])[4] == "after"
+    assert server.stats.calls_received >= 3 * n + 1
+    lines = [r for r in caplog.records if "cast" in r.getMessage()]
+    assert 1 <= len(lines) <= 3, [r.getMessage() for r in lines]
