@@ -14,7 +14,7 @@ import msgpack
 import pytest
 import zmq
 
-from iris.actors import Node, NodeConfig, actor
+from iris.actors import Node, NodeConfig, actor, sockio
 from iris.actors.hosting import requires
 from iris.base.errors import NotFoundError, ProtocolError, RemoteError
 
@@ -122,3 +122,38 @@ def test_a_flood_of_refused_casts_writes_a_few_log_lines_not_one_each(served, ca
     assert server.stats.calls_received >= 3 * n + 1
     lines = [r for r in caplog.records if "cast" in r.getMessage()]
     assert 1 <= len(lines) <= 3, [r.getMessage() for r in lines]
+
+
+def test_a_message_of_a_hundred_thousand_frames_is_dropped_keeping_a_thousand(served):
+    server, _, sock = served
+    malformed = server.stats.malformed
+    head = msgpack.packb([1, 1, 3, CONTROL, "echo", 30_000, 0, [["big"], {}]])
+    sock.send_multipart([head, *[b""] * 100_000])
+    assert sock.poll(30_000)
+    refused = msgpack.unpackb(sock.recv(), raw=False)  # the call is told why
+    assert refused[2:4] == [3, "protocol"] and "1024" in refused[4], refused
+    # The next message of the same peer is read whole: the rest of the big one was read
+    # and dropped, not left behind as the start of another message.
+    assert _ask(sock, [1, 1, 4, CONTROL, "echo", 30_000, 0, [["next"], {}]])[2:5] == \
+        [4, 0, "next"]
+    assert server.stats.malformed == malformed + 1
+
+
+def test_a_socket_read_keeps_at_most_the_frames_a_message_may_carry():
+    ctx = zmq.Context()
+    router, dealer = ctx.socket(zmq.ROUTER), ctx.socket(zmq.DEALER)
+    try:
+        port = router.bind_to_random_port("tcp://127.0.0.1")
+        dealer.connect(f"tcp://127.0.0.1:{port}")
+        dealer.send_multipart([b"head", *[b"x"] * 50_000])
+        dealer.send_multipart([b"second", b"y"])
+        assert router.poll(30_000)
+        _, header, rest = sockio.recv_routed(router)
+        assert header == b"head" and len(rest) == sockio.MAX_KEPT_FRAMES
+        assert router.poll(30_000)
+        _, header, rest = sockio.recv_routed(router)
+        assert header == b"second" and [bytes(f) for f in rest] == [b"y"]
+    finally:
+        router.close(linger=0)
+        dealer.close(linger=0)
+        ctx.term()
