@@ -43,6 +43,10 @@ _STOP = object()
 # only: a pickle is code, and loading one from a peer ran any command in the controller or
 # a worker for any local process, token or none (issue 26's roles then meant nothing).
 CONTROL_PLANE_PREFIX = "/iris/"
+# ...except from this process, and from the controller (its own token at its node and its
+# report fronts', its command token at a worker): a report front hands the controller its
+# checked reports as typed messages, pickled.
+_MAY_PICKLE = frozenset({INTERNAL, tokens.CONTROLLER})
 
 
 class HostedActor:
@@ -116,7 +120,8 @@ class HostedActor:
                               f"{call.method!r} (public methods: {known})")
         elif call.method in self.spec.roles and not self._permitted(call):
             self._reply_error(rid, call, messages.E_PERMISSION, _denied(self, call))
-        elif self.plain_only and call.fmt != codec.FORMAT_MSGPACK and call.role != INTERNAL:
+        elif self.plain_only and call.fmt != codec.FORMAT_MSGPACK and \
+                call.role not in _MAY_PICKLE:
             self._reply_error(rid, call, messages.E_PROTOCOL, _pickled(self, call))
         elif self._stopping:
             self._reply_died(rid, call)

@@ -29,6 +29,8 @@ from iris.actors.keys import (
     worker_inspect_key,
     worker_key,
 )
+from iris.base.errors import ConflictError
+from iris.controller import credentials
 from tests import joining
 
 pytestmark = pytest.mark.xdist_group("roles-outside")
@@ -185,3 +187,18 @@ def test_a_workers_pickled_answers_to_the_controllers_commands_are_not_loaded(wo
         fake.close()
     # The controller still serves.
     assert node.call(address, CONTROLLER_KEY, "list_workers").result(60)
+
+
+def test_a_host_with_the_cluster_token_cannot_take_over_a_silent_workers_id(world):
+    """Silent past LIVE_S (a 6 s blip) is not lost (30 s): a host joining under the id with
+    the cluster token alone is refused, and the worker goes on with its credential."""
+    node, address = world["node"], world["cluster"].address
+    victim = joining.join(node, address, "w-blip")
+    call = lambda method, *args, auth=victim["credential"]: node.call(  # noqa: E731
+        address, CONTROLLER_KEY, method, args, timeout_s=30, auth=auth).result(60)
+    call("register_worker", "w-blip", "tcp://127.0.0.1:9", {"cpu": "1"}, [])
+    time.sleep(credentials.LIVE_S + 1.5)  # the blip
+    with pytest.raises(ConflictError, match="w-blip is registered"):
+        joining.join(node, address, "w-blip")
+    assert not call("report", "w-blip", [])["reregister"]  # its credential still works
+    call("goodbye", "w-blip", "tcp://127.0.0.1:9")
