@@ -21,6 +21,7 @@ import pytest
 import zmq
 
 import iris
+from iris.actors import tokens
 from iris.actors.keys import (
     CONTROLLER_KEY,
     INSPECT_KEY,
@@ -31,6 +32,8 @@ from iris.actors.keys import (
 )
 from iris.base.errors import ConflictError
 from iris.controller import credentials
+from iris.controller.credentials import controller_token, load_secret
+from iris.worker import credential
 from tests import joining
 
 pytestmark = pytest.mark.xdist_group("roles-outside")
@@ -202,3 +205,40 @@ def test_a_host_with_the_cluster_token_cannot_take_over_a_silent_workers_id(worl
         joining.join(node, address, "w-blip")
     assert not call("report", "w-blip", [])["reregister"]  # its credential still works
     call("goodbye", "w-blip", "tcp://127.0.0.1:9")
+
+
+def _forms(secret: bytes) -> list:
+    return [secret, secret.hex(), secret.hex().upper(), repr(secret)[2:-1]]
+
+
+def test_what_anyone_may_read_holds_no_token_and_no_credential(world):
+    """Every method open to a client, called with no token: its answer names no secret of
+    the cluster (the worker's credential and command token, the cluster, admin and
+    controller tokens), in any of the forms one is written in; nor do the worker's logs."""
+    node, address, real = world["node"], world["cluster"].address, world["worker"]
+    state = world["root"] / "controller"
+    held = credential.read(world["root"] / "worker-0", real["worker_id"])
+    secrets = [held.credential, held.command_token, controller_token(load_secret(state)),
+               *(tokens.read(state / name) for name in (tokens.CLUSTER_TOKEN_FILE,
+                                                        tokens.ADMIN_TOKEN_FILE))]
+    answers = [node.call(address, CONTROLLER_KEY, method).result(60)
+               for method in ("snapshot", "list_workers", "regions", "log_config",
+                              "state_dir", "restored", "figures", "list_jobs")]
+    answers += [node.call(address, REGISTRY_KEY, "list", ("/",)).result(60),
+                node.call(address, region_key("local"), "inventory").result(60),
+                node.call(address, region_key("local"), "stats").result(60),
+                node.call(real["address"], worker_key(real["worker_id"]), "status").result(60)]
+    text = msgpack.packb(answers, default=repr).hex() + repr(answers)
+    # ...nor do the logs the worker and its watchdog wrote so far (refusals included).
+    text += "".join(log.read_text(errors="replace") for log in
+                    sorted((world["root"] / "worker-0").glob("*.log")))
+    for secret in secrets:
+        for form in _forms(secret):
+            needle = form.hex() if isinstance(form, bytes) else form
+            assert needle not in text, "an open method's answer holds a secret"
+
+
+def test_after_every_probe_above_a_job_still_runs_to_its_end(world):
+    with iris.connect(world["cluster"].address):
+        job = iris.submit(["true"])
+        assert job.wait(timeout=240)["state"] == "succeeded", job.status()
