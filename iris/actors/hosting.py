@@ -111,18 +111,27 @@ class HostedActor:
 
     # ------------------------------------------------------------ loop thread
 
+    def refusal(self, call: messages.Call) -> tuple[str, str] | None:
+        """(error code, message) if this call may not run here whatever its arguments: no
+        such method, a role the method does not name, a pickle to the control plane. Read
+        from the header alone, so it is asked before a call's big frames are fetched too."""
+        if call.method not in self.spec.methods:
+            known = ", ".join(sorted(self.spec.methods)) or "none"
+            return messages.E_METHOD_NOT_FOUND, (
+                f"actor {self.key!r} at {self.node.address} has no method "
+                f"{call.method!r} (public methods: {known})")
+        if call.method in self.spec.roles and not self._permitted(call):
+            return messages.E_PERMISSION, _denied(self, call)
+        if self.plain_only and call.fmt != codec.FORMAT_MSGPACK and \
+                call.role not in _MAY_PICKLE:
+            return messages.E_PROTOCOL, _pickled(self, call)
+        return None
+
     def dispatch(self, rid: bytes, call: messages.Call, deadline: float) -> None:
         is_async = self.spec.methods.get(call.method)
-        if is_async is None:
-            known = ", ".join(sorted(self.spec.methods)) or "none"
-            self._reply_error(rid, call, messages.E_METHOD_NOT_FOUND,
-                              f"actor {self.key!r} at {self.node.address} has no method "
-                              f"{call.method!r} (public methods: {known})")
-        elif call.method in self.spec.roles and not self._permitted(call):
-            self._reply_error(rid, call, messages.E_PERMISSION, _denied(self, call))
-        elif self.plain_only and call.fmt != codec.FORMAT_MSGPACK and \
-                call.role not in _MAY_PICKLE:
-            self._reply_error(rid, call, messages.E_PROTOCOL, _pickled(self, call))
+        refused = self.refusal(call)
+        if refused is not None:
+            self._reply_error(rid, call, *refused)
         elif self._stopping:
             self._reply_died(rid, call)
         elif self._full(call.method, is_async):

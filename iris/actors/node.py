@@ -414,7 +414,9 @@ class Node:
         try:
             if buffers:
                 if bulk_calls.is_table(buffers[-1]):  # big frames on the bulk path: fetch
-                    return self._bulk_calls.receive(rid, header, buffers, role)
+                    if not self._refused_unfetched(rid, header, role):
+                        self._bulk_calls.receive(rid, header, buffers, role)
+                    return
                 buffers = shm.resolve(buffers)
             msg = messages.decode(header, buffers)
         except ProtocolError as exc:
@@ -427,11 +429,7 @@ class Node:
             return
         kind = msg[1]
         if kind == messages.CALL or kind == messages.CAST:
-            call = messages.call_from(msg, buffers)
-            if role is not None:
-                call.role = role
-            elif call.auth:
-                call.role, call.principal = self._grants.get(call.auth, _CLIENT)
+            call = self._with_role(messages.call_from(msg, buffers), role)
             self.stats.calls_received += 1
             hosted = self._actors.get(call.actor)
             if hosted is None:
@@ -446,3 +444,30 @@ class Node:
             self.send_reply(rid, messages.encode_pong(msg[2]))
         else:
             self.stats.malformed += 1  # replies belong on DEALERs, not here
+
+    def _with_role(self, call: messages.Call, role: str | None) -> messages.Call:
+        if role is not None:
+            call.role = role
+        elif call.auth:
+            call.role, call.principal = self._grants.get(call.auth, _CLIENT)
+        return call
+
+    def _refused_unfetched(self, rid: bytes | LocalReturn, header: bytes,
+                           role: str | None) -> bool:
+        """A call whose big frames wait on the bulk path, refused (and answered) before any
+        is fetched if it could not run anyway: no such actor or method, or a caller the
+        method refuses. Fetched first, a caller with no token made this node connect to an
+        endpoint it named and hold what it sent there for as long as its call's timeout."""
+        call = messages.peek_route(header)
+        if call is None:
+            return False  # the fetch refuses it, naming why
+        call = self._with_role(call, role)
+        hosted = self._actors.get(call.actor)
+        refused = ((messages.E_ACTOR_NOT_FOUND, f"no actor {call.actor!r} at {self.address}")
+                   if hosted is None else hosted.refusal(call))
+        if refused is None:
+            return False
+        self.stats.calls_received += 1
+        if not call.oneway:
+            self.send_reply(rid, messages.encode_error(call.call_id, *refused))
+        return True

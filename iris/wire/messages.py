@@ -207,6 +207,24 @@ def peek_call(header: bytes) -> tuple[int, int] | None:
     return (kind, call_id) if type(kind) is int and type(call_id) is int else None
 
 
+def peek_route(header: bytes) -> Call | None:
+    """A CALL or CAST read from its header alone (its buffers not here yet: a bulk table
+    names them), buffer markers in its payload read as None; None if it is not one. What
+    the receiver may decide before it fetches anything: is there such an actor and method,
+    may this caller call it."""
+    try:
+        msg = msgpack.unpackb(header, raw=False, ext_hook=lambda code, data: None)
+    except Exception:
+        return None
+    if type(msg) is not list or len(msg) not in (8, 9) or msg[1] not in (CALL, CAST):
+        return None
+    auth = msg[8] if len(msg) == 9 else None
+    if not all(type(msg[i]) is t for i, t in ((2, int), (3, str), (4, str), (5, int), (6, int))) \
+            or (auth is not None and (type(auth) is not bytes or not 0 < len(auth) <= MAX_AUTH)):
+        return None
+    return call_from(msg, [])
+
+
 # Field types after [version, kind]; None means any msgpack value.
 _SHAPES: dict[int, tuple] = {
     CALL: (int, str, str, int, int, None),

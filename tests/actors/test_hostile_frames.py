@@ -9,12 +9,14 @@ from __future__ import annotations
 import logging
 import os
 import pickle
+import socket
 
 import msgpack
 import pytest
 import zmq
 
 from iris.actors import Node, NodeConfig, actor, sockio
+from iris.actors.bulk_calls import TABLE_MAGIC
 from iris.actors.hosting import requires
 from iris.base.errors import NotFoundError, ProtocolError, RemoteError
 
@@ -157,3 +159,36 @@ def test_a_socket_read_keeps_at_most_the_frames_a_message_may_carry():
         router.close(linger=0)
         dealer.close(linger=0)
         ctx.term()
+
+
+def _bulk_call(call_id: int, method: str, endpoint: str) -> list:
+    """A CALL whose one big argument waits on the bulk path at `endpoint` (a table frame)."""
+    table = TABLE_MAGIC + msgpack.packb([endpoint, "t" * 16, b"k" * 16, "aes-256-gcm",
+                                         b"s" * 32, 8 << 20, 4 << 20, [[1, 0, 8 << 20]]])
+    marker = msgpack.ExtType(1, (1).to_bytes(4, "little"))
+    return [msgpack.packb([1, 1, call_id, CONTROL, method, 600_000, 0, [[marker], {}]]),
+            b"", table]
+
+
+def test_a_call_it_may_not_make_is_refused_before_its_big_frames_are_fetched(served):
+    """Fetched first, a caller with no token made the node connect to an endpoint it named
+    and hold the transfer for its call's own timeout, and only then heard it may not call."""
+    _, _, sock = served
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(3.0)
+    endpoint = f"tcp://127.0.0.1:{listener.getsockname()[1]}"
+    try:
+        for call_id, method, code in ((1, "guarded", "permission_denied"),
+                                      (2, "nope", "method_not_found")):
+            sock.send_multipart(_bulk_call(call_id, method, endpoint))
+            assert sock.poll(30_000)
+            assert msgpack.unpackb(sock.recv(), raw=False)[2:4] == [call_id, code]
+        with pytest.raises(TimeoutError):
+            listener.accept()  # nothing connected for them
+        # A call it may make is fetched from there (the node connects: this listener would
+        # have seen the others).
+        sock.send_multipart(_bulk_call(3, "echo", endpoint))
+        listener.settimeout(30.0)
+        listener.accept()[0].close()
+    finally:
+        listener.close()
