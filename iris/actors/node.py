@@ -417,6 +417,8 @@ class Node:
                     if not self._refused_unfetched(rid, header, role):
                         self._bulk_calls.receive(rid, header, buffers, role)
                     return
+                if shm.is_table(buffers[-1]) and self._refused_unfetched(rid, header, role):
+                    return  # a segment of another process is not opened for it
                 buffers = shm.resolve(buffers)
             msg = messages.decode(header, buffers)
         except ProtocolError as exc:
@@ -454,10 +456,12 @@ class Node:
 
     def _refused_unfetched(self, rid: bytes | LocalReturn, header: bytes,
                            role: str | None) -> bool:
-        """A call whose big frames wait on the bulk path, refused (and answered) before any
-        is fetched if it could not run anyway: no such actor or method, or a caller the
-        method refuses. Fetched first, a caller with no token made this node connect to an
-        endpoint it named and hold what it sent there for as long as its call's timeout."""
+        """A call whose big frames wait on the bulk path or in shared memory, refused (and
+        answered) before any is fetched or mapped if it could not run anyway: no such actor
+        or method, or a caller the method refuses. Fetched first, a caller with no token
+        made this node connect to an endpoint it named and hold what it sent there for as
+        long as its call's timeout, or open another process's segment (read-write: it marks
+        its slot) that the caller named."""
         call = messages.peek_route(header)
         if call is None:
             return False  # the fetch refuses it, naming why

@@ -329,7 +329,8 @@ class Pool:
             self._owned.clear()
 
 
-def _is_table(frame: Any) -> bool:
+def is_table(frame: Any) -> bool:
+    """Is this buffer frame a shared-memory table (the last frame of a spilled message)?"""
     view = frame.buffer if hasattr(frame, "buffer") else memoryview(frame)
     return len(MAGIC) < view.nbytes < _MAX_TABLE and view[:len(MAGIC)] == MAGIC
 
@@ -337,7 +338,7 @@ def _is_table(frame: Any) -> bool:
 def resolve(buffers: list) -> list:
     """Buffer frames as the codec expects them: a trailing table frame is replaced by views of
     the segment it names. Raises ProtocolError when the segment cannot be mapped."""
-    if not buffers or not _is_table(buffers[-1]):
+    if not buffers or not is_table(buffers[-1]):
         return buffers
     last = buffers[-1]
     raw = last.bytes if hasattr(last, "bytes") else bytes(last)
