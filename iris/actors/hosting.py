@@ -47,6 +47,11 @@ CONTROL_PLANE_PREFIX = "/iris/"
 # report fronts', its command token at a worker): a report front hands the controller its
 # checked reports as typed messages, pickled.
 _MAY_PICKLE = frozenset({INTERNAL, tokens.CONTROLLER})
+# The largest header a control-plane call may have (but from those roles): a report of 4,096
+# updates is ~1 MiB, and big bytes travel as buffer frames. Decoding a header builds its
+# objects: one 50 MB header frame of small ints took a node to a 460 MB peak (1 GiB frames
+# are allowed: ~9 GiB), before any role was checked.
+MAX_CONTROL_HEADER_BYTES = 16 << 20
 
 
 class HostedActor:
@@ -110,6 +115,14 @@ class HostedActor:
         return self._queue.qsize()
 
     # ------------------------------------------------------------ loop thread
+
+    def header_refusal(self, size: int, role: str) -> str | None:
+        """Why a call whose header is `size` bytes is refused here before it is decoded."""
+        if self.plain_only and size > MAX_CONTROL_HEADER_BYTES and role not in _MAY_PICKLE:
+            return (f"{self.key} at {self.node.address}: a control-plane call's header is at "
+                    f"most {MAX_CONTROL_HEADER_BYTES} bytes, this one {size} (refused "
+                    "undecoded; big bytes travel as buffer frames)")
+        return None
 
     def refusal(self, call: messages.Call) -> tuple[str, str] | None:
         """(error code, message) if this call may not run here whatever its arguments: no

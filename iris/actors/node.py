@@ -25,7 +25,7 @@ from iris.actors.bulk import Bulk
 from iris.actors.bulk_calls import BulkCalls
 from iris.actors.config import NodeConfig
 from iris.actors.future import ActorFuture
-from iris.actors.hosting import HostedActor
+from iris.actors.hosting import MAX_CONTROL_HEADER_BYTES, HostedActor
 from iris.actors.node_loop import NodeLoop
 from iris.actors.peers import LocalReturn, Peer
 from iris.actors.security import Security, check_bind_allowed
@@ -411,6 +411,9 @@ class Node:
         or LocalReturn for an in-process call, whose `role` is INTERNAL)."""
         if self._bulk_calls.holding and self._bulk_calls.hold(rid, header, buffers, role):
             return  # behind a call of the same caller whose frames are being fetched
+        if len(header) > MAX_CONTROL_HEADER_BYTES and role is None and \
+                self._refused_undecoded(rid, header):
+            return
         try:
             if buffers:
                 if bulk_calls.is_table(buffers[-1]):  # big frames on the bulk path: fetch
@@ -453,6 +456,23 @@ class Node:
         elif call.auth:
             call.role, call.principal = self._grants.get(call.auth, _CLIENT)
         return call
+
+    def _refused_undecoded(self, rid: bytes, header: bytes) -> bool:
+        """A header too big for the actor it names (HostedActor.header_refusal): refused,
+        counted as malformed, and a CALL answered why, without building its objects."""
+        target = messages.peek_target(header)
+        hosted = self._actors.get(target[2]) if target is not None else None
+        if hosted is None:
+            return False  # decoded as any other: its errors are named there
+        kind, call_id, _, auth = target
+        why = hosted.header_refusal(len(header), self._grants.get(auth, _CLIENT)[0]
+                                    if auth else "client")
+        if why is None:
+            return False
+        self.stats.malformed += 1
+        if kind == messages.CALL:
+            self.send_reply(rid, messages.encode_error(call_id, messages.E_PROTOCOL, why))
+        return True
 
     def _refused_unfetched(self, rid: bytes | LocalReturn, header: bytes,
                            role: str | None) -> bool:

@@ -225,6 +225,27 @@ def peek_route(header: bytes) -> Call | None:
     return call_from(msg, [])
 
 
+def peek_target(header: bytes) -> tuple[int, int, str, bytes | None] | None:
+    """(kind, call_id, actor, auth) of a CALL or CAST, its payload skipped, not built: what
+    a receiver may check before it decodes a big header. None if it is not one."""
+    try:
+        unpacker = msgpack.Unpacker(raw=False, ext_hook=lambda code, data: None,
+                                    max_buffer_size=len(header))
+        unpacker.feed(header)
+        size = unpacker.read_array_header()
+        if size not in (8, 9) or unpacker.unpack() != VERSION:
+            return None
+        kind, call_id, actor = unpacker.unpack(), unpacker.unpack(), unpacker.unpack()
+        for _ in range(4):  # method, timeout_ms, fmt, payload
+            unpacker.skip()
+        auth = unpacker.unpack() if size == 9 else None
+    except Exception:
+        return None
+    if kind not in (CALL, CAST) or type(call_id) is not int or type(actor) is not str:
+        return None
+    return kind, call_id, actor, auth if type(auth) is bytes else None
+
+
 # Field types after [version, kind]; None means any msgpack value.
 _SHAPES: dict[int, tuple] = {
     CALL: (int, str, str, int, int, None),

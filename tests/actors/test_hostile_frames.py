@@ -17,7 +17,7 @@ import zmq
 
 from iris.actors import Node, NodeConfig, actor, shm, sockio
 from iris.actors.bulk_calls import TABLE_MAGIC
-from iris.actors.hosting import requires
+from iris.actors.hosting import MAX_CONTROL_HEADER_BYTES, requires
 from iris.base.errors import NotFoundError, ProtocolError, RemoteError
 
 CONTROL = "/iris/test-control"
@@ -219,3 +219,17 @@ def test_a_call_it_may_not_make_opens_no_shared_memory_segment_it_names(served, 
         wait_until(lambda: slot() != 0, 30, "slot 0 marked by the receiver")
     finally:
         os.close(fd)
+
+
+def test_a_control_plane_header_past_its_bound_is_refused_undecoded(served):
+    """Decoding builds a header's objects (a 50 MB header of small ints: a 460 MB peak), so
+    the control plane refuses one past MAX_CONTROL_HEADER_BYTES before decoding it; the
+    controller's own role may send one (a report front's batch)."""
+    server, _, sock = served
+    big = "x" * (MAX_CONTROL_HEADER_BYTES + 1)
+    token = b"t" * 32
+    server.grant(token, "controller")
+    got = _ask(sock, [1, 1, 1, CONTROL, "echo", 30_000, 0, [[big], {}]])
+    assert got[2:4] == [1, "protocol"] and f"at most {MAX_CONTROL_HEADER_BYTES}" in got[4]
+    assert len(_ask(sock, [1, 1, 2, CONTROL, "echo", 30_000, 0, [[big], {}], token])[4]) \
+        == len(big)
