@@ -194,28 +194,34 @@ def test_a_call_it_may_not_make_is_refused_before_its_big_frames_are_fetched(ser
         listener.close()
 
 
-def test_a_call_it_may_not_make_opens_no_shared_memory_segment_it_names(served, wait_until):
-    """A shared-memory table names a process's segment (pid, fd, inode); the receiver opens
-    it read-write and marks its slot. For a call it refuses, nothing is opened."""
+def test_a_segment_is_opened_only_for_a_call_it_may_make_naming_its_key(served, wait_until):
+    """A shared-memory table names a process's segment (pid, fd, inode: all guessable); the
+    receiver opens it read-write and marks a slot. For a call it refuses, nothing is
+    opened; for a table without the segment's key, nothing is marked or read."""
     _, _, sock = served
     fd = os.memfd_create("iris-shm", os.MFD_CLOEXEC)
+    key = os.urandom(shm.KEY_BYTES)
     try:
         os.ftruncate(fd, shm._DATA_OFFSET + 4096)
-        os.pwrite(fd, (1).to_bytes(8, "little"), 0)  # generation 1
-        table = shm.MAGIC + msgpack.packb([os.getpid(), fd, os.fstat(fd).st_ino, shm.BOOT_ID,
-                                           shm.PID_NS, 1, 0, [[0, shm._DATA_OFFSET, 16]]])
-        marker = msgpack.ExtType(1, (0).to_bytes(4, "little"))
+        os.pwrite(fd, (1).to_bytes(8, "little") + key, 0)  # generation 1, its key
 
-        def call(call_id: int, method: str) -> list:
+        def call(call_id: int, method: str, table_key: bytes) -> list:
+            table = shm.MAGIC + msgpack.packb([os.getpid(), fd, os.fstat(fd).st_ino,
+                                               shm.BOOT_ID, shm.PID_NS, 1, 0,
+                                               [[0, shm._DATA_OFFSET, 16]], table_key])
+            marker = msgpack.ExtType(1, (0).to_bytes(4, "little"))
             sock.send_multipart([msgpack.packb([1, 1, call_id, CONTROL, method, 30_000, 0,
                                                 [[marker], {}]]), b"", table])
             assert sock.poll(30_000)
             return msgpack.unpackb(sock.recv(), raw=False)
 
         slot = lambda: os.pread(fd, 8, 64)[0]  # noqa: E731  slot 0's state
-        assert call(1, "guarded")[2:4] == [1, "permission_denied"]
+        assert call(1, "guarded", key)[2:4] == [1, "permission_denied"]
         assert slot() == 0  # never opened, never marked
-        assert call(2, "echo")[1] == 3  # a call it may make: the segment is mapped
+        refused = call(2, "echo", os.urandom(shm.KEY_BYTES))  # a guess at everything else
+        assert refused[2:4] == [2, "protocol"] and "key" in refused[4], refused
+        assert slot() == 0
+        assert call(3, "echo", key)[1] == 3  # the sender's own table: mapped and read
         wait_until(lambda: slot() != 0, 30, "slot 0 marked by the receiver")
     finally:
         os.close(fd)
