@@ -20,7 +20,7 @@ from collections.abc import Callable
 from queue import Empty
 from typing import TYPE_CHECKING, Any
 
-from iris.actors import tokens, wakers
+from iris.actors import admission, wakers
 from iris.actors.actor_spec import INTERNAL as INTERNAL  # re-exported: stable names
 from iris.actors.actor_spec import ActorSpec as ActorSpec
 from iris.actors.actor_spec import actor as actor
@@ -31,27 +31,13 @@ from iris.actors.current import current_context
 from iris.actors.log_budget import LogBudget, left_out
 from iris.base.errors import OverloadedError, ProtocolError
 from iris.base.histogram import Histogram
-from iris.wire import codec, messages
+from iris.wire import messages
 
 if TYPE_CHECKING:
     from iris.actors.node import Node
 
 _log = logging.getLogger(__name__)
 _STOP = object()
-# Actors served under this prefix are the control plane (controller, inspector, registry,
-# regions, workers and their inspectors: actors/keys.py). They take plain msgpack arguments
-# only: a pickle is code, and loading one from a peer ran any command in the controller or
-# a worker for any local process, token or none (issue 26's roles then meant nothing).
-CONTROL_PLANE_PREFIX = "/iris/"
-# ...except from this process, and from the controller (its own token at its node and its
-# report fronts', its command token at a worker): a report front hands the controller its
-# checked reports as typed messages, pickled.
-_MAY_PICKLE = frozenset({INTERNAL, tokens.CONTROLLER})
-# The largest header a control-plane call may have (but from those roles): a report of 4,096
-# updates is ~1 MiB, and big bytes travel as buffer frames. Decoding a header builds its
-# objects: one 50 MB header frame of small ints took a node to a 460 MB peak (1 GiB frames
-# are allowed: ~9 GiB), before any role was checked.
-MAX_CONTROL_HEADER_BYTES = 16 << 20
 
 
 class HostedActor:
@@ -74,7 +60,7 @@ class HostedActor:
         self._async_waiting: deque = deque()
         self._async_tasks: set[asyncio.Task] = set()
         self._batches = {m: Batch(m, *how) for m, how in spec.batches.items()}
-        self.plain_only = key.startswith(CONTROL_PLANE_PREFIX)
+        self.plain_only = key.startswith(admission.CONTROL_PLANE_PREFIX)
         self._cast_log = LogBudget()  # casts refused or raising: no caller to tell
         # How long calls take to handle here (arguments decoded to reply encoded), one
         # histogram per thread that writes it: sync methods on the actor thread, async ones
@@ -118,27 +104,13 @@ class HostedActor:
 
     def header_refusal(self, size: int, role: str) -> str | None:
         """Why a call whose header is `size` bytes is refused here before it is decoded."""
-        if self.plain_only and size > MAX_CONTROL_HEADER_BYTES and role not in _MAY_PICKLE:
-            return (f"{self.key} at {self.node.address}: a control-plane call's header is at "
-                    f"most {MAX_CONTROL_HEADER_BYTES} bytes, this one {size} (refused "
-                    "undecoded; big bytes travel as buffer frames)")
-        return None
+        return admission.header_refusal(self.key, self.node.address, self.plain_only, size,
+                                        role)
 
     def refusal(self, call: messages.Call) -> tuple[str, str] | None:
-        """(error code, message) if this call may not run here whatever its arguments: no
-        such method, a role the method does not name, a pickle to the control plane. Read
-        from the header alone, so it is asked before a call's big frames are fetched too."""
-        if call.method not in self.spec.methods:
-            known = ", ".join(sorted(self.spec.methods)) or "none"
-            return messages.E_METHOD_NOT_FOUND, (
-                f"actor {self.key!r} at {self.node.address} has no method "
-                f"{call.method!r} (public methods: {known})")
-        if call.method in self.spec.roles and not self._permitted(call):
-            return messages.E_PERMISSION, _denied(self, call)
-        if self.plain_only and call.fmt != codec.FORMAT_MSGPACK and \
-                call.role not in _MAY_PICKLE:
-            return messages.E_PROTOCOL, _pickled(self, call)
-        return None
+        """(error code, message) if this call may not run here whatever its arguments
+        (admission.refusal): asked before its big frames are fetched too."""
+        return admission.refusal(self.spec, self.key, self.node.address, self.plain_only, call)
 
     def dispatch(self, rid: bytes, call: messages.Call, deadline: float) -> None:
         is_async = self.spec.methods.get(call.method)
@@ -178,14 +150,6 @@ class HostedActor:
             f"actor {self.key!r} at {self.node.address} has "
             f"{self._max_waiting} calls waiting; {call.method!r} refused "
             "unrun: retry later", retry_after_s=1.0), at_call_site=False)
-
-    def _permitted(self, call: messages.Call) -> bool:
-        """The caller holds a role the method names; a credential that names one peer (a
-        worker's) may only speak as that peer: the call's first argument must be its id."""
-        if call.role == INTERNAL:
-            return True
-        return call.role in self.spec.roles[call.method] and (
-            call.principal is None or named_in(call) == call.principal)
 
     def _start_async(self, rid: bytes, call: messages.Call, deadline: float) -> None:
         self._async_running += 1
@@ -414,40 +378,3 @@ class _Posted:
 
     def __init__(self, fn: Callable, args: tuple):
         self.fn, self.args = fn, args
-
-
-def named_in(call: messages.Call) -> Any:
-    """The id a call speaks for: its first argument (or `worker_id=`), read without
-    unpickling: a call with a credential that names its holder must be plain msgpack."""
-    if call.fmt != codec.FORMAT_MSGPACK:
-        return None
-    payload = call.payload
-    if type(payload) not in (list, tuple) or len(payload) != 2:
-        return None
-    args, kwargs = payload
-    if type(args) in (list, tuple) and args:
-        return args[0]
-    return kwargs.get("worker_id") if type(kwargs) is dict else None
-
-
-def _pickled(hosted: HostedActor, call: messages.Call) -> str:
-    return (f"{hosted.key}.{call.method} at {hosted.node.address} takes plain msgpack "
-            "arguments only (a control-plane actor never unpickles what a peer sends); this "
-            "call's payload is a pickle, refused unread: send lists, dicts, str, int, float, "
-            "bytes, bool or None")
-
-
-def _denied(hosted: HostedActor, call: messages.Call) -> str:
-    allowed = sorted(hosted.spec.roles[call.method]) or ["this process itself"]
-    where = f"{hosted.key}.{call.method} at {hosted.node.address}"
-    if call.role == tokens.REVOKED:
-        return (f"{where}: the credential of worker {call.principal!r} was revoked and "
-                "this caller presents it (the worker left, was lost, or an operator revoked "
-                "it; a worker joins again with the cluster token): not permitted")
-    if call.role in allowed and call.principal is not None:
-        return (f"{where}: a {call.role} may speak only as itself; this caller is "
-                f"{call.principal!r} and the call names {named_in(call)!r:.80} (not permitted)")
-    unknown = (" presenting a token not known here (issued before this node restarted, "
-               "revoked, or never issued)") if call.auth and call.role == "client" else ""
-    return (f"{where} is for {' or '.join(allowed)} only; this caller is a {call.role}"
-            f"{unknown} (not permitted)")

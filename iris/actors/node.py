@@ -21,11 +21,12 @@ import zmq
 
 from iris.actors import bulk_calls, ports, shm, shm_scope, wakers
 from iris.actors.actor_spec import spec_of
+from iris.actors.admission import MAX_CONTROL_HEADER_BYTES, Gate
 from iris.actors.bulk import Bulk
 from iris.actors.bulk_calls import BulkCalls
 from iris.actors.config import NodeConfig
 from iris.actors.future import ActorFuture
-from iris.actors.hosting import MAX_CONTROL_HEADER_BYTES, HostedActor
+from iris.actors.hosting import HostedActor
 from iris.actors.node_loop import NodeLoop
 from iris.actors.peers import LocalReturn, Peer
 from iris.actors.security import Security, check_bind_allowed
@@ -42,7 +43,6 @@ from iris.base.ids import new_id
 from iris.wire import messages
 
 _log = logging.getLogger(__name__)
-_CLIENT = ("client", None)  # the role of a call whose auth this node does not know
 
 
 def _shm_min_bytes(config: NodeConfig) -> int:
@@ -83,6 +83,7 @@ class Node:
         self._stopped = False
         # auth token -> (the role its calls hold here, whom it names: a worker's id or None)
         self._grants: dict[bytes, tuple[str, str | None]] = {}
+        self._gate = Gate(self._actors, self._grants, self.send_reply, self.stats)
         self._shm_min = _shm_min_bytes(self.config) if shm_scope.AVAILABLE else 0
         self._shm_replies = False  # set once bound: only a loopback node's callers are local
         self._pool = shm.Pool(self.config.shm_pool_bytes)
@@ -412,15 +413,16 @@ class Node:
         if self._bulk_calls.holding and self._bulk_calls.hold(rid, header, buffers, role):
             return  # behind a call of the same caller whose frames are being fetched
         if len(header) > MAX_CONTROL_HEADER_BYTES and role is None and \
-                self._refused_undecoded(rid, header):
+                self._gate.refused_undecoded(rid, header):
             return
         try:
             if buffers:
                 if bulk_calls.is_table(buffers[-1]):  # big frames on the bulk path: fetch
-                    if not self._refused_unfetched(rid, header, role):
+                    if not self._gate.refused_unfetched(rid, header, role, self.address):
                         self._bulk_calls.receive(rid, header, buffers, role)
                     return
-                if shm.is_table(buffers[-1]) and self._refused_unfetched(rid, header, role):
+                if shm.is_table(buffers[-1]) and \
+                        self._gate.refused_unfetched(rid, header, role, self.address):
                     return  # a segment of another process is not opened for it
                 buffers = shm.resolve(buffers)
             msg = messages.decode(header, buffers)
@@ -434,7 +436,7 @@ class Node:
             return
         kind = msg[1]
         if kind == messages.CALL or kind == messages.CAST:
-            call = self._with_role(messages.call_from(msg, buffers), role)
+            call = self._gate.with_role(messages.call_from(msg, buffers), role)
             self.stats.calls_received += 1
             hosted = self._actors.get(call.actor)
             if hosted is None:
@@ -449,49 +451,3 @@ class Node:
             self.send_reply(rid, messages.encode_pong(msg[2]))
         else:
             self.stats.malformed += 1  # replies belong on DEALERs, not here
-
-    def _with_role(self, call: messages.Call, role: str | None) -> messages.Call:
-        if role is not None:
-            call.role = role
-        elif call.auth:
-            call.role, call.principal = self._grants.get(call.auth, _CLIENT)
-        return call
-
-    def _refused_undecoded(self, rid: bytes, header: bytes) -> bool:
-        """A header too big for the actor it names (HostedActor.header_refusal): refused,
-        counted as malformed, and a CALL answered why, without building its objects."""
-        target = messages.peek_target(header)
-        hosted = self._actors.get(target[2]) if target is not None else None
-        if hosted is None:
-            return False  # decoded as any other: its errors are named there
-        kind, call_id, _, auth = target
-        why = hosted.header_refusal(len(header), self._grants.get(auth, _CLIENT)[0]
-                                    if auth else "client")
-        if why is None:
-            return False
-        self.stats.malformed += 1
-        if kind == messages.CALL:
-            self.send_reply(rid, messages.encode_error(call_id, messages.E_PROTOCOL, why))
-        return True
-
-    def _refused_unfetched(self, rid: bytes | LocalReturn, header: bytes,
-                           role: str | None) -> bool:
-        """A call whose big frames wait on the bulk path or in shared memory, refused (and
-        answered) before any is fetched or mapped if it could not run anyway: no such actor
-        or method, or a caller the method refuses. Fetched first, a caller with no token
-        made this node connect to an endpoint it named and hold what it sent there for as
-        long as its call's timeout, or open another process's segment (read-write: it marks
-        its slot) that the caller named."""
-        call = messages.peek_route(header)
-        if call is None:
-            return False  # the fetch refuses it, naming why
-        call = self._with_role(call, role)
-        hosted = self._actors.get(call.actor)
-        refused = ((messages.E_ACTOR_NOT_FOUND, f"no actor {call.actor!r} at {self.address}")
-                   if hosted is None else hosted.refusal(call))
-        if refused is None:
-            return False
-        self.stats.calls_received += 1
-        if not call.oneway:
-            self.send_reply(rid, messages.encode_error(call.call_id, *refused))
-        return True

@@ -1,7 +1,7 @@
 """Worker credentials: one per worker, so that a worker speaks only as itself; and the
 command tokens with which the controller alone commands each worker.
 
-Not the check (actors/hosting.py refuses a call whose role the method does not name, or
+Not the check (actors/admission.py refuses a call whose role the method does not name, or
 whose credential names another worker than the call does). A worker joins with the
 cluster token (`Controller.join`) and gets two secrets of its own:
 - its credential: 32 random bytes, granted the "worker" role at the controller's node,

@@ -16,8 +16,9 @@ import pytest
 import zmq
 
 from iris.actors import Node, NodeConfig, actor, shm, sockio
+from iris.actors.admission import MAX_CONTROL_HEADER_BYTES
 from iris.actors.bulk_calls import TABLE_MAGIC
-from iris.actors.hosting import MAX_CONTROL_HEADER_BYTES, requires
+from iris.actors.hosting import requires
 from iris.base.errors import NotFoundError, ProtocolError, RemoteError
 
 CONTROL = "/iris/test-control"
