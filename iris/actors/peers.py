@@ -23,8 +23,9 @@ import zmq
 from zmq.utils.monitor import parse_monitor_message
 
 from iris.actors import bulk_calls, shm, shm_scope
+from iris.actors.keys import WORKER_KEY_PREFIX
 from iris.base.errors import PeerUnavailableError, ProtocolError
-from iris.wire import messages, remote_errors
+from iris.wire import codec, messages, remote_errors
 
 if TYPE_CHECKING:
     from iris.actors.future import ActorFuture
@@ -102,7 +103,17 @@ class Peer:
             stats.late_replies += 1  # answered after its deadline, or a stray
             return
         stats.call_latency.observe(now - fut.sent_at)
+        # A worker's answers are read as plain data only: a pickle is code, and a worker is
+        # one host that may be compromised (docs/protocol.md, Roles); the controller, which
+        # commands every worker, must not run what one of them sends back.
+        plain = fut.actor.startswith(WORKER_KEY_PREFIX)
         if kind == messages.REPLY:
+            if plain and msg[3] != codec.FORMAT_MSGPACK:
+                stats.calls_error += 1
+                fut.set_exception(ProtocolError(
+                    f"reply of {fut.actor}.{fut.method} from {self.address} is a pickle: a "
+                    "worker's answers are read as plain msgpack only (refused unread)"))
+                return
             try:
                 value = messages.decode_payload(msg[3], msg[4], buffers)
             except Exception as exc:
@@ -116,7 +127,8 @@ class Peer:
         else:
             stats.calls_error += 1
             fut.set_exception(remote_errors.error_from(
-                msg[3], msg[4], msg[5], actor=fut.actor, method=fut.method, address=self.address))
+                msg[3], msg[4], msg[5], actor=fut.actor, method=fut.method, address=self.address,
+                unpickle=not plain))
 
     def check_liveness(self, now: float, interval_s: float, dead_after_s: float) -> bool:
         """PING if quiet; return False when the peer must be declared dead."""

@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass
 from iris.actors.holders import NO_HOLDER, Holder, Withdrawn, check_holder, current_only
 from iris.actors.hosting import HostedActor, actor
 from iris.base.clock import SYSTEM_CLOCK, Clock
-from iris.base.errors import InvalidRequestError, StaleAttemptError
+from iris.base.errors import InvalidRequestError, OverloadedError, StaleAttemptError
 from iris.base.ids import normalize_path
 
 REGISTRY_KEY = "/iris/registry"
@@ -34,6 +34,10 @@ LEASE_S = 3.0
 RENEW_INTERVAL_S = 1.0
 # One process serving this many names is a bug or an attack; each name costs registry memory.
 MAX_NAMES_PER_OWNER = 10_000
+# ...and the owner is whatever the caller says, so the table has a bound of its own: a peer
+# naming a new owner at each call registered 20,000 names past the per-owner limit. About
+# 1 KiB each (the endpoint, its indexes): at most ~0.5 GB; 50 names a host at 10,000 hosts.
+MAX_NAMES = 500_000
 # Upper bound on how long one resolve may park in the registry, so waiting callers cannot
 # pile up forever.
 MAX_WAIT_S = 600.0
@@ -64,7 +68,9 @@ class RegistryTable:
     owner's names, and expiry pops a deadline heap, so both are O(log N) per call.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, max_names: int = MAX_NAMES) -> None:
+        self._max_names = max_names
+        self._count = 0  # endpoints held, expired ones not yet dropped included
         self._names: dict[str, dict[tuple[str, str], Endpoint]] = {}
         self._owned: dict[str, set[tuple[str, str, str]]] = {}  # owner -> (name, address, key)
         self._held: dict[str, set[tuple[str, str, str]]] = {}  # attempt id -> its entries
@@ -91,8 +97,12 @@ class RegistryTable:
             raise StaleAttemptError(
                 f"register {name}: attempt {holder.attempt} of {holder.job}[{holder.task}] "
                 "has ended (its names were withdrawn)")
+        self.expire(now)
+        existing = self._names.get(name, {}).get((address, key))
+        if existing is None and self._count >= self._max_names:
+            raise OverloadedError(f"register {name}: the registry holds {self._count} names "
+                                  "(the limit); retry once leases lapse", retry_after_s=5.0)
         entries = self._names.setdefault(name, {})
-        existing = entries.get((address, key))
         if existing is None and len(self._owned.get(owner, ())) >= MAX_NAMES_PER_OWNER:
             if not entries:
                 del self._names[name]
@@ -108,6 +118,7 @@ class RegistryTable:
         else:
             entry = entries[(address, key)] = Endpoint(name, address, key, owner, now,
                                                        now + lease_s, *holder)
+            self._count += 1
         self._owned.setdefault(owner, set()).add((name, address, key))
         if holder.attempt:
             self._held.setdefault(holder.attempt, set()).add((name, address, key))
@@ -121,6 +132,7 @@ class RegistryTable:
         doomed = [k for k in entries if address in (None, k[0]) and key in (None, k[1])]
         for k in doomed:
             self._disown(entries.pop(k))
+        self._count -= len(doomed)
         if not entries:
             self._names.pop(name, None)
         return len(doomed)
@@ -160,6 +172,7 @@ class RegistryTable:
                 entries = self._names[name]
                 if entries[(address, key)].expires_at <= now:
                     self._disown(entries.pop((address, key)))
+                    self._count -= 1
                     removed += 1
                     if not entries:
                         del self._names[name]
