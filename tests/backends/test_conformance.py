@@ -128,6 +128,16 @@ def test_put_then_get_here_and_in_a_task(backend):
     assert iris.submit(tasks.get_len, ref).result(timeout=WAIT_S) == 3 << 20
 
 
+@pytest.mark.parametrize("backend", ["inprocess", "iris"], indirect=True)  # Ray's put refuses
+def test_put_of_an_unpicklable_object_fails_at_put_naming_its_type(backend):
+    lock = threading.Lock()
+    with pytest.raises(iris.InvalidRequestError, match=r"_thread\.lock cannot be pickled"):
+        iris.put(lock)
+    with pytest.raises(iris.InvalidRequestError, match="nothing was put"):
+        iris.put({"fine": 1, "lock": lock})  # found inside a container too
+    assert iris.get(iris.put([1, 2])) == [1, 2]
+
+
 # ---------------------------------------------------------------- map
 
 def test_map_in_order_and_unordered(backend):

@@ -245,6 +245,7 @@ class InProcessBackend:
     # ------------------------------------------------------------ objects
 
     def put(self, value: Any) -> common.ObjectRef:
+        common.check_puttable(value)
         oid = common.new_oid()
         with self._shared.lock:
             self._shared.objects[oid] = value
