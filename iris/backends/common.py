@@ -118,7 +118,8 @@ def with_remote_traceback(exc: BaseException, text: str, where: str) -> BaseExce
         exc.remote_traceback = text
     except AttributeError:  # __slots__: the note still carries it
         pass
-    exc.add_note(f"Remote traceback ({where}):\n{text.rstrip()}")
+    if not isinstance(exc, RemoteError):  # a RemoteError's str() shows its traceback
+        exc.add_note(f"Remote traceback ({where}):\n{text.rstrip()}")
     return exc
 
 

@@ -35,6 +35,22 @@ def test_task_that_raises_reaches_the_caller_as_itself(backend):
     assert job.status()["state"] == "failed"
 
 
+@pytest.mark.parametrize("how", ["thread", "child process"])
+@pytest.mark.parametrize("backend", ["inprocess", "iris"], indirect=True)  # Ray: its own
+def test_an_exception_that_cannot_travel_arrives_as_remote_error_naming_its_type(backend, how):
+    """As the Iris backend gives it (tests/cluster/test_task_error_transport.py); in process
+    it once read "result could not be pickled" from a child, and came as itself in a thread."""
+    env = {"IRIS_TEST_CHILD": "1"} if how == "child process" else None  # env: a child
+    for fn, kind, text in [(tasks.raise_unpicklable, "HoldsALock", "disk on fire"),
+                           (tasks.raise_two_arguments, "TwoArguments", "disk failed with 3")]:
+        with pytest.raises(iris.RemoteError) as info:
+            iris.submit(fn, "disk on fire" if kind == "HoldsALock" else "disk",
+                        env=env).result(timeout=WAIT_S)
+        assert info.value.remote_type.endswith(kind)
+        assert text in str(info.value) and "could not be pickled" not in str(info.value)
+        assert f"in {fn.__name__}" in info.value.remote_traceback
+
+
 def test_task_submitting_a_task_stays_on_its_backend(backend):
     kind, value = iris.submit(tasks.nested_submit, 7).result(timeout=WAIT_S)
     assert (kind, value) == (backend, 49)
