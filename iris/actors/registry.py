@@ -12,6 +12,12 @@ attempt ends (killed, exited, its worker lost), and a withdrawn attempt may not 
 again; while a dead holder's lease still runs, a newer attempt of the same task, or for a
 spawned actor's name a newer job, registering the name hides it. So a name served again
 after its actor was stopped resolves to the new actor, never the old one (holders.py).
+
+A spawned actor's name (`sole`) is its job's alone while its holder lives: registering it
+for another job waits until every other live entry of the name is gone (withdrawn,
+unregistered, or its lease run out: a dead host's, within LEASE_S), and is refused with
+ConflictError once one of them outlives the lease it had when first seen, since only a live
+holder renews. Decided here, on the registry's one loop, so two spawns cannot both win.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from dataclasses import asdict, dataclass
 from iris.actors.holders import NO_HOLDER, Holder, Withdrawn, check_holder, current_only
 from iris.actors.hosting import HostedActor, actor
 from iris.base.clock import SYSTEM_CLOCK, Clock
-from iris.base.errors import InvalidRequestError, StaleAttemptError
+from iris.base.errors import ConflictError, InvalidRequestError, StaleAttemptError
 from iris.base.ids import normalize_path
 
 REGISTRY_KEY = "/iris/registry"
@@ -37,6 +43,11 @@ MAX_NAMES_PER_OWNER = 10_000
 # Upper bound on how long one resolve may park in the registry, so waiting callers cannot
 # pile up forever.
 MAX_WAIT_S = 600.0
+# Upper bound on how long a spawned actor's registration waits for another holder of its
+# name to prove dead: past LEASE_S (3 s), well inside the caller's 30 s registry timeout.
+MAX_TAKEOVER_WAIT_S = 10.0
+# A wait for a lease to end wakes this much after it, so the lease has surely ended.
+_EXPIRY_SLACK_S = 0.05
 
 
 @dataclass
@@ -177,6 +188,12 @@ class RegistryTable:
             if not held:
                 del self._held[entry.attempt]
 
+    def held_against(self, name: str, job: str, now: float) -> list[Endpoint]:
+        """Live entries of `name` that `job`'s spawned actor may not share: another job's,
+        or a process's outside any task."""
+        entries = self._names.get(name, {})
+        return [e for e in entries.values() if e.expires_at > now and e.job != job]
+
     def lookup(self, name: str, now: float) -> list[Endpoint]:
         """Live endpoints of `name` held by its current holders, oldest registration first
         (a newer job's, or a newer attempt's, hide those they replace: holders.py)."""
@@ -191,6 +208,27 @@ class RegistryTable:
                 for e in self.lookup(name, now)]
 
 
+def takeover_wait(name: str, held: list[Endpoint], seen: dict[tuple[str, str], float],
+                  now: float, deadline: float) -> float:
+    """Pure: how long a spawned actor's registration of `name` waits for `held` (the entries
+    it may not share) to go; 0.0 when none is left. `seen` keeps each entry's expiry when
+    first met; one that outlived it was renewed, so its holder lives: ConflictError naming
+    the name and the holder. So does a wait that would pass `deadline`."""
+    if not held:
+        return 0.0
+    for e in held:
+        seen.setdefault((e.address, e.key), e.expires_at)
+    alive = [e for e in held if now >= seen[(e.address, e.key)]]
+    until = min(seen[(e.address, e.key)] for e in held)
+    if alive or until > deadline:
+        e = (alive or held)[0]
+        raise ConflictError(
+            f"{name}: an actor is already registered under this name (job "
+            f"{e.job or '(none: a process outside any task)'}, at {e.address}); stop it first "
+            "(kill its job) or spawn under another name")
+    return until - now
+
+
 @actor
 class Registry:
     """The registry actor. Async methods: they run on the node's loop, never blocking it."""
@@ -200,12 +238,15 @@ class Registry:
         self._lease_s = lease_s
         self._table = RegistryTable()
         self._waiters: dict[str, list[asyncio.Future]] = {}
+        self._released: list[asyncio.Future] = []  # spawns waiting for a name (_until_free)
 
     async def register(self, name: str, address: str, key: str, owner: str,
                        lease_s: float | None = None, holder: dict | None = None) -> dict:
         """`holder`: the task attempt serving the name ({"job", "task", "attempt"}), so the
         controller can withdraw it when that attempt ends; None outside a task."""
         checked = check_holder(name if isinstance(name, str) else "?", holder)
+        if checked.sole and isinstance(name, str):
+            await self._until_free(normalize_path(name), checked.job)
         entry = self._table.register(name, address, key, owner, lease_s or self._lease_s,
                                      self._clock.monotonic(), checked)
         for waiter in self._waiters.pop(entry.name, []):
@@ -213,15 +254,45 @@ class Registry:
                 waiter.set_result(None)
         return entry.as_dict()
 
+    async def _until_free(self, name: str, job: str) -> None:
+        """Wait until no live entry of `name` is another holder's (takeover_wait)."""
+        seen: dict[tuple[str, str], float] = {}
+        deadline = self._clock.monotonic() + MAX_TAKEOVER_WAIT_S
+        while True:
+            now = self._clock.monotonic()
+            wait_s = takeover_wait(name, self._table.held_against(name, job, now), seen, now,
+                                   deadline)
+            if wait_s <= 0:
+                return
+            released = asyncio.get_running_loop().create_future()
+            self._released.append(released)
+            try:  # woken early by an unregister or a withdrawal; else when the lease ends
+                await asyncio.wait([released], timeout=wait_s + _EXPIRY_SLACK_S)
+            finally:
+                if released in self._released:
+                    self._released.remove(released)
+
+    def _wake_released(self) -> None:
+        released, self._released = self._released, []
+        for waiter in released:
+            if not waiter.done():
+                waiter.set_result(None)
+
     async def unregister(self, name: str, address: str | None = None,
                          key: str | None = None) -> int:
-        return self._table.unregister(name, address, key)
+        removed = self._table.unregister(name, address, key)
+        if removed:
+            self._wake_released()
+        return removed
 
     def _withdraw(self, attempts: list[str]) -> int:
         """These attempts ended: their names go now, and they may not register again. On
         the node's loop, where this actor's methods run (`withdrawer`); not a method a
         caller can reach."""
-        return self._table.withdraw(attempts, self._clock.monotonic())
+        removed = self._table.withdraw(attempts, self._clock.monotonic())
+        if removed:
+            self._wake_released()
+        return removed
 
     async def renew(self, owner: str) -> int:
         if not isinstance(owner, str):
