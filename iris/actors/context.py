@@ -20,7 +20,7 @@ from iris.actors.current import current_context, in_task, set_joiner
 from iris.actors.future import ActorFuture
 from iris.actors.holders import holder_from_env
 from iris.actors.node import Node
-from iris.actors.refs import ActorGroup, ActorRef
+from iris.actors.refs import ActorGroup, ActorRef, died
 from iris.actors.registry import LEASE_S, REGISTRY_KEY, RENEW_INTERVAL_S
 from iris.actors.security import Security
 from iris.base.errors import ActorNotFoundError, BadArgumentsError, ConfigError, StaleAttemptError
@@ -29,6 +29,15 @@ from iris.base.ids import join_path, parent_path
 _log = logging.getLogger(__name__)
 # Registry calls made on a caller's behalf (register, resolve) fail after this long.
 _REGISTRY_TIMEOUT_S = 30.0
+# A failed call waits this long at most for the registry to say whether its actor died: the
+# registry is on the controller's node, a round trip away; a registry silent this long
+# cannot tell, and the call fails with the error it had.
+_ENDED_TIMEOUT_S = 5.0
+# How long a failed call waits for the registry to hear its actor ended: a worker reports
+# its task's exit within ~0.1 s and the controller withdraws its names at once, so a call
+# that failed the moment its actor was SIGKILLed ("connection lost") can still say so. A
+# peer merely cut off costs its caller this much more before PeerUnavailableError.
+_DEATH_NEWS_S = 1.0
 
 _ADDRESS = re.compile(r"^(tcp://(\[[0-9A-Fa-f:.]+\]|[^\s:/\[\]]+):\d{1,5}|(ipc|inproc)://\S+)$")
 
@@ -186,6 +195,17 @@ class ClusterContext:
         return self._registry("resolve_any", self.scope(name), timeout,
                               timeout_s=timeout + _REGISTRY_TIMEOUT_S).result()
 
+    def actor_ended(self, name: str, address: str, key: str) -> ActorFuture:
+        """Whether the registry knows the actor served as `name` at (`address`, `key`) has
+        stopped (registry.ended), waiting up to _DEATH_NEWS_S to hear it; False from a
+        registry that cannot say (older, or unreachable: then nothing is known)."""
+        asked = self._registry("ended", name, address, key, _DEATH_NEWS_S,
+                               timeout_s=_DEATH_NEWS_S + _ENDED_TIMEOUT_S)
+        answer = ActorFuture(name, "(ended)", self.address)
+        asked.add_done_callback(lambda f: answer.set_result(
+            f.exception() is None and f.result() is True))
+        return answer
+
     def list_actors(self, prefix: str = "/") -> list[dict]:
         return self._registry("list", prefix).result()
 
@@ -198,6 +218,13 @@ class ClusterContext:
             if error is None and not fut.result():
                 error = ActorNotFoundError(f"no actor registered as {ref.name!r} "
                                            f"(registry at {self.address})", actor=ref.name)
+                if ref._lost is not None:  # the ref's actor was there: has it died?
+                    lost = ref._lost
+                    self.actor_ended(ref.name, lost, ref._key).add_done_callback(
+                        lambda asked: outer.set_exception(
+                            died(ref.name, lost, "", error) if asked.result()
+                            else error))
+                    return
             if error is not None:
                 outer.set_exception(error)
                 return

@@ -81,6 +81,9 @@ class RegistryTable:
         self._held: dict[str, set[tuple[str, str, str]]] = {}  # attempt id -> its entries
         self._deadlines: list[tuple[float, str]] = []  # (expiry, owner); stale ones skipped
         self.withdrawn = Withdrawn()
+        # Endpoints withdrawn or unregistered (not lapsed): known to have stopped, so a
+        # caller whose call failed there is told the actor died (`ended`).
+        self.stopped = Withdrawn()
 
     def register(self, name: str, address: str, key: str, owner: str, lease_s: float,
                  now: float, holder: Holder = NO_HOLDER) -> Endpoint:
@@ -125,13 +128,17 @@ class RegistryTable:
         heapq.heappush(self._deadlines, (entry.expires_at, owner))
         return entry
 
-    def unregister(self, name: str, address: str | None = None, key: str | None = None) -> int:
+    def unregister(self, name: str, address: str | None = None, key: str | None = None,
+                   now: float | None = None) -> int:
+        """Drop these entries; with `now`, remember them as stopped (`ended`)."""
         if not isinstance(name, str):
             raise InvalidRequestError("name: expected a string", "name")
         entries = self._names.get(name, {})
         doomed = [k for k in entries if address in (None, k[0]) and key in (None, k[1])]
         for k in doomed:
             self._disown(entries.pop(k))
+            if now is not None:
+                self.stopped.add(_endpoint_id(name, *k), now)
         if not entries:
             self._names.pop(name, None)
         return len(doomed)
@@ -147,8 +154,16 @@ class RegistryTable:
         for attempt in attempts:
             self.withdrawn.add(attempt, now)
             for name, address, key in list(self._held.get(attempt, ())):
-                removed += self.unregister(name, address, key)
+                removed += self.unregister(name, address, key, now)
         return removed
+
+    def ended(self, name: str, address: str, key: str, now: float) -> bool:
+        """Was this endpoint withdrawn or unregistered (not merely lapsed), and not served
+        again since? Then its actor has stopped, as far as the cluster knows."""
+        live = self._names.get(name, {}).get((address, key))
+        if live is not None and live.expires_at > now:
+            return False
+        return self.stopped.has(_endpoint_id(name, address, key), now)
 
     def renew(self, owner: str, lease_s: float, now: float) -> int:
         """Extend every live name of `owner`: O(its names), not O(the table)."""
@@ -208,6 +223,10 @@ class RegistryTable:
                 for e in self.lookup(name, now)]
 
 
+def _endpoint_id(name: str, address: str, key: str) -> str:
+    return f"{name}\n{address}\n{key}"
+
+
 def takeover_wait(name: str, held: list[Endpoint], seen: dict[tuple[str, str], float],
                   now: float, deadline: float) -> float:
     """Pure: how long a spawned actor's registration of `name` waits for `held` (the entries
@@ -238,7 +257,7 @@ class Registry:
         self._lease_s = lease_s
         self._table = RegistryTable()
         self._waiters: dict[str, list[asyncio.Future]] = {}
-        self._released: list[asyncio.Future] = []  # spawns waiting for a name (_until_free)
+        self._released: list[asyncio.Future] = []  # waiting for names to go (_next_release)
 
     async def register(self, name: str, address: str, key: str, owner: str,
                        lease_s: float | None = None, holder: dict | None = None) -> dict:
@@ -264,13 +283,8 @@ class Registry:
                                    deadline)
             if wait_s <= 0:
                 return
-            released = asyncio.get_running_loop().create_future()
-            self._released.append(released)
-            try:  # woken early by an unregister or a withdrawal; else when the lease ends
-                await asyncio.wait([released], timeout=wait_s + _EXPIRY_SLACK_S)
-            finally:
-                if released in self._released:
-                    self._released.remove(released)
+            # Woken early by an unregister or a withdrawal; else when the lease ends.
+            await self._next_release(wait_s + _EXPIRY_SLACK_S)
 
     def _wake_released(self) -> None:
         released, self._released = self._released, []
@@ -280,7 +294,7 @@ class Registry:
 
     async def unregister(self, name: str, address: str | None = None,
                          key: str | None = None) -> int:
-        removed = self._table.unregister(name, address, key)
+        removed = self._table.unregister(name, address, key, self._clock.monotonic())
         if removed:
             self._wake_released()
         return removed
@@ -293,6 +307,35 @@ class Registry:
         if removed:
             self._wake_released()
         return removed
+
+    async def ended(self, name: str, address: str, key: str, wait_s: float = 0.0) -> bool:
+        """Has the actor served as `name` at (`address`, `key`) stopped: its attempt ended
+        (withdrawn by the controller) or it unregistered? False while it is listed, and for
+        one whose lease merely lapsed (it may be cut off, not dead). With wait_s > 0, wait
+        up to that long (at most MAX_TAKEOVER_WAIT_S) for it to stop."""
+        for label, value in (("name", name), ("address", address), ("key", key)):
+            if not isinstance(value, str) or not value or len(value) > 1024:
+                raise InvalidRequestError(f"ended: {label} must be a non-empty string of at "
+                                          "most 1024 characters", label)
+        if isinstance(wait_s, bool) or not isinstance(wait_s, int | float):
+            raise InvalidRequestError("ended: wait_s must be a number of seconds", "wait_s")
+        name = normalize_path(name)
+        deadline = self._clock.monotonic() + min(max(wait_s, 0.0), MAX_TAKEOVER_WAIT_S)
+        while True:
+            now = self._clock.monotonic()
+            if self._table.ended(name, address, key, now) or now >= deadline:
+                return self._table.ended(name, address, key, now)
+            await self._next_release(deadline - now)
+
+    async def _next_release(self, timeout: float) -> None:
+        """Wait for the next unregister or withdrawal, or `timeout` seconds."""
+        released = asyncio.get_running_loop().create_future()
+        self._released.append(released)
+        try:
+            await asyncio.wait([released], timeout=timeout)
+        finally:
+            if released in self._released:
+                self._released.remove(released)
 
     async def renew(self, owner: str) -> int:
         if not isinstance(owner, str):

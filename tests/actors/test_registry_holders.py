@@ -195,6 +195,22 @@ def test_the_registry_actor_refuses_a_live_holders_spawned_name_and_lets_a_withd
     assert addresses == ["tcp://c:1"]
 
 
+def test_an_endpoint_has_ended_when_withdrawn_or_unregistered_not_when_its_lease_lapsed():
+    table = RegistryTable()
+    for addr, attempt in [("tcp://w:1", "att-w"), ("tcp://u:1", "att-u"), ("tcp://l:1", "att-l")]:
+        _reg(table, addr, f"/j-{attempt}", attempt, now=0.0, name="/svc")
+    assert not any(table.ended("/svc", a, "/svc", 1.0)
+                   for a in ("tcp://w:1", "tcp://u:1", "tcp://l:1"))  # all live
+    table.withdraw(["att-w"], now=1.0)
+    table.unregister("/svc", "tcp://u:1", "/svc", now=1.0)
+    assert table.ended("/svc", "tcp://w:1", "/svc", 1.5)  # its attempt ended
+    assert table.ended("/svc", "tcp://u:1", "/svc", 1.5)  # it stopped serving
+    assert not table.ended("/svc", "tcp://l:1", "/svc", 5.0)  # lapsed: perhaps cut off
+    assert not table.ended("/svc", "tcp://never:1", "/svc", 5.0)
+    table.register("/svc", "tcp://u:1", "/svc", "n-u", 3.0, 6.0)  # served again there
+    assert not table.ended("/svc", "tcp://u:1", "/svc", 6.5)
+
+
 def test_withdrawn_attempts_are_forgotten_after_a_while_and_beyond_a_bound():
     withdrawn = Withdrawn(keep_s=10.0, limit=3)
     for i in range(4):
