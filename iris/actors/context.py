@@ -23,7 +23,14 @@ from iris.actors.node import Node
 from iris.actors.refs import ActorGroup, ActorRef, died
 from iris.actors.registry import LEASE_S, REGISTRY_KEY, RENEW_INTERVAL_S
 from iris.actors.security import Security
-from iris.base.errors import ActorNotFoundError, BadArgumentsError, ConfigError, StaleAttemptError
+from iris.base.clock import SYSTEM_CLOCK
+from iris.base.errors import (
+    ActorCallError,
+    ActorNotFoundError,
+    BadArgumentsError,
+    ConfigError,
+    StaleAttemptError,
+)
 from iris.base.ids import join_path, parent_path
 
 _log = logging.getLogger(__name__)
@@ -38,6 +45,10 @@ _ENDED_TIMEOUT_S = 5.0
 # that failed the moment its actor was SIGKILLed ("connection lost") can still say so. A
 # peer merely cut off costs its caller this much more before PeerUnavailableError.
 _DEATH_NEWS_S = 1.0
+# Actors of a killed job are refused here for this long: past the stop's grace (10 s by
+# default, SIGTERM to SIGKILL), after which their processes are gone anyway.
+_DEAD_KEEP_S = 120.0
+_MAX_DEAD = 10_000
 
 _ADDRESS = re.compile(r"^(tcp://(\[[0-9A-Fa-f:.]+\]|[^\s:/\[\]]+):\d{1,5}|(ipc|inproc)://\S+)$")
 
@@ -90,6 +101,9 @@ class ClusterContext:
         # resolve's job argument: learnt at the first refusal, then neither is sent.
         self._old_registry = False
         self._sole: set[str] = set()  # names served as a spawned actor's (serve_spawned)
+        # (address, key) -> until when: actors this process was told had ended (the job it
+        # killed), refused here at once (refs.py); by then the process may still answer.
+        self.dead: dict[tuple[str, str], float] = {}
         self._tokens: list = []
         self._closed = False
         node.cluster = self
@@ -205,6 +219,21 @@ class ClusterContext:
         asked.add_done_callback(lambda f: answer.set_result(
             f.exception() is None and f.result() is True))
         return answer
+
+    def actors_ended(self, job: str) -> None:
+        """`job` was killed: calls from here to the actors its tasks served fail at once
+        with ActorDiedError (the kill's answer came before their processes stopped). Kept
+        _DEAD_KEEP_S, past any stop's grace; best effort: an older registry cannot say."""
+        try:
+            ended = self._registry("ended_of_job", job).result()
+        except ActorCallError:  # an older registry, or none reachable: calls find out
+            return
+        now = SYSTEM_CLOCK.monotonic()
+        dead = self.dead
+        for expired in [k for k, until in dead.items() if until <= now]:
+            del dead[expired]
+        for _, address, key in ended[:_MAX_DEAD]:
+            dead[(address, key)] = now + _DEAD_KEEP_S
 
     def list_actors(self, prefix: str = "/") -> list[dict]:
         return self._registry("list", prefix).result()

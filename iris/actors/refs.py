@@ -20,7 +20,7 @@ import itertools
 from typing import TYPE_CHECKING, Any
 
 from iris.actors.current import context as _context
-from iris.actors.future import ActorFuture
+from iris.actors.future import ActorFuture, failed
 from iris.base.errors import ActorDiedError, ActorNotFoundError, PeerUnavailableError
 
 if TYPE_CHECKING:
@@ -76,13 +76,26 @@ class ActorRef:
     def _send(self, ctx: ClusterContext, method: str, args: tuple, kwargs: dict,
               timeout_s: float | None, oneway: bool) -> ActorFuture:
         self._via = ctx  # not looked up in _confirm_death: the loop thread has no context
-        fut = ctx.node.call(self._address, self._key, method, args, kwargs,
+        address = self._address
+        if ctx.dead and (address, self._key) in ctx.dead:  # its job was killed from here
+            killed = PeerUnavailableError("its job was killed from this process")
+            self._forget_if_gone(killed)
+            return failed(died(self.name, address, method, killed), actor=self.name,
+                          method=method, address=address)
+        fut = ctx.node.call(address, self._key, method, args, kwargs,
                             timeout_s=timeout_s, oneway=oneway)
         fut.on_unavailable = self._confirm_death
         fut.on_error = self._forget_if_gone
         error = fut.exception(0) if fut.done() else None  # failed before the hooks were set
         if error is not None:
             self._forget_if_gone(error)
+        elif not oneway and ctx.node.peer_lost(address):
+            # Its connection is down: if the actor has ended, say so now, not after the
+            # heartbeat (a reconnect to a dead process never comes).
+            ctx.actor_ended(self.name, address, self._key).add_done_callback(
+                lambda asked: _yes(asked) and fut.set_exception(
+                    died(self.name, address, method,
+                         PeerUnavailableError("the connection to it was lost"))))
         return fut
 
     def _forget_if_gone(self, error: BaseException) -> None:

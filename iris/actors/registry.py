@@ -24,13 +24,21 @@ from __future__ import annotations
 
 import asyncio
 import heapq
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
-from iris.actors.holders import NO_HOLDER, Holder, Withdrawn, check_holder, current_only
+from iris.actors.holders import (
+    NO_HOLDER,
+    Holder,
+    Withdrawn,
+    check_holder,
+    current_only,
+    takeover_wait,
+)
 from iris.actors.hosting import HostedActor, actor
 from iris.base.clock import SYSTEM_CLOCK, Clock
-from iris.base.errors import ConflictError, InvalidRequestError, StaleAttemptError
+from iris.base.errors import InvalidRequestError, StaleAttemptError
 from iris.base.ids import normalize_path
 
 REGISTRY_KEY = "/iris/registry"
@@ -46,6 +54,8 @@ MAX_WAIT_S = 600.0
 # Upper bound on how long a spawned actor's registration waits for another holder of its
 # name to prove dead: past LEASE_S (3 s), well inside the caller's 30 s registry timeout.
 MAX_TAKEOVER_WAIT_S = 10.0
+# Jobs whose stopped endpoints are remembered (`ended_of_job`), the oldest forgotten first.
+MAX_STOPPED_JOBS = 10_000
 # A wait for a lease to end wakes this much after it, so the lease has surely ended.
 _EXPIRY_SLACK_S = 0.05
 
@@ -84,6 +94,8 @@ class RegistryTable:
         # Endpoints withdrawn or unregistered (not lapsed): known to have stopped, so a
         # caller whose call failed there is told the actor died (`ended`).
         self.stopped = Withdrawn()
+        # The same, by job (the newest MAX_STOPPED_JOBS jobs): what a job's kill stopped.
+        self._stopped_jobs: OrderedDict[str, list[tuple[str, str, str]]] = OrderedDict()
 
     def register(self, name: str, address: str, key: str, owner: str, lease_s: float,
                  now: float, holder: Holder = NO_HOLDER) -> Endpoint:
@@ -136,9 +148,12 @@ class RegistryTable:
         entries = self._names.get(name, {})
         doomed = [k for k in entries if address in (None, k[0]) and key in (None, k[1])]
         for k in doomed:
-            self._disown(entries.pop(k))
+            entry = entries.pop(k)
+            self._disown(entry)
             if now is not None:
                 self.stopped.add(_endpoint_id(name, *k), now)
+                if entry.job:
+                    self._stopped_of_job(entry.job).append((name, *k))
         if not entries:
             self._names.pop(name, None)
         return len(doomed)
@@ -156,6 +171,18 @@ class RegistryTable:
             for name, address, key in list(self._held.get(attempt, ())):
                 removed += self.unregister(name, address, key, now)
         return removed
+
+    def _stopped_of_job(self, job: str) -> list[tuple[str, str, str]]:
+        jobs = self._stopped_jobs
+        if job not in jobs:
+            jobs[job] = []
+            while len(jobs) > MAX_STOPPED_JOBS:
+                jobs.popitem(last=False)
+        return jobs[job]
+
+    def ended_of_job(self, job: str, now: float) -> list[tuple[str, str, str]]:
+        """(name, address, key) of the endpoints `job`'s tasks held that have ended."""
+        return [e for e in self._stopped_jobs.get(job, ()) if self.ended(*e, now)]
 
     def ended(self, name: str, address: str, key: str, now: float) -> bool:
         """Was this endpoint withdrawn or unregistered (not merely lapsed), and not served
@@ -225,27 +252,6 @@ class RegistryTable:
 
 def _endpoint_id(name: str, address: str, key: str) -> str:
     return f"{name}\n{address}\n{key}"
-
-
-def takeover_wait(name: str, held: list[Endpoint], seen: dict[tuple[str, str], float],
-                  now: float, deadline: float) -> float:
-    """Pure: how long a spawned actor's registration of `name` waits for `held` (the entries
-    it may not share) to go; 0.0 when none is left. `seen` keeps each entry's expiry when
-    first met; one that outlived it was renewed, so its holder lives: ConflictError naming
-    the name and the holder. So does a wait that would pass `deadline`."""
-    if not held:
-        return 0.0
-    for e in held:
-        seen.setdefault((e.address, e.key), e.expires_at)
-    alive = [e for e in held if now >= seen[(e.address, e.key)]]
-    until = min(seen[(e.address, e.key)] for e in held)
-    if alive or until > deadline:
-        e = (alive or held)[0]
-        raise ConflictError(
-            f"{name}: an actor is already registered under this name (job "
-            f"{e.job or '(none: a process outside any task)'}, at {e.address}); stop it first "
-            "(kill its job) or spawn under another name")
-    return until - now
 
 
 @actor
@@ -326,6 +332,13 @@ class Registry:
             if self._table.ended(name, address, key, now) or now >= deadline:
                 return self._table.ended(name, address, key, now)
             await self._next_release(deadline - now)
+
+    async def ended_of_job(self, job: str) -> list[list[str]]:
+        """[name, address, key] of every endpoint `job`'s tasks held that has ended: what a
+        client that killed the job stops calling at once (ClusterContext.actors_ended)."""
+        if not isinstance(job, str) or not 0 < len(job) <= 1024:
+            raise InvalidRequestError("ended_of_job: job must be a job id", "job")
+        return [list(e) for e in self._table.ended_of_job(job, self._clock.monotonic())]
 
     async def _next_release(self, timeout: float) -> None:
         """Wait for the next unregister or withdrawal, or `timeout` seconds."""

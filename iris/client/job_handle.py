@@ -95,7 +95,11 @@ class JobHandle:
                     return self.status()
 
     def kill(self) -> dict:
-        return _controller(self._ctx, "kill", self.job_id)
+        """Kill the job; from the answer on, calls from this process to the actors it
+        served fail with ActorDiedError, though their processes may still be stopping."""
+        answer = _controller(self._ctx, "kill", self.job_id)
+        self._ctx.actors_ended(self.job_id)
+        return answer
 
     def done(self) -> bool:
         """Has the job ended (one status call)?"""

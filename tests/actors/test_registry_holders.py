@@ -7,8 +7,8 @@ import asyncio
 
 import pytest
 
-from iris.actors.holders import Holder, Withdrawn, check_holder, holder_from_env
-from iris.actors.registry import Registry, RegistryTable, takeover_wait
+from iris.actors.holders import Holder, Withdrawn, check_holder, holder_from_env, takeover_wait
+from iris.actors.registry import Registry, RegistryTable
 from iris.base.clock import FakeClock
 from iris.base.errors import ConflictError, InvalidRequestError, StaleAttemptError
 
@@ -207,8 +207,11 @@ def test_an_endpoint_has_ended_when_withdrawn_or_unregistered_not_when_its_lease
     assert table.ended("/svc", "tcp://u:1", "/svc", 1.5)  # it stopped serving
     assert not table.ended("/svc", "tcp://l:1", "/svc", 5.0)  # lapsed: perhaps cut off
     assert not table.ended("/svc", "tcp://never:1", "/svc", 5.0)
+    assert table.ended_of_job("/j-att-w", 1.5) == [("/svc", "tcp://w:1", "/svc")]
+    assert table.ended_of_job("/j-att-l", 5.0) == []  # a lapse is not an end
     table.register("/svc", "tcp://u:1", "/svc", "n-u", 3.0, 6.0)  # served again there
     assert not table.ended("/svc", "tcp://u:1", "/svc", 6.5)
+    assert table.ended_of_job("/j-att-u", 6.5) == []
 
 
 def test_withdrawn_attempts_are_forgotten_after_a_while_and_beyond_a_bound():

@@ -2,17 +2,22 @@
 (it was PeerUnavailableError after the 3 s heartbeat); one to an actor merely cut off (its
 process stopped, not ended) stays PeerUnavailableError. Told apart by the registry: an
 actor whose attempt ended (the controller withdrew it) or which unregistered has died; one
-still listed, or whose lease only lapsed, is unreachable. Real workers, real SIGKILLs."""
+still listed, or whose lease only lapsed, is unreachable. And a call from the process that
+killed the actor's job, made after the kill was answered, fails as ActorDiedError though
+the process may still be stopping. Real workers, real SIGKILLs."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import threading
 import uuid
 
 import pytest
 
 import iris
+from iris.worker.records import is_alive
 
 pytestmark = pytest.mark.slow
 
@@ -48,3 +53,33 @@ def test_a_call_to_an_actor_cut_off_but_alive_stays_peer_unavailable(jobs_cluste
         assert not isinstance(info.value, iris.ActorDiedError), info.value
     finally:
         os.kill(pid, signal.SIGCONT)
+
+
+def stubborn_server(name: str) -> None:
+    """Serve `name` and ignore the stop's SIGTERM: the process answers calls until the
+    stop's grace ends, long after the kill was answered."""
+    from iris.client.cluster import connect
+
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    connect().serve(Pid, name)
+    threading.Event().wait()
+
+
+def test_a_call_after_the_kill_was_answered_fails_as_actor_died(tmp_path):
+    """The kill's answer comes before the actor's process stops (here it never would, for
+    60 s): a call from the killing process after it fails at once, not answered."""
+    name = "/" + _unique("stubborn")
+    with iris.local_cluster(workers=1, stop_grace_s=60.0, state_dir=tmp_path):
+        job = iris.submit(stubborn_server, name)
+        ref = iris.resolve(name, timeout=120)
+        also = iris.resolve(name)  # a second ref to it, never called
+        pid = ref.pid().result(60)
+        try:
+            job.kill()
+            for r in (ref, also, ref):
+                with pytest.raises(iris.ActorDiedError, match="has died"):
+                    r.pid().result(60)
+            assert is_alive(pid)  # so its own stop did not do it: it would have answered
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
