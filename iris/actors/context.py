@@ -230,8 +230,8 @@ class ClusterContext:
             return
         now = SYSTEM_CLOCK.monotonic()
         dead = self.dead
-        for expired in [k for k, until in dead.items() if until <= now]:
-            del dead[expired]
+        for expired in [k for k, until in list(dead.items()) if until <= now]:
+            dead.pop(expired, None)
         for _, address, key in ended[:_MAX_DEAD]:
             dead[(address, key)] = now + _DEAD_KEEP_S
 
