@@ -36,10 +36,10 @@ from iris.base.ids import join_path, parent_path
 _log = logging.getLogger(__name__)
 # Registry calls made on a caller's behalf (register, resolve) fail after this long.
 _REGISTRY_TIMEOUT_S = 30.0
-# A failed call waits this long at most for the registry to say whether its actor died: the
-# registry is on the controller's node, a round trip away; a registry silent this long
-# cannot tell, and the call fails with the error it had.
-_ENDED_TIMEOUT_S = 5.0
+# A failed call waits this long at most, past _DEATH_NEWS_S, for the registry to say whether
+# its actor died: the registry is on the controller's node, a round trip (ms) away; one
+# silent this long (cut off too) cannot tell, and the call fails with the error it had.
+_ENDED_TIMEOUT_S = 1.0
 # How long a failed call waits for the registry to hear its actor ended: a worker reports
 # its task's exit within ~0.1 s and the controller withdraws its names at once, so a call
 # that failed the moment its actor was SIGKILLed ("connection lost") can still say so. A
