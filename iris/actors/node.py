@@ -288,6 +288,12 @@ class Node:
                     idle=not oneway and wakers.this_thread().follows(outer))
         return outer
 
+    def peer_lost(self, address: str) -> bool:
+        """(Any thread) Did the connection to `address` go down with nothing heard since?
+        A read of the loop's state, not a question sent anywhere: may be a moment late."""
+        peer = self.io.peers.get(address)
+        return peer is not None and peer.lost
+
     def call_many(self, targets: list[tuple[str, str]], method: str, args: tuple = (),
                   kwargs: dict | None = None, *,
                   timeout_s: float | None = None) -> list[ActorFuture]:

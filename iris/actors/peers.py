@@ -40,7 +40,8 @@ _MONITORED = (zmq.EVENT_DISCONNECTED | zmq.EVENT_HANDSHAKE_FAILED_AUTH
 class Peer:
     """One remote node we call. `pending` maps call id -> (future, actor, method)."""
 
-    __slots__ = ("address", "dealer", "monitor", "pending", "last_heard", "ping_sent", "_io")
+    __slots__ = ("address", "dealer", "monitor", "pending", "last_heard", "ping_sent", "lost",
+                 "_io")
 
     def __init__(self, io: NodeLoop, address: str):
         self._io = io
@@ -48,6 +49,9 @@ class Peer:
         self.pending: dict[int, ActorFuture] = {}
         self.last_heard = 0.0
         self.ping_sent = False
+        # The connection went down (DISCONNECTED) and nothing was heard since: a call sent
+        # now waits for a reconnect that, if the peer's process is gone, never comes.
+        self.lost = False
         self.dealer = io.new_socket(zmq.DEALER)
         self.dealer.setsockopt(zmq.ROUTING_ID, shm_scope.routing_id())  # says our PID namespace
         self.dealer.connect(address)
@@ -69,6 +73,7 @@ class Peer:
     def heard(self, now: float) -> None:
         self.last_heard = now
         self.ping_sent = False
+        self.lost = False
 
     def restart_silence(self, now: float) -> None:
         """This node stood still (NodeLoop._note_stall): the silence of a peer that owes us
@@ -174,6 +179,7 @@ class Peer:
                 return
             kind = event["event"]
             if kind == zmq.EVENT_DISCONNECTED:
+                self.lost = True
                 self.fail_all("the connection was lost (the call may or may not have run)")
             else:
                 self.fail_all(f"the handshake failed ({zmq.Event(kind).name}): wrong or "
@@ -224,6 +230,7 @@ class LocalPeer(Peer):
         self.pending = {}
         self.last_heard = 0.0
         self.ping_sent = False
+        self.lost = False
         self.dealer = self.monitor = None
 
     def close(self) -> None:

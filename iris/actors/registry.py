@@ -12,16 +12,30 @@ attempt ends (killed, exited, its worker lost), and a withdrawn attempt may not 
 again; while a dead holder's lease still runs, a newer attempt of the same task, or for a
 spawned actor's name a newer job, registering the name hides it. So a name served again
 after its actor was stopped resolves to the new actor, never the old one (holders.py).
+
+A spawned actor's name (`sole`) is its job's alone while its holder lives: registering it
+for another job waits until every other live entry of the name is gone (withdrawn,
+unregistered, or its lease run out: a dead host's, within LEASE_S), and is refused with
+ConflictError once one of them outlives the lease it had when first seen, since only a live
+holder renews. Decided here, on the registry's one loop, so two spawns cannot both win.
 """
 
 from __future__ import annotations
 
 import asyncio
 import heapq
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
-from iris.actors.holders import NO_HOLDER, Holder, Withdrawn, check_holder, current_only
+from iris.actors.holders import (
+    NO_HOLDER,
+    Holder,
+    Withdrawn,
+    check_holder,
+    current_only,
+    takeover_wait,
+)
 from iris.actors.hosting import HostedActor, actor
 from iris.base.clock import SYSTEM_CLOCK, Clock
 from iris.base.errors import InvalidRequestError, OverloadedError, StaleAttemptError
@@ -41,6 +55,13 @@ MAX_NAMES = 500_000
 # Upper bound on how long one resolve may park in the registry, so waiting callers cannot
 # pile up forever.
 MAX_WAIT_S = 600.0
+# Upper bound on how long a spawned actor's registration waits for another holder of its
+# name to prove dead: past LEASE_S (3 s), well inside the caller's 30 s registry timeout.
+MAX_TAKEOVER_WAIT_S = 10.0
+# Jobs whose stopped endpoints are remembered (`ended_of_job`), the oldest forgotten first.
+MAX_STOPPED_JOBS = 10_000
+# A wait for a lease to end wakes this much after it, so the lease has surely ended.
+_EXPIRY_SLACK_S = 0.05
 
 
 @dataclass
@@ -76,6 +97,11 @@ class RegistryTable:
         self._held: dict[str, set[tuple[str, str, str]]] = {}  # attempt id -> its entries
         self._deadlines: list[tuple[float, str]] = []  # (expiry, owner); stale ones skipped
         self.withdrawn = Withdrawn()
+        # Endpoints withdrawn or unregistered (not lapsed): known to have stopped, so a
+        # caller whose call failed there is told the actor died (`ended`).
+        self.stopped = Withdrawn()
+        # The same, by job (the newest MAX_STOPPED_JOBS jobs): what a job's kill stopped.
+        self._stopped_jobs: OrderedDict[str, list[tuple[str, str, str]]] = OrderedDict()
 
     def register(self, name: str, address: str, key: str, owner: str, lease_s: float,
                  now: float, holder: Holder = NO_HOLDER) -> Endpoint:
@@ -125,13 +151,20 @@ class RegistryTable:
         heapq.heappush(self._deadlines, (entry.expires_at, owner))
         return entry
 
-    def unregister(self, name: str, address: str | None = None, key: str | None = None) -> int:
+    def unregister(self, name: str, address: str | None = None, key: str | None = None,
+                   now: float | None = None) -> int:
+        """Drop these entries; with `now`, remember them as stopped (`ended`)."""
         if not isinstance(name, str):
             raise InvalidRequestError("name: expected a string", "name")
         entries = self._names.get(name, {})
         doomed = [k for k in entries if address in (None, k[0]) and key in (None, k[1])]
         for k in doomed:
-            self._disown(entries.pop(k))
+            entry = entries.pop(k)
+            self._disown(entry)
+            if now is not None:
+                self.stopped.add(_endpoint_id(name, *k), now)
+                if entry.job:
+                    self._stopped_of_job(entry.job).append((name, *k))
         self._count -= len(doomed)
         if not entries:
             self._names.pop(name, None)
@@ -148,8 +181,28 @@ class RegistryTable:
         for attempt in attempts:
             self.withdrawn.add(attempt, now)
             for name, address, key in list(self._held.get(attempt, ())):
-                removed += self.unregister(name, address, key)
+                removed += self.unregister(name, address, key, now)
         return removed
+
+    def _stopped_of_job(self, job: str) -> list[tuple[str, str, str]]:
+        jobs = self._stopped_jobs
+        if job not in jobs:
+            jobs[job] = []
+            while len(jobs) > MAX_STOPPED_JOBS:
+                jobs.popitem(last=False)
+        return jobs[job]
+
+    def ended_of_job(self, job: str, now: float) -> list[tuple[str, str, str]]:
+        """(name, address, key) of the endpoints `job`'s tasks held that have ended."""
+        return [e for e in self._stopped_jobs.get(job, ()) if self.ended(*e, now)]
+
+    def ended(self, name: str, address: str, key: str, now: float) -> bool:
+        """Was this endpoint withdrawn or unregistered (not merely lapsed), and not served
+        again since? Then its actor has stopped, as far as the cluster knows."""
+        live = self._names.get(name, {}).get((address, key))
+        if live is not None and live.expires_at > now:
+            return False
+        return self.stopped.has(_endpoint_id(name, address, key), now)
 
     def renew(self, owner: str, lease_s: float, now: float) -> int:
         """Extend every live name of `owner`: O(its names), not O(the table)."""
@@ -190,6 +243,12 @@ class RegistryTable:
             if not held:
                 del self._held[entry.attempt]
 
+    def held_against(self, name: str, job: str, now: float) -> list[Endpoint]:
+        """Live entries of `name` that `job`'s spawned actor may not share: another job's,
+        or a process's outside any task."""
+        entries = self._names.get(name, {})
+        return [e for e in entries.values() if e.expires_at > now and e.job != job]
+
     def lookup(self, name: str, now: float) -> list[Endpoint]:
         """Live endpoints of `name` held by its current holders, oldest registration first
         (a newer job's, or a newer attempt's, hide those they replace: holders.py)."""
@@ -204,6 +263,10 @@ class RegistryTable:
                 for e in self.lookup(name, now)]
 
 
+def _endpoint_id(name: str, address: str, key: str) -> str:
+    return f"{name}\n{address}\n{key}"
+
+
 @actor
 class Registry:
     """The registry actor. Async methods: they run on the node's loop, never blocking it."""
@@ -213,12 +276,15 @@ class Registry:
         self._lease_s = lease_s
         self._table = RegistryTable()
         self._waiters: dict[str, list[asyncio.Future]] = {}
+        self._released: list[asyncio.Future] = []  # waiting for names to go (_next_release)
 
     async def register(self, name: str, address: str, key: str, owner: str,
                        lease_s: float | None = None, holder: dict | None = None) -> dict:
         """`holder`: the task attempt serving the name ({"job", "task", "attempt"}), so the
         controller can withdraw it when that attempt ends; None outside a task."""
         checked = check_holder(name if isinstance(name, str) else "?", holder)
+        if checked.sole and isinstance(name, str):
+            await self._until_free(normalize_path(name), checked.job)
         entry = self._table.register(name, address, key, owner, lease_s or self._lease_s,
                                      self._clock.monotonic(), checked)
         for waiter in self._waiters.pop(entry.name, []):
@@ -226,15 +292,76 @@ class Registry:
                 waiter.set_result(None)
         return entry.as_dict()
 
+    async def _until_free(self, name: str, job: str) -> None:
+        """Wait until no live entry of `name` is another holder's (takeover_wait)."""
+        seen: dict[tuple[str, str], float] = {}
+        deadline = self._clock.monotonic() + MAX_TAKEOVER_WAIT_S
+        while True:
+            now = self._clock.monotonic()
+            wait_s = takeover_wait(name, self._table.held_against(name, job, now), seen, now,
+                                   deadline)
+            if wait_s <= 0:
+                return
+            # Woken early by an unregister or a withdrawal; else when the lease ends.
+            await self._next_release(wait_s + _EXPIRY_SLACK_S)
+
+    def _wake_released(self) -> None:
+        released, self._released = self._released, []
+        for waiter in released:
+            if not waiter.done():
+                waiter.set_result(None)
+
     async def unregister(self, name: str, address: str | None = None,
                          key: str | None = None) -> int:
-        return self._table.unregister(name, address, key)
+        removed = self._table.unregister(name, address, key, self._clock.monotonic())
+        if removed:
+            self._wake_released()
+        return removed
 
     def _withdraw(self, attempts: list[str]) -> int:
         """These attempts ended: their names go now, and they may not register again. On
         the node's loop, where this actor's methods run (`withdrawer`); not a method a
         caller can reach."""
-        return self._table.withdraw(attempts, self._clock.monotonic())
+        removed = self._table.withdraw(attempts, self._clock.monotonic())
+        if removed:
+            self._wake_released()
+        return removed
+
+    async def ended(self, name: str, address: str, key: str, wait_s: float = 0.0) -> bool:
+        """Has the actor served as `name` at (`address`, `key`) stopped: its attempt ended
+        (withdrawn by the controller) or it unregistered? False while it is listed, and for
+        one whose lease merely lapsed (it may be cut off, not dead). With wait_s > 0, wait
+        up to that long (at most MAX_TAKEOVER_WAIT_S) for it to stop."""
+        for label, value in (("name", name), ("address", address), ("key", key)):
+            if not isinstance(value, str) or not value or len(value) > 1024:
+                raise InvalidRequestError(f"ended: {label} must be a non-empty string of at "
+                                          "most 1024 characters", label)
+        if isinstance(wait_s, bool) or not isinstance(wait_s, int | float):
+            raise InvalidRequestError("ended: wait_s must be a number of seconds", "wait_s")
+        name = normalize_path(name)
+        deadline = self._clock.monotonic() + min(max(wait_s, 0.0), MAX_TAKEOVER_WAIT_S)
+        while True:
+            now = self._clock.monotonic()
+            if self._table.ended(name, address, key, now) or now >= deadline:
+                return self._table.ended(name, address, key, now)
+            await self._next_release(deadline - now)
+
+    async def ended_of_job(self, job: str) -> list[list[str]]:
+        """[name, address, key] of every endpoint `job`'s tasks held that has ended: what a
+        client that killed the job stops calling at once (ClusterContext.actors_ended)."""
+        if not isinstance(job, str) or not 0 < len(job) <= 1024:
+            raise InvalidRequestError("ended_of_job: job must be a job id", "job")
+        return [list(e) for e in self._table.ended_of_job(job, self._clock.monotonic())]
+
+    async def _next_release(self, timeout: float) -> None:
+        """Wait for the next unregister or withdrawal, or `timeout` seconds."""
+        released = asyncio.get_running_loop().create_future()
+        self._released.append(released)
+        try:
+            await asyncio.wait([released], timeout=timeout)
+        finally:
+            if released in self._released:
+                self._released.remove(released)
 
     async def renew(self, owner: str) -> int:
         if not isinstance(owner, str):
