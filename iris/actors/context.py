@@ -22,11 +22,12 @@ from iris.actors.current import current_context, in_task, set_joiner
 from iris.actors.future import ActorFuture
 from iris.actors.holders import holder_from_env
 from iris.actors.node import Node
-from iris.actors.refs import ActorGroup, ActorRef
+from iris.actors.refs import ActorGroup, ActorRef, died
 from iris.actors.registry import LEASE_S, REGISTRY_KEY, RENEW_INTERVAL_S
 from iris.actors.security import Security
 from iris.base.clock import SYSTEM_CLOCK
 from iris.base.errors import (
+    ActorCallError,
     ActorNotFoundError,
     BadArgumentsError,
     ConfigError,
@@ -42,6 +43,19 @@ _REGISTRY_TIMEOUT_S = 30.0
 # 0.2 s, doubling to 2 s, until the lookup's own timeout: as clients wait for the controller
 # (iris/client/retry.py). Before, iris.resolve failed in 3 s during a restart.
 _FIRST_BACKOFF_S, _MAX_BACKOFF_S = 0.2, 2.0
+# A failed call waits this long at most, past _DEATH_NEWS_S, for the registry to say whether
+# its actor died: the registry is on the controller's node, a round trip (ms) away; one
+# silent this long (cut off too) cannot tell, and the call fails with the error it had.
+_ENDED_TIMEOUT_S = 1.0
+# How long a failed call waits for the registry to hear its actor ended: a worker reports
+# its task's exit within ~0.1 s and the controller withdraws its names at once, so a call
+# that failed the moment its actor was SIGKILLed ("connection lost") can still say so. A
+# peer merely cut off costs its caller this much more before PeerUnavailableError.
+_DEATH_NEWS_S = 1.0
+# Actors of a killed job are refused here for this long: past the stop's grace (10 s by
+# default, SIGTERM to SIGKILL), after which their processes are gone anyway.
+_DEAD_KEEP_S = 120.0
+_MAX_DEAD = 10_000
 
 _ADDRESS = re.compile(r"^(tcp://(\[[0-9A-Fa-f:.]+\]|[^\s:/\[\]]+):\d{1,5}|(ipc|inproc)://\S+)$")
 
@@ -94,6 +108,9 @@ class ClusterContext:
         # resolve's job argument: learnt at the first refusal, then neither is sent.
         self._old_registry = False
         self._sole: set[str] = set()  # names served as a spawned actor's (serve_spawned)
+        # (address, key) -> until when: actors this process was told had ended (the job it
+        # killed), refused here at once (refs.py); by then the process may still answer.
+        self.dead: dict[tuple[str, str], float] = {}
         self._tokens: list = []
         self._closed = False
         node.cluster = self
@@ -220,6 +237,32 @@ class ClusterContext:
         return self._registry("resolve_any", self.scope(name), timeout,
                               timeout_s=timeout + _REGISTRY_TIMEOUT_S).result()
 
+    def actor_ended(self, name: str, address: str, key: str) -> ActorFuture:
+        """Whether the registry knows the actor served as `name` at (`address`, `key`) has
+        stopped (registry.ended), waiting up to _DEATH_NEWS_S to hear it; False from a
+        registry that cannot say (older, or unreachable: then nothing is known)."""
+        asked = self._registry("ended", name, address, key, _DEATH_NEWS_S,
+                               timeout_s=_DEATH_NEWS_S + _ENDED_TIMEOUT_S)
+        answer = ActorFuture(name, "(ended)", self.address)
+        asked.add_done_callback(lambda f: answer.set_result(
+            f.exception() is None and f.result() is True))
+        return answer
+
+    def actors_ended(self, job: str) -> None:
+        """`job` was killed: calls from here to the actors its tasks served fail at once
+        with ActorDiedError (the kill's answer came before their processes stopped). Kept
+        _DEAD_KEEP_S, past any stop's grace; best effort: an older registry cannot say."""
+        try:
+            ended = self._registry("ended_of_job", job).result()
+        except ActorCallError:  # an older registry, or none reachable: calls find out
+            return
+        now = SYSTEM_CLOCK.monotonic()
+        dead = self.dead
+        for expired in [k for k, until in list(dead.items()) if until <= now]:
+            dead.pop(expired, None)
+        for _, address, key in ended[:_MAX_DEAD]:
+            dead[(address, key)] = now + _DEAD_KEEP_S
+
     def list_actors(self, prefix: str = "/") -> list[dict]:
         return self._registry("list", prefix).result()
 
@@ -232,6 +275,13 @@ class ClusterContext:
             if error is None and not fut.result():
                 error = ActorNotFoundError(f"no actor registered as {ref.name!r} "
                                            f"(registry at {self.address})", actor=ref.name)
+                if ref._lost is not None:  # the ref's actor was there: has it died?
+                    lost = ref._lost
+                    self.actor_ended(ref.name, lost, ref._key).add_done_callback(
+                        lambda asked: outer.set_exception(
+                            died(ref.name, lost, "", error) if asked.result()
+                            else error))
+                    return
             if error is not None:
                 outer.set_exception(error)
                 return

@@ -18,7 +18,7 @@ from typing import Any
 
 from iris.actors import wakers
 from iris.base.clock import SYSTEM_CLOCK
-from iris.base.errors import InvalidRequestError
+from iris.base.errors import InvalidRequestError, PeerUnavailableError
 
 _log = logging.getLogger(__name__)
 _PENDING, _RESULT, _ERROR = 0, 1, 2
@@ -26,7 +26,8 @@ _PENDING, _RESULT, _ERROR = 0, 1, 2
 
 class ActorFuture:
     __slots__ = ("_lock", "_state", "_value", "_waiters", "_callbacks", "actor", "method",
-                 "address", "_loop_thread", "_defer_wake", "on_error", "sent_at")
+                 "address", "_loop_thread", "_defer_wake", "on_error", "on_unavailable",
+                 "sent_at")
 
     def __init__(self, actor: str, method: str, address: str, loop_thread: int = 0,
                  defer_wake: Callable[[list], Any] | None = None):
@@ -45,6 +46,10 @@ class ActorFuture:
         # Called with the exception when the call fails; cheaper than a done-callback on
         # every call for what only failures need (a ref forgetting a dead address).
         self.on_error: Callable[[BaseException], Any] | None = None
+        # Given a bare PeerUnavailableError before it completes this future: returns True
+        # when it will complete it itself (a ref asking the registry whether the actor has
+        # died, to say so: refs.py), False to let the error through as it is.
+        self.on_unavailable: Callable[[ActorFuture, PeerUnavailableError], bool] | None = None
         self.sent_at = 0.0  # loop-clock time the call was sent (for the latency histogram)
 
     def __repr__(self) -> str:
@@ -138,6 +143,11 @@ class ActorFuture:
         return self._finish(_RESULT, value)
 
     def set_exception(self, exc: BaseException) -> bool:
+        hook = self.on_unavailable
+        if hook is not None and type(exc) is PeerUnavailableError and self._state == _PENDING:
+            self.on_unavailable = None
+            if hook(self, exc):
+                return True
         return self._finish(_ERROR, exc)
 
     def _finish(self, state: int, value: Any) -> bool:

@@ -13,6 +13,9 @@ publisher's subscribers, is not). The rules:
   is thus passed over as soon as its successor registers, not after its lease. Entries
   without a holder (served by a process outside any task) are never hidden: several of
   them are replicas, as before.
+- A `sole` name is taken only from holders proved gone (`takeover_wait`): another job's
+  live entry, or one without a holder, makes a spawn under it wait out the lease it had
+  when first seen; renewed past it, its holder lives, and the spawn is refused.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from collections import deque
 from collections.abc import Mapping
 from typing import NamedTuple, Protocol, TypeVar
 
-from iris.base.errors import InvalidRequestError
+from iris.base.errors import ConflictError, InvalidRequestError
 
 # A withdrawn attempt is refused for this long: far past any stop's grace period.
 WITHDRAWN_KEEP_S = 600.0
@@ -76,6 +79,9 @@ def holder_from_env(env: Mapping[str, str]) -> dict | None:
 
 class _Entry(Protocol):
     registered_at: float
+    expires_at: float
+    address: str
+    key: str
     job: str
     task: int
     attempt: str
@@ -105,6 +111,27 @@ def current_only(entries: list[E]) -> list[E]:
     sole_job = max(sole_first, key=lambda j: (sole_first[j], j)) if sole_first else None
     return [e for e in entries if not e.job or (
         newest[(e.job, e.task)][1] == e.attempt and (not e.sole or e.job == sole_job))]
+
+
+def takeover_wait(name: str, held: list[E], seen: dict[tuple[str, str], float],
+                  now: float, deadline: float) -> float:
+    """Pure: how long a spawned actor's registration of `name` waits for `held` (the entries
+    it may not share) to go; 0.0 when none is left. `seen` keeps each entry's expiry when
+    first met; one that outlived it was renewed, so its holder lives: ConflictError naming
+    the name and the holder. So does a wait that would pass `deadline`."""
+    if not held:
+        return 0.0
+    for e in held:
+        seen.setdefault((e.address, e.key), e.expires_at)
+    alive = [e for e in held if now >= seen[(e.address, e.key)]]
+    until = min(seen[(e.address, e.key)] for e in held)
+    if alive or until > deadline:
+        e = (alive or held)[0]
+        raise ConflictError(
+            f"{name}: an actor is already registered under this name (job "
+            f"{e.job or '(none: a process outside any task)'}, at {e.address}); stop it first "
+            "(kill its job) or spawn under another name")
+    return until - now
 
 
 class Withdrawn:

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from queue import Empty
 from typing import TYPE_CHECKING, Any
 
-from iris.actors import tokens, wakers
+from iris.actors import admission, wakers
 from iris.actors.actor_spec import INTERNAL as INTERNAL  # re-exported: stable names
 from iris.actors.actor_spec import ActorSpec as ActorSpec
 from iris.actors.actor_spec import actor as actor
@@ -28,9 +28,10 @@ from iris.actors.actor_spec import requires as requires
 from iris.actors.actor_spec import spec_of as spec_of
 from iris.actors.batching import Batch
 from iris.actors.current import current_context
+from iris.actors.log_budget import LogBudget, left_out
 from iris.base.errors import OverloadedError, ProtocolError
 from iris.base.histogram import Histogram
-from iris.wire import codec, messages
+from iris.wire import messages
 
 if TYPE_CHECKING:
     from iris.actors.node import Node
@@ -59,6 +60,8 @@ class HostedActor:
         self._async_waiting: deque = deque()
         self._async_tasks: set[asyncio.Task] = set()
         self._batches = {m: Batch(m, *how) for m, how in spec.batches.items()}
+        self.plain_only = key.startswith(admission.CONTROL_PLANE_PREFIX)
+        self._cast_log = LogBudget()  # casts refused or raising: no caller to tell
         # How long calls take to handle here (arguments decoded to reply encoded), one
         # histogram per thread that writes it: sync methods on the actor thread, async ones
         # on the loop. Node.served_latency() merges them.
@@ -99,15 +102,21 @@ class HostedActor:
 
     # ------------------------------------------------------------ loop thread
 
+    def header_refusal(self, size: int, role: str) -> str | None:
+        """Why a call whose header is `size` bytes is refused here before it is decoded."""
+        return admission.header_refusal(self.key, self.node.address, self.plain_only, size,
+                                        role)
+
+    def refusal(self, call: messages.Call) -> tuple[str, str] | None:
+        """(error code, message) if this call may not run here whatever its arguments
+        (admission.refusal): asked before its big frames are fetched too."""
+        return admission.refusal(self.spec, self.key, self.node.address, self.plain_only, call)
+
     def dispatch(self, rid: bytes, call: messages.Call, deadline: float) -> None:
         is_async = self.spec.methods.get(call.method)
-        if is_async is None:
-            known = ", ".join(sorted(self.spec.methods)) or "none"
-            self._reply_error(rid, call, messages.E_METHOD_NOT_FOUND,
-                              f"actor {self.key!r} at {self.node.address} has no method "
-                              f"{call.method!r} (public methods: {known})")
-        elif call.method in self.spec.roles and not self._permitted(call):
-            self._reply_error(rid, call, messages.E_PERMISSION, _denied(self, call))
+        refused = self.refusal(call)
+        if refused is not None:
+            self._reply_error(rid, call, *refused)
         elif self._stopping:
             self._reply_died(rid, call)
         elif self._full(call.method, is_async):
@@ -141,14 +150,6 @@ class HostedActor:
             f"actor {self.key!r} at {self.node.address} has "
             f"{self._max_waiting} calls waiting; {call.method!r} refused "
             "unrun: retry later", retry_after_s=1.0), at_call_site=False)
-
-    def _permitted(self, call: messages.Call) -> bool:
-        """The caller holds a role the method names; a credential that names one peer (a
-        worker's) may only speak as that peer: the call's first argument must be its id."""
-        if call.role == INTERNAL:
-            return True
-        return call.role in self.spec.roles[call.method] and (
-            call.principal is None or named_in(call) == call.principal)
 
     def _start_async(self, rid: bytes, call: messages.Call, deadline: float) -> None:
         self._async_running += 1
@@ -336,7 +337,7 @@ class HostedActor:
                        f"{self.node.address}: {exc}")
             return self._reply_error(rid, call, messages.E_BAD_ARGUMENTS, message, via_post)
         if call.oneway:
-            _log.warning("cast %s.%s raised %r", self.key, call.method, exc)
+            self._log_cast("cast %s.%s raised %r", call, repr(exc)[:500])
             return None
         frames = messages.encode_error(call.call_id, messages.E_APP, str(exc), exc)
         self._send(rid, frames, via_post)
@@ -354,9 +355,14 @@ class HostedActor:
     def _reply_error(self, rid: bytes, call: messages.Call, code: str, message: str,
                      via_post: bool = False) -> None:
         if call.oneway:
-            _log.warning("dropped cast %s.%s: %s", self.key, call.method, message)
+            self._log_cast("dropped cast %s.%s: %s", call, message)
             return
         self._send(rid, messages.encode_error(call.call_id, code, message), via_post)
+
+    def _log_cast(self, fmt: str, call: messages.Call, why: str) -> None:
+        skipped = self._cast_log.take(self.node.now())
+        if skipped is not None:
+            _log.warning(fmt + "%s", self.key, call.method[:200], why, left_out(skipped))
 
     def _send(self, rid: bytes, frames: list, via_post: bool) -> None:
         if via_post:
@@ -372,33 +378,3 @@ class _Posted:
 
     def __init__(self, fn: Callable, args: tuple):
         self.fn, self.args = fn, args
-
-
-def named_in(call: messages.Call) -> Any:
-    """The id a call speaks for: its first argument (or `worker_id=`), read without
-    unpickling: a call with a credential that names its holder must be plain msgpack."""
-    if call.fmt != codec.FORMAT_MSGPACK:
-        return None
-    payload = call.payload
-    if type(payload) not in (list, tuple) or len(payload) != 2:
-        return None
-    args, kwargs = payload
-    if type(args) in (list, tuple) and args:
-        return args[0]
-    return kwargs.get("worker_id") if type(kwargs) is dict else None
-
-
-def _denied(hosted: HostedActor, call: messages.Call) -> str:
-    allowed = sorted(hosted.spec.roles[call.method]) or ["this process itself"]
-    where = f"{hosted.key}.{call.method} at {hosted.node.address}"
-    if call.role == tokens.REVOKED:
-        return (f"{where}: the credential of worker {call.principal!r} was revoked and "
-                "this caller presents it (the worker left, was lost, or an operator revoked "
-                "it; a worker joins again with the cluster token): not permitted")
-    if call.role in allowed and call.principal is not None:
-        return (f"{where}: a {call.role} may speak only as itself; this caller is "
-                f"{call.principal!r} and the call names {named_in(call)!r:.80} (not permitted)")
-    unknown = (" presenting a token not known here (issued before this node restarted, "
-               "revoked, or never issued)") if call.auth and call.role == "client" else ""
-    return (f"{where} is for {' or '.join(allowed)} only; this caller is a {call.role}"
-            f"{unknown} (not permitted)")

@@ -21,6 +21,7 @@ import zmq
 
 from iris.actors import bulk_calls, ports, shm, shm_scope, wakers
 from iris.actors.actor_spec import spec_of
+from iris.actors.admission import MAX_CONTROL_HEADER_BYTES, Gate
 from iris.actors.bulk import Bulk
 from iris.actors.bulk_calls import BulkCalls
 from iris.actors.config import NodeConfig
@@ -42,7 +43,6 @@ from iris.base.ids import new_id
 from iris.wire import messages
 
 _log = logging.getLogger(__name__)
-_CLIENT = ("client", None)  # the role of a call whose auth this node does not know
 
 
 def _shm_min_bytes(config: NodeConfig) -> int:
@@ -83,6 +83,7 @@ class Node:
         self._stopped = False
         # auth token -> (the role its calls hold here, whom it names: a worker's id or None)
         self._grants: dict[bytes, tuple[str, str | None]] = {}
+        self._gate = Gate(self._actors, self._grants, self.send_reply, self.stats)
         self._shm_min = _shm_min_bytes(self.config) if shm_scope.AVAILABLE else 0
         self._shm_replies = False  # set once bound: only a loopback node's callers are local
         self._pool = shm.Pool(self.config.shm_pool_bytes)
@@ -287,6 +288,12 @@ class Node:
                     idle=not oneway and wakers.this_thread().follows(outer))
         return outer
 
+    def peer_lost(self, address: str) -> bool:
+        """(Any thread) Did the connection to `address` go down with nothing heard since?
+        A read of the loop's state, not a question sent anywhere: may be a moment late."""
+        peer = self.io.peers.get(address)
+        return peer is not None and peer.lost
+
     def call_many(self, targets: list[tuple[str, str]], method: str, args: tuple = (),
                   kwargs: dict | None = None, *,
                   timeout_s: float | None = None) -> list[ActorFuture]:
@@ -411,10 +418,18 @@ class Node:
         or LocalReturn for an in-process call, whose `role` is INTERNAL)."""
         if self._bulk_calls.holding and self._bulk_calls.hold(rid, header, buffers, role):
             return  # behind a call of the same caller whose frames are being fetched
+        if len(header) > MAX_CONTROL_HEADER_BYTES and role is None and \
+                self._gate.refused_undecoded(rid, header):
+            return
         try:
             if buffers:
                 if bulk_calls.is_table(buffers[-1]):  # big frames on the bulk path: fetch
-                    return self._bulk_calls.receive(rid, header, buffers, role)
+                    if not self._gate.refused_unfetched(rid, header, role, self.address):
+                        self._bulk_calls.receive(rid, header, buffers, role)
+                    return
+                if shm.is_table(buffers[-1]) and \
+                        self._gate.refused_unfetched(rid, header, role, self.address):
+                    return  # a segment of another process is not opened for it
                 buffers = shm.resolve(buffers)
             msg = messages.decode(header, buffers)
         except ProtocolError as exc:
@@ -427,11 +442,7 @@ class Node:
             return
         kind = msg[1]
         if kind == messages.CALL or kind == messages.CAST:
-            call = messages.call_from(msg, buffers)
-            if role is not None:
-                call.role = role
-            elif call.auth:
-                call.role, call.principal = self._grants.get(call.auth, _CLIENT)
+            call = self._gate.with_role(messages.call_from(msg, buffers), role)
             self.stats.calls_received += 1
             hosted = self._actors.get(call.actor)
             if hosted is None:

@@ -23,8 +23,9 @@ import zmq
 from zmq.utils.monitor import parse_monitor_message
 
 from iris.actors import bulk_calls, shm, shm_scope
+from iris.actors.keys import WORKER_KEY_PREFIX
 from iris.base.errors import PeerUnavailableError, ProtocolError
-from iris.wire import messages, remote_errors
+from iris.wire import codec, messages, remote_errors
 
 if TYPE_CHECKING:
     from iris.actors.future import ActorFuture
@@ -39,7 +40,8 @@ _MONITORED = (zmq.EVENT_DISCONNECTED | zmq.EVENT_HANDSHAKE_FAILED_AUTH
 class Peer:
     """One remote node we call. `pending` maps call id -> (future, actor, method)."""
 
-    __slots__ = ("address", "dealer", "monitor", "pending", "last_heard", "ping_sent", "_io")
+    __slots__ = ("address", "dealer", "monitor", "pending", "last_heard", "ping_sent", "lost",
+                 "_io")
 
     def __init__(self, io: NodeLoop, address: str):
         self._io = io
@@ -47,6 +49,9 @@ class Peer:
         self.pending: dict[int, ActorFuture] = {}
         self.last_heard = 0.0
         self.ping_sent = False
+        # The connection went down (DISCONNECTED) and nothing was heard since: a call sent
+        # now waits for a reconnect that, if the peer's process is gone, never comes.
+        self.lost = False
         self.dealer = io.new_socket(zmq.DEALER)
         self.dealer.setsockopt(zmq.ROUTING_ID, shm_scope.routing_id())  # says our PID namespace
         self.dealer.connect(address)
@@ -68,6 +73,7 @@ class Peer:
     def heard(self, now: float) -> None:
         self.last_heard = now
         self.ping_sent = False
+        self.lost = False
 
     def restart_silence(self, now: float) -> None:
         """This node stood still (NodeLoop._note_stall): the silence of a peer that owes us
@@ -102,7 +108,17 @@ class Peer:
             stats.late_replies += 1  # answered after its deadline, or a stray
             return
         stats.call_latency.observe(now - fut.sent_at)
+        # A worker's answers are read as plain data only: a pickle is code, and a worker is
+        # one host that may be compromised (docs/protocol.md, Roles); the controller, which
+        # commands every worker, must not run what one of them sends back.
+        plain = fut.actor.startswith(WORKER_KEY_PREFIX)
         if kind == messages.REPLY:
+            if plain and msg[3] != codec.FORMAT_MSGPACK:
+                stats.calls_error += 1
+                fut.set_exception(ProtocolError(
+                    f"reply of {fut.actor}.{fut.method} from {self.address} is a pickle: a "
+                    "worker's answers are read as plain msgpack only (refused unread)"))
+                return
             try:
                 value = messages.decode_payload(msg[3], msg[4], buffers)
             except Exception as exc:
@@ -116,7 +132,8 @@ class Peer:
         else:
             stats.calls_error += 1
             fut.set_exception(remote_errors.error_from(
-                msg[3], msg[4], msg[5], actor=fut.actor, method=fut.method, address=self.address))
+                msg[3], msg[4], msg[5], actor=fut.actor, method=fut.method, address=self.address,
+                unpickle=not plain))
 
     def check_liveness(self, now: float, interval_s: float, dead_after_s: float) -> bool:
         """PING if quiet; return False when the peer must be declared dead."""
@@ -162,6 +179,7 @@ class Peer:
                 return
             kind = event["event"]
             if kind == zmq.EVENT_DISCONNECTED:
+                self.lost = True
                 self.fail_all("the connection was lost (the call may or may not have run)")
             else:
                 self.fail_all(f"the handshake failed ({zmq.Event(kind).name}): wrong or "
@@ -212,6 +230,7 @@ class LocalPeer(Peer):
         self.pending = {}
         self.last_heard = 0.0
         self.ping_sent = False
+        self.lost = False
         self.dealer = self.monitor = None
 
     def close(self) -> None:

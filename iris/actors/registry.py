@@ -12,19 +12,33 @@ attempt ends (killed, exited, its worker lost), and a withdrawn attempt may not 
 again; while a dead holder's lease still runs, a newer attempt of the same task, or for a
 spawned actor's name a newer job, registering the name hides it. So a name served again
 after its actor was stopped resolves to the new actor, never the old one (holders.py).
+
+A spawned actor's name (`sole`) is its job's alone while its holder lives: registering it
+for another job waits until every other live entry of the name is gone (withdrawn,
+unregistered, or its lease run out: a dead host's, within LEASE_S), and is refused with
+ConflictError once one of them outlives the lease it had when first seen, since only a live
+holder renews. Decided here, on the registry's one loop, so two spawns cannot both win.
 """
 
 from __future__ import annotations
 
 import asyncio
 import heapq
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
-from iris.actors.holders import NO_HOLDER, Holder, Withdrawn, check_holder, current_only
+from iris.actors.holders import (
+    NO_HOLDER,
+    Holder,
+    Withdrawn,
+    check_holder,
+    current_only,
+    takeover_wait,
+)
 from iris.actors.hosting import HostedActor, actor
 from iris.base.clock import SYSTEM_CLOCK, Clock
-from iris.base.errors import InvalidRequestError, StaleAttemptError
+from iris.base.errors import InvalidRequestError, OverloadedError, StaleAttemptError
 from iris.base.ids import normalize_path
 
 REGISTRY_KEY = "/iris/registry"
@@ -34,9 +48,20 @@ LEASE_S = 3.0
 RENEW_INTERVAL_S = 1.0
 # One process serving this many names is a bug or an attack; each name costs registry memory.
 MAX_NAMES_PER_OWNER = 10_000
+# ...and the owner is whatever the caller says, so the table has a bound of its own: a peer
+# naming a new owner at each call registered 20,000 names past the per-owner limit. About
+# 1 KiB each (the endpoint, its indexes): at most ~0.5 GB; 50 names a host at 10,000 hosts.
+MAX_NAMES = 500_000
 # Upper bound on how long one resolve may park in the registry, so waiting callers cannot
 # pile up forever.
 MAX_WAIT_S = 600.0
+# Upper bound on how long a spawned actor's registration waits for another holder of its
+# name to prove dead: past LEASE_S (3 s), well inside the caller's 30 s registry timeout.
+MAX_TAKEOVER_WAIT_S = 10.0
+# Jobs whose stopped endpoints are remembered (`ended_of_job`), the oldest forgotten first.
+MAX_STOPPED_JOBS = 10_000
+# A wait for a lease to end wakes this much after it, so the lease has surely ended.
+_EXPIRY_SLACK_S = 0.05
 
 
 @dataclass
@@ -64,12 +89,19 @@ class RegistryTable:
     owner's names, and expiry pops a deadline heap, so both are O(log N) per call.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, max_names: int = MAX_NAMES) -> None:
+        self._max_names = max_names
+        self._count = 0  # endpoints held, expired ones not yet dropped included
         self._names: dict[str, dict[tuple[str, str], Endpoint]] = {}
         self._owned: dict[str, set[tuple[str, str, str]]] = {}  # owner -> (name, address, key)
         self._held: dict[str, set[tuple[str, str, str]]] = {}  # attempt id -> its entries
         self._deadlines: list[tuple[float, str]] = []  # (expiry, owner); stale ones skipped
         self.withdrawn = Withdrawn()
+        # Endpoints withdrawn or unregistered (not lapsed): known to have stopped, so a
+        # caller whose call failed there is told the actor died (`ended`).
+        self.stopped = Withdrawn()
+        # The same, by job (the newest MAX_STOPPED_JOBS jobs): what a job's kill stopped.
+        self._stopped_jobs: OrderedDict[str, list[tuple[str, str, str]]] = OrderedDict()
 
     def register(self, name: str, address: str, key: str, owner: str, lease_s: float,
                  now: float, holder: Holder = NO_HOLDER) -> Endpoint:
@@ -91,8 +123,12 @@ class RegistryTable:
             raise StaleAttemptError(
                 f"register {name}: attempt {holder.attempt} of {holder.job}[{holder.task}] "
                 "has ended (its names were withdrawn)")
+        self.expire(now)
+        existing = self._names.get(name, {}).get((address, key))
+        if existing is None and self._count >= self._max_names:
+            raise OverloadedError(f"register {name}: the registry holds {self._count} names "
+                                  "(the limit); retry once leases lapse", retry_after_s=5.0)
         entries = self._names.setdefault(name, {})
-        existing = entries.get((address, key))
         if existing is None and len(self._owned.get(owner, ())) >= MAX_NAMES_PER_OWNER:
             if not entries:
                 del self._names[name]
@@ -108,19 +144,28 @@ class RegistryTable:
         else:
             entry = entries[(address, key)] = Endpoint(name, address, key, owner, now,
                                                        now + lease_s, *holder)
+            self._count += 1
         self._owned.setdefault(owner, set()).add((name, address, key))
         if holder.attempt:
             self._held.setdefault(holder.attempt, set()).add((name, address, key))
         heapq.heappush(self._deadlines, (entry.expires_at, owner))
         return entry
 
-    def unregister(self, name: str, address: str | None = None, key: str | None = None) -> int:
+    def unregister(self, name: str, address: str | None = None, key: str | None = None,
+                   now: float | None = None) -> int:
+        """Drop these entries; with `now`, remember them as stopped (`ended`)."""
         if not isinstance(name, str):
             raise InvalidRequestError("name: expected a string", "name")
         entries = self._names.get(name, {})
         doomed = [k for k in entries if address in (None, k[0]) and key in (None, k[1])]
         for k in doomed:
-            self._disown(entries.pop(k))
+            entry = entries.pop(k)
+            self._disown(entry)
+            if now is not None:
+                self.stopped.add(_endpoint_id(name, *k), now)
+                if entry.job:
+                    self._stopped_of_job(entry.job).append((name, *k))
+        self._count -= len(doomed)
         if not entries:
             self._names.pop(name, None)
         return len(doomed)
@@ -136,8 +181,28 @@ class RegistryTable:
         for attempt in attempts:
             self.withdrawn.add(attempt, now)
             for name, address, key in list(self._held.get(attempt, ())):
-                removed += self.unregister(name, address, key)
+                removed += self.unregister(name, address, key, now)
         return removed
+
+    def _stopped_of_job(self, job: str) -> list[tuple[str, str, str]]:
+        jobs = self._stopped_jobs
+        if job not in jobs:
+            jobs[job] = []
+            while len(jobs) > MAX_STOPPED_JOBS:
+                jobs.popitem(last=False)
+        return jobs[job]
+
+    def ended_of_job(self, job: str, now: float) -> list[tuple[str, str, str]]:
+        """(name, address, key) of the endpoints `job`'s tasks held that have ended."""
+        return [e for e in self._stopped_jobs.get(job, ()) if self.ended(*e, now)]
+
+    def ended(self, name: str, address: str, key: str, now: float) -> bool:
+        """Was this endpoint withdrawn or unregistered (not merely lapsed), and not served
+        again since? Then its actor has stopped, as far as the cluster knows."""
+        live = self._names.get(name, {}).get((address, key))
+        if live is not None and live.expires_at > now:
+            return False
+        return self.stopped.has(_endpoint_id(name, address, key), now)
 
     def renew(self, owner: str, lease_s: float, now: float) -> int:
         """Extend every live name of `owner`: O(its names), not O(the table)."""
@@ -160,6 +225,7 @@ class RegistryTable:
                 entries = self._names[name]
                 if entries[(address, key)].expires_at <= now:
                     self._disown(entries.pop((address, key)))
+                    self._count -= 1
                     removed += 1
                     if not entries:
                         del self._names[name]
@@ -177,6 +243,12 @@ class RegistryTable:
             if not held:
                 del self._held[entry.attempt]
 
+    def held_against(self, name: str, job: str, now: float) -> list[Endpoint]:
+        """Live entries of `name` that `job`'s spawned actor may not share: another job's,
+        or a process's outside any task."""
+        entries = self._names.get(name, {})
+        return [e for e in entries.values() if e.expires_at > now and e.job != job]
+
     def lookup(self, name: str, now: float) -> list[Endpoint]:
         """Live endpoints of `name` held by its current holders, oldest registration first
         (a newer job's, or a newer attempt's, hide those they replace: holders.py)."""
@@ -191,6 +263,10 @@ class RegistryTable:
                 for e in self.lookup(name, now)]
 
 
+def _endpoint_id(name: str, address: str, key: str) -> str:
+    return f"{name}\n{address}\n{key}"
+
+
 @actor
 class Registry:
     """The registry actor. Async methods: they run on the node's loop, never blocking it."""
@@ -200,12 +276,15 @@ class Registry:
         self._lease_s = lease_s
         self._table = RegistryTable()
         self._waiters: dict[str, list[asyncio.Future]] = {}
+        self._released: list[asyncio.Future] = []  # waiting for names to go (_next_release)
 
     async def register(self, name: str, address: str, key: str, owner: str,
                        lease_s: float | None = None, holder: dict | None = None) -> dict:
         """`holder`: the task attempt serving the name ({"job", "task", "attempt"}), so the
         controller can withdraw it when that attempt ends; None outside a task."""
         checked = check_holder(name if isinstance(name, str) else "?", holder)
+        if checked.sole and isinstance(name, str):
+            await self._until_free(normalize_path(name), checked.job)
         entry = self._table.register(name, address, key, owner, lease_s or self._lease_s,
                                      self._clock.monotonic(), checked)
         for waiter in self._waiters.pop(entry.name, []):
@@ -213,15 +292,76 @@ class Registry:
                 waiter.set_result(None)
         return entry.as_dict()
 
+    async def _until_free(self, name: str, job: str) -> None:
+        """Wait until no live entry of `name` is another holder's (takeover_wait)."""
+        seen: dict[tuple[str, str], float] = {}
+        deadline = self._clock.monotonic() + MAX_TAKEOVER_WAIT_S
+        while True:
+            now = self._clock.monotonic()
+            wait_s = takeover_wait(name, self._table.held_against(name, job, now), seen, now,
+                                   deadline)
+            if wait_s <= 0:
+                return
+            # Woken early by an unregister or a withdrawal; else when the lease ends.
+            await self._next_release(wait_s + _EXPIRY_SLACK_S)
+
+    def _wake_released(self) -> None:
+        released, self._released = self._released, []
+        for waiter in released:
+            if not waiter.done():
+                waiter.set_result(None)
+
     async def unregister(self, name: str, address: str | None = None,
                          key: str | None = None) -> int:
-        return self._table.unregister(name, address, key)
+        removed = self._table.unregister(name, address, key, self._clock.monotonic())
+        if removed:
+            self._wake_released()
+        return removed
 
     def _withdraw(self, attempts: list[str]) -> int:
         """These attempts ended: their names go now, and they may not register again. On
         the node's loop, where this actor's methods run (`withdrawer`); not a method a
         caller can reach."""
-        return self._table.withdraw(attempts, self._clock.monotonic())
+        removed = self._table.withdraw(attempts, self._clock.monotonic())
+        if removed:
+            self._wake_released()
+        return removed
+
+    async def ended(self, name: str, address: str, key: str, wait_s: float = 0.0) -> bool:
+        """Has the actor served as `name` at (`address`, `key`) stopped: its attempt ended
+        (withdrawn by the controller) or it unregistered? False while it is listed, and for
+        one whose lease merely lapsed (it may be cut off, not dead). With wait_s > 0, wait
+        up to that long (at most MAX_TAKEOVER_WAIT_S) for it to stop."""
+        for label, value in (("name", name), ("address", address), ("key", key)):
+            if not isinstance(value, str) or not value or len(value) > 1024:
+                raise InvalidRequestError(f"ended: {label} must be a non-empty string of at "
+                                          "most 1024 characters", label)
+        if isinstance(wait_s, bool) or not isinstance(wait_s, int | float):
+            raise InvalidRequestError("ended: wait_s must be a number of seconds", "wait_s")
+        name = normalize_path(name)
+        deadline = self._clock.monotonic() + min(max(wait_s, 0.0), MAX_TAKEOVER_WAIT_S)
+        while True:
+            now = self._clock.monotonic()
+            if self._table.ended(name, address, key, now) or now >= deadline:
+                return self._table.ended(name, address, key, now)
+            await self._next_release(deadline - now)
+
+    async def ended_of_job(self, job: str) -> list[list[str]]:
+        """[name, address, key] of every endpoint `job`'s tasks held that has ended: what a
+        client that killed the job stops calling at once (ClusterContext.actors_ended)."""
+        if not isinstance(job, str) or not 0 < len(job) <= 1024:
+            raise InvalidRequestError("ended_of_job: job must be a job id", "job")
+        return [list(e) for e in self._table.ended_of_job(job, self._clock.monotonic())]
+
+    async def _next_release(self, timeout: float) -> None:
+        """Wait for the next unregister or withdrawal, or `timeout` seconds."""
+        released = asyncio.get_running_loop().create_future()
+        self._released.append(released)
+        try:
+            await asyncio.wait([released], timeout=timeout)
+        finally:
+            if released in self._released:
+                self._released.remove(released)
 
     async def renew(self, owner: str) -> int:
         if not isinstance(owner, str):

@@ -26,17 +26,27 @@ import ctypes
 import mmap
 import os
 import pickle
+import secrets
 import threading
 from typing import Any
 
 import msgpack
 
-from iris.actors.shm_map import _NOT_MAPPED, _PAGE, _RELEASED, _SLOTS_AT, _libc, _map_views
+from iris.actors.shm_map import (
+    _NOT_MAPPED,
+    _PAGE,
+    _RELEASED,
+    _SLOTS_AT,
+    KEY_AT,
+    KEY_BYTES,
+    _libc,
+    _map_views,
+)
 from iris.actors.shm_scope import BOOT_ID, FOREIGN, PID_NS, can_share
 from iris.base.errors import ProtocolError
 
 # Starts every table frame; 16 bytes a user's own last buffer will not begin with by chance.
-MAGIC = b"\x00iris-shm-v3\x00\xfe\xfd\xfc"
+MAGIC = b"\x00iris-shm-v4\x00\xfe\xfd\xfc"
 # The first page is the segment's header (its layout: shm_map.py); data starts after it.
 _DATA_OFFSET = _PAGE
 MAX_RECEIVERS = (_PAGE - _SLOTS_AT) // 8
@@ -66,11 +76,12 @@ class Segment:
     receivers). Reused for later messages once every receiver released its views."""
 
     __slots__ = ("fd", "inode", "capacity", "_map", "generation", "sources", "offsets",
-                 "slots", "answers", "deadline", "idle_since", "pid_check")
+                 "slots", "answers", "deadline", "idle_since", "pid_check", "key")
     owned = False  # an OwnedSegment (shm_owned.py) is filled by its owner, never pooled
 
     def __init__(self, capacity: int, populate: bool = False) -> None:
         self.capacity = capacity
+        self.key = secrets.token_bytes(KEY_BYTES)  # in its header and in each table naming it
         self.fd = os.memfd_create(_MEMFD_NAME, os.MFD_CLOEXEC)
         try:
             os.ftruncate(self.fd, _DATA_OFFSET + capacity)
@@ -92,6 +103,7 @@ class Segment:
         self.generation += 1
         self._map[0:_PAGE] = bytes(_PAGE)
         self._map[0:8] = self.generation.to_bytes(8, "little")
+        self._map[KEY_AT:KEY_AT + KEY_BYTES] = self.key
         self.offsets = []
         offset = _DATA_OFFSET
         for buf, size in zip(sources, sizes, strict=True):
@@ -105,7 +117,7 @@ class Segment:
         spans = [[i, off, size] for i, (off, size)
                  in zip(indices, offsets or self.offsets, strict=True)]
         return MAGIC + msgpack.packb([os.getpid(), self.fd, self.inode, BOOT_ID, PID_NS,
-                                      self.generation, slot, spans])
+                                      self.generation, slot, spans, self.key])
 
     def _slot(self, i: int) -> tuple[int, int]:
         at = _SLOTS_AT + 8 * i
@@ -329,7 +341,8 @@ class Pool:
             self._owned.clear()
 
 
-def _is_table(frame: Any) -> bool:
+def is_table(frame: Any) -> bool:
+    """Is this buffer frame a shared-memory table (the last frame of a spilled message)?"""
     view = frame.buffer if hasattr(frame, "buffer") else memoryview(frame)
     return len(MAGIC) < view.nbytes < _MAX_TABLE and view[:len(MAGIC)] == MAGIC
 
@@ -337,12 +350,12 @@ def _is_table(frame: Any) -> bool:
 def resolve(buffers: list) -> list:
     """Buffer frames as the codec expects them: a trailing table frame is replaced by views of
     the segment it names. Raises ProtocolError when the segment cannot be mapped."""
-    if not buffers or not _is_table(buffers[-1]):
+    if not buffers or not is_table(buffers[-1]):
         return buffers
     last = buffers[-1]
     raw = last.bytes if hasattr(last, "bytes") else bytes(last)
     try:
-        pid, fd, inode, boot, pid_ns, generation, slot, spans = msgpack.unpackb(
+        pid, fd, inode, boot, pid_ns, generation, slot, spans, key = msgpack.unpackb(
             raw[len(MAGIC):])
     except Exception as exc:
         raise ProtocolError(f"malformed shared-memory table: {exc}") from exc
@@ -353,7 +366,9 @@ def resolve(buffers: list) -> list:
                             f"{pid_ns}, ours {PID_NS}): send it through the socket")
     if not 0 <= slot < MAX_RECEIVERS:
         raise ProtocolError(f"shared-memory slot {slot} out of range")
-    view = _map(pid, fd, inode, generation, slot)
+    if type(key) is not bytes or len(key) != KEY_BYTES:
+        raise ProtocolError(f"shared-memory table: its key is {KEY_BYTES} bytes")
+    view = _map(pid, fd, inode, generation, slot, key)
     out = list(buffers[:-1])
     for index, offset, size in spans:
         if not (0 <= index < len(out) and offset >= _DATA_OFFSET
@@ -363,7 +378,8 @@ def resolve(buffers: list) -> list:
     return out
 
 
-def _map(pid: int, fd: int, inode: int, generation: int, slot: int) -> memoryview:
+def _map(pid: int, fd: int, inode: int, generation: int, slot: int,
+         key: bytes) -> memoryview:
     path = f"/proc/{int(pid)}/fd/{int(fd)}"
     try:
         own = os.open(path, os.O_RDWR)
@@ -375,6 +391,6 @@ def _map(pid: int, fd: int, inode: int, generation: int, slot: int) -> memoryvie
                 f"/proc/self/fd/{own}").startswith(f"/memfd:{_MEMFD_NAME}"):
             raise ProtocolError(f"shared-memory payload of process {pid} is gone "
                                 "(its fd now names another file)")
-        return _map_views(own, os.fstat(own).st_size, generation, slot)
+        return _map_views(own, os.fstat(own).st_size, generation, slot, key)
     finally:
         os.close(own)

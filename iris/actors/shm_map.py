@@ -5,6 +5,7 @@ libc's mmap, not mmap.mmap (_map_views says why)."""
 from __future__ import annotations
 
 import ctypes
+import hmac
 import mmap
 import os
 import weakref
@@ -12,10 +13,16 @@ import weakref
 from iris.base.errors import ProtocolError
 
 # The first page is the segment's header; data starts page-aligned after it. Header layout:
-# [0:8] generation (u64 little-endian, bumped at every reuse), then from byte 64 one 8-byte
-# slot per receiver of the message: [state u8, 3 unused, receiver pid u32].
+# [0:8] generation (u64 little-endian, bumped at every reuse), [8:24] the segment's key (16
+# random bytes, also in every table naming it), then from byte 64 one 8-byte slot per
+# receiver of the message: [state u8, 3 unused, receiver pid u32].
 _PAGE = max(mmap.PAGESIZE, 4096)
 _SLOTS_AT = 64
+# A table must name the key its segment holds before the receiver marks a slot or reads a
+# byte of it: pid, fd and inode can be guessed, so without it any process on the host that
+# could send a call made the receiver open another process's segment (read-write) and
+# mark its slots released while its real receiver still read it.
+KEY_AT, KEY_BYTES = 8, 16
 _NOT_MAPPED, _MAPPED, _RELEASED = 0, 1, 2
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -35,7 +42,7 @@ def _mmap(fd: int, size: int, prot: int) -> int:
     return address
 
 
-def _map_views(fd: int, size: int, generation: int, slot: int) -> memoryview:
+def _map_views(fd: int, size: int, generation: int, slot: int, key: bytes) -> memoryview:
     """A read-only view of the whole segment; claims `slot` (mapped, our pid) and marks it
     released when the last view of it is dropped, so the sender may reuse the segment.
 
@@ -44,6 +51,10 @@ def _map_views(fd: int, size: int, generation: int, slot: int) -> memoryview:
     open in this process long after its sender is gone."""
     header = _mmap(fd, _PAGE, mmap.PROT_READ | mmap.PROT_WRITE)
     head = (ctypes.c_char * _PAGE).from_address(header)
+    if not hmac.compare_digest(head[KEY_AT:KEY_AT + KEY_BYTES], key):
+        _libc.munmap(header, _PAGE)
+        raise ProtocolError("shared-memory table names a segment whose key differs: not "
+                            "the sender's (refused unread)")
     if int.from_bytes(head[0:8], "little") != generation:
         _libc.munmap(header, _PAGE)
         raise ProtocolError("shared-memory payload was reused before it was read: it "

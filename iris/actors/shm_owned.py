@@ -86,6 +86,7 @@ class OwnedSegment(shm.Segment):
             self.generation += 1
             self._map[0:_PAGE] = bytes(_PAGE)
             self._map[0:8] = self.generation.to_bytes(8, "little")
+            self._map[shm.KEY_AT:shm.KEY_AT + shm.KEY_BYTES] = self.key
             self.slots, self.answers, self.deadline = 0, 0, 0.0
             self.version = version
 

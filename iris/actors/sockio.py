@@ -10,6 +10,8 @@ from collections.abc import Callable
 
 import zmq
 
+from iris.wire.messages import MAX_BUFFER_FRAMES
+
 # Plain ints, not the flag enums: pyzmq's send_multipart/recv_multipart wrappers combine
 # enum flags and query RCVMORE per frame, which cost 2.5-3.6 us a message against 1.2-1.3
 # us for these loops (measured here on a 2-frame message).
@@ -78,11 +80,19 @@ def recv_reply(sock: zmq.Socket) -> tuple[bytes, list]:
     return header, _rest(sock) if _zget(sock, _RCVMORE) else []
 
 
+# A message may carry at most this many frames after its header (messages.MAX_BUFFER_FRAMES,
+# and a table frame for shared memory or the bulk path); one more is kept so that decoding
+# refuses it, and the rest are read and dropped. Kept, a peer's one message of a million
+# empty frames (2 MB sent) held 250 MB here as Frame objects.
+MAX_KEPT_FRAMES = MAX_BUFFER_FRAMES + 2
+
+
 def _rest(sock: zmq.Socket) -> list:
     rest = []
     while True:
         frame = _zrecv(sock, _NOBLOCK, False)
-        rest.append(frame)
+        if len(rest) < MAX_KEPT_FRAMES:
+            rest.append(frame)
         if not frame.more:
             return rest
 

@@ -11,10 +11,13 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from iris.base.errors import RemoteError
+import cloudpickle
+
+from iris.base.errors import InvalidRequestError, RemoteError
 from iris.client.checks import check_args_picklable, check_picklable
 
-__all__ = ["ObjectRef", "TaskInfo", "adopt", "children_var", "check_args_picklable", "check_picklable", "format_exc",
+__all__ = ["ObjectRef", "TaskInfo", "adopt", "children_var", "check_args_picklable", "check_picklable",
+           "check_puttable", "format_exc",
            "new_oid", "task_info", "task_var", "with_remote_traceback"]
 
 
@@ -80,6 +83,28 @@ def new_oid() -> str:
     return uuid.uuid4().hex
 
 
+class _Discard:
+    """A file that keeps nothing: a pickle written to it costs no memory."""
+
+    @staticmethod
+    def write(data: Any) -> int:
+        return len(data)
+
+
+def check_puttable(value: Any) -> None:
+    """InvalidRequestError naming `value`'s type unless it pickles (as a reader's `get`
+    will need); an object kept where it was put once failed only at its first reader.
+    Pickled to nowhere, with big buffers left out of band: no copy of the object is made."""
+    try:
+        cloudpickle.CloudPickler(_Discard(), protocol=5,
+                                 buffer_callback=lambda _: False).dump(value)
+    except Exception as exc:
+        kind = f"{type(value).__module__}.{type(value).__qualname__}"
+        raise InvalidRequestError(
+            f"iris.put: a {kind} cannot be pickled, so no other process could get it "
+            f"({type(exc).__name__}: {exc}); nothing was put", "value") from exc
+
+
 def with_remote_traceback(exc: BaseException, text: str, where: str) -> BaseException:
     """`exc` carrying the traceback it had where it was raised (`remote_traceback` and a
     note naming `where`), as Iris gives actor and task errors. A SystemExit, KeyboardInterrupt
@@ -93,7 +118,8 @@ def with_remote_traceback(exc: BaseException, text: str, where: str) -> BaseExce
         exc.remote_traceback = text
     except AttributeError:  # __slots__: the note still carries it
         pass
-    exc.add_note(f"Remote traceback ({where}):\n{text.rstrip()}")
+    if not isinstance(exc, RemoteError):  # a RemoteError's str() shows its traceback
+        exc.add_note(f"Remote traceback ({where}):\n{text.rstrip()}")
     return exc
 
 

@@ -160,6 +160,14 @@ class RemoteError(ActorCallError):
         self.remote_type = remote_type
         self.remote_traceback = remote_traceback
 
+    @classmethod
+    def unpicklable(cls, raised: str, text: str, why: str, traceback: str = "") -> RemoteError:
+        """A task's exception of type `raised` that cannot travel as a pickle (it holds a
+        lock, or its __init__ wants other arguments than its args): its type and text. The
+        same words on every backend (the worker's task runtime, the in-process child)."""
+        return cls(f"the task raised {raised}: {text} (the exception itself cannot travel as "
+                   f"a pickle: {why})", remote_type=raised, remote_traceback=traceback)
+
     def __str__(self) -> str:
         text = super().__str__()
         if self.remote_traceback:

@@ -188,8 +188,14 @@ def job_stop(args: argparse.Namespace) -> int:
 
 def job_logs(args: argparse.Namespace) -> int:
     LogFilter(task=args.task, since=args.since, grep=args.grep)  # bad filters: before any call
-    handle = JobHandle(resolve_job(args.job_id), iris.current())
-    handle.status()  # an unknown job is an error, not an empty log
+    try:
+        job_id = resolve_job(args.job_id)
+    except NotFoundError:
+        if not args.job_id.startswith("/"):
+            raise
+        job_id = args.job_id  # a full id the controller pruned: the store may keep its logs
+    # An unknown job is NotFoundError (as `iris job status`) from logs(), not an empty log.
+    handle = JobHandle(job_id, iris.current())
     for line in handle.logs(follow=args.follow, task=args.task, since=args.since,
                             grep=args.grep, build=args.build_logs):
         print(json.dumps(line.to_dict()) if args.json else format_line(line, args.timestamps),

@@ -19,6 +19,7 @@ from iris.base.errors import (
     ActorNotFoundError,
     ConflictError,
     DeadlineExceededError,
+    InvalidRequestError,
     JobFailedError,
     NotFoundError,
     PeerUnavailableError,
@@ -27,7 +28,7 @@ from iris.base.errors import (
 from iris.client import checks
 from iris.client.retry import ask_controller as _controller
 from iris.logstore.config import LogStoreConfig, open_sink
-from iris.logstore.model import LogLine
+from iris.logstore.model import LogLine, job_prefix
 from iris.logstore.reader import LogFilter, follow_logs, read_logs
 from iris.wire.states import TERMINAL_JOB, JobState
 
@@ -119,7 +120,11 @@ class JobHandle:
                 f"{str(exc).splitlines()[0]}); the job may still be running") from exc
 
     def kill(self) -> dict:
-        return _controller(self._ctx, "kill", self.job_id)
+        """Kill the job; from the answer on, calls from this process to the actors it
+        served fail with ActorDiedError, though their processes may still be stopping."""
+        answer = _controller(self._ctx, "kill", self.job_id)
+        self._ctx.actors_ended(self.job_id)
+        return answer
 
     def done(self, timeout: float | None = None) -> bool:
         """Has the job ended (one status call)? With `timeout`, a controller that cannot be
@@ -190,14 +195,34 @@ class JobHandle:
         `format_line` shows it as `[task N/attempt M] text`. stdout and stderr come merged in
         the order the task wrote them. `build=True` gives the environment build's output
         (uv, stream "build") instead, which is kept out of the task's own lines.
+
+        A job the controller does not know is NotFoundError here, not an empty log; one it
+        pruned (ended long ago) still gives what the log store kept, which outlives it.
         """
-        sink = _sink(_controller(self._ctx, "log_config"))
         flt = LogFilter(task=task, since=since, grep=grep, build=build)
+        sink = _sink(_controller(self._ctx, "log_config"))
+        if not self._known_to_controller(sink):
+            follow = False  # pruned: it has ended, and status() can no longer say so
         if follow:
-            yield from follow_logs(sink, self.job_id,
-                                   lambda: self.status()["state"] in TERMINAL, flt)
-        else:
-            yield from read_logs(sink, self.job_id, flt)
+            return follow_logs(sink, self.job_id, lambda: self.status()["state"] in TERMINAL,
+                               flt)
+        return iter(read_logs(sink, self.job_id, flt))
+
+    def _known_to_controller(self, sink: Any) -> bool:
+        """Whether the controller knows this job; NotFoundError naming it if neither the
+        controller nor the log store does (a job id that never existed here)."""
+        try:
+            self.status()
+            return True
+        except NotFoundError as exc:
+            try:
+                kept = bool(sink.list_dirs(job_prefix(self.job_id)))
+            except InvalidRequestError:  # not even a job id's shape
+                kept = False
+            if not kept:
+                raise NotFoundError(f"{exc} (never run on this cluster, or pruned with no "
+                                    "logs kept)") from exc
+            return False
 
 
 def _sink(config: dict) -> Any:

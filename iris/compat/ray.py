@@ -127,13 +127,20 @@ class ActorClass:
             if existing is not None and self._options.get("get_if_exists"):
                 return existing
             if existing is not None:
-                raise ValueError(f"The name {named!r} (namespace="
-                                 f"{self._options.get('namespace')!r}) is already taken by "
-                                 "a live actor; use get_if_exists=True or ray.get_actor")
-        ref, job = spawn_job(self._cls, *args, name=name,
-                             resources=resources_of(self._options, default_cpu=0),
-                             **env_options(self._options))
+                raise ValueError(self._taken(named))
+        try:
+            ref, job = spawn_job(self._cls, *args, name=name,
+                                 resources=resources_of(self._options, default_cpu=0),
+                                 **env_options(self._options))
+        except _errors.ConflictError as exc:  # taken since the check above: Iris decided
+            if self._options.get("get_if_exists"):
+                return ActorHandle(iris.resolve(name, timeout=0), None)
+            raise ValueError(self._taken(named)) from exc
         return ActorHandle(ref, job)
+
+    def _taken(self, named: str) -> str:
+        return (f"The name {named!r} (namespace={self._options.get('namespace')!r}) is "
+                "already taken by a live actor; use get_if_exists=True or ray.get_actor")
 
 
 def _is_actor(cls: type) -> bool:

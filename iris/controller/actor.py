@@ -217,8 +217,9 @@ class Controller:
     def join(self, worker_id: str, proof: bytes | None = None) -> dict:
         """A new host, holding the cluster token, gets its own credential and the token
         the controller will present on its commands (credentials.py). Refused for an id
-        an operator revoked, and for one a live worker holds or one held since before a
-        restart (unless `proof` is the credential it was issued: its holder joining again)."""
+        an operator revoked, and for one a registered worker holds (until it is lost) or one
+        held since before a restart (unless `proof` is the credential it was issued: its
+        holder joining again)."""
         return self._creds.join(worker_id, self._worker(worker_id), self._node.clock.monotonic(),
                                 proof)
 

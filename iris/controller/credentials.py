@@ -1,7 +1,7 @@
 """Worker credentials: one per worker, so that a worker speaks only as itself; and the
 command tokens with which the controller alone commands each worker.
 
-Not the check (actors/hosting.py refuses a call whose role the method does not name, or
+Not the check (actors/admission.py refuses a call whose role the method does not name, or
 whose credential names another worker than the call does). A worker joins with the
 cluster token (`Controller.join`) and gets two secrets of its own:
 - its credential: 32 random bytes, granted the "worker" role at the controller's node,
@@ -17,8 +17,11 @@ cluster token (`Controller.join`) and gets two secrets of its own:
   worker grants it the "controller" role (and revokes the one before). Not derived from
   the id: a host that joins under an id while its credential is free (a lost worker) gets
   a token that the real worker, joining again, never accepts. No other worker holds it.
-An id gets a new credential only while no live worker holds one (heard from in the last
-LIVE_S): another host holding the cluster token cannot take over a live worker's identity.
+An id held by a registered worker gets a new credential only with that credential as
+proof, until the worker is lost (silent for worker_dead_after_s, its credential revoked):
+another host holding the cluster token cannot take over a worker's identity, live or
+merely silent (a 6 s blip let any host join under the id and revoke the worker). An id
+joined and not registered is issued again once LIVE_S old (a join whose answer was lost).
 Which credential owns which id survives a controller restart (credential_log.py keeps the
 sha256 of each, never the credential): the restarted controller knows no credential
 itself, so every worker's calls are refused once and it joins again, proving it held its
@@ -103,10 +106,10 @@ class Credentials:
 
     def issue(self, worker_id: str, now: float, heard_s_ago: float | None,
               address: str = "", proof: bytes | None = None) -> dict:
-        """A new credential for `worker_id` (its old one revoked): refused for a barred id
-        and for one a live worker holds, or one held since before a restart unless `proof`
-        is that credential. `heard_s_ago`, `address`: the registered worker's silence and
-        address, if one is registered."""
+        """A new credential for `worker_id` (its old one revoked): refused for a barred id,
+        for one a registered worker holds (until it is lost) and for one held since before
+        a restart, unless `proof` is that credential. `heard_s_ago`, `address`: the
+        registered worker's silence and address, if one is registered."""
         check_id(worker_id)
         if proof is not None and (type(proof) is not bytes or len(proof) != _SECRET_LEN):
             raise InvalidRequestError(f"proof: a credential is {_SECRET_LEN} bytes, not "
@@ -166,12 +169,17 @@ class Credentials:
                 f"worker id {worker_id} holds a credential issued before the controller "
                 f"restarted: only the worker holding it may join under it (it proves so), "
                 f"or anyone once it is {JOIN_GRACE_S:g} s unclaimed (lost)")
+        where = f" at {address}" if address else ""
         if live or now - held.issued < LIVE_S:
-            where = f" at {address}" if address else ""
             raise ConflictError(
                 f"worker id {worker_id} is live{where}; a second worker cannot join under "
-                f"it (do two workers share one --work-dir? a restarted worker joins once "
-                f"the old one is silent for {LIVE_S:g} s)")
+                f"it (do two workers share one --work-dir? a restarted worker keeps its "
+                f"credential in its work dir, or joins once the old one is lost)")
+        if heard_s_ago is not None:  # registered: silent is not gone (a blip costs nothing)
+            raise ConflictError(
+                f"worker id {worker_id} is registered{where} and silent for "
+                f"{heard_s_ago:.0f} s: only the host holding its credential may join under "
+                f"it (showing it as proof), any other once it is lost")
 
     def revoke(self, worker_id: str) -> bool:
         """Its credential holds no role from now on; True if it held one."""

@@ -30,6 +30,8 @@ from iris.controller.workers import WorkerInfo
 
 
 class PlacementPass:
+    """The placement pass's own state and its inputs (see the module docstring)."""
+
     def __init__(self, clock: Clock):
         self._clock = clock  # a pass's own duration is measured, not a decision
         self.pass_seconds = Histogram()

@@ -207,6 +207,45 @@ def peek_call(header: bytes) -> tuple[int, int] | None:
     return (kind, call_id) if type(kind) is int and type(call_id) is int else None
 
 
+def peek_route(header: bytes) -> Call | None:
+    """A CALL or CAST read from its header alone (its buffers not here yet: a bulk table
+    names them), buffer markers in its payload read as None; None if it is not one. What
+    the receiver may decide before it fetches anything: is there such an actor and method,
+    may this caller call it."""
+    try:
+        msg = msgpack.unpackb(header, raw=False, ext_hook=lambda code, data: None)
+    except Exception:
+        return None
+    if type(msg) is not list or len(msg) not in (8, 9) or msg[1] not in (CALL, CAST):
+        return None
+    auth = msg[8] if len(msg) == 9 else None
+    if not all(type(msg[i]) is t for i, t in ((2, int), (3, str), (4, str), (5, int), (6, int))) \
+            or (auth is not None and (type(auth) is not bytes or not 0 < len(auth) <= MAX_AUTH)):
+        return None
+    return call_from(msg, [])
+
+
+def peek_target(header: bytes) -> tuple[int, int, str, bytes | None] | None:
+    """(kind, call_id, actor, auth) of a CALL or CAST, its payload skipped, not built: what
+    a receiver may check before it decodes a big header. None if it is not one."""
+    try:
+        unpacker = msgpack.Unpacker(raw=False, ext_hook=lambda code, data: None,
+                                    max_buffer_size=len(header))
+        unpacker.feed(header)
+        size = unpacker.read_array_header()
+        if size not in (8, 9) or unpacker.unpack() != VERSION:
+            return None
+        kind, call_id, actor = unpacker.unpack(), unpacker.unpack(), unpacker.unpack()
+        for _ in range(4):  # method, timeout_ms, fmt, payload
+            unpacker.skip()
+        auth = unpacker.unpack() if size == 9 else None
+    except Exception:
+        return None
+    if kind not in (CALL, CAST) or type(call_id) is not int or type(actor) is not str:
+        return None
+    return kind, call_id, actor, auth if type(auth) is bytes else None
+
+
 # Field types after [version, kind]; None means any msgpack value.
 _SHAPES: dict[int, tuple] = {
     CALL: (int, str, str, int, int, None),

@@ -27,7 +27,11 @@ _CODE_TO_ERROR = {
 
 
 def error_from(code: str, message: str, detail: dict, *, actor: str, method: str,
-               address: str) -> BaseException:
+               address: str, unpickle: bool = True) -> BaseException:
+    """The exception an ERROR stands for. `unpickle=False` (a reply from a peer this node
+    does not trust with code: a worker answering the controller) never loads
+    `detail.pickled`: an Iris error named by `detail.type` is rebuilt from its message,
+    anything else is a RemoteError."""
     where = dict(actor=actor, method=method, address=address)
     if code != messages.E_APP:
         cls = _CODE_TO_ERROR.get(code, errors.RemoteError)
@@ -36,7 +40,8 @@ def error_from(code: str, message: str, detail: dict, *, actor: str, method: str
         return cls(message, **where)
     remote_tb = detail.get("traceback") if isinstance(detail.get("traceback"), str) else ""
     remote_type = detail.get("type") if isinstance(detail.get("type"), str) else "Exception"
-    exc = _unpickle_exception(detail.get("pickled"))
+    exc = (_unpickle_exception(detail.get("pickled")) if unpickle
+           else _iris_error(remote_type, message))
     header = f"Remote traceback ({actor}.{method} at {address}):\n"
     if exc is None:
         return errors.RemoteError(f"{actor}.{method} at {address} raised {remote_type}: {message}",
@@ -57,3 +62,16 @@ def _unpickle_exception(blob: object) -> BaseException | None:
     except Exception:  # its class is not importable here, or its __init__ wants other args
         return None
     return exc if isinstance(exc, Exception) else None
+
+
+def _iris_error(qualified: str, message: str) -> Exception | None:
+    """An error of iris.base.errors named `qualified`, made from its message alone; None
+    for any other type (nothing is imported or unpickled on a peer's word)."""
+    module, _, name = qualified.rpartition(".")
+    cls = getattr(errors, name, None) if module == errors.__name__ else None
+    if not (isinstance(cls, type) and issubclass(cls, errors.IrisError)):
+        return None
+    try:
+        return cls(message)
+    except Exception:
+        return None

@@ -337,9 +337,7 @@ def _unpicklable_raise(raised: BaseException, why: Exception) -> tuple:
     from iris.base.errors import RemoteError
 
     kind = f"{type(raised).__module__}.{type(raised).__qualname__}"
-    return ("error", RemoteError(f"the task raised {kind}: {raised} (the exception itself "
-                                 f"cannot travel as a pickle: {type(why).__name__}: {why})",
-                                 remote_type=kind))
+    return ("error", RemoteError.unpicklable(kind, str(raised), f"{type(why).__name__}: {why}"))
 
 
 def record_exit(code: int) -> None:

@@ -78,8 +78,16 @@ def memfds(pid: int | str = "self") -> set[int]:
     return found
 
 
+# Named in /dev/shm by other tests running beside these ones, never by Iris: POSIX
+# semaphores (multiprocessing's locks, the in-process backend's pools) and Chromium's.
+_NOT_IRIS = ("sem.", ".org.chromium.")
+
+
 def shm_names() -> set[str]:
-    return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+    """What is named under /dev/shm (Iris names nothing there: its segments are memfds),
+    less what other tests' processes name there meanwhile."""
+    names = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+    return {n for n in names if not n.startswith(_NOT_IRIS)}
 
 
 def test_dict_of_named_arrays_round_trips_between_processes_with_dtype_and_shape(

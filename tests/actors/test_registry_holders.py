@@ -7,10 +7,10 @@ import asyncio
 
 import pytest
 
-from iris.actors.holders import Holder, Withdrawn, check_holder, holder_from_env
+from iris.actors.holders import Holder, Withdrawn, check_holder, holder_from_env, takeover_wait
 from iris.actors.registry import Registry, RegistryTable
 from iris.base.clock import FakeClock
-from iris.base.errors import InvalidRequestError, StaleAttemptError
+from iris.base.errors import ConflictError, InvalidRequestError, StaleAttemptError
 
 
 def _reg(table: RegistryTable, address: str, job: str, attempt: str, now: float,
@@ -129,6 +129,89 @@ def test_resolve_for_a_job_waits_for_that_job_not_an_earlier_one():
     mine, anyone = asyncio.run(scenario())
     assert [e["address"] for e in mine] == ["tcp://new:1"]
     assert [e["address"] for e in anyone] == ["tcp://new:1"]
+
+
+def test_a_spawned_name_waits_for_a_silent_holders_lease_and_is_refused_a_renewing_one():
+    table = RegistryTable()
+    _reg(table, "tcp://a:1", "/svc-aaa", "att-a", now=0.0)  # lease until 3.0
+    table.register("/svc", "tcp://p:1", "/svc", "n-p", 3.0, 0.5)  # outside any task
+    seen: dict = {}
+    assert table.held_against("/svc", "/svc-aaa", now=1.0) == table.lookup("/svc", 1.0)[1:]
+    held = table.held_against("/svc", "/svc-bbb", now=1.0)
+    assert [e.address for e in held] == ["tcp://a:1", "tcp://p:1"]
+    assert takeover_wait("/svc", held, seen, now=1.0, deadline=11.0) == 2.0  # a's lease
+    table.withdraw(["att-a"], now=1.5)  # a ended; p's process is silent: its lease runs out
+    held = table.held_against("/svc", "/svc-bbb", now=3.0)
+    assert takeover_wait("/svc", held, seen, now=3.0, deadline=11.0) == 0.5
+    assert takeover_wait("/svc", table.held_against("/svc", "/svc-bbb", 3.6), seen, now=3.6,
+                         deadline=11.0) == 0.0  # free: nothing live is another's
+    # A holder that renews past the lease it had when first seen is alive: refused.
+    _reg(table, "tcp://c:1", "/svc-ccc", "att-c", now=4.0)
+    seen = {}
+    assert takeover_wait("/svc", table.held_against("/svc", "/svc-ddd", 4.0), seen, 4.0,
+                         14.0) == 3.0
+    table.renew("node-tcp://c:1", 3.0, now=6.0)
+    with pytest.raises(ConflictError, match=r"/svc: an actor is already registered under "
+                                            r"this name \(job /svc-ccc, at tcp://c:1\)"):
+        takeover_wait("/svc", table.held_against("/svc", "/svc-ddd", 7.0), seen, 7.0, 14.0)
+    # A lease longer than the wait's bound is not waited out.
+    with pytest.raises(ConflictError):
+        takeover_wait("/svc", table.held_against("/svc", "/svc-ddd", 7.0), {}, 7.0, 8.0)
+
+
+def test_the_registry_actor_refuses_a_live_holders_spawned_name_and_lets_a_withdrawn_go():
+    """Real loop and clock, short leases: the second spawn's registration is refused while
+    the first renews, and goes through at once when the first is withdrawn."""
+    def holder(job: str, attempt: str) -> dict:
+        return {"job": job, "task": 0, "attempt": attempt, "sole": True}
+
+    async def scenario() -> tuple[BaseException | None, list]:
+        registry = Registry(lease_s=0.3)
+        await registry.register("/svc", "tcp://a:1", "/svc", "n-a", None, holder("/j-a", "a1"))
+
+        async def renewing() -> None:
+            while True:
+                await registry.renew("n-a")
+                await asyncio.sleep(0.1)
+
+        renewer = asyncio.ensure_future(renewing())
+        try:
+            await registry.register("/svc", "tcp://b:1", "/svc", "n-b", None,
+                                    holder("/j-b", "b1"))
+            refused = None
+        except ConflictError as exc:
+            refused = exc
+        later = asyncio.ensure_future(registry.register("/svc", "tcp://c:1", "/svc", "n-c",
+                                                        None, holder("/j-c", "c1")))
+        await asyncio.sleep(0.05)
+        assert not later.done()
+        registry._withdraw(["a1"])  # the controller ended a's attempt: c goes in now
+        await asyncio.wait_for(later, 1.0)
+        renewer.cancel()
+        return refused, [e["address"] for e in await registry.resolve("/svc")]
+
+    refused, addresses = asyncio.run(scenario())
+    assert isinstance(refused, ConflictError) and "job /j-a" in str(refused)
+    assert addresses == ["tcp://c:1"]
+
+
+def test_an_endpoint_has_ended_when_withdrawn_or_unregistered_not_when_its_lease_lapsed():
+    table = RegistryTable()
+    for addr, attempt in [("tcp://w:1", "att-w"), ("tcp://u:1", "att-u"), ("tcp://l:1", "att-l")]:
+        _reg(table, addr, f"/j-{attempt}", attempt, now=0.0, name="/svc")
+    assert not any(table.ended("/svc", a, "/svc", 1.0)
+                   for a in ("tcp://w:1", "tcp://u:1", "tcp://l:1"))  # all live
+    table.withdraw(["att-w"], now=1.0)
+    table.unregister("/svc", "tcp://u:1", "/svc", now=1.0)
+    assert table.ended("/svc", "tcp://w:1", "/svc", 1.5)  # its attempt ended
+    assert table.ended("/svc", "tcp://u:1", "/svc", 1.5)  # it stopped serving
+    assert not table.ended("/svc", "tcp://l:1", "/svc", 5.0)  # lapsed: perhaps cut off
+    assert not table.ended("/svc", "tcp://never:1", "/svc", 5.0)
+    assert table.ended_of_job("/j-att-w", 1.5) == [("/svc", "tcp://w:1", "/svc")]
+    assert table.ended_of_job("/j-att-l", 5.0) == []  # a lapse is not an end
+    table.register("/svc", "tcp://u:1", "/svc", "n-u", 3.0, 6.0)  # served again there
+    assert not table.ended("/svc", "tcp://u:1", "/svc", 6.5)
+    assert table.ended_of_job("/j-att-u", 6.5) == []
 
 
 def test_withdrawn_attempts_are_forgotten_after_a_while_and_beyond_a_bound():

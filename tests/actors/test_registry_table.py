@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from iris.actors.registry import RegistryTable
-from iris.base.errors import InvalidRequestError
+from iris.base.errors import InvalidRequestError, OverloadedError
 
 
 def test_register_is_idempotent_and_renews_the_lease():
@@ -67,3 +67,18 @@ def test_bad_registrations_are_refused_and_change_nothing(name, address, lease, 
 def test_bad_name_is_refused():
     with pytest.raises(ValueError, match="invalid"):
         RegistryTable().register("no-slash", "tcp://h:1", "k", "n", 3.0, now=0.0)
+
+
+def test_names_under_ever_new_owners_stop_at_the_tables_bound_and_lapse_free_room():
+    """The owner is the caller's word: a peer naming a new one at each call is held by the
+    bound on the whole table, refused for load with nothing changed, until leases lapse."""
+    table = RegistryTable(max_names=100)
+    for i in range(100):
+        table.register(f"/flood/n{i}", "tcp://h:1", "k", f"owner-{i}", 3.0, now=0.0)
+    with pytest.raises(OverloadedError, match="holds 100 names"):
+        table.register("/alice/real", "tcp://h:2", "k", "owner-real", 3.0, now=1.0)
+    assert table.lookup("/alice/real", 1.0) == [] and len(table.list("/", 1.0)) == 100
+    # Renewing what is held is never refused; the flood's leases lapse, and there is room.
+    table.register("/flood/n0", "tcp://h:1", "k", "owner-0", 3.0, now=1.0)
+    table.register("/alice/real", "tcp://h:2", "k", "owner-real", 3.0, now=5.0)
+    assert [e.name for e in table.list("/", 5.0)] == ["/alice/real"]

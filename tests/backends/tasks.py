@@ -127,3 +127,26 @@ def die_once_always(args: tuple[int, str]) -> int:
     os.kill(os.getpid(), signal.SIGKILL)
     time.sleep(30)  # never reached
     return args[0]
+
+
+class HoldsALock(Exception):
+    """Cannot be pickled: on every backend it reaches the caller as RemoteError."""
+
+    def __init__(self, text: str):
+        super().__init__(text)
+        self.lock = threading.Lock()
+
+
+class TwoArguments(Exception):
+    """Pickles, but its pickle does not load: __init__ wants two arguments, args holds one."""
+
+    def __init__(self, what: str, code: int):
+        super().__init__(f"{what} failed with {code}")
+
+
+def raise_unpicklable(message: str) -> None:
+    raise HoldsALock(message)
+
+
+def raise_two_arguments(what: str) -> None:
+    raise TwoArguments(what, 3)

@@ -35,6 +35,22 @@ def test_task_that_raises_reaches_the_caller_as_itself(backend):
     assert job.status()["state"] == "failed"
 
 
+@pytest.mark.parametrize("how", ["thread", "child process"])
+@pytest.mark.parametrize("backend", ["inprocess", "iris"], indirect=True)  # Ray: its own
+def test_an_exception_that_cannot_travel_arrives_as_remote_error_naming_its_type(backend, how):
+    """As the Iris backend gives it (tests/cluster/test_task_error_transport.py); in process
+    it once read "result could not be pickled" from a child, and came as itself in a thread."""
+    env = {"IRIS_TEST_CHILD": "1"} if how == "child process" else None  # env: a child
+    for fn, kind, text in [(tasks.raise_unpicklable, "HoldsALock", "disk on fire"),
+                           (tasks.raise_two_arguments, "TwoArguments", "disk failed with 3")]:
+        with pytest.raises(iris.RemoteError) as info:
+            iris.submit(fn, "disk on fire" if kind == "HoldsALock" else "disk",
+                        env=env).result(timeout=WAIT_S)
+        assert info.value.remote_type.endswith(kind)
+        assert text in str(info.value) and "could not be pickled" not in str(info.value)
+        assert f"in {fn.__name__}" in info.value.remote_traceback
+
+
 def test_task_submitting_a_task_stays_on_its_backend(backend):
     kind, value = iris.submit(tasks.nested_submit, 7).result(timeout=WAIT_S)
     assert (kind, value) == (backend, 49)
@@ -126,6 +142,16 @@ def test_put_then_get_here_and_in_a_task(backend):
     ref = iris.put(bytes(3 << 20))
     assert len(iris.get(ref)) == 3 << 20
     assert iris.submit(tasks.get_len, ref).result(timeout=WAIT_S) == 3 << 20
+
+
+@pytest.mark.parametrize("backend", ["inprocess", "iris"], indirect=True)  # Ray's put refuses
+def test_put_of_an_unpicklable_object_fails_at_put_naming_its_type(backend):
+    lock = threading.Lock()
+    with pytest.raises(iris.InvalidRequestError, match=r"_thread\.lock cannot be pickled"):
+        iris.put(lock)
+    with pytest.raises(iris.InvalidRequestError, match="nothing was put"):
+        iris.put({"fine": 1, "lock": lock})  # found inside a container too
+    assert iris.get(iris.put([1, 2])) == [1, 2]
 
 
 # ---------------------------------------------------------------- map

@@ -76,7 +76,7 @@ EXPECTED: dict[str, dict[str, frozenset]] = {
         **dict.fromkeys(["stop_slices", "handle_requests"], INTERNAL),
     },
     "registry": dict.fromkeys(["register", "unregister", "renew", "resolve", "resolve_any",
-                               "list"], ANY),
+                               "ended", "ended_of_job", "list"], ANY),
     "worker": {
         "status": ANY,
         **dict.fromkeys(["start_attempt", "stop_attempt", "drain"], CONTROLLER),

@@ -60,6 +60,51 @@ def test_a_respawn_right_after_the_actor_stopped_reaches_the_new_actor(jobs_clus
     assert [r.address for r in iris.resolve_all(name).refs] == [new.address]
 
 
+def test_a_spawn_under_a_name_a_live_actor_holds_is_refused_naming_it(jobs_cluster):
+    """As in process (ConflictError): not a second actor under the name. Two spawns at once
+    cannot both win: the registry decides, on its one loop."""
+    name = _unique("taken")
+    first, first_job = iris.spawn_job(Tagged, "first", name=name)
+    _, pid = first.who().result(60)
+    with pytest.raises(iris.errors.ConflictError, match=f"/{name}: an actor is already registered"):
+        iris.spawn(Tagged, "second", name=name)
+    assert first.who().result(60) == ("first", pid)  # untouched
+    assert [r.address for r in iris.resolve_all(name).refs] == [first.address]
+    first_job.kill()
+    assert iris.spawn(Tagged, "third", name=name).who().result(60)[0] == "third"
+
+
+def test_two_spawns_of_one_name_at_once_give_one_actor(jobs_cluster):
+    name = _unique("race")
+    outcomes: list = [None, None]
+
+    def spawn(i: int) -> None:
+        try:
+            outcomes[i] = iris.spawn(Tagged, f"racer-{i}", name=name)
+        except iris.errors.ConflictError as exc:
+            outcomes[i] = exc
+
+    ctx = iris.current()
+    threads = [threading.Thread(target=lambda i=i: _in(ctx, spawn, i)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(180)
+    won = [o for o in outcomes if not isinstance(o, Exception)]
+    assert len(won) == 1 and sum(isinstance(o, iris.errors.ConflictError) for o in outcomes) == 1, \
+        outcomes
+    assert [r.address for r in iris.resolve_all(name).refs] == [won[0].address]
+
+
+def _in(ctx, fn, *args) -> None:
+    with contextlib.ExitStack() as stack:
+        from iris.actors.current import current_context
+
+        token = current_context.set(ctx)
+        stack.callback(current_context.reset, token)
+        fn(*args)
+
+
 def test_an_ended_attempts_name_goes_at_once_though_its_process_still_runs(tmp_path,
                                                                           wait_until):
     """The controller withdraws the name when it ends the attempt: not the process's own

@@ -70,13 +70,30 @@ def test_revoking_one_leaves_the_others(table):
     assert not _working(grants, a["credential"]) and _working(grants, b["credential"])
 
 
-def test_a_live_id_is_not_issued_again_but_a_silent_one_is(table):
+def test_a_registered_id_is_issued_again_only_to_its_holder_until_it_is_lost(table):
     creds, grants, _ = table
     first = creds.issue("w-a", 0.0, None)
     with pytest.raises(ConflictError, match="is live at tcp://h:1"):
         creds.issue("w-a", LIVE_S + 1.0, heard_s_ago=0.5, address="tcp://h:1")  # another host
+    # Silent past LIVE_S (a blip), not lost: another host holding the cluster token is
+    # refused, and the worker keeps its credential.
+    with pytest.raises(ConflictError, match="registered at tcp://h:1 and silent for 6 s"):
+        creds.issue("w-a", 100.0, heard_s_ago=LIVE_S + 1.0, address="tcp://h:1")
     assert _working(grants, first["credential"])
-    again = creds.issue("w-a", 100.0, heard_s_ago=LIVE_S + 1.0)  # a restarted worker
+    # Its holder, showing it, gets a new one (a worker refused once, joining again).
+    again = creds.issue("w-a", 100.0, heard_s_ago=LIVE_S + 1.0, proof=first["credential"])
+    assert not _working(grants, first["credential"]) and _working(grants, again["credential"])
+    creds.revoke("w-a")  # lost: swept by the controller
+    assert _working(grants, creds.issue("w-a", 200.0, None)["credential"])
+
+
+def test_a_joined_id_never_registered_is_issued_again_once_its_join_is_old(table):
+    """A join whose answer was lost: the host joins again with the cluster token alone."""
+    creds, grants, _ = table
+    first = creds.issue("w-a", 0.0, None)
+    with pytest.raises(ConflictError, match="is live"):
+        creds.issue("w-a", 1.0, None)
+    again = creds.issue("w-a", LIVE_S + 1.0, None)
     assert not _working(grants, first["credential"]) and _working(grants, again["credential"])
 
 

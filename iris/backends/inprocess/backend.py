@@ -33,7 +33,13 @@ from iris.backends.inprocess.actors import LocalActor, LocalActorRef
 from iris.backends.inprocess.jobs import LocalJob, command_task, run_in_child
 from iris.backends.mapping import MapOptions
 from iris.base.clock import SYSTEM_CLOCK
-from iris.base.errors import ActorNotFoundError, ConflictError, IrisError, NotFoundError
+from iris.base.errors import (
+    ActorNotFoundError,
+    ConflictError,
+    IrisError,
+    NotFoundError,
+    RemoteError,
+)
 from iris.base.ids import join_path, parent_path
 
 _log = logging.getLogger(__name__)
@@ -207,7 +213,14 @@ class InProcessBackend:
 
         def body(task: Any) -> Any:
             fn, fargs, kwargs = cloudpickle.loads(payload)  # a copy, as over the wire
-            return _as_over_the_wire(fn(*fargs, **kwargs))
+            try:
+                value = fn(*fargs, **kwargs)
+            except Exception as exc:
+                sent = _raised_over_the_wire(exc)
+                if sent is exc:
+                    raise
+                raise sent from None
+            return _as_over_the_wire(value)
 
         return body
 
@@ -245,6 +258,7 @@ class InProcessBackend:
     # ------------------------------------------------------------ objects
 
     def put(self, value: Any) -> common.ObjectRef:
+        common.check_puttable(value)
         oid = common.new_oid()
         with self._shared.lock:
             self._shared.objects[oid] = value
@@ -327,6 +341,18 @@ def _as_over_the_wire(value: Any) -> Any:
         raise RuntimeError(f"the task's return value could not be pickled: "
                            f"{type(exc).__name__}: {exc}") from None
     return value
+
+
+def _raised_over_the_wire(exc: Exception) -> Exception:
+    """A task's exception as a cluster's caller gets it: itself if it travels as a pickle,
+    else a RemoteError naming its type, with its traceback (task_runtime.py does the same)."""
+    try:
+        cloudpickle.loads(cloudpickle.dumps(exc))
+    except Exception as why:
+        kind = f"{type(exc).__module__}.{type(exc).__qualname__}"
+        return RemoteError.unpicklable(kind, str(exc), f"{type(why).__name__}: {why}",
+                                       common.format_exc(exc))
+    return exc
 
 
 def _user() -> str:

@@ -226,7 +226,9 @@ def run_in_child(payload: bytes, env: dict[str, str], task: _Task) -> Any:
 
 
 # The child: read (fn, args, kwargs) from stdin, write ("ok", value) or ("error", exc, tb)
-# to the fd it was given. A fresh in-process backend serves its own nested iris.* calls.
+# to the fd it was given. A fresh in-process backend serves its own nested iris.* calls. An
+# exception that cannot travel as a pickle (it holds a lock; its pickle does not load) goes
+# as RemoteError naming its type, with its traceback, as from a worker (task_runtime.py).
 _CHILD = """
 import os, sys, traceback, cloudpickle
 out = os.fdopen(int(sys.argv[1]), "wb")
@@ -236,9 +238,21 @@ try:
 except BaseException as exc:
     result = ("error", exc, traceback.format_exc())
 try:
-    out.write(cloudpickle.dumps(result))
+    data = cloudpickle.dumps(result)
+    if result[0] == "error":
+        cloudpickle.loads(data)
 except Exception as exc:
-    out.write(cloudpickle.dumps(("error", RuntimeError(f"result could not be pickled: {exc}"), "")))
+    why = f"{type(exc).__name__}: {exc}"
+    if result[0] == "error":
+        from iris.base.errors import RemoteError
+        raised = result[1]
+        kind = f"{type(raised).__module__}.{type(raised).__qualname__}"
+        data = cloudpickle.dumps(("error", RemoteError.unpicklable(kind, str(raised), why),
+                                  result[2]))
+    else:
+        data = cloudpickle.dumps(("error", RuntimeError(
+            f"the task's return value could not be pickled: {why}"), ""))
+out.write(data)
 out.close()
 """
 

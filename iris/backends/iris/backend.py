@@ -146,6 +146,7 @@ class IrisBackend:
             return held
 
     def put(self, value: Any) -> common.ObjectRef:
+        common.check_puttable(value)
         store, holder = self._holder()
         oid = common.new_oid()
         store[oid] = value
