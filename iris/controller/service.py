@@ -139,13 +139,15 @@ class ControllerService:
         if not effects:
             return effects
         persists = [e for e in effects if isinstance(e, ev.Persist)]
-        self._commit(persists, log)
+        stops = self._stops(effects)
+        self._commit(persists, log, [(e.attempt_id, w.worker_id, hold.to_dict(), e.grace_s)
+                                     for e, w, hold in stops.values() if hold is not None])
         self._ended += [a.attempt_id for p in persists for a in p.attempts
                         if a.state not in ACTIVE_ATTEMPT and a.finished_at == p.at]
         self.figures_feed.observe(effects, self.state, now)
         gangs: dict = {}  # each gang's hosts, looked up once for its starts (launch.py)
         for effect in effects:
-            self._to_commands(effect, gangs)
+            self._to_commands(effect, gangs, stops)
         return effects
 
     def replan(self) -> None:
@@ -178,9 +180,25 @@ class ControllerService:
         self.pushes.route_demand(work, self.placement.pending_reasons)
         return events
 
-    def _commit(self, persists: list[ev.Persist], log: list) -> None:
+    def _stops(self, effects: list) -> dict[str, tuple[ev.StopAttempt, WorkerInfo, Any]]:
+        """attempt -> (its stop, its worker, the resources it holds until it exits) for the
+        stops these effects send. Stored in the turn's own commit: a crash right after it
+        must not leave a requeued task free to start beside its old attempt."""
+        out = {}
+        for effect in effects:
+            if not isinstance(effect, ev.StopAttempt):
+                continue
+            worker = self.desk.workers.workers.get(effect.worker_id)
+            if worker is None:  # gone, and its processes with it: nothing to stop
+                continue
+            attempt = self.state.attempts.get(effect.attempt_id)
+            out[effect.attempt_id] = (effect, worker, scheduler_view.attempt_resources(
+                self.state.jobs[attempt.job_id].spec, attempt.accelerator) if attempt else None)
+        return out
+
+    def _commit(self, persists: list[ev.Persist], log: list, stops: list = ()) -> None:
         try:
-            self.store.apply(persists, log, self.usage.take_rows())
+            self.store.apply(persists, log, self.usage.take_rows(), stops)
         except InvalidRequestError:
             # Memory ran ahead of the disk with data the disk refused: go back to what the
             # disk holds (crash-only, without the crash). Only this request fails.
@@ -213,17 +231,14 @@ class ControllerService:
             if event_log.changed_state(out):
                 log.append((now, *event_log.encode(event)))
 
-    def _to_commands(self, effect: Any, gangs: dict | None = None) -> None:
+    def _to_commands(self, effect: Any, gangs: dict, stops: dict) -> None:
         """A kernel effect as what the shell will send: commands to workers, finished jobs."""
         if isinstance(effect, ev.StartAttempt):
             self.queue_start(effect, gangs)
-        elif isinstance(effect, ev.StopAttempt):
-            worker = self.desk.workers.workers.get(effect.worker_id)
-            attempt = self.state.attempts.get(effect.attempt_id)
-            if worker is not None:  # it holds its resources until it is gone
-                hold = scheduler_view.attempt_resources(
-                    self.state.jobs[attempt.job_id].spec, attempt.accelerator) if attempt else None
-                self.queue_stop(worker, effect.attempt_id, effect.grace_s, effect.reason, hold)
+        elif isinstance(effect, ev.StopAttempt) and effect.attempt_id in stops:
+            _, worker, hold = stops[effect.attempt_id]  # held until it is gone, stored
+            self.queue_stop(worker, effect.attempt_id, effect.grace_s, effect.reason, hold,
+                            stored=True)
         elif isinstance(effect, ev.JobFinished):
             self._finished.append(effect.job_id)
             self.placement.forget(effect.job_id)
@@ -238,8 +253,10 @@ class ControllerService:
         return self.stop_book.by_worker
 
     def queue_stop(self, worker: WorkerInfo, attempt_id: str, grace_s: float,
-                   reason: str, hold: Resources | None = None) -> None:
-        self.stop_book.stop_sent(worker.worker_id, attempt_id, grace_s, hold, now_mono(self))
+                   reason: str, hold: Resources | None = None, stored: bool = False) -> None:
+        """`stored`: the stop is in the store already (committed with the turn)."""
+        self.stop_book.stop_sent(worker.worker_id, attempt_id, grace_s, hold, now_mono(self),
+                                 stored)
         self.pushes.touch((worker.worker_id,))
         self.commands.append(Command(worker.worker_id, worker.address, control.StopRequest(
             attempt_id=attempt_id, grace_s=grace_s, reason=reason)))

@@ -36,10 +36,11 @@ class StopBook:
         return self._state.sent
 
     def stop_sent(self, worker_id: str, attempt_id: str, grace_s: float,
-                  hold: Resources | None, now: float) -> None:
-        """A stop went out; with `hold`, the attempt keeps those resources until it exits."""
+                  hold: Resources | None, now: float, stored: bool = False) -> None:
+        """A stop went out; with `hold`, the attempt keeps those resources until it exits.
+        `stored`: committed already, with the turn that decided it (service.py `_stops`)."""
         stops.handle(self._state, stops.StopSent(worker_id, attempt_id, grace_s, hold), now)
-        if hold is not None:
+        if hold is not None and not stored:
             self._save(held=[(attempt_id, worker_id, hold.to_dict(), grace_s)])
 
     def stopped(self, attempt_id: str, now: float) -> list[str]:

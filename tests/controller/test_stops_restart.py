@@ -72,3 +72,42 @@ def test_stops_of_a_worker_that_never_comes_back_end_with_the_restart_grace(tmp_
         assert svc.store.load_stops() == []
     finally:
         svc.close()
+
+
+class _Died(BaseException):
+    """The controller's process ends here (kill -9): nothing after this point runs."""
+
+
+def test_a_crash_right_after_an_eviction_commits_still_leaves_its_stop_on_record(tmp_path):
+    """The eviction's commit and the record of its stop are one transaction: a controller
+    killed between the two wrote the task back to pending with no record that its old
+    attempt still runs, and after the restart the task started on a free worker beside it."""
+    clock = FakeClock()
+    svc = _service(tmp_path, clock)
+    svc.register_worker("a", "tcp://127.0.0.1:2", A, [])
+    batch = _submit(svc, "batch", priority="batch")
+    svc.tick()
+    (old,) = _starts(svc)
+    svc.report("a", [{"attempt_id": old, "status": "running"}])
+
+    def dies_here(**change) -> None:  # any write of the stop after the eviction's commit
+        raise _Died
+
+    svc.store.save_stops = dies_here
+    try:
+        _submit(svc, "urgent", priority="production", constraints={"slot": "a"})
+        svc.tick()  # the eviction (in the submit's own turn, or at the latest here)
+    except _Died:
+        pass
+    assert svc.state.tasks[(batch, 0)].state.value == "pending"  # requeued and committed
+    svc.close()
+    svc = _service(tmp_path, clock)
+    try:
+        svc.register_worker("b", "tcp://127.0.0.1:3", B, [])  # free, and the batch task fits
+        svc.tick()
+        assert not [c for c in svc.take_commands() if c.kind == "start" and c.worker_id == "b"]
+        assert svc.status(batch)["pending_reason"]["code"] == \
+            ReasonCode.PREVIOUS_ATTEMPT_STOPPING.value
+        assert [row[0] for row in svc.store.load_stops()] == [old]
+    finally:
+        svc.close()

@@ -165,13 +165,15 @@ class JobStore:
 
     def apply(self, persists: Persist | Iterable[Persist],
               log: Iterable[tuple[float, str, bytes]] = (),
-              usage: Iterable[usage_rows.Row] = ()) -> None:
+              usage: Iterable[usage_rows.Row] = (),
+              stops: Iterable[tuple[str, str, dict, float]] = ()) -> None:
         """Commit one or more Persist effects atomically, with the events that made them
-        (`log`: (at, kind, body) rows of jobs/event_log.py, for replay) and what attempts
-        reported using (`usage`, controller/usage.py: no fsync of its own); return only
-        once committed."""
+        (`log`: (at, kind, body) rows of jobs/event_log.py, for replay), what attempts
+        reported using (`usage`, controller/usage.py: no fsync of its own) and the stops
+        they send (`stops`, as `save_stops` takes them); return only once committed."""
         batch = [persists] if isinstance(persists, Persist) else list(persists)
-        if not batch:
+        stops = list(stops)
+        if not batch and not stops:
             self.put_usage(usage)
             return
         db = self._db
@@ -181,6 +183,8 @@ class JobStore:
                 for p in batch:
                     self._write(p)
                 db.executemany("INSERT INTO event_log (at, kind, body) VALUES (?, ?, ?)", log)
+                db.executemany("INSERT OR REPLACE INTO stopping VALUES (?, ?, ?, ?)",
+                               [(a, w, json.dumps(h), g) for a, w, h, g in stops])
                 usage_rows.write(db, usage)
                 db.execute("COMMIT")
             except BaseException:
