@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import iris
+from iris.wire.states import ENV_CACHE_ENV
 from iris.worker.envs import EnvConfig, EnvironmentCache
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -134,7 +135,11 @@ def cluster(tmp: Path) -> Iterator[NetnsCluster]:
         with socket.socket() as s:
             s.bind((f"{net}.1", 0))
             address = f"tcp://{net}.1:{s.getsockname()[1]}"
-        EnvironmentCache(EnvConfig(root=tmp / "w" / "envs")).get(())
+        # The worker's namespace has no route to a package index: its default task
+        # environment is built here first, in the cache it will use ($IRIS_ENV_CACHE, which
+        # a test run shares, else its work dir's).
+        EnvironmentCache(EnvConfig(root=Path(os.environ.get(ENV_CACHE_ENV) or
+                                             tmp / "w" / "envs"))).get(())
         ctl = subprocess.Popen([sys.executable, "-m", "iris", "controller", "serve",
                                 "--state-dir", str(state), "--bind", address, "--keys",
                                 str(keys)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,

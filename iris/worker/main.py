@@ -211,6 +211,8 @@ def run_worker(controller: str, *, region: str = "local", attrs: dict[str, str] 
         else ()
     token = token or tokens.from_env()  # read before any task could inherit it
     security = Security.load(keys_dir) if keys_dir else None
+    if keys_dir:  # a task reaches the cluster with this host's keys (submit, spawn, resolve)
+        task_env += (("IRIS_KEYS_DIR", str(Path(keys_dir).resolve())),)
     node = Node(NodeConfig(bind=bind), security=security).start()
     ctx = ClusterContext(node, controller, namespace="/", owns_node=True)
     stop = stop or StopEvent()
