@@ -225,9 +225,11 @@ class NodeLoop:
             self._deadlines.push(now + timeout_s, call_id, peer)
         if not self.send_to_peer(peer, frames):
             peer.pending.pop(call_id, None)
+            why = f"its last {peer.refused}" if peer.refused else \
+                f"its send queue is full ({self.config.high_water_mark} messages)"
             fut.set_exception(PeerUnavailableError(
-                f"send queue to {address} is full ({self.config.high_water_mark} messages)",
-                actor=fut.actor, method=fut.method, address=address))
+                f"cannot send to {address}: {why}", actor=fut.actor, method=fut.method,
+                address=address))
             if not oneway:
                 self.stats.calls_peer_unavailable += 1
         elif oneway:

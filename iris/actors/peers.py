@@ -41,7 +41,7 @@ class Peer:
     """One remote node we call. `pending` maps call id -> (future, actor, method)."""
 
     __slots__ = ("address", "dealer", "monitor", "pending", "last_heard", "ping_sent", "lost",
-                 "_io")
+                 "refused", "_io")
 
     def __init__(self, io: NodeLoop, address: str):
         self._io = io
@@ -52,6 +52,9 @@ class Peer:
         # The connection went down (DISCONNECTED) and nothing was heard since: a call sent
         # now waits for a reconnect that, if the peer's process is gone, never comes.
         self.lost = False
+        # Why its last handshake failed, until it is heard from: a DEALER with no connection
+        # refuses a send at once (zmq.Again), and that is the reason to give, not a full queue.
+        self.refused: str | None = None
         self.dealer = io.new_socket(zmq.DEALER)
         self.dealer.setsockopt(zmq.ROUTING_ID, shm_scope.routing_id())  # says our PID namespace
         self.dealer.connect(address)
@@ -74,6 +77,7 @@ class Peer:
         self.last_heard = now
         self.ping_sent = False
         self.lost = False
+        self.refused = None
 
     def restart_silence(self, now: float) -> None:
         """This node stood still (NodeLoop._note_stall): the silence of a peer that owes us
@@ -182,8 +186,9 @@ class Peer:
                 self.lost = True
                 self.fail_all("the connection was lost (the call may or may not have run)")
             else:
-                self.fail_all(f"the handshake failed ({zmq.Event(kind).name}): wrong or "
-                              "missing CURVE keys?")
+                self.refused = (f"the handshake failed ({zmq.Event(kind).name}): wrong or "
+                                "missing CURVE keys?")
+                self.fail_all(self.refused)
 
 
 class DeadlineQueue:

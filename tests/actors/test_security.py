@@ -66,6 +66,20 @@ def test_unknown_key_gets_nothing_through(secure_cluster, keys, tmp_path, child_
     assert vault.times_opened().result(30) == 0  # the intruder's call was never delivered
 
 
+def test_every_call_refused_by_the_handshake_says_so(secure_cluster, keys, tmp_path):
+    """After a failed handshake the DEALER has no connection and refuses each send at once:
+    the error named a full send queue (200,000 messages) for every call after the first."""
+    intruder = Security.load(keys, client_key=generate_keys(tmp_path / "intruder") /
+                             "cluster.key_secret")
+    address = secure_cluster.node.address
+    with Node(security=intruder) as node:
+        for _ in range(5):
+            with pytest.raises(iris.PeerUnavailableError) as refused:
+                node.call(address, REGISTRY_KEY, "list", ("/",), timeout_s=5).result(30)
+            assert "handshake failed" in str(refused.value), refused.value
+            assert "queue is full" not in str(refused.value)
+
+
 def test_plain_socket_to_a_curve_node_delivers_nothing(secure_cluster):
     node = secure_cluster.node
     ctx = zmq.Context()
