@@ -4,6 +4,8 @@ which is what a compromised worker or any local process can be."""
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import uuid
 
@@ -13,6 +15,8 @@ import iris
 from iris.actors.keys import REGISTRY_KEY
 from iris.actors.registry import LEASE_S
 from iris.base.errors import PermissionDeniedError
+from tests.cluster.test_crashes import free_port, start_controller, start_worker
+from tests.conftest import stop_in_order
 
 pytestmark = pytest.mark.slow
 
@@ -73,3 +77,41 @@ def test_a_spawned_actor_still_registers_renews_and_is_withdrawn(jobs_cluster, w
     wait_until(lambda: not [e for e in _registry(ctx, "list", "/") if e["name"] == name],
                what=f"{name} to be withdrawn")
     assert actor.address == first["address"]
+
+
+def _names(ctx, name: str) -> list[dict] | None:
+    try:
+        return [e for e in _registry(ctx, "list", "/") if e["name"] == name]
+    except iris.IrisError:  # the controller is not back yet
+        return None
+
+
+def test_after_a_controller_restart_the_actor_registers_again_and_stays_its_own(
+        tmp_path, wait_until):
+    """The secret is in the state directory: a restarted controller's registry takes the
+    running attempt's proof (its names come back at its next renewal) and still refuses
+    a client without it."""
+    address = f"tcp://127.0.0.1:{free_port()}"
+    controller = start_controller(tmp_path / "state", address)
+    workers = [start_worker(address, tmp_path / "w0")]
+    name = f"/restarted-{uuid.uuid4().hex[:6]}"
+    try:
+        with iris.connect(address) as ctx:
+            actor, job = iris.spawn_job(Tagged, "survivor", name=name)
+            assert actor.who().result(60) == "survivor"
+            os.killpg(controller.pid, signal.SIGKILL)
+            controller.wait(30)
+            controller = start_controller(tmp_path / "state", address)
+            [entry] = wait_until(lambda: _names(ctx, name), what=f"{name} registered again")
+            assert entry["address"] == actor.address
+            with pytest.raises(PermissionDeniedError, match=name):
+                _registry(ctx, "unregister", name)
+            with pytest.raises(PermissionDeniedError, match=name):
+                _registry(ctx, "register", name, "tcp://127.0.0.1:9", "evil", "evil-owner")
+            threading.Event().wait(2 * LEASE_S)  # renewed with its proof, not lapsed
+            assert [e["address"] for e in _names(ctx, name)] == [actor.address]
+            assert iris.resolve(name).who().result(60) == "survivor"
+            job.kill()
+            wait_until(lambda: _names(ctx, name) == [], what=f"{name} withdrawn")
+    finally:
+        stop_in_order(workers, [controller])
