@@ -25,6 +25,7 @@ publisher's subscribers, is not). The rules:
 
 from __future__ import annotations
 
+import hmac
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from typing import NamedTuple, Protocol, TypeVar
@@ -124,6 +125,29 @@ def refuse_shadow(name: str, holder: Holder, live: Iterable[_Entry],
             raise PermissionDeniedError(
                 f"register {name}: the name is job {e.job}'s spawned actor (at {e.address}); "
                 "only that job's tasks may register it while it lives")
+
+
+class Proofs:
+    """A verifier that remembers the proof of each attempt holding names: a renewal a
+    second a host compares it (~0.2 µs) rather than computing the HMAC again (~6 µs)."""
+
+    def __init__(self, verify: Verify):
+        self._verify = verify
+        self._known: dict[str, tuple[tuple[str, int, str], str]] = {}  # attempt -> proved
+
+    def proves(self, holder: Holder, proof: str | None) -> bool:
+        known = self._known.get(holder.attempt)
+        if known is not None and proof is not None and known[0] == holder[:3] \
+                and hmac.compare_digest(known[1].encode(), proof.encode()):
+            return True
+        return self._verify(holder, proof)
+
+    def remember(self, holder: Holder, proof: str) -> None:
+        """`proof` proved `holder` (and the attempt holds names: `forget` when none)."""
+        self._known[holder.attempt] = (holder[:3], proof)
+
+    def forget(self, attempt: str) -> None:
+        self._known.pop(attempt, None)
 
 
 class _Entry(Protocol):

@@ -35,6 +35,7 @@ from dataclasses import asdict, dataclass
 from iris.actors.holders import (
     NO_HOLDER,
     Holder,
+    Proofs,
     Verify,
     Withdrawn,
     check_holder,
@@ -103,7 +104,8 @@ class RegistryTable:
 
     def __init__(self, max_names: int = MAX_NAMES, verify: Verify | None = None) -> None:
         self._max_names = max_names
-        self.verify = verify  # proofs of holders (holders.py); None: not asked for
+        # Proofs of holders (holders.py); None: not asked for.
+        self._proofs = Proofs(verify) if verify is not None else None
         self._count = 0  # endpoints held, expired ones not yet dropped included
         self._names: dict[str, dict[tuple[str, str], Endpoint]] = {}
         self._owned: dict[str, set[tuple[str, str, str]]] = {}  # owner -> (name, address, key)
@@ -115,6 +117,10 @@ class RegistryTable:
         self.stopped = Withdrawn()
         # The same, by job (the newest MAX_STOPPED_JOBS jobs): what a job's kill stopped.
         self._stopped_jobs: OrderedDict[str, list[tuple[str, str, str]]] = OrderedDict()
+
+    @property
+    def verify(self) -> Verify | None:
+        return self._proofs.proves if self._proofs is not None else None
 
     def register(self, name: str, address: str, key: str, owner: str, lease_s: float,
                  now: float, holder: Holder = NO_HOLDER, proof: str | None = None) -> Endpoint:
@@ -166,6 +172,8 @@ class RegistryTable:
         self._owned.setdefault(owner, set()).add((name, address, key))
         if holder.attempt:
             self._held.setdefault(holder.attempt, set()).add((name, address, key))
+            if self._proofs is not None:  # proved above
+                self._proofs.remember(holder, proof or "")
         heapq.heappush(self._deadlines, (entry.expires_at, owner))
         return entry
 
@@ -237,10 +245,10 @@ class RegistryTable:
         proved: dict[Holder, bool] = {}
         for name, address, key in self._owned.get(owner, ()):
             entry = self._names[name][(address, key)]
-            if entry.attempt and self.verify is not None:
+            if entry.attempt and self._proofs is not None:
                 holder = entry.holder
                 if holder not in proved:
-                    proved[holder] = self.verify(holder, proof)
+                    proved[holder] = self._proofs.proves(holder, proof)
                 if not proved[holder]:
                     continue
             if entry.expires_at > now:
@@ -276,6 +284,8 @@ class RegistryTable:
             held.discard((entry.name, entry.address, entry.key))
             if not held:
                 del self._held[entry.attempt]
+                if self._proofs is not None:
+                    self._proofs.forget(entry.attempt)
 
     def held_against(self, name: str, job: str, now: float) -> list[Endpoint]:
         """Live entries of `name` that `job`'s spawned actor may not share: another job's,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from iris.actors.holders import Holder, proof_from_env
+from iris.actors.holders import Holder, Proofs, proof_from_env
 from iris.actors.registry import RegistryTable
 from iris.base.errors import InvalidRequestError, PermissionDeniedError
 from iris.controller.credentials import attempt_proof, proof_verifier
@@ -87,3 +87,16 @@ def test_the_proof_comes_from_the_environment_and_a_malformed_one_is_refused():
     registry = Registry(verify=proof_verifier(SECRET))
     with pytest.raises(InvalidRequestError, match="proof"):
         asyncio.run(registry.unregister("/svc", None, None, 7))
+
+
+def test_a_remembered_proof_proves_its_own_holder_only():
+    calls: list = []
+    verify = proof_verifier(SECRET)
+    proofs = Proofs(lambda h, p: calls.append(h) or verify(h, p))
+    proofs.remember(HOLDER, PROOF)
+    assert proofs.proves(HOLDER, PROOF) and calls == []  # compared, not computed
+    other = Holder("/bob", 0, "att-1")  # the same attempt id claimed for another job
+    assert not proofs.proves(other, PROOF) and calls == [other]
+    assert not proofs.proves(HOLDER, "0" * 64) and not proofs.proves(HOLDER, None)
+    proofs.forget("att-1")
+    assert proofs.proves(HOLDER, PROOF) and len(calls) == 4  # computed again
