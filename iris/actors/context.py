@@ -107,6 +107,7 @@ class ClusterContext:
         # Its proof (holders.py): the registry keeps its names to it. None from a
         # controller that gave none; then none is sent.
         self._proof = proof_from_env(os.environ) if self._holder else None
+        self._old_proofs = False  # a registry from before proofs: learnt as _old_registry
         # A registry from before holders (same protocol version) refuses the holder and
         # resolve's job argument: learnt at the first refusal, then neither is sent.
         self._old_registry = False
@@ -166,13 +167,20 @@ class ClusterContext:
 
     def _proved(self) -> tuple:
         """The proof argument of register, unregister and renew: none to an old registry."""
-        return (self._proof,) if self._proof and not self._old_registry else ()
+        return (self._proof,) if self._proof and not (self._old_registry or self._old_proofs) \
+            else ()
 
     def _register_now(self, full: str, holder: dict | None) -> None:
         args = (full, self.node.address, full, self.node.id, None)
-        if holder is not None:
+        if holder is not None and self._proved():
             try:
                 self._registry("register", *args, holder, *self._proved()).result()
+                return
+            except BadArgumentsError:  # a registry from before proofs (same protocol)
+                self._old_proofs = True
+        if holder is not None:
+            try:
+                self._registry("register", *args, holder).result()
                 return
             except BadArgumentsError:  # a registry from before holders (same protocol)
                 self._old_registry = True
