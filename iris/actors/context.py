@@ -20,7 +20,7 @@ from iris.actors.config import NodeConfig
 from iris.actors.current import context as _context
 from iris.actors.current import current_context, in_task, set_joiner
 from iris.actors.future import ActorFuture
-from iris.actors.holders import holder_from_env
+from iris.actors.holders import holder_from_env, proof_from_env
 from iris.actors.node import Node
 from iris.actors.refs import ActorGroup, ActorRef, died
 from iris.actors.registry import LEASE_S, REGISTRY_KEY, RENEW_INTERVAL_S
@@ -104,6 +104,10 @@ class ClusterContext:
         # The task attempt this process runs as (None outside a task): the registry drops
         # its names when the controller ends that attempt.
         self._holder = holder_from_env(os.environ)
+        # Its proof (holders.py): the registry keeps its names to it. None from a
+        # controller that gave none; then none is sent.
+        self._proof = proof_from_env(os.environ) if self._holder else None
+        self._old_proofs = False  # a registry from before proofs: learnt as _old_registry
         # A registry from before holders (same protocol version) refuses the holder and
         # resolve's job argument: learnt at the first refusal, then neither is sent.
         self._old_registry = False
@@ -161,8 +165,19 @@ class ClusterContext:
         self._served[full] = full
         return ActorRef(full, self.node.address, full)
 
+    def _proved(self) -> tuple:
+        """The proof argument of register, unregister and renew: none to an old registry."""
+        return (self._proof,) if self._proof and not (self._old_registry or self._old_proofs) \
+            else ()
+
     def _register_now(self, full: str, holder: dict | None) -> None:
         args = (full, self.node.address, full, self.node.id, None)
+        if holder is not None and self._proved():
+            try:
+                self._registry("register", *args, holder, *self._proved()).result()
+                return
+            except BadArgumentsError:  # a registry from before proofs (same protocol)
+                self._old_proofs = True
         if holder is not None:
             try:
                 self._registry("register", *args, holder).result()
@@ -183,7 +198,8 @@ class ClusterContext:
         full = self.full_name(name)
         self._sole.discard(full)
         if self._served.pop(full, None) is not None:
-            self._registry("unregister", full, self.node.address, full).result()
+            self._registry("unregister", full, self.node.address, full,
+                           *self._proved()).result()
             self.node.unhost(full)
 
     def resolve(self, name: str, timeout: float = 30.0) -> ActorRef:
@@ -302,7 +318,8 @@ class ClusterContext:
         if self._closed:
             return
         if self._served:
-            self._registry("renew", self.node.id, timeout_s=LEASE_S).add_done_callback(
+            self._registry("renew", self.node.id, *self._proved(),
+                           timeout_s=LEASE_S).add_done_callback(
                 self._renewed)
         self._schedule_renewal()
 
@@ -312,8 +329,9 @@ class ClusterContext:
             return
         if fut.result() < len(self._served):  # the registry lost us (restart, or a long stall)
             for full, key in list(self._served.items()):
+                holder = self._holder_of(full)
                 self._registry("register", full, self.node.address, key, self.node.id, None,
-                               self._holder_of(full)).add_done_callback(
+                               holder, *(self._proved() if holder else ())).add_done_callback(
                     lambda f, full=full: self._registered_again(full, f))
 
     def _registered_again(self, full: str, fut: ActorFuture) -> None:
@@ -333,7 +351,7 @@ class ClusterContext:
         for full in list(self._served):
             try:
                 self._registry("unregister", full, self.node.address, full,
-                               timeout_s=2.0).result()
+                               *self._proved(), timeout_s=2.0).result()
             except Exception:  # the registry may already be gone; the lease covers it
                 pass
         self._served.clear()

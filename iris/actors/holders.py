@@ -16,15 +16,21 @@ publisher's subscribers, is not). The rules:
 - A `sole` name is taken only from holders proved gone (`takeover_wait`): another job's
   live entry, or one without a holder, makes a spawn under it wait out the lease it had
   when first seen; renewed past it, its holder lives, and the spawn is refused.
+- With a verifier (the controller's registry), a holder is proved: each attempt is launched
+  with $IRIS_ATTEMPT_PROOF, an HMAC of its job, task and attempt under the controller's
+  secret. Registering with a holder, and unregistering or renewing an entry that has one,
+  needs its proof (`refuse_unproved`), and a live `sole` name is not registered beside by
+  any other job's process (`refuse_shadow`). Entries without a holder keep the rules above.
 """
 
 from __future__ import annotations
 
+import hmac
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import NamedTuple, Protocol, TypeVar
 
-from iris.base.errors import ConflictError, InvalidRequestError
+from iris.base.errors import ConflictError, InvalidRequestError, PermissionDeniedError
 
 # A withdrawn attempt is refused for this long: far past any stop's grace period.
 WITHDRAWN_KEEP_S = 600.0
@@ -40,6 +46,9 @@ class Holder(NamedTuple):
 
 
 NO_HOLDER = Holder("", -1, "")
+PROOF_ENV = "IRIS_ATTEMPT_PROOF"
+# Does this proof prove that holder (its job, task and attempt; `sole` is not proved)?
+Verify = Callable[[Holder, "str | None"], bool]
 _KEYS = {"job", "task", "attempt"}
 
 
@@ -75,6 +84,70 @@ def holder_from_env(env: Mapping[str, str]) -> dict | None:
     if not job or not attempt or not index.isdigit():
         return None
     return {"job": job, "task": int(index), "attempt": attempt}
+
+
+def proof_from_env(env: Mapping[str, str]) -> str | None:
+    """The proof of this process's attempt (None outside a task, or from an older
+    controller that gave none)."""
+    return env.get(PROOF_ENV) or None
+
+
+def check_proof(name: str, proof: object) -> str | None:
+    if proof is not None and (not isinstance(proof, str) or not 0 < len(proof) <= 256):
+        raise InvalidRequestError(f"{name}: proof must be a non-empty string of at most 256 "
+                                  "characters", "proof")
+    return proof
+
+
+def refuse_unproved(name: str, action: str, holders: Iterable[Holder], proof: str | None,
+                    verify: Verify | None) -> None:
+    """PermissionDeniedError unless `proof` proves each of `holders` that has an attempt
+    (with no verifier, everything passes: a registry outside a controller)."""
+    if verify is None:
+        return
+    for holder in holders:
+        if holder.attempt and not verify(holder, proof):
+            raise PermissionDeniedError(
+                f"{action} {name}: the name is held by attempt {holder.attempt} of "
+                f"{holder.job}[{holder.task}]; only that attempt may {action} it (its "
+                f"${PROOF_ENV} was {'missing' if proof is None else 'wrong'})")
+
+
+def refuse_shadow(name: str, holder: Holder, live: Iterable[_Entry],
+                  verify: Verify | None) -> None:
+    """PermissionDeniedError if `name` has a live `sole` entry (a spawned actor's) of
+    another job than `holder`'s: a client resolving it must not be given another process.
+    Only with a verifier (else `holder` is the caller's word)."""
+    if verify is None:
+        return
+    for e in live:
+        if e.sole and e.job != holder.job:
+            raise PermissionDeniedError(
+                f"register {name}: the name is job {e.job}'s spawned actor (at {e.address}); "
+                "only that job's tasks may register it while it lives")
+
+
+class Proofs:
+    """A verifier that remembers the proof of each attempt holding names: a renewal a
+    second a host compares it (~0.2 µs) rather than computing the HMAC again (~6 µs)."""
+
+    def __init__(self, verify: Verify):
+        self._verify = verify
+        self._known: dict[str, tuple[tuple[str, int, str], str]] = {}  # attempt -> proved
+
+    def proves(self, holder: Holder, proof: str | None) -> bool:
+        known = self._known.get(holder.attempt)
+        if known is not None and proof is not None and known[0] == holder[:3] \
+                and hmac.compare_digest(known[1].encode(), proof.encode()):
+            return True
+        return self._verify(holder, proof)
+
+    def remember(self, holder: Holder, proof: str) -> None:
+        """`proof` proved `holder` (and the attempt holds names: `forget` when none)."""
+        self._known[holder.attempt] = (holder[:3], proof)
+
+    def forget(self, attempt: str) -> None:
+        self._known.pop(attempt, None)
 
 
 class _Entry(Protocol):

@@ -18,6 +18,10 @@ for another job waits until every other live entry of the name is gone (withdraw
 unregistered, or its lease run out: a dead host's, within LEASE_S), and is refused with
 ConflictError once one of them outlives the lease it had when first seen, since only a live
 holder renews. Decided here, on the registry's one loop, so two spawns cannot both win.
+
+The controller's registry has a verifier (`verify`): a holder's names are registered,
+unregistered and renewed only with its attempt's proof (holders.py), so no other process
+can take a task's names away or register beside a spawned actor's.
 """
 
 from __future__ import annotations
@@ -31,9 +35,14 @@ from dataclasses import asdict, dataclass
 from iris.actors.holders import (
     NO_HOLDER,
     Holder,
+    Proofs,
+    Verify,
     Withdrawn,
     check_holder,
+    check_proof,
     current_only,
+    refuse_shadow,
+    refuse_unproved,
     takeover_wait,
 )
 from iris.actors.hosting import HostedActor, actor
@@ -80,6 +89,10 @@ class Endpoint:
     def as_dict(self) -> dict:
         return asdict(self)
 
+    @property
+    def holder(self) -> Holder:
+        return Holder(self.job, self.task, self.attempt, self.sole)
+
 
 class RegistryTable:
     """Pure: registrations with leases. A name may have several endpoints (replicas).
@@ -89,8 +102,10 @@ class RegistryTable:
     owner's names, and expiry pops a deadline heap, so both are O(log N) per call.
     """
 
-    def __init__(self, max_names: int = MAX_NAMES) -> None:
+    def __init__(self, max_names: int = MAX_NAMES, verify: Verify | None = None) -> None:
         self._max_names = max_names
+        # Proofs of holders (holders.py); None: not asked for.
+        self._proofs = Proofs(verify) if verify is not None else None
         self._count = 0  # endpoints held, expired ones not yet dropped included
         self._names: dict[str, dict[tuple[str, str], Endpoint]] = {}
         self._owned: dict[str, set[tuple[str, str, str]]] = {}  # owner -> (name, address, key)
@@ -103,10 +118,16 @@ class RegistryTable:
         # The same, by job (the newest MAX_STOPPED_JOBS jobs): what a job's kill stopped.
         self._stopped_jobs: OrderedDict[str, list[tuple[str, str, str]]] = OrderedDict()
 
+    @property
+    def verify(self) -> Verify | None:
+        return self._proofs.proves if self._proofs is not None else None
+
     def register(self, name: str, address: str, key: str, owner: str, lease_s: float,
-                 now: float, holder: Holder = NO_HOLDER) -> Endpoint:
+                 now: float, holder: Holder = NO_HOLDER, proof: str | None = None) -> Endpoint:
         """Idempotent: registering the same (name, address, key) again renews it. Refused
-        (StaleAttemptError) for a holder whose attempt was withdrawn: it has ended."""
+        (StaleAttemptError) for a holder whose attempt was withdrawn: it has ended; with a
+        verifier, PermissionDeniedError without the proof of `holder` and of the holder of
+        the entry it would replace, or beside another job's spawned actor."""
         if not isinstance(name, str):
             raise InvalidRequestError(f"name: expected a string, got {type(name).__name__}",
                                       "name")
@@ -125,6 +146,9 @@ class RegistryTable:
                 "has ended (its names were withdrawn)")
         self.expire(now)
         existing = self._names.get(name, {}).get((address, key))
+        refuse_unproved(name, "register", [holder] + ([existing.holder] if existing else []),
+                        proof, self.verify)
+        refuse_shadow(name, holder, self.lookup(name, now), self.verify)
         if existing is None and self._count >= self._max_names:
             raise OverloadedError(f"register {name}: the registry holds {self._count} names "
                                   "(the limit); retry once leases lapse", retry_after_s=5.0)
@@ -148,16 +172,26 @@ class RegistryTable:
         self._owned.setdefault(owner, set()).add((name, address, key))
         if holder.attempt:
             self._held.setdefault(holder.attempt, set()).add((name, address, key))
+            if self._proofs is not None:  # proved above
+                self._proofs.remember(holder, proof or "")
         heapq.heappush(self._deadlines, (entry.expires_at, owner))
         return entry
 
     def unregister(self, name: str, address: str | None = None, key: str | None = None,
-                   now: float | None = None) -> int:
-        """Drop these entries; with `now`, remember them as stopped (`ended`)."""
+                   now: float | None = None, proof: str | None = None) -> int:
+        """Drop these entries; with `now`, remember them as stopped (`ended`). With a
+        verifier, refused (PermissionDeniedError, nothing dropped) unless `proof` proves
+        the holder of each entry that has one."""
         if not isinstance(name, str):
             raise InvalidRequestError("name: expected a string", "name")
         entries = self._names.get(name, {})
         doomed = [k for k in entries if address in (None, k[0]) and key in (None, k[1])]
+        refuse_unproved(name, "unregister", [entries[k].holder for k in doomed], proof,
+                        self.verify)
+        return self._drop(name, doomed, now)
+
+    def _drop(self, name: str, doomed: list[tuple[str, str]], now: float | None) -> int:
+        entries = self._names.get(name, {})
         for k in doomed:
             entry = entries.pop(k)
             self._disown(entry)
@@ -181,7 +215,7 @@ class RegistryTable:
         for attempt in attempts:
             self.withdrawn.add(attempt, now)
             for name, address, key in list(self._held.get(attempt, ())):
-                removed += self.unregister(name, address, key, now)
+                removed += self._drop(name, [(address, key)], now)
         return removed
 
     def _stopped_of_job(self, job: str) -> list[tuple[str, str, str]]:
@@ -204,11 +238,19 @@ class RegistryTable:
             return False
         return self.stopped.has(_endpoint_id(name, address, key), now)
 
-    def renew(self, owner: str, lease_s: float, now: float) -> int:
-        """Extend every live name of `owner`: O(its names), not O(the table)."""
+    def renew(self, owner: str, lease_s: float, now: float, proof: str | None = None) -> int:
+        """Extend every live name of `owner`: O(its names), not O(the table). With a
+        verifier, only those without a holder or whose holder `proof` proves."""
         count = 0
+        proved: dict[Holder, bool] = {}
         for name, address, key in self._owned.get(owner, ()):
             entry = self._names[name][(address, key)]
+            if entry.attempt and self._proofs is not None:
+                holder = entry.holder
+                if holder not in proved:
+                    proved[holder] = self._proofs.proves(holder, proof)
+                if not proved[holder]:
+                    continue
             if entry.expires_at > now:
                 entry.expires_at = now + lease_s
                 count += 1
@@ -242,6 +284,8 @@ class RegistryTable:
             held.discard((entry.name, entry.address, entry.key))
             if not held:
                 del self._held[entry.attempt]
+                if self._proofs is not None:
+                    self._proofs.forget(entry.attempt)
 
     def held_against(self, name: str, job: str, now: float) -> list[Endpoint]:
         """Live entries of `name` that `job`'s spawned actor may not share: another job's,
@@ -271,22 +315,29 @@ def _endpoint_id(name: str, address: str, key: str) -> str:
 class Registry:
     """The registry actor. Async methods: they run on the node's loop, never blocking it."""
 
-    def __init__(self, clock: Clock = SYSTEM_CLOCK, lease_s: float = LEASE_S):
+    def __init__(self, clock: Clock = SYSTEM_CLOCK, lease_s: float = LEASE_S,
+                 verify: Verify | None = None):
+        """`verify`: how the controller proves holders (holders.py); None asks no proof."""
         self._clock = clock
         self._lease_s = lease_s
-        self._table = RegistryTable()
+        self._table = RegistryTable(verify=verify)
         self._waiters: dict[str, list[asyncio.Future]] = {}
         self._released: list[asyncio.Future] = []  # waiting for names to go (_next_release)
 
     async def register(self, name: str, address: str, key: str, owner: str,
-                       lease_s: float | None = None, holder: dict | None = None) -> dict:
+                       lease_s: float | None = None, holder: dict | None = None,
+                       proof: str | None = None) -> dict:
         """`holder`: the task attempt serving the name ({"job", "task", "attempt"}), so the
-        controller can withdraw it when that attempt ends; None outside a task."""
+        controller can withdraw it when that attempt ends; None outside a task. `proof`:
+        that attempt's $IRIS_ATTEMPT_PROOF (holders.py)."""
         checked = check_holder(name if isinstance(name, str) else "?", holder)
+        proof = check_proof(f"register {name!r:.200}", proof)
+        # Before any wait: an unproved holder is refused at once.
+        refuse_unproved(name, "register", [checked], proof, self._table.verify)
         if checked.sole and isinstance(name, str):
             await self._until_free(normalize_path(name), checked.job)
         entry = self._table.register(name, address, key, owner, lease_s or self._lease_s,
-                                     self._clock.monotonic(), checked)
+                                     self._clock.monotonic(), checked, proof)
         for waiter in self._waiters.pop(entry.name, []):
             if not waiter.done():
                 waiter.set_result(None)
@@ -312,8 +363,10 @@ class Registry:
                 waiter.set_result(None)
 
     async def unregister(self, name: str, address: str | None = None,
-                         key: str | None = None) -> int:
-        removed = self._table.unregister(name, address, key, self._clock.monotonic())
+                         key: str | None = None, proof: str | None = None) -> int:
+        """`proof`: needed for an entry a task attempt holds (holders.py)."""
+        proof = check_proof(f"unregister {name!r:.200}", proof)
+        removed = self._table.unregister(name, address, key, self._clock.monotonic(), proof)
         if removed:
             self._wake_released()
         return removed
@@ -363,12 +416,14 @@ class Registry:
             if released in self._released:
                 self._released.remove(released)
 
-    async def renew(self, owner: str) -> int:
+    async def renew(self, owner: str, proof: str | None = None) -> int:
+        """`proof`: the owner's attempt's; its held names are not renewed without it."""
         if not isinstance(owner, str):
             raise InvalidRequestError("owner: expected a string", "owner")
+        proof = check_proof(f"renew {owner!r:.200}", proof)
         now = self._clock.monotonic()
         self._table.expire(now)
-        return self._table.renew(owner, self._lease_s, now)
+        return self._table.renew(owner, self._lease_s, now, proof)
 
     async def resolve(self, name: str, wait_s: float = 0.0, job: str | None = None
                       ) -> list[dict]:

@@ -29,6 +29,7 @@ from iris.controller.credentials import Credentials, controller_token, grant_rol
 from iris.controller.inspect import locate, summary
 from iris.controller.job_requests import check_submission
 from iris.controller.jobs.model import TERMINAL_JOB
+from iris.controller.launch import with_proof
 from iris.controller.preemption_notices import apply_notice
 from iris.controller.reclaim import RegionReclaim
 from iris.controller.regions.region import STOP_ALL_SLICES_S, RegionCarrier
@@ -78,8 +79,9 @@ class Controller:
         # inventories the service decides are carried onto their turns, their replies come
         # back as messages in this mailbox.
         self._scaling = {r.region: r for r in config.autoscale}
+        self._secret = load_secret(config.state_dir)  # attempts' proofs (_command)
         self._regions = RegionCarrier(node, self._post, self._svc, regions=remote,
-                                      auth=controller_token(load_secret(config.state_dir)),
+                                      auth=controller_token(self._secret),
                                       scaling=self._scaling)
         for region in sorted(self._scaling):  # they may grow before any worker exists
             self._regions.ensure_region(region)
@@ -418,9 +420,13 @@ class Controller:
                     self._regions.carry(effect)
 
     def _command(self, command: Command) -> None:
-        """A start or stop to a worker, typed until here, with that worker's token."""
+        """A start or stop to a worker, typed until here, with that worker's token; a start
+        with its attempt's proof (launch.with_proof)."""
+        message = command.message
+        if isinstance(message, control.Launch):
+            message = with_proof(message, self._secret)
         self._node.call(command.address, worker_key(command.worker_id), command.method,
-                        (control.encode(command.message),), timeout_s=30.0,
+                        (control.encode(message),), timeout_s=30.0,
                         auth=self._command_token(command.worker_id)
                         ).add_done_callback(_log_failure)
 

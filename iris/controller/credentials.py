@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from iris.actors import tokens
+from iris.actors.holders import Holder
 from iris.base.errors import (
     ConflictError,
     InvalidRequestError,
@@ -71,6 +72,23 @@ def controller_token(secret: bytes) -> bytes:
     """The controller's own token: the "controller" role at its node (a Region served in
     another process would be given it); never handed to a worker."""
     return hmac.new(secret, b"iris-controller", hashlib.sha256).digest()
+
+
+def attempt_proof(secret: bytes, job: str, task: int, attempt: str) -> str:
+    """What proves a task attempt to the registry ($IRIS_ATTEMPT_PROOF, holders.py): an
+    HMAC of its job, task and attempt, so a process holding one attempt's proof cannot
+    claim another's names, nor another job's."""
+    message = f"iris-attempt\n{job}\n{task}\n{attempt}".encode()
+    return hmac.new(secret, message, hashlib.sha256).hexdigest()
+
+
+def proof_verifier(secret: bytes) -> Callable[[Holder, str | None], bool]:
+    """The registry's check of a holder's proof (holders.Verify)."""
+    def verify(holder: Holder, proof: str | None) -> bool:
+        return proof is not None and hmac.compare_digest(
+            attempt_proof(secret, holder.job, holder.task, holder.attempt).encode(),
+            proof.encode())
+    return verify
 
 
 class _Held(NamedTuple):
@@ -257,4 +275,5 @@ def load_secret(state_dir: Path) -> bytes:
     return tokens.load_or_create(Path(state_dir) / tokens.CONTROLLER_SECRET_FILE)
 
 
-__all__ = ["Credentials", "check_id", "controller_token", "grant_roles", "load_secret"]
+__all__ = ["Credentials", "attempt_proof", "check_id", "controller_token", "grant_roles",
+           "load_secret", "proof_verifier"]

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Mapping
-from dataclasses import fields
+from dataclasses import fields, replace
 
+from iris.actors.holders import PROOF_ENV
+from iris.controller.credentials import attempt_proof
 from iris.controller.jobs import events as ev
 from iris.controller.jobs.env import gang_leader, own_environment, shared_environment
 from iris.controller.jobs.spec import JobSpec
@@ -49,6 +51,14 @@ def launch(state: KernelState, workers: Mapping[str, WorkerInfo], start: ev.Star
         attempt_number=attempt_base + attempt.number,
         entrypoint=spec.entrypoint, env=env, pip=tuple(spec.pip), resources=resources,
         bundle=spec.bundle, log_store=log_fields)
+
+
+def with_proof(message: control.Launch, secret: bytes) -> control.Launch:
+    """The start with its attempt's proof ($IRIS_ATTEMPT_PROOF, holders.py): what the task
+    shows the registry to register, renew and unregister its names. Added as the start is
+    sent (Controller._command), where the controller's secret is."""
+    proof = attempt_proof(secret, message.job_id, message.task_index, message.attempt_id)
+    return replace(message, env={**message.env, PROOF_ENV: proof})
 
 
 def _shared(state: KernelState, workers: Mapping[str, WorkerInfo], spec: JobSpec,

@@ -17,6 +17,7 @@ from iris.base.errors import ConfigError, ConflictError, IrisError
 from iris.controller.actor import Controller
 from iris.controller.checkpoint.settings import CheckpointSettings, from_storage
 from iris.controller.config import IN_PROCESS_PROVIDERS
+from iris.controller.credentials import load_secret, proof_verifier
 from iris.controller.inspector import Inspector
 from iris.controller.regions.autoscaler import AutoscalerConfig
 from iris.controller.regions.capacity import offers_from_groups
@@ -75,7 +76,9 @@ def tune_gc() -> None:
 
 def host_controller(node: Node, config: ControllerConfig) -> None:
     """Serve the registry and the controller in `node` (the cluster's address is its address)."""
-    registry = node.host(REGISTRY_KEY, Registry)
+    # Task attempts' names need their proofs (holders.py): the secret outlives a restart.
+    registry = node.host(REGISTRY_KEY, Registry, (),
+                         {"verify": proof_verifier(load_secret(config.state_dir))})
     # Ended attempts' names leave the registry as the controller ends them (holders.py).
     node.host(CONTROLLER_KEY, Controller, (config, node, withdrawer(registry)))
     # Looking inside tasks (issue 31): calls workers with their command tokens.

@@ -75,6 +75,8 @@ EXPECTED: dict[str, dict[str, frozenset]] = {
         **dict.fromkeys(["sync", "sync_delta", "handle", "handle_many"], CONTROLLER),
         **dict.fromkeys(["stop_slices", "handle_requests"], INTERNAL),
     },
+    # Any role; a name a task attempt holds changes only with its attempt's proof, checked
+    # inside (tests/cluster/test_registry_proofs.py).
     "registry": dict.fromkeys(["register", "unregister", "renew", "resolve", "resolve_any",
                                "ended", "ended_of_job", "list"], ANY),
     "worker": {

@@ -4,7 +4,8 @@
 transaction, so the copy is exactly one committed state; in WAL mode the controller keeps
 committing meanwhile), then writes a gzip'd tar of the copy and the role secrets: a new
 controller must accept the cluster token the workers already hold, or none of them could
-join again, and keep its `controller.secret` (the token on its calls to its own Regions);
+join again, and keep its `controller.secret` (the token on its calls to its own Regions,
+and the key of the proofs running attempts show the registry: holders.py);
 the ids an operator revoked stay barred, and which credential owns which worker id (only
 hashes: credential_log.py) is kept, so a stranger with the cluster token cannot take a
 live worker's id on the new controller either. `unpack` checks an archive fully (size, sha256, members, SQLite integrity,
