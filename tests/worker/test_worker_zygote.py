@@ -5,8 +5,6 @@ from __future__ import annotations
 import os
 import signal
 import sys
-import time
-from pathlib import Path
 
 import cloudpickle
 import pytest
@@ -232,65 +230,3 @@ def test_callable_stdout_and_stderr_reach_worker_in_written_order(path, zygote, 
     assert got[:2000] == want
     assert sorted(got[2000:]) == [("stdout", "raw child\n"), ("stdout", "tail without newline")]
 
-
-_FREEZE_AFTER_FORK = '''
-import os, signal
-_fork = os.fork
-def _fork_then_freeze():
-    pid = _fork()
-    if pid:  # the zygote stops between fork and its "started" reply
-        os.kill(os.getpid(), signal.SIGSTOP)
-    return pid
-os.fork = _fork_then_freeze
-'''
-
-
-def _processes_running(marker: str) -> list[int]:
-    """Live processes whose command line holds `marker` (a zygote and its forked children
-    share their command line)."""
-    found = []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            cmdline = Path(f"/proc/{entry.name}/cmdline").read_bytes()
-        except OSError:
-            continue
-        if marker.encode() in cmdline and is_alive(int(entry.name)):
-            found.append(int(entry.name))
-    return found
-
-
-@pytest.mark.parametrize("with_cgroup", [False, True])
-def test_a_child_forked_just_before_its_zygote_froze_does_not_outlive_the_failed_spawn(
-        with_cgroup, cgroup_host, launch, lines, tmp_path):
-    """The zygote forks the attempt, then freezes before it can say so: the spawn times out
-    and the attempt fails to start. Its child must not run on unrecorded (the task would be
-    retried beside it: two attempts of one task at once). Before, it ran its payload."""
-    if with_cgroup and cgroup_host is None:
-        pytest.skip("no writable memory cgroup on this host")
-    module = f"iris_freeze_{os.getpid()}_{int(with_cgroup)}"
-    (tmp_path / f"{module}.py").write_text(_FREEZE_AFTER_FORK)
-    ran = tmp_path / "payload_ran"
-    pool = ZygotePool({"PATH": "/usr/bin:/bin", "PYTHONPATH": str(tmp_path)},
-                      preload=[module], spawn_timeout_s=2.0)
-    try:
-        frozen = pool.get(sys.executable)
-        with pytest.raises(AttemptStartError, match="did not answer a spawn"):
-            launch(frozen.spawner(_payload(touch_then_sleep, str(ran))), lines,
-                   cgroups=cgroup_host if with_cgroup else None)
-        deadline = time.monotonic() + 10.0  # the killed zygote may take a moment to go
-        while (left := _processes_running(module)) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert left == [], f"processes of the abandoned attempt still run: {left}"
-    finally:
-        for pid in _processes_running(module):
-            os.kill(pid, signal.SIGKILL)
-        pool.close()
-
-
-def touch_then_sleep(path):
-    import time
-
-    open(path, "w").close()
-    time.sleep(600)
