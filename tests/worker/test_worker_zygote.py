@@ -229,4 +229,3 @@ def test_callable_stdout_and_stderr_reach_worker_in_written_order(path, zygote, 
     want = [(s, f"{'out' if s == 'stdout' else 'err'} {i}\n") for i in range(1000) for s in ("stdout", "stderr")]
     assert got[:2000] == want
     assert sorted(got[2000:]) == [("stdout", "raw child\n"), ("stdout", "tail without newline")]
-
