@@ -25,8 +25,9 @@ ABANDONED_NAME = "launch_abandoned"  # written by the worker as it gives up on t
 
 
 def record(attempt_dir: Path, pid: int) -> None:
-    """Record `pid` as the launch's child (whole or absent to a reader)."""
-    tmp = attempt_dir / f"{SPAWNED_NAME}.{pid}"
+    """Record `pid` as the launch's child (whole or absent to a reader). Both the worker
+    and a zygote's child may record the same child at once: each writes its own file."""
+    tmp = attempt_dir / f"{SPAWNED_NAME}.{os.getpid()}.tmp"
     tmp.write_text(f"{pid} {proc_start_ticks(pid) or 0}")
     os.rename(tmp, attempt_dir / SPAWNED_NAME)
 
