@@ -15,9 +15,10 @@ EOF on the socket means the worker is gone: the zygote exits, its children (atte
 in its own session) run on for a restarted worker to adopt or kill.
 
 The child: new session, announces itself in the attempt directory (or exits if the worker
-gave up on the launch meanwhile: halfborn.py), joins its cgroup before any user code, stdout/stderr onto the given
-fds, stdin from /dev/null, signal dispositions reset, env and cwd replaced, then
-`task_runtime.run_payload`; it always ends with os._exit so nothing of the zygote runs twice.
+gave up on the launch meanwhile: halfborn.py), joins its cgroup before any user code,
+stdout/stderr onto the given fds, stdin from /dev/null, signal dispositions reset, env and
+cwd replaced, then `task_runtime.run_payload`; it always ends with os._exit so nothing of
+the zygote runs twice.
 """
 
 from __future__ import annotations
