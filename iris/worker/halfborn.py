@@ -40,7 +40,7 @@ def announce(attempt_dir: Path) -> bool:
 
 
 def reset(attempt_dir: Path) -> None:
-    """Before a launch: no mark of an earlier one in the same directory."""
+    """Before a launch, and after its attempt ended: no mark of it left in the directory."""
     for name in (SPAWNED_NAME, ABANDONED_NAME):
         (attempt_dir / name).unlink(missing_ok=True)
 
@@ -48,10 +48,11 @@ def reset(attempt_dir: Path) -> None:
 def spawned(attempt_dir: Path) -> tuple[int, int] | None:
     """(pid, start ticks) of the child that announced itself, if one did."""
     try:
-        pid, ticks = (attempt_dir / SPAWNED_NAME).read_text().split()
-        return int(pid), int(ticks)
+        pid, ticks = map(int, (attempt_dir / SPAWNED_NAME).read_text().split())
     except (OSError, ValueError):
         return None
+    # ticks 0: it was gone as it was recorded, and its pid may since be another's
+    return (pid, ticks) if ticks else None
 
 
 def abandon(attempt_dir: Path, cgroup: AttemptCgroup | None, timeout_s: float) -> list[int]:
