@@ -130,3 +130,20 @@ def test_a_command_whose_launch_fails_after_it_started_is_killed(
         for pid in (started[0], child):
             if is_alive(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_the_mark_and_the_announcement_see_each_other(tmp_path):
+    """Either order: a child announcing after the mark is told to exit; one announced before
+    is found (and a record of nothing, or of a gone process, is not)."""
+    from iris.worker import halfborn
+
+    assert halfborn.announce(tmp_path) is True
+    assert halfborn.spawned(tmp_path)[0] == os.getpid()
+    halfborn.reset(tmp_path)
+    assert halfborn.spawned(tmp_path) is None
+    assert halfborn.abandon(tmp_path, None, 1.0) == []  # nothing announced: nothing killed
+    assert halfborn.announce(tmp_path) is False
+    (tmp_path / halfborn.SPAWNED_NAME).write_text("123 0")
+    assert halfborn.spawned(tmp_path) is None
+    (tmp_path / halfborn.SPAWNED_NAME).write_text("garbage")
+    assert halfborn.spawned(tmp_path) is None
