@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from iris.base.clock import SYSTEM_CLOCK, Clock
+from iris.worker import halfborn
 from iris.worker.cgroups import AttemptCgroup, CgroupVersion
 from iris.worker.outcome import Outcome
 from iris.worker.output import OnOutput, StreamReader, open_reader
@@ -81,7 +82,7 @@ def stop_recorded(attempt_dir: Path, grace_s: float) -> bool:
     was a record (the attempt is gone now)."""
     record = AttemptRecord.read(attempt_dir)
     if record is None:
-        _sweep_unrecorded(attempt_dir)
+        sweep_unrecorded(attempt_dir)
         return False
     if is_alive(record.pid, record.start_ticks):
         try:
@@ -100,18 +101,23 @@ def stop_recorded(attempt_dir: Path, grace_s: float) -> bool:
     return True
 
 
-def _sweep_unrecorded(attempt_dir: Path) -> None:
-    """The worker died between spawn and record: only the cgroup knows the processes."""
+def sweep_unrecorded(attempt_dir: Path) -> None:
+    """The worker died between spawn and record, or during a failed launch's cleanup: the
+    cgroup and the child that announced itself (halfborn.py) know the processes."""
     pending = attempt_dir / PENDING_CGROUP_NAME
+    cgroup = None
     try:
         path = Path(pending.read_text().strip())
     except FileNotFoundError:
-        return
-    if path.is_dir() and path.name.startswith("iris-"):
+        path = None
+    if path is not None and path.is_dir() and path.name.startswith("iris-"):
         version = CgroupVersion.V2 if (path / "memory.max").exists() else CgroupVersion.V1
         cgroup = AttemptCgroup(path=path, version=version, memory_limit_bytes=0)
-        if not cgroup.remove():  # remove() kills what is inside first
-            _log.warning("unrecorded attempt cgroup %s could not be removed", path)
+    if attempt_dir.is_dir():  # kills and removes (halfborn.abandon warns if it cannot)
+        survivors = halfborn.abandon(attempt_dir, cgroup, _KILL_WAIT_S)
+        if survivors:
+            _log.warning("unrecorded attempt in %s: %s survived SIGKILL", attempt_dir,
+                         survivors)
     pending.unlink(missing_ok=True)
 
 
@@ -127,7 +133,7 @@ def adopt_or_kill(
     """Deal with what the previous worker left in `attempt_dir`; None if nothing was left."""
     record = AttemptRecord.read(attempt_dir)
     if record is None:
-        _sweep_unrecorded(attempt_dir)
+        sweep_unrecorded(attempt_dir)
         return None
     alive = is_alive(record.pid, record.start_ticks)
     wanted = adopt(record) if callable(adopt) else adopt

@@ -26,6 +26,7 @@ from typing import Protocol
 from iris.base.clock import SYSTEM_CLOCK, Clock
 from iris.base.errors import IrisError
 from iris.base.ids import new_id
+from iris.worker import halfborn
 from iris.worker.cgroups import AttemptCgroup, CgroupHost, join_then_exec_argv
 from iris.worker.outcome import Outcome, classify_exit, unknown_outcome
 from iris.worker.output import MergedReader, OnOutput, make_fifo, open_reader
@@ -231,10 +232,13 @@ class AttemptProcess:
                cgroups: CgroupHost | None = None, clock: Clock = SYSTEM_CLOCK,
                on_exit: Callable[[AttemptProcess, Outcome], None] | None = None,
                ) -> AttemptProcess:
-        """Start an attempt with any spawner (subprocess or zygote)."""
+        """Start an attempt with any spawner (subprocess or zygote). A launch that fails
+        leaves no process of the attempt behind, not even one forked by a zygote that froze
+        before it could say so (`_abandon`)."""
         if not spec.cwd.is_dir():
             raise AttemptStartError(f"working directory {spec.cwd} does not exist")
         spec.attempt_dir.mkdir(parents=True, exist_ok=True)
+        halfborn.reset(spec.attempt_dir)
         cgroup = cls._make_cgroup(spec, cgroups)
         if cgroup is not None:  # found by a restarted worker if we die before the record
             (spec.attempt_dir / PENDING_CGROUP_NAME).write_text(str(cgroup.path))
@@ -247,16 +251,27 @@ class AttemptProcess:
                 child_fds.append(make_fifo(fifo))
                 reader_fds.append(open_reader(fifo))
             leader = spawn(spec, child_fds[0], child_fds[1], cgroup)
+            record = cls._record(spec, leader, cgroup, fifos, clock)
         except BaseException:
             for fd in reader_fds:
                 os.close(fd)
-            if cgroup is not None:
-                cgroup.remove()
-                (spec.attempt_dir / PENDING_CGROUP_NAME).unlink(missing_ok=True)
+            _abandon(spec, cgroup)
             raise
         finally:
             for fd in child_fds:
                 os.close(fd)  # the child holds its own copies; ours would block EOF
+        # One reader for both pipes: lines keep the order they were written in (output.py).
+        readers = [MergedReader(list(zip(("stdout", "stderr"), reader_fds, strict=True)),
+                                on_output, clock).start()]
+        return cls(spec, leader, record, cgroup, readers, clock, on_exit, adopted=False)
+
+    @staticmethod
+    def _record(spec: AttemptSpec, leader: Leader, cgroup: AttemptCgroup | None,
+                fifos: list[Path], clock: Clock) -> AttemptRecord:
+        """Write the started attempt's record (a leader that outlives a failure here is
+        killed by `_abandon`: it announced itself, or sits in the cgroup)."""
+        if not halfborn.spawned(spec.attempt_dir):  # a command: announced here, not by it
+            halfborn.record(spec.attempt_dir, leader.pid)
         record = AttemptRecord(
             task_id=spec.task_id, attempt=spec.attempt, pid=leader.pid,
             start_ticks=proc_start_ticks(leader.pid) or 0,
@@ -266,10 +281,7 @@ class AttemptProcess:
             stderr_fifo=str(fifos[1]), started_wall=clock.wall(),
         )
         record.write(spec.attempt_dir)
-        # One reader for both pipes: lines keep the order they were written in (output.py).
-        readers = [MergedReader(list(zip(("stdout", "stderr"), reader_fds, strict=True)),
-                                on_output, clock).start()]
-        return cls(spec, leader, record, cgroup, readers, clock, on_exit, adopted=False)
+        return record
 
     @staticmethod
     def _make_cgroup(spec: AttemptSpec, cgroups: CgroupHost | None) -> AttemptCgroup | None:
@@ -371,6 +383,7 @@ class AttemptProcess:
         for fifo in (self.record.stdout_fifo, self.record.stderr_fifo):
             Path(fifo).unlink(missing_ok=True)
         remove_record(self.spec.attempt_dir)
+        halfborn.reset(self.spec.attempt_dir)
         (self.spec.attempt_dir / PENDING_CGROUP_NAME).unlink(missing_ok=True)
         (self.spec.attempt_dir / EXIT_CODE_NAME).unlink(missing_ok=True)
         self._outcome = outcome
@@ -379,6 +392,15 @@ class AttemptProcess:
                 self._on_exit(self, outcome)
             except Exception:
                 _log.exception("on_exit callback failed")
+
+
+def _abandon(spec: AttemptSpec, cgroup: AttemptCgroup | None) -> None:
+    """Kill whatever a failed launch started (halfborn.py) and remove its cgroup."""
+    survivors = halfborn.abandon(spec.attempt_dir, cgroup, _KILL_WAIT_S)
+    if survivors:
+        _log.warning("attempt %s/%s: %s survived SIGKILL after a failed launch",
+                     spec.task_id, spec.attempt, survivors)
+    (spec.attempt_dir / PENDING_CGROUP_NAME).unlink(missing_ok=True)
 
 
 def _recorded_exit(attempt_dir: Path) -> int | None:

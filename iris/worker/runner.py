@@ -28,7 +28,7 @@ from iris.base.errors import InvalidRequestError, IrisError
 from iris.base.resources import Resources
 from iris.wire.bundles import BundleError
 from iris.wire.states import CLUSTER_MARK_ENV
-from iris.worker.adoption import Leftover, LeftoverAction, adopt_or_kill
+from iris.worker.adoption import Leftover, LeftoverAction, adopt_or_kill, sweep_unrecorded
 from iris.worker.bundle_cache import BundleCache
 from iris.worker.capacity import CapacityLedger
 from iris.worker.cgroups import CgroupHost
@@ -307,7 +307,8 @@ class AttemptRunner:
         found = []
         for attempt_dir in sorted(self.attempts_root.iterdir()):
             record = AttemptRecord.read(attempt_dir)
-            if record is None:
+            if record is None:  # never started, or died before its record: sweep first
+                sweep_unrecorded(attempt_dir)
                 shutil.rmtree(attempt_dir, ignore_errors=True)
                 continue
             sink = on_output_for(record) if on_output_for else None

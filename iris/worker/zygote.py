@@ -129,7 +129,7 @@ class Zygote:
                   ) -> Leader:
             path = _write_payload(spec, payload)
             return self._spawn({"payload_path": str(path), "env": spec.runtime_env(),
-                                "cwd": str(spec.cwd),
+                                "cwd": str(spec.cwd), "attempt_dir": str(spec.attempt_dir),
                                 "cgroup_procs": str(cg.procs_file) if cg else None},
                                [out_fd, err_fd])
 

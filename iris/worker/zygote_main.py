@@ -4,7 +4,8 @@ callable attempt on request. Runs inside a job's environment; not imported by th
 Protocol on the inherited AF_UNIX SOCK_SEQPACKET socket (one pickled dict per packet; both
 ends are the same trusted worker, never a network peer):
 
-    worker -> zygote  {"op": "spawn", "id": n, "payload_path", "env", "cwd", "cgroup_procs"}
+    worker -> zygote  {"op": "spawn", "id": n, "payload_path", "env", "cwd", "cgroup_procs",
+                       "attempt_dir"}
                       with SCM_RIGHTS fds [stdout, stderr]
     zygote -> worker  {"op": "started", "id": n, "pid": p} | {"op": "error", "id": n, "error"}
                       {"op": "exited", "pid": p, "returncode": rc,     (Popen-style rc)
@@ -13,9 +14,11 @@ ends are the same trusted worker, never a network peer):
 EOF on the socket means the worker is gone: the zygote exits, its children (attempts, each
 in its own session) run on for a restarted worker to adopt or kill.
 
-The child: new session, joins its cgroup before any user code, stdout/stderr onto the given
-fds, stdin from /dev/null, signal dispositions reset, env and cwd replaced, then
-`task_runtime.run_payload`; it always ends with os._exit so nothing of the zygote runs twice.
+The child: new session, announces itself in the attempt directory (or exits if the worker
+gave up on the launch meanwhile: halfborn.py), joins its cgroup before any user code,
+stdout/stderr onto the given fds, stdin from /dev/null, signal dispositions reset, env and
+cwd replaced, then `task_runtime.run_payload`; it always ends with os._exit so nothing of
+the zygote runs twice.
 """
 
 from __future__ import annotations
@@ -26,8 +29,9 @@ import select
 import signal
 import socket
 import sys
+from pathlib import Path
 
-from iris.worker import task_runtime
+from iris.worker import halfborn, task_runtime
 
 _MAX_PACKET = 1 << 20  # requests are small: the payload travels as a file path
 
@@ -36,6 +40,8 @@ def _child(sock: socket.socket, wake_r: int, req: dict, fds: list[int]) -> None:
     code = 125
     try:
         os.setsid()
+        if req.get("attempt_dir") and not halfborn.announce(Path(req["attempt_dir"])):
+            raise SystemExit(125)  # the worker gave up on this launch (halfborn.py)
         if req.get("cgroup_procs"):
             with open(req["cgroup_procs"], "w") as f:
                 f.write(str(os.getpid()))

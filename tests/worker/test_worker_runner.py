@@ -15,7 +15,7 @@ from iris.worker.adoption import LeftoverAction
 from iris.worker.capacity import CapacityExceededError
 from iris.worker.envs import EnvironmentBuildError
 from iris.worker.outcome import OutcomeKind
-from iris.worker.records import is_alive
+from iris.worker.records import RECORD_NAME, is_alive
 from iris.worker.runner import AttemptRequest, AttemptRunner, AttemptState, RunnerConfig
 
 WAIT_S = 120.0
@@ -138,6 +138,19 @@ def test_runner_restart_kills_what_previous_runner_left(make_runner, tmp_path, l
     restarted = make_runner(root=first.config.root)
     leftovers = restarted.recover(adopt=False)
     assert [x.action for x in leftovers] == [LeftoverAction.KILLED]
+    assert proc.wait(WAIT_S) is not None and not is_alive(proc.pid)
+    assert list(restarted.attempts_root.iterdir()) == []
+
+
+def test_runner_restart_kills_an_attempt_that_had_no_record_yet(make_runner):
+    """The worker died after the spawn, before the attempt's record: the restarted one
+    finds the process through its cgroup or its announcement (halfborn.py), not only
+    removes the directory. Before, the process ran on, unrecorded, beside the retry."""
+    first = make_runner()
+    proc = first.start(AttemptRequest("t", 0, command=("sleep", "600")))
+    (proc.spec.attempt_dir / RECORD_NAME).unlink()
+    restarted = make_runner(root=first.config.root)
+    assert restarted.recover(adopt=False) == []
     assert proc.wait(WAIT_S) is not None and not is_alive(proc.pid)
     assert list(restarted.attempts_root.iterdir()) == []
 
