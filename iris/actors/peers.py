@@ -34,7 +34,8 @@ if TYPE_CHECKING:
 _log = logging.getLogger(__name__)
 
 _MONITORED = (zmq.EVENT_DISCONNECTED | zmq.EVENT_HANDSHAKE_FAILED_AUTH
-              | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL)
+              | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
+              | zmq.EVENT_HANDSHAKE_SUCCEEDED)
 
 
 class Peer:
@@ -182,9 +183,13 @@ class Peer:
             except zmq.ZMQError:  # socket closed under us during shutdown
                 return
             kind = event["event"]
-            if kind == zmq.EVENT_DISCONNECTED:
+            if kind == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                self.refused = None
+            elif kind == zmq.EVENT_DISCONNECTED:
                 self.lost = True
-                self.fail_all("the connection was lost (the call may or may not have run)")
+                # A connection whose handshake failed ends too: that is what to say.
+                self.fail_all(self.refused or "the connection was lost (the call may or may "
+                              "not have run)")
             else:
                 self.refused = (f"the handshake failed ({zmq.Event(kind).name}): wrong or "
                                 "missing CURVE keys?")
