@@ -18,16 +18,22 @@ def _submit(svc: ControllerService, name: str, **extra) -> str:
                        "entrypoint": {"kind": "command", "argv": ["true"]}, **extra})["job_id"]
 
 
-def _evicted_then_restarted(tmp_path, clock: FakeClock) -> tuple[ControllerService, str, str]:
-    """The batch task runs on a; a production job pinned to a evicts it; the controller
-    is restarted while the old attempt still stops, and worker b, free, registers with the
-    new one. Returns (new service, batch, old attempt)."""
+def _batch_running_on_a(tmp_path, clock: FakeClock) -> tuple[ControllerService, str, str]:
+    """A service whose one worker, a, runs a batch task. Returns (service, batch, attempt)."""
     svc = _service(tmp_path, clock)
     svc.register_worker("a", "tcp://127.0.0.1:2", A, [])
     batch = _submit(svc, "batch", priority="batch")
     svc.tick()
     (old,) = _starts(svc)
     svc.report("a", [{"attempt_id": old, "status": "running"}])
+    return svc, batch, old
+
+
+def _evicted_then_restarted(tmp_path, clock: FakeClock) -> tuple[ControllerService, str, str]:
+    """The batch task runs on a; a production job pinned to a evicts it; the controller
+    is restarted while the old attempt still stops, and worker b, free, registers with the
+    new one. Returns (new service, batch, old attempt)."""
+    svc, batch, old = _batch_running_on_a(tmp_path, clock)
     _submit(svc, "urgent", priority="production", constraints={"slot": "a"})
     svc.tick()
     stops = [c for c in svc.take_commands() if c.kind == "stop"]
@@ -83,12 +89,7 @@ def test_a_crash_right_after_an_eviction_commits_still_leaves_its_stop_on_record
     killed between the two wrote the task back to pending with no record that its old
     attempt still runs, and after the restart the task started on a free worker beside it."""
     clock = FakeClock()
-    svc = _service(tmp_path, clock)
-    svc.register_worker("a", "tcp://127.0.0.1:2", A, [])
-    batch = _submit(svc, "batch", priority="batch")
-    svc.tick()
-    (old,) = _starts(svc)
-    svc.report("a", [{"attempt_id": old, "status": "running"}])
+    svc, batch, old = _batch_running_on_a(tmp_path, clock)
 
     def dies_here(**change) -> None:  # any write of the stop after the eviction's commit
         raise _Died
