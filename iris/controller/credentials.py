@@ -82,11 +82,17 @@ def attempt_proof(secret: bytes, job: str, task: int, attempt: str) -> str:
     return hmac.new(secret, message, hashlib.sha256).hexdigest()
 
 
-def proof_verifier(secret: bytes) -> Callable[[Holder, str | None], bool]:
-    """The registry's check of a holder's proof (holders.Verify)."""
+def proof_verifier(secret: bytes | Callable[[], bytes]) -> Callable[[Holder, str | None], bool]:
+    """The registry's check of a holder's proof (holders.Verify). `secret` may be a function
+    giving it, called at the first check: the controller checks its config before it writes
+    anything to its state directory, the secret included."""
+    known: list[bytes] = [secret] if isinstance(secret, bytes) else []
+
     def verify(holder: Holder, proof: str | None) -> bool:
+        if not known:
+            known.append(secret())
         return proof is not None and hmac.compare_digest(
-            attempt_proof(secret, holder.job, holder.task, holder.attempt).encode(),
+            attempt_proof(known[0], holder.job, holder.task, holder.attempt).encode(),
             proof.encode())
     return verify
 

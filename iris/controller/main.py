@@ -77,8 +77,8 @@ def tune_gc() -> None:
 def host_controller(node: Node, config: ControllerConfig) -> None:
     """Serve the registry and the controller in `node` (the cluster's address is its address)."""
     # Task attempts' names need their proofs (holders.py): the secret outlives a restart.
-    registry = node.host(REGISTRY_KEY, Registry, (),
-                         {"verify": proof_verifier(load_secret(config.state_dir))})
+    registry = node.host(REGISTRY_KEY, Registry, (), {"verify": proof_verifier(
+        lambda: load_secret(config.state_dir))})
     # Ended attempts' names leave the registry as the controller ends them (holders.py).
     node.host(CONTROLLER_KEY, Controller, (config, node, withdrawer(registry)))
     # Looking inside tasks (issue 31): calls workers with their command tokens.
