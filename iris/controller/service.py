@@ -44,7 +44,7 @@ from iris.controller.region_pushes import SYNC_EVERY_S, RegionPushes
 from iris.controller.report_check import check_report
 from iris.controller.scheduling import scheduler
 from iris.controller.service_types import Command, ControllerConfig, JobsFinished
-from iris.controller.stop_book import StopBook
+from iris.controller.stop_book import StopBook, stop_row
 from iris.controller.turns import PassLater, now_mono, now_wall, turn
 from iris.controller.usage import UsageBook
 from iris.controller.worker_desk import REGISTRATIONS_PER_S, WorkerDesk
@@ -140,7 +140,7 @@ class ControllerService:
             return effects
         persists = [e for e in effects if isinstance(e, ev.Persist)]
         stops = self._stops(effects)
-        self._commit(persists, log, [(e.attempt_id, w.worker_id, hold.to_dict(), e.grace_s)
+        self._commit(persists, log, [stop_row(w.worker_id, e.attempt_id, e.grace_s, hold)
                                      for e, w, hold in stops.values() if hold is not None])
         self._ended += [a.attempt_id for p in persists for a in p.attempts
                         if a.state not in ACTIVE_ATTEMPT and a.finished_at == p.at]

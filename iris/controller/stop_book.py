@@ -41,7 +41,7 @@ class StopBook:
         `stored`: committed already, with the turn that decided it (service.py `_stops`)."""
         stops.handle(self._state, stops.StopSent(worker_id, attempt_id, grace_s, hold), now)
         if hold is not None and not stored:
-            self._save(held=[(attempt_id, worker_id, hold.to_dict(), grace_s)])
+            self._save(held=[stop_row(worker_id, attempt_id, grace_s, hold)])
 
     def stopped(self, attempt_id: str, now: float) -> list[str]:
         """The attempt exited: the workers whose resources it freed."""
@@ -64,3 +64,9 @@ class StopBook:
             self._store.save_stops(**change)
         except StorageError as exc:  # the next commit halts a failing disk; this is a hint
             _log.error("%s", exc)
+
+
+def stop_row(worker_id: str, attempt_id: str, grace_s: float,
+             hold: Resources) -> tuple[str, str, dict, float]:
+    """A stop in flight as the store keeps it (JobStore.save_stops / apply's `stops`)."""
+    return (attempt_id, worker_id, hold.to_dict(), grace_s)
